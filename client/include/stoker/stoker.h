@@ -1,0 +1,105 @@
+/* libstoker: the client a trainer links to receive batches from stokerd.
+ *
+ * Batches are views into shared memory written by the daemon's workers: no copy happens
+ * between the worker that wrote a batch and the trainer that reads it. A batch stays valid
+ * until stoker_batch_release(), which hands its slot back to the daemon's ring.
+ *
+ * Every function returns a stoker_status; on failure stoker_last_error() gives a message for
+ * the calling thread. No C++ exception ever crosses this API.
+ *
+ * Thread safety: one thread calls stoker_client_next() at a time; stoker_batch_release() may
+ * be called from any thread, also after stoker_client_close() (then it only frees memory). */
+#ifndef STOKER_STOKER_H_
+#define STOKER_STOKER_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define STOKER_API __attribute__((visibility("default")))
+#else
+#define STOKER_API
+#endif
+
+typedef enum stoker_status {
+  STOKER_OK = 0,
+  STOKER_ERR_INVALID_ARGUMENT = 1, /* a NULL handle, a bad option */
+  STOKER_ERR_NO_DAEMON = 2,        /* nothing listens on the socket */
+  STOKER_ERR_REFUSED = 3,          /* unknown job, rank out of range or busy, no device */
+  STOKER_ERR_VERSION = 4,          /* client and daemon speak different protocol versions */
+  STOKER_ERR_DISCONNECTED = 5,     /* the daemon stopped or dropped this client */
+  STOKER_ERR_TIMEOUT = 6,          /* no batch within the timeout; call next() again */
+  STOKER_ERR_JOB_FAILED = 7,       /* the job stopped (on_error: fail); message names the file */
+  STOKER_ERR_PROTOCOL = 8,         /* the daemon sent something this client cannot use */
+  STOKER_ERR_INTERNAL = 9
+} stoker_status;
+
+typedef enum stoker_dtype { STOKER_UINT8 = 1, STOKER_FLOAT16 = 2, STOKER_FLOAT32 = 3 } stoker_dtype;
+typedef enum stoker_layout { STOKER_NCHW = 1, STOKER_NHWC = 2 } stoker_layout;
+
+typedef struct stoker_client stoker_client;
+typedef struct stoker_batch stoker_batch;
+
+typedef struct stoker_options {
+  const char* socket_path; /* NULL: $STOKER_SOCKET, $XDG_RUNTIME_DIR/stoker/stoker.sock, ... */
+  const char* job;         /* required */
+  uint32_t rank;           /* consumer rank, 0..consumers-1 */
+  uint64_t start_epoch;    /* first batch wanted (resume position) */
+  uint64_t start_batch;
+  int want_device;         /* nonzero: ask for device (CUDA IPC) batches */
+} stoker_options;
+
+typedef struct stoker_job_info {
+  uint32_t batch_size, channels, height, width;
+  stoker_dtype dtype;
+  stoker_layout layout;
+  uint64_t image_bytes;       /* one sample */
+  uint64_t samples_per_epoch; /* whole dataset */
+  uint64_t samples_per_rank;  /* this rank, per epoch */
+  uint64_t batches_per_epoch; /* nominal, this rank */
+  uint32_t num_classes;
+  uint32_t slot_count;        /* batches this client may hold at once */
+  uint64_t daemon_generation; /* changes when the daemon restarts */
+} stoker_job_info;
+
+/* Fills defaults: everything zero/NULL. */
+STOKER_API void stoker_options_init(stoker_options* options);
+
+STOKER_API stoker_status stoker_client_open(const stoker_options* options, stoker_client** out);
+/* Releases nothing on the caller's behalf: outstanding batches stay readable until released. */
+STOKER_API void stoker_client_close(stoker_client* client);
+STOKER_API stoker_status stoker_client_info(const stoker_client* client, stoker_job_info* out);
+
+/* Waits up to timeout_ms (<0: forever) for the next batch in order. */
+STOKER_API stoker_status stoker_client_next(stoker_client* client, int timeout_ms,
+                                            stoker_batch** out);
+
+/* Hands the slot back and frees the handle. NULL is a no-op. */
+STOKER_API stoker_status stoker_batch_release(stoker_batch* batch);
+
+STOKER_API const void* stoker_batch_images(const stoker_batch* batch);
+STOKER_API const int64_t* stoker_batch_labels(const stoker_batch* batch);
+STOKER_API const int64_t* stoker_batch_ids(const stoker_batch* batch);
+STOKER_API uint32_t stoker_batch_count(const stoker_batch* batch);
+STOKER_API uint64_t stoker_batch_epoch(const stoker_batch* batch);
+STOKER_API uint64_t stoker_batch_index(const stoker_batch* batch);
+/* Nonzero when this is the last batch of its epoch. */
+STOKER_API int stoker_batch_last_in_epoch(const stoker_batch* batch);
+
+/* The daemon's status as JSON; free with stoker_free(). */
+STOKER_API stoker_status stoker_daemon_status(const char* socket_path, char** json_out);
+STOKER_API void stoker_free(void* p);
+
+/* Message of the last failed call on this thread ("" if none). */
+STOKER_API const char* stoker_last_error(void);
+STOKER_API const char* stoker_status_name(stoker_status status);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STOKER_STOKER_H_ */

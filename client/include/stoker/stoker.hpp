@@ -1,0 +1,105 @@
+// C++ wrapper over the C API: RAII handles and exceptions on the C++ side only.
+//
+//   stoker::Client c("imagenet-train", rank);
+//   for (;;) {
+//     stoker::Batch b = c.next();          // view into shared memory, no copy
+//     use(b.images<std::uint8_t>(), b.labels(), b.count());
+//   }                                      // slot handed back when b goes out of scope
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "stoker/stoker.h"
+
+namespace stoker {
+
+class Error : public std::runtime_error {
+ public:
+  Error(stoker_status status, const std::string& message)
+      : std::runtime_error(message), status_(status) {}
+  stoker_status status() const { return status_; }
+
+ private:
+  stoker_status status_;
+};
+
+inline void check(stoker_status s) {
+  if (s != STOKER_OK) throw Error(s, stoker_last_error());
+}
+
+class Batch {
+ public:
+  Batch() = default;
+  explicit Batch(stoker_batch* b) : b_(b) {}
+  Batch(Batch&& o) noexcept : b_(std::exchange(o.b_, nullptr)) {}
+  Batch& operator=(Batch&& o) noexcept {
+    if (this != &o) {
+      reset();
+      b_ = std::exchange(o.b_, nullptr);
+    }
+    return *this;
+  }
+  ~Batch() { reset(); }
+  Batch(const Batch&) = delete;
+  Batch& operator=(const Batch&) = delete;
+
+  explicit operator bool() const { return b_ != nullptr; }
+  template <class T = std::uint8_t>
+  const T* images() const { return static_cast<const T*>(stoker_batch_images(b_)); }
+  const std::int64_t* labels() const { return stoker_batch_labels(b_); }
+  const std::int64_t* ids() const { return stoker_batch_ids(b_); }
+  std::uint32_t count() const { return stoker_batch_count(b_); }
+  std::uint64_t epoch() const { return stoker_batch_epoch(b_); }
+  std::uint64_t index() const { return stoker_batch_index(b_); }
+  bool last_in_epoch() const { return stoker_batch_last_in_epoch(b_) != 0; }
+  // Gives the slot back now instead of at destruction.
+  void reset() {
+    if (b_ != nullptr) stoker_batch_release(std::exchange(b_, nullptr));
+  }
+
+ private:
+  stoker_batch* b_ = nullptr;
+};
+
+struct ClientOptions {
+  std::string socket_path;  // empty: environment / default
+  std::uint64_t start_epoch = 0;
+  std::uint64_t start_batch = 0;
+  bool want_device = false;
+};
+
+class Client {
+ public:
+  Client(const std::string& job, std::uint32_t rank, const ClientOptions& o = {}) {
+    stoker_options opts;
+    stoker_options_init(&opts);
+    opts.socket_path = o.socket_path.empty() ? nullptr : o.socket_path.c_str();
+    opts.job = job.c_str();
+    opts.rank = rank;
+    opts.start_epoch = o.start_epoch;
+    opts.start_batch = o.start_batch;
+    opts.want_device = o.want_device ? 1 : 0;
+    check(stoker_client_open(&opts, &c_));
+    check(stoker_client_info(c_, &info_));
+  }
+  ~Client() { stoker_client_close(c_); }
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Blocks until the next batch (timeout_ms < 0: forever); throws stoker::Error.
+  Batch next(int timeout_ms = -1) {
+    stoker_batch* b = nullptr;
+    check(stoker_client_next(c_, timeout_ms, &b));
+    return Batch(b);
+  }
+  const stoker_job_info& info() const { return info_; }
+
+ private:
+  stoker_client* c_ = nullptr;
+  stoker_job_info info_{};
+};
+
+}  // namespace stoker

@@ -1,0 +1,171 @@
+// The C API: every entry point converts failures to a status + thread-local message.
+// No exception crosses this boundary.
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "connection.hpp"
+#include "stoker/proto/names.hpp"
+#include "stoker/stoker.h"
+
+using stoker::client::BatchView;
+using stoker::client::Connection;
+using stoker::client::Failure;
+
+struct stoker_client {
+  std::shared_ptr<Connection> conn;
+};
+
+struct stoker_batch {
+  std::shared_ptr<Connection> conn;
+  BatchView view;
+};
+
+namespace {
+
+thread_local std::string g_last_error;
+
+stoker_status fail(stoker_status s, std::string msg) {
+  g_last_error = std::move(msg);
+  return s;
+}
+
+template <class F>
+stoker_status guarded(F&& f) {
+  try {
+    return f();
+  } catch (const Failure& e) {
+    return fail(e.status, e.message);
+  } catch (const std::bad_alloc&) {
+    return fail(STOKER_ERR_INTERNAL, "out of memory");
+  } catch (const std::exception& e) {
+    return fail(STOKER_ERR_INTERNAL, e.what());
+  } catch (...) {
+    return fail(STOKER_ERR_INTERNAL, "unknown error");
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+void stoker_options_init(stoker_options* o) {
+  if (o != nullptr) std::memset(o, 0, sizeof *o);
+}
+
+stoker_status stoker_client_open(const stoker_options* o, stoker_client** out) {
+  if (o == nullptr || out == nullptr || o->job == nullptr) {
+    return fail(STOKER_ERR_INVALID_ARGUMENT, "stoker_client_open: options, job and out are required");
+  }
+  *out = nullptr;
+  return guarded([&] {
+    const std::string socket = stoker::proto::resolve_socket_path(o->socket_path ? o->socket_path : "");
+    auto c = std::make_unique<stoker_client>();
+    c->conn = std::make_shared<Connection>(socket, o->job, o->rank, o->start_epoch, o->start_batch,
+                                           o->want_device != 0);
+    *out = c.release();
+    return STOKER_OK;
+  });
+}
+
+void stoker_client_close(stoker_client* c) {
+  if (c == nullptr) return;
+  c->conn->close();
+  delete c;
+}
+
+stoker_status stoker_client_info(const stoker_client* c, stoker_job_info* out) {
+  if (c == nullptr || out == nullptr) return fail(STOKER_ERR_INVALID_ARGUMENT, "null argument");
+  *out = c->conn->info();
+  return STOKER_OK;
+}
+
+stoker_status stoker_client_next(stoker_client* c, int timeout_ms, stoker_batch** out) {
+  if (c == nullptr || out == nullptr) return fail(STOKER_ERR_INVALID_ARGUMENT, "null argument");
+  *out = nullptr;
+  return guarded([&] {
+    auto b = std::make_unique<stoker_batch>();
+    b->conn = c->conn;
+    b->view = c->conn->next(timeout_ms);
+    *out = b.release();
+    return STOKER_OK;
+  });
+}
+
+stoker_status stoker_batch_release(stoker_batch* b) {
+  if (b == nullptr) return STOKER_OK;
+  b->conn->release(b->view.slot, b->view.generation);
+  delete b;
+  return STOKER_OK;
+}
+
+const void* stoker_batch_images(const stoker_batch* b) { return b ? b->view.images : nullptr; }
+const int64_t* stoker_batch_labels(const stoker_batch* b) { return b ? b->view.labels : nullptr; }
+const int64_t* stoker_batch_ids(const stoker_batch* b) { return b ? b->view.ids : nullptr; }
+uint32_t stoker_batch_count(const stoker_batch* b) { return b ? b->view.count : 0; }
+uint64_t stoker_batch_epoch(const stoker_batch* b) { return b ? b->view.epoch : 0; }
+uint64_t stoker_batch_index(const stoker_batch* b) { return b ? b->view.index : 0; }
+int stoker_batch_last_in_epoch(const stoker_batch* b) {
+  return b && (b->view.flags & stoker::proto::kBatchLastInEpoch) ? 1 : 0;
+}
+
+stoker_status stoker_daemon_status(const char* socket_path, char** json_out) {
+  if (json_out == nullptr) return fail(STOKER_ERR_INVALID_ARGUMENT, "null argument");
+  *json_out = nullptr;
+  return guarded([&] {
+    const std::string socket = stoker::proto::resolve_socket_path(socket_path ? socket_path : "");
+    const int fd = stoker::client::connect_control_socket(socket);
+    struct Closer {
+      int fd;
+      ~Closer() { ::close(fd); }
+    } closer{fd};
+    auto q = stoker::proto::make_message<stoker::proto::StatusQueryMsg>(stoker::proto::MsgType::kStatusQuery);
+    if (::send(fd, &q, sizeof q, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof q)) {
+      throw Failure{STOKER_ERR_DISCONNECTED, "cannot send to stokerd at " + socket};
+    }
+    std::vector<std::uint8_t> buf(stoker::proto::kMaxMessageBytes);
+    const std::size_t n = stoker::client::recv_message(fd, buf.data(), buf.size(), 10000, socket);
+    stoker::proto::MessageHeader h;
+    std::memcpy(&h, buf.data(), sizeof h);
+    if (static_cast<stoker::proto::MsgType>(h.type) == stoker::proto::MsgType::kError) {
+      stoker::client::throw_daemon_error(buf.data(), n);
+    }
+    if (static_cast<stoker::proto::MsgType>(h.type) != stoker::proto::MsgType::kStatusReply) {
+      throw Failure{STOKER_ERR_PROTOCOL, "unexpected reply to a status query"};
+    }
+    const std::size_t len = n - sizeof h;
+    char* s = static_cast<char*>(std::malloc(len + 1));
+    if (s == nullptr) throw std::bad_alloc();
+    std::memcpy(s, buf.data() + sizeof h, len);
+    s[len] = '\0';
+    *json_out = s;
+    return STOKER_OK;
+  });
+}
+
+void stoker_free(void* p) { std::free(p); }
+
+const char* stoker_last_error(void) { return g_last_error.c_str(); }
+
+const char* stoker_status_name(stoker_status s) {
+  switch (s) {
+    case STOKER_OK: return "ok";
+    case STOKER_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case STOKER_ERR_NO_DAEMON: return "no daemon";
+    case STOKER_ERR_REFUSED: return "refused";
+    case STOKER_ERR_VERSION: return "version mismatch";
+    case STOKER_ERR_DISCONNECTED: return "disconnected";
+    case STOKER_ERR_TIMEOUT: return "timeout";
+    case STOKER_ERR_JOB_FAILED: return "job failed";
+    case STOKER_ERR_PROTOCOL: return "protocol error";
+    case STOKER_ERR_INTERNAL: return "internal error";
+  }
+  return "unknown";
+}
+
+}  // extern "C"

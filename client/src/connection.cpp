@@ -1,0 +1,242 @@
+#include "connection.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <boost/interprocess/exceptions.hpp>
+
+namespace bip = boost::interprocess;
+
+namespace stoker::client {
+namespace {
+
+// A daemon that accepted the connection answers Hello at once; this only bounds a hung one.
+constexpr int kHandshakeTimeoutMs = 30000;
+
+std::string version_text(std::uint16_t major, std::uint16_t minor) {
+  return std::to_string(major) + "." + std::to_string(minor);
+}
+
+void send_message(int fd, const void* msg, std::size_t n, const std::string& socket_path) {
+  const ssize_t w = ::send(fd, msg, n, MSG_NOSIGNAL);
+  if (w != static_cast<ssize_t>(n)) {
+    throw Failure{STOKER_ERR_DISCONNECTED,
+                  "lost the connection to stokerd at " + socket_path + ": " + std::strerror(errno)};
+  }
+}
+
+}  // namespace
+
+int connect_control_socket(const std::string& socket_path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket_path.empty() || socket_path.size() >= sizeof(addr.sun_path)) {
+    throw Failure{STOKER_ERR_INVALID_ARGUMENT, "bad socket path '" + socket_path + "'"};
+  }
+  std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
+  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw Failure{STOKER_ERR_INTERNAL, std::string("socket(): ") + std::strerror(errno)};
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    const int e = errno;
+    ::close(fd);
+    throw Failure{STOKER_ERR_NO_DAEMON,
+                  "no stokerd at " + socket_path + " (" + std::strerror(e) +
+                      "): start it with `stokerd --config <file>` or point STOKER_SOCKET at "
+                      "its socket"};
+  }
+  return fd;
+}
+
+std::size_t recv_message(int fd, void* buf, std::size_t cap, int timeout_ms,
+                         const std::string& socket_path) {
+  pollfd p{fd, POLLIN, 0};
+  for (;;) {
+    const int r = ::poll(&p, 1, timeout_ms);
+    if (r < 0 && errno == EINTR) continue;
+    if (r == 0) throw Failure{STOKER_ERR_TIMEOUT, "no batch from stokerd within " +
+                                                      std::to_string(timeout_ms) + " ms"};
+    break;
+  }
+  const ssize_t n = ::recv(fd, buf, cap, MSG_TRUNC);
+  if (n == 0 || (n < 0 && (errno == ECONNRESET || errno == EPIPE))) {
+    throw Failure{STOKER_ERR_DISCONNECTED,
+                  "stokerd at " + socket_path +
+                      " closed the connection (the daemon stopped, restarted or evicted this "
+                      "client)"};
+  }
+  if (n < 0) throw Failure{STOKER_ERR_DISCONNECTED, std::string("recv: ") + std::strerror(errno)};
+  if (static_cast<std::size_t>(n) > cap || static_cast<std::size_t>(n) < sizeof(proto::MessageHeader)) {
+    throw Failure{STOKER_ERR_PROTOCOL, "stokerd sent a message of unexpected size " + std::to_string(n)};
+  }
+  return static_cast<std::size_t>(n);
+}
+
+void throw_daemon_error(const void* data, std::size_t n) {
+  proto::ErrorMsg m;
+  std::memset(&m, 0, sizeof m);
+  std::memcpy(&m, data, std::min(n, sizeof m));
+  m.message[sizeof m.message - 1] = '\0';
+  stoker_status st = STOKER_ERR_PROTOCOL;
+  switch (static_cast<proto::ErrorCode>(m.code)) {
+    case proto::ErrorCode::kVersionMismatch: st = STOKER_ERR_VERSION; break;
+    case proto::ErrorCode::kUnknownJob:
+    case proto::ErrorCode::kBadRank:
+    case proto::ErrorCode::kRankBusy:
+    case proto::ErrorCode::kNoDevice: st = STOKER_ERR_REFUSED; break;
+    case proto::ErrorCode::kJobFailed: st = STOKER_ERR_JOB_FAILED; break;
+    default: break;
+  }
+  throw Failure{st, std::string("stokerd: ") + m.message};
+}
+
+Connection::Connection(const std::string& socket_path, const std::string& job, std::uint32_t rank,
+                       std::uint64_t start_epoch, std::uint64_t start_batch, bool want_device)
+    : socket_path_(socket_path) {
+  if (job.empty() || job.size() >= 64) {
+    throw Failure{STOKER_ERR_INVALID_ARGUMENT, "job name must be 1..63 characters"};
+  }
+  fd_ = connect_control_socket(socket_path_);
+  try {
+    auto hello = proto::make_message<proto::HelloMsg>(proto::MsgType::kHello);
+    proto::copy_cstr(hello.job, job.c_str());
+    hello.rank = rank;
+    hello.flags = want_device ? proto::kHelloWantDevice : 0;
+    hello.start_epoch = start_epoch;
+    hello.start_batch = start_batch;
+    hello.pid = static_cast<std::uint32_t>(::getpid());
+    send_message(fd_, &hello, sizeof hello, socket_path_);
+
+    alignas(8) std::uint8_t buf[1024];
+    const std::size_t n = recv_message(fd_, buf, sizeof buf, kHandshakeTimeoutMs, socket_path_);
+    proto::MessageHeader h;
+    std::memcpy(&h, buf, sizeof h);
+    if (h.magic != proto::kControlMagic) throw Failure{STOKER_ERR_PROTOCOL, "not a stokerd socket"};
+    if (static_cast<proto::MsgType>(h.type) == proto::MsgType::kError) throw_daemon_error(buf, n);
+    if (h.proto_major != proto::kProtoMajor) {
+      throw Failure{STOKER_ERR_VERSION, "stokerd speaks protocol " +
+                                            version_text(h.proto_major, h.proto_minor) +
+                                            ", this libstoker speaks " +
+                                            version_text(proto::kProtoMajor, proto::kProtoMinor)};
+    }
+    if (static_cast<proto::MsgType>(h.type) != proto::MsgType::kWelcome || n != sizeof(proto::WelcomeMsg)) {
+      throw Failure{STOKER_ERR_PROTOCOL, "unexpected reply to hello"};
+    }
+    proto::WelcomeMsg w;
+    std::memcpy(&w, buf, sizeof w);
+    w.segment_name[sizeof w.segment_name - 1] = '\0';
+
+    try {
+      shm_ = bip::shared_memory_object(bip::open_only, w.segment_name, bip::read_only);
+      region_ = bip::mapped_region(shm_, bip::read_only);
+    } catch (const bip::interprocess_exception& e) {
+      throw Failure{STOKER_ERR_PROTOCOL, std::string("cannot map shared memory '") + w.segment_name +
+                                             "': " + e.what()};
+    }
+    if (region_.get_size() < sizeof(proto::SegmentHeader) || region_.get_size() < w.segment_size) {
+      throw Failure{STOKER_ERR_PROTOCOL, "shared memory segment is smaller than announced"};
+    }
+    header_ = static_cast<const proto::SegmentHeader*>(region_.get_address());
+    if (header_->magic != proto::kSegmentMagic || header_->layout_major != proto::kLayoutMajor) {
+      throw Failure{STOKER_ERR_VERSION,
+                    "shared memory layout " + std::to_string(header_->layout_major) + "." +
+                        std::to_string(header_->layout_minor) + " but this libstoker reads " +
+                        std::to_string(proto::kLayoutMajor) + "." + std::to_string(proto::kLayoutMinor)};
+    }
+    const auto& g = header_->geometry;
+    if (w.ring_index >= header_->ring_count) {
+      throw Failure{STOKER_ERR_PROTOCOL, "ring index outside the segment's ring table"};
+    }
+    const auto* ring = reinterpret_cast<const proto::RingHeader*>(
+                           static_cast<const std::uint8_t*>(region_.get_address()) +
+                           header_->ring_table_offset) + w.ring_index;
+    first_slot_ = static_cast<const std::uint8_t*>(region_.get_address()) + ring->first_slot_offset;
+    const std::uint64_t end = ring->first_slot_offset + header_->slot_stride * ring->slot_count;
+    if (end > region_.get_size() ||
+        ring->slot_count != w.slot_count) {
+      throw Failure{STOKER_ERR_PROTOCOL, "shared memory ring table does not match the handshake"};
+    }
+    info_.batch_size = g.batch_size;
+    info_.channels = g.channels;
+    info_.height = g.height;
+    info_.width = g.width;
+    info_.dtype = static_cast<stoker_dtype>(g.dtype);
+    info_.layout = static_cast<stoker_layout>(g.layout);
+    info_.image_bytes = g.image_bytes;
+    info_.samples_per_epoch = header_->samples_per_epoch;
+    info_.samples_per_rank = w.samples_per_rank;
+    info_.batches_per_epoch = w.batches_per_epoch;
+    info_.num_classes = header_->num_classes;
+    info_.slot_count = w.slot_count;
+    info_.daemon_generation = w.daemon_generation;
+  } catch (...) {
+    ::close(fd_);
+    fd_ = -1;
+    throw;
+  }
+}
+
+Connection::~Connection() { close(); }
+
+void Connection::close() {
+  std::lock_guard lock(send_mu_);
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+BatchView Connection::next(int timeout_ms) {
+  int fd;
+  {
+    std::lock_guard lock(send_mu_);
+    fd = fd_;
+    if (fd < 0) throw Failure{STOKER_ERR_DISCONNECTED, "client is closed"};
+    if (!acquire_outstanding_) {
+      auto a = proto::make_message<proto::AcquireMsg>(proto::MsgType::kAcquire);
+      send_message(fd, &a, sizeof a, socket_path_);
+      acquire_outstanding_ = true;
+    }
+  }
+  alignas(8) std::uint8_t buf[1024];
+  const std::size_t n = recv_message(fd, buf, sizeof buf, timeout_ms, socket_path_);
+  acquire_outstanding_ = false;
+  proto::MessageHeader h;
+  std::memcpy(&h, buf, sizeof h);
+  if (static_cast<proto::MsgType>(h.type) == proto::MsgType::kError) throw_daemon_error(buf, n);
+  if (static_cast<proto::MsgType>(h.type) != proto::MsgType::kBatch || n != sizeof(proto::BatchMsg)) {
+    throw Failure{STOKER_ERR_PROTOCOL, "unexpected message type " + std::to_string(h.type)};
+  }
+  proto::BatchMsg m;
+  std::memcpy(&m, buf, sizeof m);
+  if (m.slot >= info_.slot_count || m.count > info_.batch_size) {
+    throw Failure{STOKER_ERR_PROTOCOL, "stokerd announced an invalid slot"};
+  }
+  const std::uint8_t* slot = first_slot_ + header_->slot_stride * m.slot;
+  const std::uint8_t* payload = slot + header_->payload_offset;
+  BatchView v{};
+  v.slot = m.slot;
+  v.generation = m.generation;
+  v.count = m.count;
+  v.flags = m.flags;
+  v.epoch = m.epoch;
+  v.index = m.batch_index;
+  v.images = payload;
+  v.labels = reinterpret_cast<const std::int64_t*>(payload + header_->labels_offset);
+  v.ids = reinterpret_cast<const std::int64_t*>(payload + header_->ids_offset);
+  return v;
+}
+
+void Connection::release(std::uint32_t slot, std::uint32_t generation) {
+  std::lock_guard lock(send_mu_);
+  if (fd_ < 0) return;
+  auto r = proto::make_message<proto::ReleaseMsg>(proto::MsgType::kRelease);
+  r.slot = slot;
+  r.generation = generation;
+  [[maybe_unused]] ssize_t w = ::send(fd_, &r, sizeof r, MSG_NOSIGNAL);
+}
+
+}  // namespace stoker::client

@@ -1,0 +1,69 @@
+// One consumer connection: the control socket plus a read-only mapping of the job's segment.
+// Shared (std::shared_ptr) by the client handle and every outstanding batch, so a batch stays
+// readable after the client is closed, and the mapping goes away with the last of them.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <boost/interprocess/mapped_region.hpp>
+#include <boost/interprocess/shared_memory_object.hpp>
+
+#include "stoker/proto/control.hpp"
+#include "stoker/proto/layout.hpp"
+#include "stoker/stoker.h"
+
+namespace stoker::client {
+
+// A failure with its C status; converted to stoker_status + thread-local text at the C API.
+struct Failure {
+  stoker_status status;
+  std::string message;
+};
+
+struct BatchView {
+  std::uint32_t slot, generation, count, flags;
+  std::uint64_t epoch, index;
+  const std::uint8_t* images;
+  const std::int64_t* labels;
+  const std::int64_t* ids;
+};
+
+class Connection {
+ public:
+  // Throws Failure.
+  Connection(const std::string& socket_path, const std::string& job, std::uint32_t rank,
+             std::uint64_t start_epoch, std::uint64_t start_batch, bool want_device);
+  ~Connection();
+
+  // Throws Failure (STOKER_ERR_TIMEOUT leaves the request outstanding for the next call).
+  BatchView next(int timeout_ms);
+  // Never throws; a closed connection makes it a no-op (the daemon reclaimed the slot).
+  void release(std::uint32_t slot, std::uint32_t generation);
+  void close();
+  const stoker_job_info& info() const { return info_; }
+
+ private:
+  std::string socket_path_;
+  int fd_ = -1;                      // guarded by send_mu_ for send/close
+  std::mutex send_mu_;
+  bool acquire_outstanding_ = false; // only the next() caller touches it
+  boost::interprocess::shared_memory_object shm_;
+  boost::interprocess::mapped_region region_;
+  const proto::SegmentHeader* header_ = nullptr;
+  const std::uint8_t* first_slot_ = nullptr;
+  stoker_job_info info_{};
+};
+
+// Connects a SOCK_SEQPACKET socket; throws Failure with a hint when no daemon listens.
+int connect_control_socket(const std::string& socket_path);
+// Receives one message with a timeout (<0: forever); throws Failure on EOF/timeout/error.
+std::size_t recv_message(int fd, void* buf, std::size_t cap, int timeout_ms,
+                         const std::string& socket_path);
+// Throws Failure for an ErrorMsg, mapping daemon error codes to stoker_status.
+[[noreturn]] void throw_daemon_error(const void* msg, std::size_t n);
+
+}  // namespace stoker::client

@@ -1,0 +1,8 @@
+#pragma once
+
+namespace stoker::ctl {
+
+int consume_main(int argc, char** argv);  // argv[0] == "consume"
+int status_main(int argc, char** argv);   // argv[0] == "status"
+
+}  // namespace stoker::ctl

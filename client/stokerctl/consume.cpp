@@ -1,0 +1,187 @@
+// `stokerctl consume` and `stokerctl status`.
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "commands.hpp"
+#include "npy_writer.hpp"
+#include "stoker/stoker.h"
+
+namespace stoker::ctl {
+namespace {
+
+struct ConsumeArgs {
+  std::string socket, job, dump;
+  std::uint32_t rank = 0;
+  std::uint64_t batches = 0, epochs = 0, start_epoch = 0, start_batch = 0;
+  bool ids = false;
+  int hold_ms = 0;
+  int timeout_ms = -1;
+};
+
+bool parse_u64(const char* s, std::uint64_t& out) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(s, &end, 10);
+  if (errno != 0 || end == s || *end != '\0' || s[0] == '-') return false;
+  out = v;
+  return true;
+}
+
+bool parse_consume(int argc, char** argv, ConsumeArgs& a) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k == "--ids") {
+      a.ids = true;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "stokerctl consume: %s needs a value\n", k.c_str());
+      return false;
+    }
+    const char* v = argv[++i];
+    std::uint64_t n = 0;
+    const bool num = parse_u64(v, n);
+    if (k == "--socket") a.socket = v;
+    else if (k == "--job") a.job = v;
+    else if (k == "--dump") a.dump = v;
+    else if (k == "--rank" && num && n < (1ull << 32)) a.rank = static_cast<std::uint32_t>(n);
+    else if (k == "--batches" && num) a.batches = n;
+    else if (k == "--epochs" && num) a.epochs = n;
+    else if (k == "--start-epoch" && num) a.start_epoch = n;
+    else if (k == "--start-batch" && num) a.start_batch = n;
+    else if (k == "--hold-ms" && num) a.hold_ms = static_cast<int>(n);
+    else if (k == "--timeout-ms" && num) a.timeout_ms = static_cast<int>(n);
+    else {
+      std::fprintf(stderr, "stokerctl consume: bad option %s %s\n", k.c_str(), v);
+      return false;
+    }
+  }
+  if (a.job.empty()) {
+    std::fprintf(stderr, "stokerctl consume: --job is required\n");
+    return false;
+  }
+  if (a.batches == 0 && a.epochs == 0) a.epochs = 1;
+  return true;
+}
+
+const char* npy_descr(stoker_dtype t) {
+  return t == STOKER_UINT8 ? "|u1" : t == STOKER_FLOAT16 ? "<f2" : "<f4";
+}
+
+int fail_with(const char* what) {
+  std::fprintf(stderr, "stokerctl: %s: %s\n", what, stoker_last_error());
+  return 1;
+}
+
+}  // namespace
+
+int consume_main(int argc, char** argv) {
+  ConsumeArgs a;
+  if (!parse_consume(argc, argv, a)) return 2;
+  if (!a.dump.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(a.dump, ec);
+    if (ec) {
+      std::fprintf(stderr, "stokerctl: cannot create %s: %s\n", a.dump.c_str(), ec.message().c_str());
+      return 1;
+    }
+  }
+
+  stoker_options o;
+  stoker_options_init(&o);
+  o.socket_path = a.socket.empty() ? nullptr : a.socket.c_str();
+  o.job = a.job.c_str();
+  o.rank = a.rank;
+  o.start_epoch = a.start_epoch;
+  o.start_batch = a.start_batch;
+  stoker_client* c = nullptr;
+  if (stoker_client_open(&o, &c) != STOKER_OK) return fail_with("connect");
+  stoker_job_info info;
+  stoker_client_info(c, &info);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  std::uint64_t batches = 0, samples = 0, epochs_done = 0;
+  int rc = 0;
+  while ((a.batches == 0 || batches < a.batches) && (a.epochs == 0 || epochs_done < a.epochs)) {
+    stoker_batch* b = nullptr;
+    if (stoker_client_next(c, a.timeout_ms, &b) != STOKER_OK) {
+      rc = fail_with("next batch");
+      break;
+    }
+    const std::uint32_t n = stoker_batch_count(b);
+    const std::uint64_t epoch = stoker_batch_epoch(b), index = stoker_batch_index(b);
+    const bool last = stoker_batch_last_in_epoch(b) != 0;
+    std::string line = "{\"epoch\":" + std::to_string(epoch) + ",\"index\":" + std::to_string(index) +
+                       ",\"count\":" + std::to_string(n) + ",\"last\":" + (last ? "true" : "false");
+    if (a.ids) {
+      std::string ids = ",\"ids\":[", labels = ",\"labels\":[";
+      for (std::uint32_t i = 0; i < n; ++i) {
+        ids += (i ? "," : "") + std::to_string(stoker_batch_ids(b)[i]);
+        labels += (i ? "," : "") + std::to_string(stoker_batch_labels(b)[i]);
+      }
+      line += ids + "]" + labels + "]";
+    }
+    line += "}";
+    std::puts(line.c_str());
+    std::fflush(stdout);
+
+    if (!a.dump.empty()) {
+      const std::string stem = a.dump + "/e" + std::to_string(epoch) + "_b" + std::to_string(index);
+      std::string err;
+      const bool ok =
+          write_npy(stem + ".images.npy", npy_descr(info.dtype),
+                    info.layout == STOKER_NCHW
+                        ? std::vector<std::uint64_t>{n, info.channels, info.height, info.width}
+                        : std::vector<std::uint64_t>{n, info.height, info.width, info.channels},
+                    stoker_batch_images(b), info.image_bytes * n, err) &&
+          write_npy(stem + ".labels.npy", "<i8", {n}, stoker_batch_labels(b), 8ull * n, err) &&
+          write_npy(stem + ".ids.npy", "<i8", {n}, stoker_batch_ids(b), 8ull * n, err);
+      if (!ok) {
+        std::fprintf(stderr, "stokerctl: %s\n", err.c_str());
+        stoker_batch_release(b);
+        rc = 1;
+        break;
+      }
+    }
+    if (a.hold_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.hold_ms));
+    stoker_batch_release(b);
+    ++batches;
+    samples += n;
+    if (last) ++epochs_done;
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("{\"summary\":true,\"batches\":%llu,\"samples\":%llu,\"epochs\":%llu,\"seconds\":%.3f,"
+              "\"images_per_s\":%.1f}\n",
+              static_cast<unsigned long long>(batches), static_cast<unsigned long long>(samples),
+              static_cast<unsigned long long>(epochs_done), s, s > 0 ? samples / s : 0.0);
+  stoker_client_close(c);
+  return rc;
+}
+
+int status_main(int argc, char** argv) {
+  std::string socket;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--socket") == 0 && i + 1 < argc) {
+      socket = argv[++i];
+    } else {
+      std::fprintf(stderr, "stokerctl status: bad option %s\n", argv[i]);
+      return 2;
+    }
+  }
+  char* json = nullptr;
+  if (stoker_daemon_status(socket.empty() ? nullptr : socket.c_str(), &json) != STOKER_OK) {
+    return fail_with("status");
+  }
+  std::puts(json);
+  stoker_free(json);
+  return 0;
+}
+
+}  // namespace stoker::ctl

@@ -1,0 +1,81 @@
+// The YAML config, parsed and validated before anything starts. A bad config throws
+// ConfigError whose what() is "FILE:LINE:COL: KEY.PATH: message" and nothing is created.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "image/pipeline_spec.hpp"
+
+namespace stoker::config {
+
+struct Mark {  // 1-based position of a key in the YAML file
+  int line = 0;
+  int column = 0;
+};
+
+class ConfigError : public std::runtime_error {
+ public:
+  ConfigError(const std::string& file, Mark mark, const std::string& key_path,
+              const std::string& message);
+  const std::string& file() const { return file_; }
+  Mark mark() const { return mark_; }
+  const std::string& key_path() const { return key_path_; }
+
+ private:
+  std::string file_;
+  Mark mark_;
+  std::string key_path_;
+};
+
+enum class OnError : std::uint8_t {
+  kSkip,        // drop the sample; the batch is filled from the next samples
+  kSubstitute,  // deliver a replacement sample in its place (see README)
+  kFail,        // stop the job, naming the path and the reason
+};
+
+struct SourceConfig {
+  std::string type = "imagefolder";
+  std::filesystem::path root;  // absolute or relative to the config file's folder
+  Mark root_mark;              // so a scan failure (no images) can name the key
+};
+
+struct JobConfig {
+  std::string name;            // [A-Za-z0-9_.-]{1,48}
+  Mark mark;
+  SourceConfig source;
+  std::uint32_t batch_size = 0;
+  bool shuffle = true;
+  std::uint64_t seed = 0;
+  bool drop_last = false;
+  std::uint32_t consumers = 1;
+  std::uint32_t prefetch = 4;  // ready batches buffered per consumer (ring slots)
+  image::PipelineSpec pipeline;
+  OnError on_error = OnError::kSkip;
+  std::filesystem::path quarantine;  // default: <state_dir>/<job>.quarantine
+  bool device_output = false;        // serve batches on the consumer's GPU (CUDA IPC)
+};
+
+struct ServerConfig {
+  std::uint32_t workers = 0;   // 0: one per online core
+  std::string socket;          // empty: resolved from --socket / env (proto/names.hpp)
+  std::string log_level = "info";
+  std::uint32_t shm_mode = 0600;
+  std::filesystem::path state_dir;  // quarantine files; default: next to the socket
+};
+
+struct Config {
+  std::filesystem::path file;
+  ServerConfig server;
+  std::vector<JobConfig> jobs;
+};
+
+Config load_config(const std::filesystem::path& file);            // throws ConfigError
+Config parse_config(const std::string& yaml_text, const std::string& file_name,
+                    const std::filesystem::path& base_dir);       // for tests
+
+}  // namespace stoker::config

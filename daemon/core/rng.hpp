@@ -1,0 +1,47 @@
+// Counter-based randomness: every random choice about a sample is a pure function of
+// (seed, epoch, sample id, stream), never of which worker thread ran first. This is what
+// makes batches bit-identical whatever the worker count, and resume exact.
+#pragma once
+
+#include <cstdint>
+
+namespace stoker {
+
+constexpr std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// A small generator keyed by (seed, epoch, id, stream); `stream` separates independent uses
+// (e.g. the epoch permutation vs. per-sample augmentation) of the same key.
+class CounterRng {
+ public:
+  constexpr CounterRng(std::uint64_t seed, std::uint64_t epoch, std::uint64_t id,
+                       std::uint64_t stream = 0)
+      : key_(splitmix64(splitmix64(splitmix64(seed ^ 0x5354'4f4bull) ^ epoch) ^ id) ^
+             splitmix64(stream)) {}
+
+  constexpr std::uint64_t next_u64() { return splitmix64(key_ + 0x9e3779b97f4a7c15ull * ++counter_); }
+
+  // Uniform in [0, 1) with 53 bits.
+  constexpr double uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
+
+  constexpr double uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }
+
+  // Uniform integer in [0, n) (n > 0), without modulo bias worth caring about for n < 2^32.
+  constexpr std::uint64_t below(std::uint64_t n) {
+    return static_cast<std::uint64_t>((static_cast<unsigned __int128>(next_u64()) * n) >> 64);
+  }
+
+ private:
+  std::uint64_t key_;
+  std::uint64_t counter_ = 0;
+};
+
+// Streams in use; append, never renumber (renumbering changes every user's batches).
+inline constexpr std::uint64_t kStreamPermutation = 1;
+inline constexpr std::uint64_t kStreamAugment = 2;
+
+}  // namespace stoker

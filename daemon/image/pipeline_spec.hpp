@@ -1,0 +1,48 @@
+// What one job does to every sample, as parsed from the YAML `pipeline:` and `output:`.
+// The config parser (daemon/config) fills it; the image engine (daemon/image) executes it.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "stoker/proto/layout.hpp"
+
+namespace stoker::image {
+
+enum class Geometry : std::uint8_t {
+  kRandomResizedCrop,  // torchvision RandomResizedCrop(size, scale, ratio), bilinear+antialias
+  kResizeCenterCrop,   // Resize(shorter side = resize) then CenterCrop(out_h, out_w)
+  kResize,             // Resize to exactly (out_h, out_w), aspect not kept
+};
+
+struct PipelineSpec {
+  // decode
+  bool apply_exif_orientation = true;
+  bool strict = false;                 // every libjpeg warning is an error
+  std::uint64_t max_pixels = 178956970;  // header w*h above this is refused before allocating
+
+  // geometry
+  Geometry geometry = Geometry::kResizeCenterCrop;
+  std::uint32_t out_height = 224;
+  std::uint32_t out_width = 224;
+  std::uint32_t resize_shorter = 256;            // kResizeCenterCrop
+  std::array<double, 2> scale{0.08, 1.0};        // kRandomResizedCrop area fraction
+  std::array<double, 2> ratio{3.0 / 4.0, 4.0 / 3.0};
+
+  // augment
+  double flip_probability = 0.0;
+
+  // output: uint8 never touches floats; float16/float32 is (x/255 - mean)/stddev in one pass,
+  // with mean 0 and stddev 1 when `normalize` is absent (i.e. ToTensor's [0,1] scaling).
+  bool normalize = false;
+  std::array<float, 3> mean{0.f, 0.f, 0.f};
+  std::array<float, 3> stddev{1.f, 1.f, 1.f};
+  proto::DType dtype = proto::DType::kUInt8;
+  proto::Layout layout = proto::Layout::kNCHW;
+
+  std::uint64_t sample_bytes() const {
+    return std::uint64_t{3} * out_height * out_width * proto::dtype_size(dtype);
+  }
+};
+
+}  // namespace stoker::image

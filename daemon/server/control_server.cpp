@@ -1,0 +1,351 @@
+#include "server/control_server.hpp"
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <stdexcept>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include "server/job.hpp"
+
+namespace stoker::server {
+namespace {
+
+constexpr std::uint64_t kListenTag = ~0ull;
+constexpr std::uint64_t kEventTag = ~0ull - 1;
+constexpr std::uint64_t kSignalTag = ~0ull - 2;
+
+std::string errno_text() { return std::strerror(errno); }
+
+}  // namespace
+
+ControlServer::ControlServer(std::string socket_path, std::vector<Job*> jobs,
+                             std::uint64_t daemon_generation, unsigned workers)
+    : socket_path_(std::move(socket_path)),
+      jobs_(std::move(jobs)),
+      daemon_generation_(daemon_generation),
+      workers_(workers) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket_path_.size() >= sizeof(addr.sun_path)) {
+    throw std::runtime_error("socket path too long (max " + std::to_string(sizeof(addr.sun_path) - 1) +
+                             " bytes): " + socket_path_);
+  }
+  std::memcpy(addr.sun_path, socket_path_.c_str(), socket_path_.size() + 1);
+
+  listen_fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (listen_fd_ < 0) throw std::runtime_error("socket(): " + errno_text());
+  ::unlink(socket_path_.c_str());  // stale from a killed daemon; the instance lock is ours
+  const mode_t old_mask = ::umask(0177);
+  const int rc = ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  ::umask(old_mask);
+  if (rc != 0) {
+    const std::string why = errno_text();
+    ::close(listen_fd_);
+    throw std::runtime_error("cannot bind control socket " + socket_path_ + ": " + why);
+  }
+  if (::listen(listen_fd_, 64) != 0) {
+    const std::string why = errno_text();
+    ::close(listen_fd_);
+    ::unlink(socket_path_.c_str());
+    throw std::runtime_error("cannot listen on " + socket_path_ + ": " + why);
+  }
+
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  event_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  signal_fd_ = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (epoll_fd_ < 0 || event_fd_ < 0 || signal_fd_ < 0) {
+    throw std::runtime_error("cannot create the event loop: " + errno_text());
+  }
+  auto add = [&](int fd, std::uint64_t tag) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = tag;
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+  };
+  add(listen_fd_, kListenTag);
+  add(event_fd_, kEventTag);
+  add(signal_fd_, kSignalTag);
+
+  started_ = last_sample_ = std::chrono::steady_clock::now();
+  last_samples_ok_.assign(jobs_.size(), 0);
+  rates_.assign(jobs_.size(), 0.0);
+}
+
+ControlServer::~ControlServer() {
+  for (auto& [fd, s] : sessions_) {
+    if (s.job != nullptr) s.job->detach(s.rank);
+    ::close(fd);
+  }
+  sessions_.clear();
+  for (int fd : {listen_fd_, epoll_fd_, event_fd_, signal_fd_}) {
+    if (fd >= 0) ::close(fd);
+  }
+  ::unlink(socket_path_.c_str());
+}
+
+void ControlServer::notify() {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(event_fd_, &one, sizeof one);
+}
+
+void ControlServer::run() {
+  epoll_event events[64];
+  for (;;) {
+    const int n = ::epoll_wait(epoll_fd_, events, 64, 1000);
+    if (n < 0 && errno != EINTR) throw std::runtime_error("epoll_wait: " + errno_text());
+    bool stop = false;
+    for (int i = 0; i < n; ++i) {
+      const std::uint64_t tag = events[i].data.u64;
+      if (tag == kListenTag) {
+        accept_clients();
+      } else if (tag == kEventTag) {
+        std::uint64_t v;
+        while (::read(event_fd_, &v, sizeof v) > 0) {
+        }
+      } else if (tag == kSignalTag) {
+        signalfd_siginfo si{};
+        if (::read(signal_fd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+          spdlog::info("received {}, shutting down", strsignal(static_cast<int>(si.ssi_signo)));
+        }
+        stop = true;
+      } else {
+        auto it = sessions_.find(static_cast<int>(tag));
+        if (it == sessions_.end()) continue;
+        if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) on_readable(it->second);
+      }
+    }
+    for (int fd : doomed_) evict(fd, nullptr);
+    doomed_.clear();
+    deliver_ready();
+    for (int fd : doomed_) evict(fd, nullptr);
+    doomed_.clear();
+    sample_rates();
+    if (stop) return;
+  }
+}
+
+void ControlServer::accept_clients() {
+  for (;;) {
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) return;  // EAGAIN: no more pending
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len);
+    Session s;
+    s.fd = fd;
+    s.pid = static_cast<std::uint32_t>(cred.pid);
+    sessions_[fd] = s;
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.u64 = static_cast<std::uint64_t>(fd);
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+  }
+}
+
+void ControlServer::on_readable(Session& s) {
+  alignas(8) static std::uint8_t buf[proto::kMaxMessageBytes];
+  for (;;) {
+    const ssize_t n = ::recv(s.fd, buf, sizeof buf, MSG_DONTWAIT | MSG_TRUNC);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+      doomed_.push_back(s.fd);
+      return;
+    }
+    if (n == 0) {  // peer closed (or died): liveness is the socket
+      doomed_.push_back(s.fd);
+      return;
+    }
+    if (static_cast<std::size_t>(n) > sizeof buf || !handle_message(s, buf, static_cast<std::size_t>(n))) {
+      doomed_.push_back(s.fd);
+      return;
+    }
+  }
+}
+
+bool ControlServer::handle_message(Session& s, const std::uint8_t* data, std::size_t n) {
+  if (n < sizeof(proto::MessageHeader)) {
+    send_error(s, proto::ErrorCode::kBadMessage, "message shorter than its header");
+    return false;
+  }
+  proto::MessageHeader h;
+  std::memcpy(&h, data, sizeof h);
+  if (h.magic != proto::kControlMagic) {
+    send_error(s, proto::ErrorCode::kBadMessage, "bad magic: not a stoker client");
+    return false;
+  }
+  if (h.proto_major != proto::kProtoMajor) {
+    send_error(s, proto::ErrorCode::kVersionMismatch,
+               "client speaks stoker protocol " + std::to_string(h.proto_major) + "." +
+                   std::to_string(h.proto_minor) + ", stokerd speaks " +
+                   std::to_string(proto::kProtoMajor) + "." + std::to_string(proto::kProtoMinor));
+    return false;
+  }
+  const auto type = static_cast<proto::MsgType>(h.type);
+  auto expect = [&](std::size_t size) {
+    if (h.size == size && n == size) return true;
+    send_error(s, proto::ErrorCode::kBadMessage, "message of type " + std::to_string(h.type) +
+                                                     " has size " + std::to_string(n) +
+                                                     ", expected " + std::to_string(size));
+    return false;
+  };
+  switch (type) {
+    case proto::MsgType::kHello: {
+      if (!expect(sizeof(proto::HelloMsg))) return false;
+      if (s.job != nullptr) {
+        send_error(s, proto::ErrorCode::kBadMessage, "second hello on one connection");
+        return false;
+      }
+      proto::HelloMsg m;
+      std::memcpy(&m, data, sizeof m);
+      return handle_hello(s, m);
+    }
+    case proto::MsgType::kAcquire:
+      if (!expect(sizeof(proto::AcquireMsg))) return false;
+      if (s.job == nullptr) {
+        send_error(s, proto::ErrorCode::kBadMessage, "acquire before hello");
+        return false;
+      }
+      s.acquire_pending = true;
+      return true;
+    case proto::MsgType::kRelease: {
+      if (!expect(sizeof(proto::ReleaseMsg))) return false;
+      proto::ReleaseMsg m;
+      std::memcpy(&m, data, sizeof m);
+      if (s.job == nullptr || !s.job->release(s.rank, m.slot, m.generation)) {
+        send_error(s, proto::ErrorCode::kBadRelease,
+                   "release of slot " + std::to_string(m.slot) + " generation " +
+                       std::to_string(m.generation) + " that this client does not hold");
+        spdlog::warn("evicting client pid {}: bad release (slot {}, generation {})", s.pid, m.slot,
+                     m.generation);
+        return false;
+      }
+      return true;
+    }
+    case proto::MsgType::kStatusQuery: {
+      if (!expect(sizeof(proto::StatusQueryMsg))) return false;
+      const std::string json = status_json();
+      std::vector<std::uint8_t> out(sizeof(proto::MessageHeader) +
+                                    std::min(json.size(), proto::kMaxMessageBytes - 16));
+      auto hdr = proto::make_message<proto::StatusQueryMsg>(proto::MsgType::kStatusReply).header;
+      hdr.size = static_cast<std::uint32_t>(out.size());
+      std::memcpy(out.data(), &hdr, sizeof hdr);
+      std::memcpy(out.data() + sizeof hdr, json.data(), out.size() - sizeof hdr);
+      return send_all(s, out.data(), out.size());
+    }
+    default:
+      send_error(s, proto::ErrorCode::kBadMessage, "unknown message type " + std::to_string(h.type));
+      return false;
+  }
+}
+
+bool ControlServer::handle_hello(Session& s, const proto::HelloMsg& m) {
+  const std::string job_name(m.job, proto::bounded_strlen(m.job));
+  Job* job = nullptr;
+  std::string names;
+  for (Job* j : jobs_) {
+    if (j->name() == job_name) job = j;
+    names += (names.empty() ? "" : ", ") + j->name();
+  }
+  if (job == nullptr) {
+    send_error(s, proto::ErrorCode::kUnknownJob,
+               "no job '" + job_name + "' in this stokerd; jobs: " + names);
+    return false;
+  }
+  if (m.rank >= job->consumers()) {
+    send_error(s, proto::ErrorCode::kBadRank,
+               "rank " + std::to_string(m.rank) + " is outside job '" + job_name + "' (consumers: " +
+                   std::to_string(job->consumers()) + ", ranks 0.." +
+                   std::to_string(job->consumers() - 1) + ")");
+    return false;
+  }
+  if ((m.flags & proto::kHelloWantDevice) != 0) {
+    send_error(s, proto::ErrorCode::kNoDevice,
+               "device output was requested but this stokerd serves host batches only "
+               "(no CUDA device or built without CUDA)");
+    return false;
+  }
+  if (auto f = job->failure()) {
+    send_error(s, proto::ErrorCode::kJobFailed, "job '" + job_name + "' stopped: " + *f);
+    return false;
+  }
+  if (!job->attach(m.rank, m.start_epoch, m.start_batch)) {
+    send_error(s, proto::ErrorCode::kRankBusy,
+               "rank " + std::to_string(m.rank) + " of job '" + job_name +
+                   "' already has a consumer connected");
+    return false;
+  }
+  s.job = job;
+  s.rank = m.rank;
+  s.pid = m.pid != 0 ? m.pid : s.pid;
+
+  auto w = proto::make_message<proto::WelcomeMsg>(proto::MsgType::kWelcome);
+  proto::copy_cstr(w.segment_name, job->segment().name().c_str());
+  w.segment_size = job->segment().size();
+  w.daemon_generation = daemon_generation_;
+  w.ring_index = m.rank;
+  w.slot_count = job->config().prefetch;
+  w.batches_per_epoch = job->batches_per_epoch();
+  w.samples_per_rank = job->samples_per_rank();
+  spdlog::info("consumer pid {} attached to job {} rank {} at epoch {} batch {}", s.pid, job_name,
+               m.rank, m.start_epoch, m.start_batch);
+  return send_all(s, &w, sizeof w);
+}
+
+void ControlServer::deliver_ready() {
+  for (auto& [fd, s] : sessions_) {
+    if (s.job == nullptr || !s.acquire_pending) continue;
+    if (auto f = s.job->failure()) {
+      send_error(s, proto::ErrorCode::kJobFailed, "job '" + s.job->name() + "' stopped: " + *f);
+      doomed_.push_back(fd);
+      continue;
+    }
+    if (auto msg = s.job->take_ready(s.rank)) {
+      s.acquire_pending = false;
+      if (!send_all(s, &*msg, sizeof *msg)) doomed_.push_back(fd);
+    }
+  }
+}
+
+void ControlServer::send_error(Session& s, proto::ErrorCode code, const std::string& text) {
+  auto m = proto::make_message<proto::ErrorMsg>(proto::MsgType::kError);
+  m.code = static_cast<std::int32_t>(code);
+  proto::copy_cstr(m.message, text.c_str());
+  if (code != proto::ErrorCode::kJobFailed) spdlog::warn("client pid {}: {}", s.pid, text);
+  send_all(s, &m, sizeof m);
+}
+
+bool ControlServer::send_all(Session& s, const void* data, std::size_t n) {
+  // SEQPACKET sends are atomic; a full socket buffer means the client stopped reading,
+  // which a well-behaved client never does (one reply per request).
+  const ssize_t w = ::send(s.fd, data, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+  return w == static_cast<ssize_t>(n);
+}
+
+void ControlServer::evict(int fd, const char* why) {
+  auto it = sessions_.find(fd);
+  if (it == sessions_.end()) return;
+  Session& s = it->second;
+  if (s.job != nullptr) {
+    spdlog::info("consumer pid {} of job {} rank {} disconnected{}{}", s.pid, s.job->name(), s.rank,
+                 why ? ": " : "", why ? why : "");
+    s.job->detach(s.rank);
+  }
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  ::close(fd);
+  sessions_.erase(it);
+}
+
+}  // namespace stoker::server

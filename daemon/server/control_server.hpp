@@ -1,0 +1,73 @@
+// The control socket: one thread, one epoll loop over the listening socket, every client,
+// a wake-up eventfd (a batch became ready) and a signalfd (SIGINT/SIGTERM).
+//
+// A client is either a consumer (Hello accepted: it owns one rank of one job) or a status
+// reader. Anything malformed from a client evicts that client only.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "stoker/proto/control.hpp"
+
+namespace stoker::server {
+
+class Job;
+
+class ControlServer {
+ public:
+  // Binds the socket (mode 0600). Throws std::runtime_error naming the path on failure.
+  ControlServer(std::string socket_path, std::vector<Job*> jobs, std::uint64_t daemon_generation,
+                unsigned workers);
+  ~ControlServer();  // closes every client and unlinks the socket
+  ControlServer(const ControlServer&) = delete;
+  ControlServer& operator=(const ControlServer&) = delete;
+
+  // Thread-safe, async-signal-safe: wakes the loop to deliver ready batches.
+  void notify();
+
+  // Runs until SIGINT or SIGTERM (blocked by the caller in every thread beforehand).
+  void run();
+
+ private:
+  struct Session {
+    int fd = -1;
+    Job* job = nullptr;       // set once Hello is accepted
+    std::uint32_t rank = 0;
+    bool acquire_pending = false;
+    std::uint32_t pid = 0;
+  };
+
+  void accept_clients();
+  void on_readable(Session& s);
+  bool handle_message(Session& s, const std::uint8_t* data, std::size_t n);  // false: evict
+  bool handle_hello(Session& s, const proto::HelloMsg& m);
+  void deliver_ready();
+  void send_error(Session& s, proto::ErrorCode code, const std::string& text);
+  bool send_all(Session& s, const void* data, std::size_t n);
+  void evict(int fd, const char* why);
+  std::string status_json() const;
+  void sample_rates();
+
+  std::string socket_path_;
+  std::vector<Job*> jobs_;
+  std::uint64_t daemon_generation_;
+  unsigned workers_;
+  int listen_fd_ = -1;
+  int epoll_fd_ = -1;
+  int event_fd_ = -1;
+  int signal_fd_ = -1;
+  std::map<int, Session> sessions_;
+  std::vector<int> doomed_;   // fds to close after the current event batch
+
+  // images/s over the last sampling interval, per job
+  std::chrono::steady_clock::time_point started_;
+  std::chrono::steady_clock::time_point last_sample_;
+  std::vector<std::uint64_t> last_samples_ok_;
+  std::vector<double> rates_;
+};
+
+}  // namespace stoker::server

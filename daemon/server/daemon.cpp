@@ -1,0 +1,178 @@
+#include "server/daemon.hpp"
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "config/config.hpp"
+#include "server/control_server.hpp"
+#include "server/instance_lock.hpp"
+#include "server/job.hpp"
+#include "server/worker_pool.hpp"
+#include "source/dataset.hpp"
+#include "stoker/proto/names.hpp"
+
+namespace stoker::server {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: stokerd --config FILE [--socket PATH] [--workers N] [--log-level LEVEL]\n"
+    "\n"
+    "Serves the jobs of a YAML pipeline config to trainers through shared memory.\n"
+    "  --config FILE      pipeline config (see configs/README.md)\n"
+    "  --socket PATH      control socket; default: config server.socket, $STOKER_SOCKET,\n"
+    "                     $XDG_RUNTIME_DIR/stoker/stoker.sock, /run/stoker/stoker.sock (root)\n"
+    "  --workers N        decode threads (default: config server.workers, else all cores)\n"
+    "  --log-level LEVEL  trace|debug|info|warn|error (default: config, else info)\n";
+
+std::uint64_t new_generation() {
+  std::random_device rd;
+  return (static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^
+         static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+}
+
+}  // namespace
+
+bool parse_daemon_args(int argc, char** argv, DaemonOptions& out, int& exit_code) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](const char* name) -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "stokerd: %s needs a value\n%s", name, kUsage);
+        return nullptr;
+      }
+      return argv[++i];
+    };
+    const char* v = nullptr;
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      exit_code = 0;
+      return false;
+    } else if (a == "--version") {
+      std::printf("stokerd %s (protocol %u.%u, layout %u.%u)\n", STOKER_VERSION,
+                  proto::kProtoMajor, proto::kProtoMinor, proto::kLayoutMajor, proto::kLayoutMinor);
+      exit_code = 0;
+      return false;
+    } else if (a == "--config" || a == "-c") {
+      if (!(v = value("--config"))) break;
+      out.config_path = v;
+    } else if (a == "--socket") {
+      if (!(v = value("--socket"))) break;
+      out.socket_path = v;
+    } else if (a == "--workers") {
+      if (!(v = value("--workers"))) break;
+      char* end = nullptr;
+      const long n = std::strtol(v, &end, 10);
+      if (*end != '\0' || n < 1 || n > 1024) {
+        std::fprintf(stderr, "stokerd: --workers must be 1..1024, got '%s'\n", v);
+        exit_code = 2;
+        return false;
+      }
+      out.workers = static_cast<int>(n);
+    } else if (a == "--log-level") {
+      if (!(v = value("--log-level"))) break;
+      out.log_level = v;
+    } else {
+      std::fprintf(stderr, "stokerd: unknown argument '%s'\n%s", a.c_str(), kUsage);
+      exit_code = 2;
+      return false;
+    }
+  }
+  if (out.config_path.empty()) {
+    std::fprintf(stderr, "stokerd: --config is required\n%s", kUsage);
+    exit_code = 2;
+    return false;
+  }
+  return true;
+}
+
+int run_daemon(const DaemonOptions& options) {
+  config::Config cfg;
+  std::vector<source::Dataset> datasets;
+  try {
+    cfg = config::load_config(options.config_path);
+    for (const auto& job : cfg.jobs) {
+      try {
+        datasets.push_back(source::scan_image_folder(job.source.root));
+      } catch (const source::SourceError& e) {
+        throw config::ConfigError(cfg.file.string(), job.source.root_mark,
+                                  "jobs." + job.name + ".source.root", e.what());
+      }
+    }
+  } catch (const config::ConfigError& e) {
+    std::fprintf(stderr, "stokerd: config refused: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "stokerd: %s\n", e.what());
+    return 2;
+  }
+
+  const std::string level = !options.log_level.empty() ? options.log_level : cfg.server.log_level;
+  spdlog::set_level(spdlog::level::from_str(level));
+  spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [stokerd] [%^%l%$] %v");
+
+  const std::string socket = proto::resolve_socket_path(options.socket_path, cfg.server.socket);
+  unsigned workers = options.workers > 0 ? static_cast<unsigned>(options.workers) : cfg.server.workers;
+  if (workers == 0) workers = std::max(1u, std::thread::hardware_concurrency());
+
+  // Signals are taken by the control loop's signalfd; block them before any thread starts.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  try {
+    InstanceLock lock(socket);
+    const std::uint64_t generation = new_generation();
+    const auto state_dir = !cfg.server.state_dir.empty()
+                               ? cfg.server.state_dir
+                               : std::filesystem::path(socket).parent_path();
+
+    WorkQueue queue;
+    std::atomic<ControlServer*> server_ptr{nullptr};
+    auto notify = [&server_ptr] {
+      if (ControlServer* s = server_ptr.load()) s->notify();
+    };
+    std::vector<std::unique_ptr<Job>> jobs;
+    std::vector<Job*> job_ptrs;
+    for (std::size_t i = 0; i < cfg.jobs.size(); ++i) {
+      config::JobConfig jc = cfg.jobs[i];
+      if (jc.quarantine.empty()) jc.quarantine = state_dir / (jc.name + ".quarantine");
+      const auto& ds = datasets[i];
+      spdlog::info("job {}: {} samples in {} classes from {}, batch {}, {} consumer(s), {} slots each",
+                   jc.name, ds.samples.size(), ds.classes.size(), jc.source.root.string(),
+                   jc.batch_size, jc.consumers, jc.prefetch);
+      jobs.push_back(std::make_unique<Job>(i, jc, std::move(datasets[i]),
+                                           proto::segment_name(socket, jc.name),
+                                           cfg.server.shm_mode, generation, queue, notify));
+      job_ptrs.push_back(jobs.back().get());
+    }
+    {
+      ControlServer server(socket, job_ptrs, generation, workers);
+      server_ptr.store(&server);
+      {
+        WorkerPool pool(workers, queue, job_ptrs);
+        for (Job* j : job_ptrs) j->start();
+        spdlog::info("stokerd ready on {} with {} worker(s)", socket, workers);
+        server.run();
+      }  // workers joined: nothing writes the segments any more
+      server_ptr.store(nullptr);
+    }  // socket closed and unlinked
+    jobs.clear();  // segments removed
+    spdlog::info("stopped cleanly");
+    return 0;
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  }
+}
+
+}  // namespace stoker::server

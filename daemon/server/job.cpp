@@ -1,0 +1,578 @@
+#include "server/job.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include "sampler/sampler.hpp"
+
+namespace stoker::server {
+
+using proto::SlotState;
+
+// The rank's samples of one epoch and how far planning has taken them.
+struct Job::EpochStream {
+  std::uint64_t epoch = 0;
+  std::vector<std::uint32_t> ids;
+  std::size_t cursor = 0;          // next unclaimed position in ids
+  std::uint64_t next_batch = 0;    // index the next planned batch gets
+  bool last_planned = false;       // a batch flagged kBatchLastInEpoch exists
+
+  std::size_t remaining() const { return ids.size() - cursor; }
+};
+
+struct Job::Slot {
+  SlotState state = SlotState::kFree;
+  std::uint32_t generation = 0;
+  bool stale = false;              // FILLING but no longer wanted: freed when workers finish
+  std::uint64_t epoch = 0;
+  std::uint64_t batch_index = 0;
+  std::uint32_t count = 0;
+  std::uint32_t flags = 0;
+  std::uint32_t pending = 0;       // positions still being processed
+  std::shared_ptr<EpochStream> stream;
+  std::vector<std::uint32_t> ids;  // sample id per position
+  std::vector<std::int8_t> ok;     // per position: 1 good, 0 bad, -1 pending
+};
+
+struct Job::Ring {
+  mutable std::mutex mu;
+  std::uint32_t rank = 0;
+  std::vector<Slot> slots;                 // guarded by mu
+  std::shared_ptr<EpochStream> planning;   // guarded by mu
+  std::uint64_t want_epoch = 0;            // next batch the consumer gets; guarded by mu
+  std::uint64_t want_batch = 0;
+  bool attached = false;                   // guarded by mu
+};
+
+namespace {
+
+proto::BatchGeometry geometry_of(const config::JobConfig& cfg) {
+  proto::BatchGeometry g{};
+  g.batch_size = cfg.batch_size;
+  g.channels = 3;
+  g.height = cfg.pipeline.out_height;
+  g.width = cfg.pipeline.out_width;
+  g.dtype = cfg.pipeline.dtype;
+  g.layout = cfg.pipeline.layout;
+  g.image_bytes = cfg.pipeline.sample_bytes();
+  return g;
+}
+
+// Reads a whole file; returns an empty string on success, else the reason.
+std::string read_file(const std::string& path, std::vector<std::uint8_t>& out) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::string("cannot open: ") + std::strerror(errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int e = errno;
+    ::close(fd);
+    return std::string("cannot stat: ") + std::strerror(e);
+  }
+  out.resize(static_cast<std::size_t>(st.st_size));
+  std::size_t got = 0;
+  while (got < out.size()) {
+    const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int e = errno;
+      ::close(fd);
+      return std::string("read failed: ") + std::strerror(e);
+    }
+    if (n == 0) break;  // file shrank while reading: decode what is there
+    got += static_cast<std::size_t>(n);
+  }
+  out.resize(got);
+  ::close(fd);
+  return {};
+}
+
+}  // namespace
+
+Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset dataset,
+         const std::string& segment_name, unsigned shm_mode, std::uint64_t daemon_generation,
+         WorkQueue& queue, std::function<void()> notify_ready)
+    : index_(index),
+      cfg_(cfg),
+      dataset_(std::move(dataset)),
+      plan_(proto::plan_segment(geometry_of(cfg), cfg.consumers, cfg.prefetch)),
+      queue_(queue),
+      notify_ready_(std::move(notify_ready)) {
+  segment_ = std::make_unique<ShmSegment>(segment_name, plan_.segment_size, shm_mode);
+
+  auto* h = reinterpret_cast<proto::SegmentHeader*>(segment_->base());
+  h->magic = proto::kSegmentMagic;
+  h->layout_major = proto::kLayoutMajor;
+  h->layout_minor = proto::kLayoutMinor;
+  h->segment_size = plan_.segment_size;
+  h->daemon_generation = daemon_generation;
+  h->ring_count = cfg.consumers;
+  h->slots_per_ring = cfg.prefetch;
+  h->ring_table_offset = plan_.ring_table_offset;
+  h->slot_stride = plan_.slot_stride;
+  h->payload_offset = plan_.payload_offset;
+  h->labels_offset = plan_.labels_offset;
+  h->ids_offset = plan_.ids_offset;
+  h->geometry = geometry_of(cfg);
+  h->samples_per_epoch = dataset_.samples.size();
+  h->num_classes = static_cast<std::uint32_t>(dataset_.classes.size());
+  proto::copy_cstr(h->job_name, cfg.name.c_str());
+
+  quarantine_ = std::make_unique<Quarantine>(cfg.quarantine);
+  quarantined_.assign(dataset_.samples.size(), 0);
+  std::size_t skipped = 0;
+  if (quarantine_->size() > 0) {
+    for (std::size_t i = 0; i < dataset_.samples.size(); ++i) {
+      if (quarantine_->contains(dataset_.samples[i].path)) {
+        quarantined_[i] = 1;
+        ++skipped;
+      }
+    }
+    spdlog::info("job {}: {} file(s) skipped, listed in quarantine {}", cfg.name, skipped,
+                 cfg.quarantine.string());
+  }
+  stats_.quarantined = skipped;
+  startup_quarantined_ = skipped;
+
+  for (std::uint32_t r = 0; r < cfg.consumers; ++r) {
+    auto ring = std::make_unique<Ring>();
+    ring->rank = r;
+    ring->slots.resize(cfg.prefetch);
+    for (auto& s : ring->slots) {
+      s.ids.resize(cfg.batch_size);
+      s.ok.resize(cfg.batch_size);
+    }
+    auto* rh = ring_header(r);
+    rh->rank = r;
+    rh->slot_count = cfg.prefetch;
+    rh->first_slot_offset =
+        plan_.first_slot_offset + static_cast<std::uint64_t>(r) * cfg.prefetch * plan_.slot_stride;
+    rings_.push_back(std::move(ring));
+  }
+}
+
+Job::~Job() = default;
+
+std::uint64_t Job::samples_per_rank() const {
+  return sampler::samples_per_rank(dataset_.samples.size(), cfg_.consumers, cfg_.drop_last);
+}
+
+std::uint64_t Job::batches_per_epoch() const {
+  return sampler::batches_per_epoch(samples_per_rank(), cfg_.batch_size, cfg_.drop_last);
+}
+
+proto::RingHeader* Job::ring_header(std::uint32_t ring) const {
+  return reinterpret_cast<proto::RingHeader*>(segment_->base() + plan_.ring_table_offset) + ring;
+}
+
+proto::SlotHeader* Job::slot_header(std::uint32_t ring, std::uint32_t slot) const {
+  const std::uint64_t off = plan_.first_slot_offset +
+                            (static_cast<std::uint64_t>(ring) * cfg_.prefetch + slot) * plan_.slot_stride;
+  return reinterpret_cast<proto::SlotHeader*>(segment_->base() + off);
+}
+
+std::uint8_t* Job::payload(std::uint32_t ring, std::uint32_t slot) const {
+  return reinterpret_cast<std::uint8_t*>(slot_header(ring, slot)) + plan_.payload_offset;
+}
+
+std::int64_t* Job::labels(std::uint32_t ring, std::uint32_t slot) const {
+  return reinterpret_cast<std::int64_t*>(payload(ring, slot) + plan_.labels_offset);
+}
+
+std::int64_t* Job::ids(std::uint32_t ring, std::uint32_t slot) const {
+  return reinterpret_cast<std::int64_t*>(payload(ring, slot) + plan_.ids_offset);
+}
+
+std::shared_ptr<Job::EpochStream> Job::make_stream(std::uint32_t rank, std::uint64_t epoch) const {
+  auto st = std::make_shared<EpochStream>();
+  st->epoch = epoch;
+  const auto perm = sampler::epoch_permutation(static_cast<std::uint32_t>(dataset_.samples.size()),
+                                               cfg_.shuffle, cfg_.seed, epoch);
+  auto mine = sampler::rank_samples(perm, cfg_.consumers, rank, cfg_.drop_last);
+  if (startup_quarantined_ > 0) {
+    std::erase_if(mine, [&](std::uint32_t id) { return quarantined_[id] != 0; });
+  }
+  st->ids = std::move(mine);
+  return st;
+}
+
+void Job::set_slot_state(Ring& ring, std::uint32_t s, SlotState st) {
+  ring.slots[s].state = st;
+  auto* h = slot_header(ring.rank, s);
+  std::atomic_ref<std::uint32_t>(h->state).store(static_cast<std::uint32_t>(st),
+                                                 std::memory_order_release);
+}
+
+void Job::start() {
+  std::vector<WorkItem> items;
+  for (auto& ring : rings_) {
+    std::lock_guard lock(ring->mu);
+    ring->planning = make_stream(ring->rank, 0);
+    plan_free_slots(*ring, items);
+  }
+  queue_.push(std::move(items));
+}
+
+void Job::plan_free_slots(Ring& ring, std::vector<WorkItem>& out) {
+  if (failed_.load()) return;
+  const std::uint32_t B = cfg_.batch_size;
+  for (std::uint32_t s = 0; s < ring.slots.size(); ++s) {
+    Slot& slot = ring.slots[s];
+    if (slot.state != SlotState::kFree) continue;
+
+    // Move to the next epoch once this one has handed out its last batch.
+    EpochStream* st = ring.planning.get();
+    if (st->last_planned) {
+      ring.planning = make_stream(ring.rank, st->epoch + 1);
+      st = ring.planning.get();
+    }
+    std::size_t n = std::min<std::size_t>(B, st->remaining());
+    if (cfg_.drop_last && n < B) n = 0;  // incomplete tail batch dropped
+    const std::size_t after = st->remaining() - n;
+    const bool last = after == 0 || (cfg_.drop_last && after < B);
+
+    slot.state = SlotState::kFilling;
+    slot.generation++;
+    slot.stale = false;
+    slot.epoch = st->epoch;
+    slot.batch_index = st->next_batch++;
+    slot.count = static_cast<std::uint32_t>(n);
+    slot.flags = last ? proto::kBatchLastInEpoch : 0;
+    slot.stream = ring.planning;
+    slot.pending = static_cast<std::uint32_t>(n);
+    st->last_planned = last;
+    for (std::size_t j = 0; j < n; ++j) {
+      slot.ids[j] = st->ids[st->cursor + j];
+      slot.ok[j] = -1;
+    }
+    st->cursor += n;
+    if (last && cfg_.drop_last) st->cursor = st->ids.size();
+
+    auto* h = slot_header(ring.rank, s);
+    h->generation = slot.generation;
+    h->epoch = slot.epoch;
+    h->batch_index = slot.batch_index;
+    h->count = 0;
+    h->flags = 0;
+    set_slot_state(ring, s, SlotState::kFilling);
+
+    if (n == 0) {
+      // Nothing left in this epoch (all remaining samples went to refills): an empty batch
+      // still carries the end-of-epoch flag so the consumer's epoch ends.
+      publish(ring, s);
+      continue;
+    }
+    for (std::uint32_t j = 0; j < n; ++j) {
+      out.push_back(WorkItem{this, ring.rank, s, j, slot.generation});
+    }
+  }
+}
+
+void Job::record_error(std::uint64_t id, const image::SampleResult& r) {
+  const auto& path = dataset_.samples[id].path;
+  const char* kind = image::to_string(r.error);
+  {
+    std::lock_guard lock(stats_mu_);
+    stats_.errors[static_cast<int>(r.error)]++;
+  }
+  if (quarantine_->add(path, kind, r.reason)) {
+    spdlog::warn("job {}: {}: {} ({})", cfg_.name, path, r.reason, kind);
+    std::lock_guard lock(stats_mu_);
+    stats_.quarantined++;
+  }
+  if (cfg_.on_error == config::OnError::kFail) {
+    std::lock_guard lock(stats_mu_);
+    if (!failure_) {
+      failure_ = path + ": " + r.reason;
+      spdlog::error("job {} stopped (on_error: fail): {}", cfg_.name, *failure_);
+    }
+    failed_.store(true);
+  }
+}
+
+void Job::run(const WorkItem& item, image::SampleProcessor& processor,
+              std::vector<std::uint8_t>& file_buffer) {
+  Ring& ring = *rings_[item.ring];
+  std::uint32_t id;
+  std::uint64_t epoch;
+  {
+    std::lock_guard lock(ring.mu);
+    const Slot& slot = ring.slots[item.slot];
+    // Invariant: a FILLING slot is never re-planned before all its items are done.
+    if (slot.state != SlotState::kFilling || slot.generation != item.generation) {
+      spdlog::critical("work item for slot {}:{} in state {} gen {} (item gen {})", item.ring,
+                       item.slot, static_cast<int>(slot.state), slot.generation, item.generation);
+      std::abort();
+    }
+    id = slot.ids[item.position];
+    epoch = slot.epoch;
+  }
+
+  image::SampleResult result;
+  if (!failed_.load()) {
+    const auto& sample = dataset_.samples[id];
+    std::string io_error = read_file(sample.path, file_buffer);
+    if (!io_error.empty()) {
+      result.error = image::SampleErrorKind::kIo;
+      result.reason = std::move(io_error);
+    } else {
+      std::uint8_t* out = payload(item.ring, item.slot) +
+                          static_cast<std::uint64_t>(item.position) * cfg_.pipeline.sample_bytes();
+      result = processor.process(file_buffer, cfg_.seed, epoch, id, out);
+    }
+    if (result.ok()) {
+      labels(item.ring, item.slot)[item.position] = sample.label;
+      ids(item.ring, item.slot)[item.position] = id;
+      std::lock_guard lock(stats_mu_);
+      stats_.samples_ok++;
+      stats_.decode_warnings += result.warnings;
+    } else {
+      record_error(id, result);
+    }
+  } else {
+    result.error = image::SampleErrorKind::kIo;  // job stopped: not decoded, not counted
+  }
+
+  std::vector<WorkItem> more;
+  {
+    std::lock_guard lock(ring.mu);
+    Slot& slot = ring.slots[item.slot];
+    slot.ok[item.position] = result.ok() ? 1 : 0;
+    if (--slot.pending == 0) finish_batch(ring, item.slot, more);
+  }
+  queue_.push(std::move(more));
+}
+
+void Job::finish_batch(Ring& ring, std::uint32_t s, std::vector<WorkItem>& out) {
+  Slot& slot = ring.slots[s];
+  if (slot.stale || failed_.load()) {
+    set_slot_state(ring, s, SlotState::kFree);
+    slot.stream.reset();
+    if (failed_.load()) {
+      notify_ready_();  // wake the control thread to report the failure
+      return;
+    }
+    plan_free_slots(ring, out);
+    return;
+  }
+
+  std::uint32_t bad = 0;
+  for (std::uint32_t j = 0; j < slot.count; ++j) bad += slot.ok[j] == 0 ? 1 : 0;
+
+  if (bad > 0 && cfg_.on_error == config::OnError::kSkip) {
+    // Refill bad positions from the same epoch's stream while it has samples left; the
+    // refilled items go through the workers like any other.
+    EpochStream& st = *slot.stream;
+    std::uint32_t refilled = 0;
+    for (std::uint32_t j = 0; j < slot.count && st.remaining() > 0; ++j) {
+      if (slot.ok[j] != 0) continue;
+      slot.ids[j] = st.ids[st.cursor++];
+      slot.ok[j] = -1;
+      out.push_back(WorkItem{this, ring.rank, s, j, slot.generation});
+      ++refilled;
+    }
+    if (refilled > 0) {
+      slot.pending = refilled;
+      return;
+    }
+    // Stream exhausted: compact the good samples to the front and ship a short batch.
+    const std::uint64_t bytes = cfg_.pipeline.sample_bytes();
+    std::uint32_t w = 0;
+    for (std::uint32_t j = 0; j < slot.count; ++j) {
+      if (slot.ok[j] != 1) continue;
+      if (w != j) {
+        std::memmove(payload(ring.rank, s) + w * bytes, payload(ring.rank, s) + j * bytes, bytes);
+        labels(ring.rank, s)[w] = labels(ring.rank, s)[j];
+        ids(ring.rank, s)[w] = ids(ring.rank, s)[j];
+        slot.ids[w] = slot.ids[j];
+        slot.ok[w] = 1;
+      }
+      ++w;
+    }
+    slot.count = w;
+  } else if (bad > 0 && cfg_.on_error == config::OnError::kSubstitute) {
+    // Each bad position takes a copy of the nearest good sample of the same batch (image,
+    // label and id), so the batch stays full and every label still matches its image.
+    const std::uint64_t bytes = cfg_.pipeline.sample_bytes();
+    std::uint32_t substituted = 0;
+    for (std::uint32_t j = 0; j < slot.count; ++j) {
+      if (slot.ok[j] != 0) continue;
+      std::int64_t src = -1;
+      for (std::uint32_t d = 1; d < slot.count && src < 0; ++d) {
+        if (j >= d && slot.ok[j - d] == 1) src = j - d;
+        else if (j + d < slot.count && slot.ok[j + d] == 1) src = j + d;
+      }
+      if (src < 0) continue;
+      std::memcpy(payload(ring.rank, s) + j * bytes, payload(ring.rank, s) + src * bytes, bytes);
+      labels(ring.rank, s)[j] = labels(ring.rank, s)[src];
+      ids(ring.rank, s)[j] = ids(ring.rank, s)[src];
+      ++substituted;
+    }
+    if (substituted < bad) slot.count = 0;  // no good sample at all in this batch
+    std::lock_guard lock(stats_mu_);
+    stats_.substituted += substituted;
+  }
+
+  // A refill may have taken the epoch's last samples after a later batch was planned without
+  // the flag; the highest planned batch then carries it.
+  EpochStream& st = *slot.stream;
+  if (!st.last_planned && st.remaining() == 0 && slot.batch_index + 1 == st.next_batch) {
+    slot.flags |= proto::kBatchLastInEpoch;
+    st.last_planned = true;
+  }
+  publish(ring, s);
+}
+
+void Job::publish(Ring& ring, std::uint32_t s) {
+  Slot& slot = ring.slots[s];
+  auto* h = slot_header(ring.rank, s);
+  h->count = slot.count;
+  h->flags = slot.flags;
+  slot.stream.reset();
+  set_slot_state(ring, s, SlotState::kReady);
+  ring_header(ring.rank)->batches_published++;
+  {
+    std::lock_guard lock(stats_mu_);
+    stats_.batches_published++;
+  }
+  notify_ready_();
+}
+
+bool Job::attach(std::uint32_t rank, std::uint64_t epoch, std::uint64_t batch) {
+  Ring& ring = *rings_.at(rank);
+  std::vector<WorkItem> items;
+  {
+    std::lock_guard lock(ring.mu);
+    if (ring.attached) return false;
+    ring.attached = true;
+    if (ring.want_epoch == epoch && ring.want_batch == batch) return true;
+
+    spdlog::info("job {} rank {}: consumer starts at epoch {} batch {}; re-planning", cfg_.name,
+                 rank, epoch, batch);
+    for (std::uint32_t s = 0; s < ring.slots.size(); ++s) {
+      Slot& slot = ring.slots[s];
+      if (slot.state == SlotState::kReady) {
+        set_slot_state(ring, s, SlotState::kFree);
+      } else if (slot.state == SlotState::kFilling) {
+        slot.stale = true;  // workers still write into it; freed when they finish
+      }
+    }
+    auto st = make_stream(rank, epoch);
+    const std::uint64_t skip = std::min<std::uint64_t>(batch * cfg_.batch_size, st->ids.size());
+    st->cursor = static_cast<std::size_t>(skip);
+    st->next_batch = batch;
+    ring.planning = std::move(st);
+    ring.want_epoch = epoch;
+    ring.want_batch = batch;
+    plan_free_slots(ring, items);
+  }
+  queue_.push(std::move(items));
+  return true;
+}
+
+void Job::detach(std::uint32_t rank) {
+  Ring& ring = *rings_.at(rank);
+  std::vector<WorkItem> items;
+  std::uint32_t reclaimed = 0;
+  {
+    std::lock_guard lock(ring.mu);
+    ring.attached = false;
+    for (std::uint32_t s = 0; s < ring.slots.size(); ++s) {
+      if (ring.slots[s].state == SlotState::kLeased) {
+        set_slot_state(ring, s, SlotState::kFree);
+        ++reclaimed;
+      }
+    }
+    plan_free_slots(ring, items);
+  }
+  if (reclaimed > 0) {
+    spdlog::info("job {} rank {}: reclaimed {} leased slot(s)", cfg_.name, rank, reclaimed);
+  }
+  queue_.push(std::move(items));
+}
+
+std::optional<proto::BatchMsg> Job::take_ready(std::uint32_t rank) {
+  Ring& ring = *rings_.at(rank);
+  std::lock_guard lock(ring.mu);
+  for (std::uint32_t s = 0; s < ring.slots.size(); ++s) {
+    Slot& slot = ring.slots[s];
+    if (slot.state != SlotState::kReady || slot.epoch != ring.want_epoch ||
+        slot.batch_index != ring.want_batch) {
+      continue;
+    }
+    set_slot_state(ring, s, SlotState::kLeased);
+    auto msg = proto::make_message<proto::BatchMsg>(proto::MsgType::kBatch);
+    msg.slot = s;
+    msg.generation = slot.generation;
+    msg.epoch = slot.epoch;
+    msg.batch_index = slot.batch_index;
+    msg.count = slot.count;
+    msg.flags = slot.flags;
+    if (slot.flags & proto::kBatchLastInEpoch) {
+      ring.want_epoch++;
+      ring.want_batch = 0;
+    } else {
+      ring.want_batch++;
+    }
+    return msg;
+  }
+  return std::nullopt;
+}
+
+bool Job::release(std::uint32_t rank, std::uint32_t s, std::uint32_t generation) {
+  Ring& ring = *rings_.at(rank);
+  std::vector<WorkItem> items;
+  {
+    std::lock_guard lock(ring.mu);
+    if (s >= ring.slots.size()) return false;
+    Slot& slot = ring.slots[s];
+    if (slot.state != SlotState::kLeased || slot.generation != generation) return false;
+    set_slot_state(ring, s, SlotState::kFree);
+    ring_header(rank)->batches_released++;
+    plan_free_slots(ring, items);
+  }
+  queue_.push(std::move(items));
+  return true;
+}
+
+std::optional<std::string> Job::failure() const {
+  std::lock_guard lock(stats_mu_);
+  return failure_;
+}
+
+JobStats Job::stats() const {
+  std::lock_guard lock(stats_mu_);
+  return stats_;
+}
+
+std::vector<RingStatus> Job::ring_status() const {
+  std::vector<RingStatus> out;
+  for (const auto& ring : rings_) {
+    std::lock_guard lock(ring->mu);
+    RingStatus r{};
+    r.rank = ring->rank;
+    r.attached = ring->attached;
+    for (const auto& s : ring->slots) {
+      switch (s.state) {
+        case SlotState::kFree: r.free++; break;
+        case SlotState::kFilling: r.filling++; break;
+        case SlotState::kReady: r.ready++; break;
+        case SlotState::kLeased: r.leased++; break;
+      }
+    }
+    r.next_epoch = ring->want_epoch;
+    r.next_batch = ring->want_batch;
+    r.published = ring_header(ring->rank)->batches_published;
+    r.released = ring_header(ring->rank)->batches_released;
+    out.push_back(r);
+  }
+  return out;
+}
+
+}  // namespace stoker::server

@@ -1,0 +1,131 @@
+// One job of the config at run time: its dataset, its segment, and one ring per consumer rank.
+//
+// Threads: the control thread calls attach/detach/take_ready/release; worker threads call
+// run(). Each ring's state is guarded by its own mutex (lock order: ring mutex, then the work
+// queue's), so consumers of one job never wait on each other.
+//
+// Batch planning (per ring): a batch takes the next `batch_size` sample ids of its epoch's
+// stream (the rank's share of the epoch permutation, quarantined files removed). Planning
+// happens only into FREE slots, so a slow or absent consumer stops planning (backpressure)
+// and nothing it holds is ever overwritten.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "config/config.hpp"
+#include "image/sample_processor.hpp"
+#include "server/quarantine.hpp"
+#include "server/shm_segment.hpp"
+#include "server/worker_pool.hpp"
+#include "source/dataset.hpp"
+#include "stoker/proto/control.hpp"
+#include "stoker/proto/layout.hpp"
+
+namespace stoker::server {
+
+struct JobStats {
+  std::uint64_t samples_ok = 0;
+  std::uint64_t decode_warnings = 0;
+  std::uint64_t errors[6] = {};  // by image::SampleErrorKind
+  std::uint64_t substituted = 0;
+  std::uint64_t batches_published = 0;
+  std::uint64_t quarantined = 0;
+};
+
+struct RingStatus {
+  std::uint32_t rank;
+  bool attached;
+  std::uint32_t free, filling, ready, leased;
+  std::uint64_t next_epoch, next_batch;  // next batch the consumer will be given
+  std::uint64_t published, released;
+};
+
+class Job {
+ public:
+  // Builds the segment (throws std::runtime_error on failure; nothing is left behind).
+  Job(std::size_t index, const config::JobConfig& cfg, source::Dataset dataset,
+      const std::string& segment_name, unsigned shm_mode, std::uint64_t daemon_generation,
+      WorkQueue& queue, std::function<void()> notify_ready);
+  ~Job();
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+
+  std::size_t index() const { return index_; }
+  const std::string& name() const { return cfg_.name; }
+  const config::JobConfig& config() const { return cfg_; }
+  const image::PipelineSpec& pipeline() const { return cfg_.pipeline; }
+  const source::Dataset& dataset() const { return dataset_; }
+  std::uint32_t consumers() const { return cfg_.consumers; }
+  std::uint64_t batches_per_epoch() const;
+  std::uint64_t samples_per_rank() const;
+  const ShmSegment& segment() const { return *segment_; }
+
+  // Plans every slot of every ring from epoch 0, batch 0 (prefetch before anyone connects).
+  void start();
+
+  // --- control thread ---
+  // The consumer of `rank` connected and wants (epoch, batch) next. Ready batches that do
+  // not match are dropped and the ring is re-planned from there. Returns false if the rank
+  // already has a consumer.
+  bool attach(std::uint32_t rank, std::uint64_t epoch, std::uint64_t batch);
+  // The consumer is gone: its leased slots are reclaimed; ready batches are kept.
+  void detach(std::uint32_t rank);
+  // The next batch in order for `rank`, if ready: it becomes LEASED.
+  std::optional<proto::BatchMsg> take_ready(std::uint32_t rank);
+  // Validates untrusted (slot, generation) from the consumer; false means a bad release.
+  bool release(std::uint32_t rank, std::uint32_t slot, std::uint32_t generation);
+  // Set when on_error: fail met a bad sample: "path: reason".
+  std::optional<std::string> failure() const;
+
+  JobStats stats() const;
+  std::vector<RingStatus> ring_status() const;
+
+  // --- worker threads ---
+  void run(const WorkItem& item, image::SampleProcessor& processor,
+           std::vector<std::uint8_t>& file_buffer);
+
+ private:
+  struct EpochStream;
+  struct Slot;
+  struct Ring;
+
+  std::shared_ptr<EpochStream> make_stream(std::uint32_t rank, std::uint64_t epoch) const;
+  void plan_free_slots(Ring& ring, std::vector<WorkItem>& out);      // ring.mu held
+  void finish_batch(Ring& ring, std::uint32_t s, std::vector<WorkItem>& out);  // ring.mu held
+  void publish(Ring& ring, std::uint32_t s);                          // ring.mu held
+  void set_slot_state(Ring& ring, std::uint32_t s, proto::SlotState st);  // ring.mu held
+  void record_error(std::uint64_t id, const image::SampleResult& r);
+
+  std::uint8_t* payload(std::uint32_t ring, std::uint32_t slot) const;
+  proto::SlotHeader* slot_header(std::uint32_t ring, std::uint32_t slot) const;
+  proto::RingHeader* ring_header(std::uint32_t ring) const;
+  std::int64_t* labels(std::uint32_t ring, std::uint32_t slot) const;
+  std::int64_t* ids(std::uint32_t ring, std::uint32_t slot) const;
+
+  const std::size_t index_;
+  const config::JobConfig cfg_;
+  const source::Dataset dataset_;
+  const proto::SegmentPlan plan_;
+  std::unique_ptr<ShmSegment> segment_;
+  std::unique_ptr<Quarantine> quarantine_;
+  std::vector<std::uint8_t> quarantined_;  // by sample id; fixed after construction
+  std::size_t startup_quarantined_ = 0;
+  WorkQueue& queue_;
+  std::function<void()> notify_ready_;
+  std::vector<std::unique_ptr<Ring>> rings_;
+
+  mutable std::mutex stats_mu_;
+  JobStats stats_;                         // guarded by stats_mu_
+  std::optional<std::string> failure_;     // guarded by stats_mu_
+  std::atomic<bool> failed_{false};
+};
+
+}  // namespace stoker::server

@@ -1,0 +1,88 @@
+// `stokerctl status` reads this JSON: jobs, consumers, ring occupancy, images/s, errors.
+#include <chrono>
+#include <sstream>
+#include <unistd.h>
+
+#include "image/sample_processor.hpp"
+#include "server/control_server.hpp"
+#include "server/job.hpp"
+
+namespace stoker::server {
+namespace {
+
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+void ControlServer::sample_rates() {
+  const auto now = std::chrono::steady_clock::now();
+  const double dt = std::chrono::duration<double>(now - last_sample_).count();
+  if (dt < 1.0) return;
+  for (std::size_t i = 0; i < jobs_.size(); ++i) {
+    const std::uint64_t ok = jobs_[i]->stats().samples_ok;
+    rates_[i] = static_cast<double>(ok - last_samples_ok_[i]) / dt;
+    last_samples_ok_[i] = ok;
+  }
+  last_sample_ = now;
+}
+
+std::string ControlServer::status_json() const {
+  std::ostringstream o;
+  const double uptime =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  o << "{\"pid\":" << ::getpid() << ",\"socket\":" << quoted(socket_path_)
+    << ",\"generation\":" << daemon_generation_ << ",\"workers\":" << workers_
+    << ",\"uptime_s\":" << uptime << ",\"clients\":" << sessions_.size() << ",\"jobs\":[";
+  for (std::size_t i = 0; i < jobs_.size(); ++i) {
+    const Job& j = *jobs_[i];
+    const JobStats st = j.stats();
+    if (i) o << ",";
+    o << "{\"name\":" << quoted(j.name()) << ",\"samples\":" << j.dataset().samples.size()
+      << ",\"classes\":" << j.dataset().classes.size() << ",\"batch_size\":" << j.config().batch_size
+      << ",\"batches_per_epoch\":" << j.batches_per_epoch()
+      << ",\"images_per_s\":" << rates_[i] << ",\"samples_ok\":" << st.samples_ok
+      << ",\"batches_published\":" << st.batches_published
+      << ",\"decode_warnings\":" << st.decode_warnings << ",\"substituted\":" << st.substituted
+      << ",\"quarantined\":" << st.quarantined << ",\"errors\":{";
+    for (int k = 1; k < 6; ++k) {
+      if (k > 1) o << ",";
+      o << quoted(image::to_string(static_cast<image::SampleErrorKind>(k))) << ":" << st.errors[k];
+    }
+    o << "},\"failure\":" << (j.failure() ? quoted(*j.failure()) : std::string("null"))
+      << ",\"consumers\":[";
+    const auto rings = j.ring_status();
+    for (std::size_t r = 0; r < rings.size(); ++r) {
+      const auto& rs = rings[r];
+      if (r) o << ",";
+      o << "{\"rank\":" << rs.rank << ",\"connected\":" << (rs.attached ? "true" : "false")
+        << ",\"slots\":{\"free\":" << rs.free << ",\"filling\":" << rs.filling
+        << ",\"ready\":" << rs.ready << ",\"leased\":" << rs.leased << "}"
+        << ",\"next\":{\"epoch\":" << rs.next_epoch << ",\"batch\":" << rs.next_batch << "}"
+        << ",\"published\":" << rs.published << ",\"released\":" << rs.released << "}";
+    }
+    o << "]}";
+  }
+  o << "]}";
+  return o.str();
+}
+
+}  // namespace stoker::server

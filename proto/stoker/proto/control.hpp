@@ -1,0 +1,151 @@
+// Control-socket messages between stokerd and its clients (Unix SOCK_SEQPACKET: one message
+// per datagram, connection-oriented, so a closed socket is the liveness signal both ways).
+//
+// Every message starts with MessageHeader; `magic` and `proto_major` sit at fixed offsets
+// forever so that a client of any version can be told which version the daemon speaks.
+// The daemon treats everything a client sends as untrusted: wrong size, unknown type,
+// a slot it does not hold, or a bad generation evicts that client and nobody else.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "stoker/proto/layout.hpp"
+
+namespace stoker::proto {
+
+inline constexpr std::uint32_t kControlMagic = 0x4b4f5453u;  // "STOK"
+inline constexpr std::uint16_t kProtoMajor = 1;
+inline constexpr std::uint16_t kProtoMinor = 0;
+inline constexpr std::size_t kMaxMessageBytes = 65536;       // status replies carry JSON
+
+enum class MsgType : std::uint16_t {
+  kHello = 1,        // client -> daemon, first message
+  kWelcome = 2,      // daemon -> client, hello accepted
+  kError = 3,        // daemon -> client, request refused (connection is closed after it)
+  kAcquire = 4,      // client -> daemon, "send me my next batch"
+  kBatch = 5,        // daemon -> client, a leased slot
+  kRelease = 6,      // client -> daemon, give a slot back
+  kStatusQuery = 7,  // client -> daemon, no job needed
+  kStatusReply = 8,  // daemon -> client, JSON text follows the header
+};
+
+struct MessageHeader {
+  std::uint32_t magic;        // kControlMagic
+  std::uint16_t proto_major;  // kProtoMajor of the sender
+  std::uint16_t proto_minor;
+  std::uint16_t type;         // MsgType
+  std::uint16_t reserved;
+  std::uint32_t size;         // bytes of the whole message, header included
+};
+static_assert(sizeof(MessageHeader) == 16);
+static_assert(offsetof(MessageHeader, proto_major) == 4);
+static_assert(offsetof(MessageHeader, type) == 8);
+static_assert(offsetof(MessageHeader, size) == 12);
+
+// Client flags in Hello.
+inline constexpr std::uint32_t kHelloWantDevice = 1u << 0;  // device output through CUDA IPC
+
+struct HelloMsg {
+  MessageHeader header;
+  char job[64];                 // NUL-terminated job name
+  std::uint32_t rank;
+  std::uint32_t flags;          // kHello*
+  std::uint64_t start_epoch;    // resume position: first batch the consumer wants
+  std::uint64_t start_batch;
+  std::uint8_t device_uuid[16]; // GPU UUID when kHelloWantDevice
+  std::uint32_t pid;            // for status/logs only
+  std::uint8_t reserved[28];
+};
+static_assert(sizeof(HelloMsg) == 160);
+
+struct WelcomeMsg {
+  MessageHeader header;
+  char segment_name[96];        // Boost.Interprocess shared_memory_object name
+  std::uint64_t segment_size;
+  std::uint64_t daemon_generation;
+  std::uint32_t ring_index;
+  std::uint32_t slot_count;
+  std::uint64_t batches_per_epoch;  // nominal count for this rank (len(loader))
+  std::uint64_t samples_per_rank;   // per epoch, after padding or dropping
+  std::uint8_t reserved[32];
+};
+static_assert(sizeof(WelcomeMsg) == 192);
+
+enum class ErrorCode : std::int32_t {
+  kOk = 0,
+  kBadMessage = 1,
+  kVersionMismatch = 2,
+  kUnknownJob = 3,
+  kBadRank = 4,
+  kRankBusy = 5,
+  kNoDevice = 6,
+  kBadRelease = 7,
+  kInternal = 8,
+  kJobFailed = 9,
+};
+
+struct ErrorMsg {
+  MessageHeader header;
+  std::int32_t code;            // ErrorCode
+  std::uint32_t reserved;
+  char message[488];            // NUL-terminated, human readable
+};
+static_assert(sizeof(ErrorMsg) == 512);
+
+struct AcquireMsg {
+  MessageHeader header;
+};
+
+struct BatchMsg {
+  MessageHeader header;
+  std::uint32_t slot;           // index within the consumer's ring
+  std::uint32_t generation;     // must be echoed in Release
+  std::uint64_t epoch;
+  std::uint64_t batch_index;
+  std::uint32_t count;          // valid samples
+  std::uint32_t flags;          // kBatch*
+};
+static_assert(sizeof(BatchMsg) == 48);
+
+struct ReleaseMsg {
+  MessageHeader header;
+  std::uint32_t slot;
+  std::uint32_t generation;
+};
+static_assert(sizeof(ReleaseMsg) == 24);
+
+struct StatusQueryMsg {
+  MessageHeader header;
+};
+
+template <class Msg>
+Msg make_message(MsgType type) {
+  Msg m;
+  std::memset(&m, 0, sizeof m);
+  m.header.magic = kControlMagic;
+  m.header.proto_major = kProtoMajor;
+  m.header.proto_minor = kProtoMinor;
+  m.header.type = static_cast<std::uint16_t>(type);
+  m.header.size = static_cast<std::uint32_t>(sizeof(Msg));
+  return m;
+}
+
+// Copies a string into a fixed char array, always NUL-terminated.
+template <std::size_t N>
+void copy_cstr(char (&dst)[N], const char* src) {
+  std::size_t i = 0;
+  for (; src != nullptr && src[i] != '\0' && i + 1 < N; ++i) dst[i] = src[i];
+  for (; i < N; ++i) dst[i] = '\0';
+}
+
+// Reads a fixed char array that an untrusted peer may not have terminated.
+template <std::size_t N>
+std::size_t bounded_strlen(const char (&s)[N]) {
+  std::size_t i = 0;
+  while (i < N && s[i] != '\0') ++i;
+  return i;
+}
+
+}  // namespace stoker::proto
