@@ -56,7 +56,7 @@ struct HelloMsg {
   std::uint64_t start_batch;
   std::uint8_t device_uuid[16]; // GPU UUID when kHelloWantDevice
   std::uint32_t pid;            // for status/logs only
-  std::uint8_t reserved[28];
+  std::uint8_t reserved[36];
 };
 static_assert(sizeof(HelloMsg) == 160);
 
@@ -69,7 +69,7 @@ struct WelcomeMsg {
   std::uint32_t slot_count;
   std::uint64_t batches_per_epoch;  // nominal count for this rank (len(loader))
   std::uint64_t samples_per_rank;   // per epoch, after padding or dropping
-  std::uint8_t reserved[32];
+  std::uint8_t reserved[40];
 };
 static_assert(sizeof(WelcomeMsg) == 192);
 

@@ -72,7 +72,7 @@ struct SegmentHeader {
   std::uint32_t num_classes;
   std::uint32_t reserved0;
   char job_name[64];                 // NUL-terminated
-  std::uint8_t reserved[72];         // zero
+  std::uint8_t reserved[64];         // zero
 };
 static_assert(sizeof(SegmentHeader) == 256);
 static_assert(offsetof(SegmentHeader, magic) == 0);
