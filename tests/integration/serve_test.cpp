@@ -1,0 +1,267 @@
+// Integration tier: a real stokerd process, real consumers, real shared memory and sockets.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <set>
+#include <thread>
+
+#include "daemon_fixture.hpp"
+#include "stoker/proto/names.hpp"
+#include "stoker/stoker.hpp"
+
+using namespace stoker::test;
+
+namespace {
+
+constexpr int kDemoSamples = 64;  // tests/data/demo: 4 classes x 16 photos
+
+struct Received {
+  std::uint64_t epoch, index;
+  std::vector<std::int64_t> ids, labels;
+  std::vector<std::uint8_t> bytes;
+  bool last;
+};
+
+Received take(stoker::Client& c, int timeout_ms = 30000) {
+  stoker::Batch b = c.next(timeout_ms);
+  Received r{b.epoch(), b.index(), {}, {}, {}, b.last_in_epoch()};
+  r.ids.assign(b.ids(), b.ids() + b.count());
+  r.labels.assign(b.labels(), b.labels() + b.count());
+  r.bytes.assign(b.images(), b.images() + c.info().image_bytes * b.count());
+  return r;
+}
+
+std::vector<Received> take_epoch(stoker::Client& c) {
+  std::vector<Received> out;
+  do {
+    out.push_back(take(c));
+  } while (!out.back().last);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("one consumer receives every sample of an epoch exactly once, in order", "[integration]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  Daemon d(write_config(dir.path(), {JobSpec{}}, 2), socket);
+
+  stoker::ClientOptions o;
+  o.socket_path = socket;
+  stoker::Client c("demo", 0, o);
+  CHECK(c.info().batch_size == 8);
+  CHECK(c.info().height == 32);
+  CHECK(c.info().width == 32);
+  CHECK(c.info().channels == 3);
+  CHECK(c.info().num_classes == 4);
+  CHECK(c.info().batches_per_epoch == 8);
+
+  for (std::uint64_t epoch = 0; epoch < 2; ++epoch) {
+    const auto batches = take_epoch(c);
+    REQUIRE(batches.size() == 8);
+    std::vector<std::int64_t> all;
+    for (std::size_t i = 0; i < batches.size(); ++i) {
+      CHECK(batches[i].epoch == epoch);
+      CHECK(batches[i].index == i);
+      CHECK(batches[i].ids.size() == 8);
+      for (std::size_t k = 0; k < batches[i].ids.size(); ++k) {
+        // ImageFolder: sorted classes, 16 files each, ids in sorted path order.
+        CHECK(batches[i].labels[k] == batches[i].ids[k] / 16);
+      }
+      all.insert(all.end(), batches[i].ids.begin(), batches[i].ids.end());
+    }
+    std::sort(all.begin(), all.end());
+    std::vector<std::int64_t> expect(kDemoSamples);
+    std::iota(expect.begin(), expect.end(), 0);
+    CHECK(all == expect);
+  }
+  CHECK(d.stop() == 0);
+}
+
+TEST_CASE("ranks split each epoch like DistributedSampler and stream concurrently", "[integration]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec j;
+  j.consumers = 3;  // 64 samples over 3 ranks: padded to 66, 22 each
+  j.batch_size = 5;
+  Daemon d(write_config(dir.path(), {j}, 2), socket);
+
+  std::vector<std::vector<Received>> got(3);
+  std::vector<std::thread> threads;
+  for (std::uint32_t r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      stoker::ClientOptions o;
+      o.socket_path = socket;
+      stoker::Client c("demo", r, o);
+      got[r] = take_epoch(c);
+    });
+  }
+  for (auto& t : threads) t.join();
+
+  std::map<std::int64_t, int> seen;
+  for (std::uint32_t r = 0; r < 3; ++r) {
+    REQUIRE(got[r].size() == 5);  // ceil(22 / 5)
+    std::size_t n = 0;
+    for (const auto& b : got[r]) {
+      n += b.ids.size();
+      for (auto id : b.ids) seen[id]++;
+    }
+    CHECK(n == 22);
+    CHECK(got[r].back().ids.size() == 2);
+  }
+  CHECK(seen.size() == kDemoSamples);  // every sample reached some rank
+  int dup = 0;
+  for (auto& [id, k] : seen) dup += k - 1;
+  CHECK(dup == 2);  // exactly the padding
+}
+
+TEST_CASE("same config and seed give the same batches whatever the worker count", "[integration]") {
+  std::vector<std::vector<Received>> runs;
+  for (int workers : {1, 2}) {
+    TempDir dir;
+    const auto socket = (dir.path() / "s.sock").string();
+    Daemon d(write_config(dir.path(), {JobSpec{}}, workers), socket);
+    stoker::ClientOptions o;
+    o.socket_path = socket;
+    stoker::Client c("demo", 0, o);
+    runs.push_back(take_epoch(c));
+  }
+  REQUIRE(runs[0].size() == runs[1].size());
+  for (std::size_t i = 0; i < runs[0].size(); ++i) {
+    CHECK(runs[0][i].ids == runs[1][i].ids);
+    CHECK(runs[0][i].bytes == runs[1][i].bytes);
+  }
+}
+
+TEST_CASE("a consumer resumes at the position its handshake names", "[integration]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  Daemon d(write_config(dir.path(), {JobSpec{}}, 2), socket);
+  stoker::ClientOptions o;
+  o.socket_path = socket;
+  std::vector<Received> reference;
+  {
+    stoker::Client c("demo", 0, o);
+    take_epoch(c);
+    reference = take_epoch(c);  // epoch 1
+  }
+  o.start_epoch = 1;
+  o.start_batch = 3;
+  stoker::Client c("demo", 0, o);
+  const Received r = take(c);
+  CHECK(r.epoch == 1);
+  CHECK(r.index == 3);
+  CHECK(r.ids == reference[3].ids);
+  CHECK(r.bytes == reference[3].bytes);
+  // ...and back to the start of epoch 0 in a new connection: prefetched batches are dropped.
+  o.start_epoch = 0;
+  o.start_batch = 0;
+  stoker::Client c0("demo", 0, o);
+  const Received r0 = take(c0);
+  CHECK(r0.epoch == 0);
+  CHECK(r0.index == 0);
+}
+
+TEST_CASE("a held batch is never overwritten while the daemon keeps prefetching", "[integration]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec j;
+  j.prefetch = 3;
+  Daemon d(write_config(dir.path(), {j}, 2), socket);
+  stoker::ClientOptions o;
+  o.socket_path = socket;
+  stoker::Client c("demo", 0, o);
+  stoker::Batch held = c.next(30000);
+  const std::vector<std::uint8_t> copy(held.images(), held.images() + c.info().image_bytes * held.count());
+  const std::vector<std::int64_t> ids(held.ids(), held.ids() + held.count());
+  // Take and release many more: the two other slots cycle, the held one must not.
+  for (int i = 0; i < 12; ++i) c.next(30000);
+  CHECK(std::equal(copy.begin(), copy.end(), held.images()));
+  CHECK(std::equal(ids.begin(), ids.end(), held.ids()));
+  // With two more held, the ring is full: the next request must wait, not overwrite.
+  stoker::Batch h2 = c.next(30000), h3 = c.next(30000);
+  CHECK_THROWS_AS(c.next(300), stoker::Error);
+  held.reset();
+  CHECK_NOTHROW(c.next(30000));  // the outstanding request is served once a slot frees
+}
+
+TEST_CASE("errors a client can meet name what went wrong", "[integration]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec j;
+  j.consumers = 2;
+  Daemon d(write_config(dir.path(), {j}, 1), socket);
+  stoker::ClientOptions o;
+  o.socket_path = socket;
+
+  try {
+    stoker::Client c("nope", 0, o);
+    FAIL("unknown job accepted");
+  } catch (const stoker::Error& e) {
+    CHECK(e.status() == STOKER_ERR_REFUSED);
+    CHECK_THAT(e.what(), Catch::Contains("no job 'nope'") && Catch::Contains("demo"));
+  }
+  try {
+    stoker::Client c("demo", 2, o);
+    FAIL("rank 2 accepted");
+  } catch (const stoker::Error& e) {
+    CHECK(e.status() == STOKER_ERR_REFUSED);
+    CHECK_THAT(e.what(), Catch::Contains("rank 2") && Catch::Contains("0..1"));
+  }
+  {
+    stoker::Client c("demo", 1, o);
+    try {
+      stoker::Client c2("demo", 1, o);
+      FAIL("second consumer on a busy rank accepted");
+    } catch (const stoker::Error& e) {
+      CHECK_THAT(e.what(), Catch::Contains("already has a consumer"));
+    }
+  }
+  o.socket_path = (dir.path() / "absent.sock").string();
+  try {
+    stoker::Client c("demo", 0, o);
+    FAIL("connected to nothing");
+  } catch (const stoker::Error& e) {
+    CHECK(e.status() == STOKER_ERR_NO_DAEMON);
+    CHECK_THAT(e.what(), Catch::Contains("no stokerd at") && Catch::Contains("absent.sock"));
+  }
+}
+
+TEST_CASE("stokerctl consume dumps what a trainer receives; status reports the rings",
+          "[integration]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  Daemon d(write_config(dir.path(), {JobSpec{}}, 2), socket);
+  std::string out;
+  const auto dump = (dir.path() / "dump").string();
+  REQUIRE(run_program({bin("stokerctl"), "consume", "--job", "demo", "--socket", socket, "--batches",
+                       "3", "--ids", "--dump", dump},
+                      out) == 0);
+  CHECK_THAT(out, Catch::Contains("{\"epoch\":0,\"index\":0,\"count\":8"));
+  CHECK_THAT(out, Catch::Contains("\"ids\":["));
+  CHECK_THAT(out, Catch::Contains("\"summary\":true,\"batches\":3,\"samples\":24"));
+  const auto npy = std::filesystem::path(dump) / "e0_b0.images.npy";
+  REQUIRE(std::filesystem::exists(npy));
+  CHECK(std::filesystem::file_size(npy) == 128 + 8 * 3 * 32 * 32);
+  CHECK(std::filesystem::exists(std::filesystem::path(dump) / "e0_b2.labels.npy"));
+
+  REQUIRE(run_program({bin("stokerctl"), "status", "--socket", socket}, out) == 0);
+  CHECK_THAT(out, Catch::Contains("\"name\":\"demo\"") && Catch::Contains("\"samples\":64") &&
+                      Catch::Contains("\"consumers\":[{\"rank\":0"));
+}
+
+TEST_CASE("stop removes the socket and the segments", "[integration]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  const std::string seg = stoker::proto::segment_name(socket, "demo");
+  {
+    Daemon d(write_config(dir.path(), {JobSpec{}}, 1), socket);
+    CHECK(shm_objects_containing(seg).size() == 1);
+    CHECK(d.stop() == 0);
+  }
+  CHECK(shm_objects_containing(seg).empty());
+  CHECK_FALSE(std::filesystem::exists(socket));
+}

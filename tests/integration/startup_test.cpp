@@ -1,0 +1,127 @@
+// Integration tier: what happens at start — refused configs, a second daemon, stale leftovers,
+// and a client that speaks another protocol version.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <fstream>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <boost/interprocess/mapped_region.hpp>
+#include <boost/interprocess/shared_memory_object.hpp>
+
+#include "daemon_fixture.hpp"
+#include "stoker/proto/control.hpp"
+#include "stoker/proto/names.hpp"
+#include "stoker/stoker.hpp"
+
+using namespace stoker::test;
+namespace fs = std::filesystem;
+
+TEST_CASE("a bad config is refused with file:line:col and key, leaving nothing behind",
+          "[integration]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  const fs::path cfg = dir.path() / "bad.yaml";
+  std::ofstream(cfg) << "jobs:\n"
+                        "  demo:\n"
+                        "    source: {type: imagefolder, root: \"" << data_dir() << "/demo\"}\n"
+                        "    batch_size: 0\n"
+                        "    pipeline:\n"
+                        "      - decode: {}\n"
+                        "      - random_resized_crop: {size: 32}\n"
+                        "    output: {dtype: uint8, layout: NCHW}\n";
+  std::string out;
+  const int rc = run_program({bin("stokerd"), "--config", cfg.string(), "--socket", socket}, out);
+  CHECK(rc == 2);
+  CHECK_THAT(out, Catch::Contains(cfg.string() + ":4:") && Catch::Contains("batch_size"));
+  CHECK_FALSE(fs::exists(socket));
+  CHECK(shm_objects_containing(stoker::proto::segment_name(socket, "demo")).empty());
+}
+
+TEST_CASE("a root without images is refused naming the root key", "[integration]") {
+  TempDir dir;
+  fs::create_directories(dir.path() / "empty" / "cls");
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec j;
+  j.root = (dir.path() / "empty").string();
+  std::string out;
+  const int rc = run_program(
+      {bin("stokerd"), "--config", write_config(dir.path(), {j}, 1).string(), "--socket", socket}, out);
+  CHECK(rc == 2);
+  CHECK_THAT(out, Catch::Contains("stoker.yaml:") && Catch::Contains("source.root"));
+  CHECK_FALSE(fs::exists(socket));
+}
+
+TEST_CASE("a second stokerd on the same socket refuses to start", "[integration]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  const auto cfg = write_config(dir.path(), {JobSpec{}}, 1);
+  Daemon first(cfg, socket);
+  std::string out;
+  const int rc = run_program({bin("stokerd"), "--config", cfg.string(), "--socket", socket}, out);
+  CHECK(rc != 0);
+  CHECK_THAT(out, Catch::Contains("already running on " + socket) &&
+                      Catch::Contains(std::to_string(first.pid())));
+  // ...and the first one still serves.
+  stoker::ClientOptions o;
+  o.socket_path = socket;
+  stoker::Client c("demo", 0, o);
+  CHECK(c.next(30000).count() == 8);
+}
+
+TEST_CASE("stale socket and segment from a killed daemon are cleaned at the next start",
+          "[integration]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  const auto cfg = write_config(dir.path(), {JobSpec{}}, 1);
+  {
+    Daemon d(cfg, socket);
+    d.kill9();
+  }
+  CHECK(fs::exists(socket));  // left behind by the crash
+  CHECK(shm_objects_containing(stoker::proto::segment_name(socket, "demo")).size() == 1);
+  Daemon d(cfg, socket);
+  stoker::ClientOptions o;
+  o.socket_path = socket;
+  stoker::Client c("demo", 0, o);
+  CHECK(c.next(30000).index() == 0);
+  CHECK(d.stop() == 0);
+  CHECK(shm_objects_containing(stoker::proto::segment_name(socket, "demo")).empty());
+}
+
+TEST_CASE("segments are private to the daemon's user (mode 0600)", "[integration]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  Daemon d(write_config(dir.path(), {JobSpec{}}, 1), socket);
+  const auto seg = fs::path("/dev/shm") / stoker::proto::segment_name(socket, "demo");
+  const auto perms = fs::status(seg).permissions();
+  CHECK((perms & fs::perms::all) == (fs::perms::owner_read | fs::perms::owner_write));
+  CHECK((fs::status(socket).permissions() & (fs::perms::group_all | fs::perms::others_all)) ==
+        fs::perms::none);
+}
+
+TEST_CASE("a client of another protocol version is refused naming both versions",
+          "[integration]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  Daemon d(write_config(dir.path(), {JobSpec{}}, 1), socket);
+  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, socket.c_str(), sizeof(addr.sun_path) - 1);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  auto hello = stoker::proto::make_message<stoker::proto::HelloMsg>(stoker::proto::MsgType::kHello);
+  hello.header.proto_major = 9;
+  hello.header.proto_minor = 4;
+  stoker::proto::copy_cstr(hello.job, "demo");
+  REQUIRE(::send(fd, &hello, sizeof hello, 0) == static_cast<ssize_t>(sizeof hello));
+  stoker::proto::ErrorMsg err{};
+  REQUIRE(::recv(fd, &err, sizeof err, 0) == static_cast<ssize_t>(sizeof err));
+  CHECK(err.code == static_cast<int>(stoker::proto::ErrorCode::kVersionMismatch));
+  CHECK_THAT(std::string(err.message), Catch::Contains("protocol 9.4") && Catch::Contains("1.0"));
+  char b;
+  CHECK(::recv(fd, &b, 1, 0) == 0);  // and the connection is closed
+  ::close(fd);
+}

@@ -1,0 +1,181 @@
+#include "daemon_fixture.hpp"
+
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <fstream>
+#include <poll.h>
+#include <sstream>
+#include <stdexcept>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+namespace stoker::test {
+namespace fs = std::filesystem;
+
+TempDir::TempDir() {
+  std::string tmpl = (fs::temp_directory_path() / "stoker-test-XXXXXX").string();
+  if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+std::string bin(const char* name) { return std::string(STOKER_BIN_DIR) + "/" + name; }
+std::string data_dir() { return STOKER_TEST_DATA_DIR; }
+
+fs::path write_config(const fs::path& dir, const std::vector<JobSpec>& jobs, int workers) {
+  std::ostringstream y;
+  y << "server:\n  workers: " << workers << "\n  log_level: info\njobs:\n";
+  for (const auto& j : jobs) {
+    y << "  " << j.name << ":\n"
+      << "    source: {type: imagefolder, root: \"" << (j.root.empty() ? data_dir() + "/demo" : j.root)
+      << "\"}\n"
+      << "    batch_size: " << j.batch_size << "\n"
+      << "    shuffle: " << (j.shuffle ? "true" : "false") << "\n"
+      << "    seed: " << j.seed << "\n"
+      << "    drop_last: " << (j.drop_last ? "true" : "false") << "\n"
+      << "    consumers: " << j.consumers << "\n"
+      << "    prefetch: " << j.prefetch << "\n";
+    if (!j.on_error.empty()) y << "    on_error: " << j.on_error << "\n";
+    y << "    pipeline:\n      - decode: {}\n";
+    if (j.random_crop) {
+      y << "      - random_resized_crop: {size: " << j.out_size << "}\n"
+        << "      - horizontal_flip: {p: 0.5}\n";
+    } else {
+      y << "      - resize: {size: " << j.out_size + j.out_size / 7 << "}\n"
+        << "      - center_crop: {size: " << j.out_size << "}\n";
+    }
+    y << "    output: {dtype: " << j.dtype << ", layout: NCHW}\n" << j.extra;
+  }
+  const fs::path p = dir / "stoker.yaml";
+  std::ofstream(p) << y.str();
+  return p;
+}
+
+namespace {
+
+bool can_connect(const std::string& socket) {
+  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, socket.c_str(), sizeof(addr.sun_path) - 1);
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return ok;
+}
+
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int spawn(const std::vector<std::string>& argv, const fs::path& log) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+int wait_exit(int pid, int timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  int status = 0;
+  for (;;) {
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return 124;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace
+
+Daemon::Daemon(const fs::path& config, const std::string& socket,
+               const std::vector<std::string>& extra_args)
+    : log_path_(fs::path(socket).parent_path() / ("stokerd-" + std::to_string(::getpid()) + "-" +
+                                                  std::to_string(std::rand()) + ".log")) {
+  std::vector<std::string> argv = {bin("stokerd"), "--config", config.string(), "--socket", socket};
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  pid_ = spawn(argv, log_path_);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!can_connect(socket)) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      throw std::runtime_error("stokerd exited during start:\n" + log());
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      stop();
+      throw std::runtime_error("stokerd did not come up in 20 s:\n" + log());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+Daemon::~Daemon() {
+  if (pid_ > 0) stop();
+}
+
+int Daemon::stop() {
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, SIGTERM);
+  const int rc = wait_exit(pid_, 30);
+  pid_ = -1;
+  return rc;
+}
+
+void Daemon::kill9() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+}
+
+std::string Daemon::log() const { return read_all(log_path_); }
+
+int run_program(const std::vector<std::string>& argv, std::string& output, int timeout_s) {
+  char tmpl[] = "/tmp/stoker-run-XXXXXX";
+  const int fd = ::mkstemp(tmpl);
+  ::close(fd);
+  const int pid = spawn(argv, tmpl);
+  const int rc = wait_exit(pid, timeout_s);
+  output = read_all(tmpl);
+  ::unlink(tmpl);
+  return rc;
+}
+
+std::vector<std::string> shm_objects_containing(const std::string& part) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/dev/shm", ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.find(part) != std::string::npos) out.push_back(n);
+  }
+  return out;
+}
+
+}  // namespace stoker::test

@@ -1,0 +1,73 @@
+// Starts a real stokerd process for integration and fault tests. Each fixture gets its own
+// temporary folder, socket and therefore its own segment names, so `ctest -j` is safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace stoker::test {
+
+// A fresh temporary folder, removed with everything in it on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+struct JobSpec {
+  std::string name = "demo";
+  std::string root;                  // default: tests/data/demo
+  int batch_size = 8;
+  int consumers = 1;
+  int prefetch = 3;
+  bool shuffle = true;
+  int seed = 7;
+  bool drop_last = false;
+  std::string on_error;              // empty: default
+  int out_size = 32;                 // small outputs keep tests fast
+  bool random_crop = true;           // else resize + center crop
+  std::string dtype = "uint8";
+  std::string extra;                 // raw YAML appended to the job
+};
+
+// Writes a config file for the given jobs (workers = `workers`) and returns its path.
+std::filesystem::path write_config(const std::filesystem::path& dir, const std::vector<JobSpec>& jobs,
+                                   int workers);
+
+class Daemon {
+ public:
+  // Starts stokerd with `config` on `socket`, waits until it accepts connections.
+  // Throws std::runtime_error (with the daemon's log) if it exits or does not come up in 20 s.
+  Daemon(const std::filesystem::path& config, const std::string& socket,
+         const std::vector<std::string>& extra_args = {});
+  ~Daemon();  // SIGTERM + wait if still running
+
+  int pid() const { return pid_; }
+  // Sends SIGTERM and returns the exit code (or 128+signal).
+  int stop();
+  // SIGKILL, as a crash would.
+  void kill9();
+  std::string log() const;  // stdout+stderr so far
+
+ private:
+  int pid_ = -1;
+  std::filesystem::path log_path_;
+};
+
+// Runs a program to completion; returns exit code, fills output (stdout+stderr).
+int run_program(const std::vector<std::string>& argv, std::string& output, int timeout_s = 60);
+
+// Shared-memory objects in /dev/shm whose name contains `part`.
+std::vector<std::string> shm_objects_containing(const std::string& part);
+
+std::string bin(const char* name);         // path of a built executable
+std::string data_dir();                    // tests/data
+
+}  // namespace stoker::test
