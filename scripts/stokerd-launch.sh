@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Starts stokerd in the background for a training script and waits until it serves.
+#   eval "$(scripts/stokerd-launch.sh configs/imagenet-train.yaml)"   # exports STOKER_SOCKET
+#   torchrun ... train.py
+#   kill "$STOKERD_PID"
+set -euo pipefail
+config=${1:?usage: stokerd-launch.sh CONFIG [SOCKET]}
+socket=${2:-${STOKER_SOCKET:-${XDG_RUNTIME_DIR:-/tmp/stoker-$(id -u)}/stoker/stoker.sock}}
+here=$(cd "$(dirname "$0")/.." && pwd)
+bin=${STOKERD:-$here/build/bin/stokerd}
+log=${STOKER_LOG:-$(dirname "$socket")/stokerd.log}
+mkdir -p "$(dirname "$socket")"
+"$bin" --config "$config" --socket "$socket" >"$log" 2>&1 &
+pid=$!
+for _ in $(seq 1 400); do
+  [[ -S "$socket" ]] && { echo "export STOKER_SOCKET=$socket STOKERD_PID=$pid"; exit 0; }
+  kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; exit 1; }
+  sleep 0.05
+done
+echo "stokerd did not come up in 20 s; log: $log" >&2
+exit 1
