@@ -24,10 +24,11 @@ class SourceError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// torchvision ImageFolder semantics: classes are the sorted names of root's subfolders
-// (hidden ones skipped), labels their indices, samples every file with an image extension
-// (case-insensitive .jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp) below each class folder,
-// recursively, ordered by sorted path within a class, classes in order. Symlinks followed.
+// torchvision ImageFolder semantics: classes are the sorted names of root's subfolders,
+// labels their indices, samples every file with an image extension (case-insensitive .jpg
+// .jpeg .png .ppm .bmp .pgm .tif .tiff .webp) below each class folder, recursively, in the
+// order torchvision gives (folders sorted by path, files by name), classes in order.
+// Symlinks are followed.
 // Throws SourceError when root is missing, unreadable, or holds no images.
 Dataset scan_image_folder(const std::filesystem::path& root);
 

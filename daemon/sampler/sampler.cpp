@@ -1,0 +1,48 @@
+#include "sampler/sampler.hpp"
+
+#include <numeric>
+
+#include "core/rng.hpp"
+
+namespace stoker::sampler {
+
+std::vector<std::uint32_t> epoch_permutation(std::uint32_t n, bool shuffle, std::uint64_t seed,
+                                             std::uint64_t epoch) {
+  std::vector<std::uint32_t> p(n);
+  std::iota(p.begin(), p.end(), 0u);
+  if (!shuffle || n < 2) return p;
+  CounterRng rng(seed, epoch, 0, kStreamPermutation);
+  for (std::uint32_t i = n - 1; i > 0; --i) {
+    const auto j = static_cast<std::uint32_t>(rng.below(std::uint64_t{i} + 1));
+    std::swap(p[i], p[j]);
+  }
+  return p;
+}
+
+std::uint64_t samples_per_rank(std::uint64_t n, std::uint32_t world, bool drop_last) {
+  if (world == 0) return 0;
+  return drop_last ? n / world : (n + world - 1) / world;
+}
+
+std::vector<std::uint32_t> rank_samples(const std::vector<std::uint32_t>& permutation,
+                                        std::uint32_t world, std::uint32_t rank, bool drop_last) {
+  const std::uint64_t n = permutation.size();
+  const std::uint64_t per_rank = samples_per_rank(n, world, drop_last);
+  std::vector<std::uint32_t> out;
+  if (n == 0 || rank >= world) return out;
+  out.reserve(per_rank);
+  // Position k of the (padded or cut) epoch list is permutation[k % n]: padding repeats the
+  // list from its start, as many times as needed when n < world.
+  for (std::uint64_t i = 0; i < per_rank; ++i) {
+    const std::uint64_t k = rank + i * world;
+    out.push_back(permutation[k % n]);
+  }
+  return out;
+}
+
+std::uint64_t batches_per_epoch(std::uint64_t per_rank, std::uint32_t batch_size, bool drop_last) {
+  if (batch_size == 0) return 0;
+  return drop_last ? per_rank / batch_size : (per_rank + batch_size - 1) / batch_size;
+}
+
+}  // namespace stoker::sampler
