@@ -1,0 +1,92 @@
+#include "image/png_decoder.hpp"
+
+#include <csetjmp>
+#include <cstring>
+
+#include <png.h>
+
+namespace stoker::image {
+namespace {
+
+struct Reader {
+  const std::uint8_t* data;
+  std::size_t size, pos;
+  char message[256];
+  bool truncated;
+};
+
+void on_read(png_structp png, png_bytep out, png_size_t n) {
+  auto* r = static_cast<Reader*>(png_get_io_ptr(png));
+  if (r->size - r->pos < n) {
+    r->truncated = true;
+    png_error(png, "premature end of data");
+  }
+  std::memcpy(out, r->data + r->pos, n);
+  r->pos += n;
+}
+
+void on_error(png_structp png, png_const_charp msg) {
+  auto* r = static_cast<Reader*>(png_get_io_ptr(png));
+  std::strncpy(r->message, msg, sizeof r->message - 1);
+  png_longjmp(png, 1);
+}
+
+void on_warning(png_structp, png_const_charp) {}
+
+std::uint32_t be32(const std::uint8_t* p) {
+  return (static_cast<std::uint32_t>(p[0]) << 24) | (p[1] << 16) | (p[2] << 8) | p[3];
+}
+
+}  // namespace
+
+bool png_dimensions(std::span<const std::uint8_t> d, std::uint32_t& width, std::uint32_t& height) {
+  // Signature (8), IHDR length (4) + type (4), then width and height.
+  if (d.size() < 24 || std::memcmp(d.data() + 12, "IHDR", 4) != 0) return false;
+  width = be32(d.data() + 16);
+  height = be32(d.data() + 20);
+  return width > 0 && height > 0;
+}
+
+bool decode_png(std::span<const std::uint8_t> data, std::vector<std::uint8_t>& rgb,
+                std::uint32_t& width, std::uint32_t& height, SampleResult& result) {
+  Reader reader{data.data(), data.size(), 0, {0}, false};
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &reader, on_error, on_warning);
+  if (png == nullptr) {
+    result.error = SampleErrorKind::kCorrupt;
+    result.reason = "PNG: cannot create decoder";
+    return false;
+  }
+  png_infop info = png_create_info_struct(png);
+  png_bytep* rows = nullptr;  // plain pointer: survives the longjmp, freed below
+  if (setjmp(png_jmpbuf(png))) {
+    png_free(png, rows);
+    png_destroy_read_struct(&png, &info, nullptr);
+    result.error = reader.truncated ? SampleErrorKind::kTruncated : SampleErrorKind::kCorrupt;
+    result.reason = std::string("PNG: ") + reader.message;
+    return false;
+  }
+  png_set_read_fn(png, &reader, on_read);
+  png_read_info(png, info);
+  width = png_get_image_width(png, info);
+  height = png_get_image_height(png, info);
+  const int color = png_get_color_type(png, info);
+  png_set_strip_16(png);  // high byte, as PIL
+  png_set_packing(png);
+  if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+  if (color == PNG_COLOR_TYPE_GRAY && png_get_bit_depth(png, info) < 8) png_set_expand_gray_1_2_4_to_8(png);
+  if (color == PNG_COLOR_TYPE_GRAY || color == PNG_COLOR_TYPE_GRAY_ALPHA) png_set_gray_to_rgb(png);
+  png_set_strip_alpha(png);
+  png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+  const std::size_t stride = png_get_rowbytes(png, info);
+  if (stride != static_cast<std::size_t>(width) * 3) png_error(png, "unexpected row layout after conversion");
+  rgb.resize(stride * height);
+  rows = static_cast<png_bytep*>(png_malloc(png, sizeof(png_bytep) * height));
+  for (std::uint32_t y = 0; y < height; ++y) rows[y] = rgb.data() + y * stride;
+  png_read_image(png, rows);
+  png_free(png, rows);
+  png_destroy_read_struct(&png, &info, nullptr);
+  return true;
+}
+
+}  // namespace stoker::image
