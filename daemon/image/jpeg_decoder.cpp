@@ -2,6 +2,7 @@
 
 #include <csetjmp>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 
 #include <jerror.h>
@@ -49,6 +50,9 @@ void on_error_exit(j_common_ptr c) {
     case JERR_BAD_J_COLORSPACE:
     case JERR_ARITH_NOTIMPL:
       e->kind = SampleErrorKind::kUnsupported;
+      break;
+    case JERR_IMAGE_TOO_BIG:
+      e->kind = SampleErrorKind::kTooLarge;
       break;
     case JERR_INPUT_EMPTY:
     case JERR_INPUT_EOF:
@@ -121,6 +125,13 @@ bool JpegDecoder::read_header(std::span<const std::uint8_t> data, bool strict, J
   out.height = c->image_height;
   out.components = c->num_components;
   out.orientation = 1;
+  // Entropy-coded data never contains FF D9 (0xFF is stuffed), so an EOI within the last
+  // bytes (a few may follow it) means the scan is complete.
+  out.ends_with_eoi = false;
+  const std::size_t tail = std::min<std::size_t>(data.size(), 4096);
+  for (std::size_t i = data.size() - tail; i + 1 < data.size(); ++i) {
+    if (data[i] == 0xff && data[i + 1] == 0xd9) out.ends_with_eoi = true;
+  }
   for (jpeg_saved_marker_ptr m = c->marker_list; m != nullptr; m = m->next) {
     if (m->marker == JPEG_APP0 + 1) {
       const int o = exif_orientation(m->data, m->data_length);

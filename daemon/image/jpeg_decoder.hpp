@@ -16,6 +16,9 @@ struct JpegHeader {
   std::uint32_t width = 0, height = 0;  // stored orientation
   int orientation = 1;
   int components = 0;
+  // False when no EOI marker ends the file: it may be truncated, so the decode must run to
+  // the last row (where libjpeg notices) instead of stopping after the crop window.
+  bool ends_with_eoi = true;
 };
 
 struct JpegWindow {

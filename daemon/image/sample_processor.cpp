@@ -151,7 +151,7 @@ SampleResult SampleProcessor::process(std::span<const std::uint8_t> encoded, std
     m.taps_for(sbox, static_cast<double>(sw) / W, static_cast<double>(sh) / H, rw, rh, sw, sh);
     if (breakdown) breakdown->header_s += seconds_since(t);
 
-    JpegWindow win{k, m.xt.lo(), m.yt.lo(), m.xt.hi(), m.yt.hi()};
+    JpegWindow win{k, m.xt.lo(), m.yt.lo(), m.xt.hi(), h.ends_with_eoi ? m.yt.hi() : sh};
     int stride = 0, win_x = 0, win_y = 0;
     if (!m.jpeg.decode(win, m.pixels, stride, win_x, win_y, r)) return r;
     if (breakdown) breakdown->decode_s += seconds_since(t);
