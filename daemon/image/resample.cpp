@@ -2,6 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace stoker::image {
 namespace {
@@ -14,6 +19,66 @@ double triangle(double x) {
 inline std::uint8_t clip8(std::int32_t v) {
   v >>= kPrecisionBits;
   return static_cast<std::uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
+}
+
+// row[x] = clip8(acc[x]) for x < len; acc is readable up to len rounded up to 16.
+void clip_row(const std::int32_t* acc, int len, std::uint8_t* row) {
+  int x = 0;
+#if defined(__SSE2__)
+  // Saturating packs do the clipping: int32 -> int16 (signed) -> uint8 (unsigned).
+  for (; x + 16 <= len; x += 16) {
+    const __m128i a = _mm_srai_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc + x)), kPrecisionBits);
+    const __m128i b = _mm_srai_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc + x + 4)), kPrecisionBits);
+    const __m128i c = _mm_srai_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc + x + 8)), kPrecisionBits);
+    const __m128i d = _mm_srai_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc + x + 12)), kPrecisionBits);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(row + x),
+                     _mm_packus_epi16(_mm_packs_epi32(a, b), _mm_packs_epi32(c, d)));
+  }
+#endif
+  for (; x < len; ++x) row[x] = clip8(acc[x]);
+}
+
+// out row j = sum_k w[j][k] * in row (first[j] + k - row0), for rows of `len` bytes (RGB).
+// Stored transposed: pixel p of row j lands at out + p * out_stride + j * 3, so the next pass
+// reads the other axis as contiguous rows and no separate transpose pass is needed.
+void vertical_pass_transposed(const std::uint8_t* in, std::ptrdiff_t in_stride, int row0, int len,
+                              const AxisTaps& t, std::uint8_t* out, std::ptrdiff_t out_stride,
+                              std::vector<std::int32_t>& acc_buf) {
+  // acc holds `len` sums rounded up to a multiple of 16, then the clipped row bytes.
+  const std::size_t padded = (static_cast<std::size_t>(len) + 15) / 16 * 16;
+  acc_buf.resize(padded + padded / 4);
+  std::int32_t* acc = acc_buf.data();
+  std::uint8_t* row = reinterpret_cast<std::uint8_t*>(acc + padded);
+  constexpr std::int32_t kHalf = 1 << (kPrecisionBits - 1);
+  const int n_out = static_cast<int>(t.first.size());
+  for (int j = 0; j < n_out; ++j) {
+    const std::int16_t* w = &t.weights[static_cast<std::size_t>(j) * t.taps];
+    const std::uint8_t* line = in + static_cast<std::ptrdiff_t>(t.first[j] - row0) * in_stride;
+    const int count = t.count[j];
+    int k = 0;
+    {
+      const std::int32_t w0 = w[0];
+      for (int x = 0; x < len; ++x) acc[x] = kHalf + line[x] * w0;
+      k = 1;
+    }
+    // Two taps per sweep halve the accumulator traffic.
+    for (; k + 1 < count; k += 2) {
+      const std::uint8_t* l0 = line + k * in_stride;
+      const std::uint8_t* l1 = l0 + in_stride;
+      const std::int16_t w0 = w[k], w1 = w[k + 1];
+      for (int x = 0; x < len; ++x) acc[x] += std::int16_t(l0[x]) * w0 + std::int16_t(l1[x]) * w1;
+    }
+    if (k < count) {
+      const std::uint8_t* l0 = line + k * in_stride;
+      const std::int32_t w0 = w[k];
+      for (int x = 0; x < len; ++x) acc[x] += l0[x] * w0;
+    }
+    // Clip to 8 bits along the row (vectorized), then scatter the 3-byte pixels.
+    clip_row(acc, len, row);
+    std::uint8_t* o = out + static_cast<std::ptrdiff_t>(j) * 3;
+    const std::uint8_t* r = row;
+    for (int x = 0; x < len; x += 3, r += 3, o += out_stride) std::memcpy(o, r, 3);
+  }
 }
 
 }  // namespace
@@ -57,57 +122,33 @@ void compute_taps(double box0, double box1, int out, int clip0, int clip1, AxisT
       n = 1;
       ww = 1;
     }
-    for (int x = 0; x < n; ++x) {
+    // Drop zero-weight taps at either end (they only cost time).
+    int lo = 0, hi = n;
+    while (lo < hi - 1 && k[lo] == 0) ++lo;
+    while (hi - 1 > lo && k[hi - 1] == 0) --hi;
+    for (int x = lo; x < hi; ++x) {
       const double v = k[x] / ww * (1 << kPrecisionBits);
-      t.weights[static_cast<std::size_t>(i) * t.taps + x] =
-          static_cast<std::int32_t>(v < 0 ? v - 0.5 : v + 0.5);
+      t.weights[static_cast<std::size_t>(i) * t.taps + (x - lo)] = static_cast<std::int16_t>(std::lround(v));
     }
-    t.first[i] = xmin;
-    t.count[i] = n;
+    t.first[i] = xmin + lo;
+    t.count[i] = hi - lo;
   }
 }
 
 void resample_rgb(const std::uint8_t* src, int stride, int win_x, int win_y, const AxisTaps& xt,
-                  const AxisTaps& yt, std::uint8_t* dst, std::vector<std::uint8_t>& scratch) {
+                  const AxisTaps& yt, std::uint8_t* dst, ResampleScratch& s) {
   const int out_w = static_cast<int>(xt.first.size());
   const int out_h = static_cast<int>(yt.first.size());
-  const int y_lo = yt.lo(), y_hi = yt.hi();
-  const int rows = y_hi - y_lo;
-  scratch.resize(static_cast<std::size_t>(rows) * out_w * 3);
-  constexpr std::int32_t kHalf = 1 << (kPrecisionBits - 1);
-
-  // Horizontal pass over the rows the vertical pass needs.
-  for (int r = 0; r < rows; ++r) {
-    const std::uint8_t* line = src + static_cast<std::ptrdiff_t>(y_lo + r - win_y) * stride;
-    std::uint8_t* o = scratch.data() + static_cast<std::size_t>(r) * out_w * 3;
-    for (int i = 0; i < out_w; ++i) {
-      const std::int32_t* w = &xt.weights[static_cast<std::size_t>(i) * xt.taps];
-      const std::uint8_t* p = line + (xt.first[i] - win_x) * 3;
-      std::int32_t s0 = kHalf, s1 = kHalf, s2 = kHalf;
-      for (int k = 0; k < xt.count[i]; ++k) {
-        s0 += p[3 * k] * w[k];
-        s1 += p[3 * k + 1] * w[k];
-        s2 += p[3 * k + 2] * w[k];
-      }
-      o[3 * i] = clip8(s0);
-      o[3 * i + 1] = clip8(s1);
-      o[3 * i + 2] = clip8(s2);
-    }
-  }
-  // Vertical pass: whole rows at a time so the inner loop runs along contiguous memory.
-  const int row_len = out_w * 3;
-  std::vector<std::int32_t> acc(row_len);
-  for (int j = 0; j < out_h; ++j) {
-    const std::int32_t* w = &yt.weights[static_cast<std::size_t>(j) * yt.taps];
-    std::fill(acc.begin(), acc.end(), kHalf);
-    for (int k = 0; k < yt.count[j]; ++k) {
-      const std::uint8_t* line = scratch.data() + static_cast<std::size_t>(yt.first[j] + k - y_lo) * row_len;
-      const std::int32_t wk = w[k];
-      for (int x = 0; x < row_len; ++x) acc[x] += line[x] * wk;
-    }
-    std::uint8_t* o = dst + static_cast<std::size_t>(j) * row_len;
-    for (int x = 0; x < row_len; ++x) o[x] = clip8(acc[x]);
-  }
+  const int x_lo = xt.lo(), x_hi = xt.hi();
+  const int cols = x_hi - x_lo;  // source columns the horizontal filter reads
+  // 1. Vertical over the window's rows; stored transposed: `cols` rows of out_h pixels.
+  s.a.resize(static_cast<std::size_t>(out_h) * cols * 3);
+  vertical_pass_transposed(src + static_cast<std::ptrdiff_t>(x_lo - win_x) * 3, stride, win_y, cols * 3,
+                           yt, s.a.data(), static_cast<std::ptrdiff_t>(out_h) * 3, s.acc);
+  // 2. Horizontal, as a vertical pass over those rows; transposed once more, which puts the
+  //    result back in row-major order: pixel y of output column x lands at (y, x).
+  vertical_pass_transposed(s.a.data(), static_cast<std::ptrdiff_t>(out_h) * 3, x_lo, out_h * 3, xt, dst,
+                           static_cast<std::ptrdiff_t>(out_w) * 3, s.acc);
 }
 
 }  // namespace stoker::image

@@ -77,7 +77,8 @@ struct SampleProcessor::Impl {
   PipelineSpec spec;
   JpegDecoder jpeg;
   OutputWriter writer;
-  std::vector<std::uint8_t> pixels, resampled, scratch;
+  std::vector<std::uint8_t> pixels, resampled;
+  ResampleScratch scratch;
   AxisTaps xt, yt;
 
   // Taps for a stored-orientation box at a decode scale (fx, fy) of a scaled_w x scaled_h image.

@@ -1,0 +1,116 @@
+// stoker_bench_decode DIR [SECONDS]: the engine on one core, no daemon, files in memory.
+// Prints one line per measurement: "<name> <images/s> [breakdown]". The reference ceiling is
+// libjpeg-turbo's plain full decode of the same files (RGB, all rows, no scaling).
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <jpeglib.h>
+
+#include "image/sample_processor.hpp"
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::vector<std::vector<std::uint8_t>> load(const fs::path& dir) {
+  std::vector<fs::path> paths;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    const auto ext = e.path().extension().string();
+    if (e.is_regular_file() && (ext == ".jpg" || ext == ".jpeg" || ext == ".JPG")) paths.push_back(e.path());
+  }
+  std::sort(paths.begin(), paths.end());
+  std::vector<std::vector<std::uint8_t>> files;
+  for (const auto& p : paths) {
+    std::ifstream in(p, std::ios::binary);
+    files.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  return files;
+}
+
+// Plain libjpeg-turbo full decode (what a loader without window decoding pays at least).
+void full_decode(const std::vector<std::uint8_t>& f, std::vector<std::uint8_t>& out) {
+  jpeg_decompress_struct c;
+  jpeg_error_mgr err;
+  c.err = jpeg_std_error(&err);
+  jpeg_create_decompress(&c);
+  jpeg_mem_src(&c, f.data(), f.size());
+  jpeg_read_header(&c, TRUE);
+  c.out_color_space = JCS_RGB;
+  jpeg_start_decompress(&c);
+  out.resize(static_cast<std::size_t>(c.output_width) * c.output_height * 3);
+  while (c.output_scanline < c.output_height) {
+    JSAMPROW row = out.data() + static_cast<std::size_t>(c.output_scanline) * c.output_width * 3;
+    jpeg_read_scanlines(&c, &row, 1);
+  }
+  jpeg_finish_decompress(&c);
+  jpeg_destroy_decompress(&c);
+}
+
+template <class F>
+double rate(const std::vector<std::vector<std::uint8_t>>& files, double seconds, F&& one) {
+  std::size_t n = 0;
+  const auto t0 = Clock::now();
+  double el = 0;
+  do {
+    one(files[n % files.size()], n);
+    ++n;
+    el = std::chrono::duration<double>(Clock::now() - t0).count();
+  } while (el < seconds || n < files.size());
+  return static_cast<double>(n) / el;
+}
+
+void engine(const char* name, const stoker::image::PipelineSpec& spec,
+            const std::vector<std::vector<std::uint8_t>>& files, double seconds) {
+  stoker::image::SampleProcessor p(spec);
+  std::vector<std::uint8_t> out(spec.sample_bytes());
+  stoker::image::Breakdown bd;
+  std::size_t bad = 0;
+  const double r = rate(files, seconds, [&](const auto& f, std::size_t i) {
+    bad += p.process(f, 1, 0, i, out.data(), &bd).ok() ? 0 : 1;
+  });
+  const double ms = 1000.0 / static_cast<double>(bd.samples);
+  std::printf("%s %.1f header_ms=%.3f decode_ms=%.3f resize_ms=%.3f write_ms=%.3f failed=%zu\n", name, r,
+              bd.header_s * ms, bd.decode_s * ms, bd.resize_s * ms, bd.write_s * ms, bad);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: stoker_bench_decode DIR [SECONDS]\n");
+    return 2;
+  }
+  const double seconds = argc > 2 ? std::atof(argv[2]) : 5.0;
+  const auto files = load(argv[1]);
+  if (files.empty()) {
+    std::fprintf(stderr, "no JPEGs under %s\n", argv[1]);
+    return 1;
+  }
+  std::size_t bytes = 0;
+  for (const auto& f : files) bytes += f.size();
+  std::printf("files %zu mean_kib %.1f\n", files.size(), bytes / 1024.0 / files.size());
+
+  std::vector<std::uint8_t> scratch;
+  std::printf("full_decode %.1f\n", rate(files, seconds, [&](const auto& f, std::size_t) { full_decode(f, scratch); }));
+
+  stoker::image::PipelineSpec train;
+  train.geometry = stoker::image::Geometry::kRandomResizedCrop;
+  train.flip_probability = 0.5;
+  engine("train_uint8", train, files, seconds);
+  auto train_f32 = train;
+  train_f32.dtype = stoker::proto::DType::kFloat32;
+  train_f32.normalize = true;
+  train_f32.mean = {0.485f, 0.456f, 0.406f};
+  train_f32.stddev = {0.229f, 0.224f, 0.225f};
+  engine("train_float32", train_f32, files, seconds);
+  stoker::image::PipelineSpec val;  // Resize 256 + CenterCrop 224
+  engine("val_uint8", val, files, seconds);
+  return 0;
+}
