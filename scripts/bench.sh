@@ -42,14 +42,17 @@ $1
 $norm
     output: {dtype: $2, layout: NCHW}
 YAML
+  # The clock starts before the daemon does, so its prefetch is inside the measured window.
+  local t0 t1 samples
+  t0=$(date +%s.%N)
   build/bin/stokerd --config "$cfg" --socket "$socket" 2>"$work/stokerd.log" &
   local pid=$!
-  for _ in $(seq 1 400); do [[ -S "$socket" ]] && break; sleep 0.05; done
-  # Give the daemon no head start: the first batches are planned only once it is up, and the
-  # consumer's clock starts at connect, so prefetch is part of the measured window.
-  build/bin/stokerctl consume --job bench --socket "$socket" --epochs "$epochs" |
-    tail -n 1 | sed -E 's/.*"images_per_s":([0-9.]+).*/\1/'
+  for _ in $(seq 1 400); do [[ -S "$socket" ]] && break; sleep 0.01; done
+  samples=$(build/bin/stokerctl consume --job bench --socket "$socket" --epochs "$epochs" |
+    tail -n 1 | sed -E 's/.*"samples":([0-9]+).*/\1/')
+  t1=$(date +%s.%N)
   kill -TERM "$pid"; wait "$pid" || true
+  awk -v n="$samples" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", n / (b - a) }'
 }
 
 train='      - random_resized_crop: {size: 224}

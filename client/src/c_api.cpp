@@ -67,7 +67,7 @@ stoker_status stoker_client_open(const stoker_options* o, stoker_client** out) {
     const std::string socket = stoker::proto::resolve_socket_path(o->socket_path ? o->socket_path : "");
     auto c = std::make_unique<stoker_client>();
     c->conn = std::make_shared<Connection>(socket, o->job, o->rank, o->start_epoch, o->start_batch,
-                                           o->want_device != 0);
+                                           o->want_device != 0, o->map_writable != 0);
     *out = c.release();
     return STOKER_OK;
   });

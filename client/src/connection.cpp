@@ -94,7 +94,8 @@ void throw_daemon_error(const void* data, std::size_t n) {
 }
 
 Connection::Connection(const std::string& socket_path, const std::string& job, std::uint32_t rank,
-                       std::uint64_t start_epoch, std::uint64_t start_batch, bool want_device)
+                       std::uint64_t start_epoch, std::uint64_t start_batch, bool want_device,
+                       bool map_writable)
     : socket_path_(socket_path) {
   if (job.empty() || job.size() >= 64) {
     throw Failure{STOKER_ERR_INVALID_ARGUMENT, "job name must be 1..63 characters"};
@@ -130,8 +131,9 @@ Connection::Connection(const std::string& socket_path, const std::string& job, s
     w.segment_name[sizeof w.segment_name - 1] = '\0';
 
     try {
-      shm_ = bip::shared_memory_object(bip::open_only, w.segment_name, bip::read_only);
-      region_ = bip::mapped_region(shm_, bip::read_only);
+      const auto mode = map_writable ? bip::read_write : bip::read_only;
+      shm_ = bip::shared_memory_object(bip::open_only, w.segment_name, mode);
+      region_ = bip::mapped_region(shm_, mode);
     } catch (const bip::interprocess_exception& e) {
       throw Failure{STOKER_ERR_PROTOCOL, std::string("cannot map shared memory '") + w.segment_name +
                                              "': " + e.what()};

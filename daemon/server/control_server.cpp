@@ -1,5 +1,6 @@
 #include "server/control_server.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -281,7 +282,23 @@ bool ControlServer::handle_hello(Session& s, const proto::HelloMsg& m) {
     send_error(s, proto::ErrorCode::kJobFailed, "job '" + job_name + "' stopped: " + *f);
     return false;
   }
-  if (!job->attach(m.rank, m.start_epoch, m.start_batch)) {
+  bool attached = job->attach(m.rank, m.start_epoch, m.start_batch);
+  if (!attached) {
+    // A trainer that reconnects right after closing may get here before its old connection's
+    // hang-up was processed: if the holder of the rank is gone, finish it off and retry.
+    // Draining its queued messages (releases, then the hang-up) settles it either way.
+    for (auto& [fd, other] : sessions_) {
+      if (&other == &s || other.job != job || other.rank != m.rank) continue;
+      const int other_fd = fd;
+      on_readable(other);
+      if (std::find(doomed_.begin(), doomed_.end(), other_fd) != doomed_.end()) {
+        evict(other_fd, "hung up");
+        attached = job->attach(m.rank, m.start_epoch, m.start_batch);
+      }
+      break;
+    }
+  }
+  if (!attached) {
     send_error(s, proto::ErrorCode::kRankBusy,
                "rank " + std::to_string(m.rank) + " of job '" + job_name +
                    "' already has a consumer connected");

@@ -51,6 +51,9 @@ typedef struct stoker_options {
   uint64_t start_epoch;    /* first batch wanted (resume position) */
   uint64_t start_batch;
   int want_device;         /* nonzero: ask for device (CUDA IPC) batches */
+  int map_writable;        /* nonzero: map batches read-write, so in-place operations on them
+                              (e.g. on a torch tensor) work instead of faulting; writes change
+                              only the caller's copy of that batch. Default: read-only. */
 } stoker_options;
 
 typedef struct stoker_job_info {

@@ -1,0 +1,203 @@
+"""stoker.Loader: a DataLoader-shaped iterator over batches served by stokerd."""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Dict, Iterator, Optional, Tuple
+
+from . import _stoker
+
+try:  # torch is optional: without it the loader yields NumPy arrays
+    import torch
+    from torch.utils import dlpack as _torch_dlpack
+except ImportError:  # pragma: no cover - depends on the machine
+    torch = None
+
+
+class HoldError(_stoker.StokerError):
+    """Raised when the caller holds every slot of its ring and asks for one more."""
+
+
+def _env_int(name: str) -> Optional[int]:
+    v = os.environ.get(name)
+    return int(v) if v not in (None, "") else None
+
+
+class Batch:
+    """One batch: `images`, `labels`, `ids` (tensors or arrays viewing shared memory),
+    `epoch`, `index`. Iterating a Loader yields `(images, labels)`; use
+    `Loader.batches()` to get these objects instead."""
+
+    def __init__(self, native: "_stoker.Batch", framework: str, copy: bool):
+        self.epoch = native.epoch
+        self.index = native.index
+        self.last = native.last
+        self._native = native
+        if framework == "torch":
+            self.images = _torch_dlpack.from_dlpack(native.images_dlpack())
+            self.labels = _torch_dlpack.from_dlpack(native.labels_dlpack())
+            self.ids = _torch_dlpack.from_dlpack(native.ids_dlpack())
+            if copy:
+                self.images, self.labels, self.ids = self.images.clone(), self.labels.clone(), self.ids.clone()
+        else:
+            self.images = native.images_numpy()
+            self.labels = native.labels_numpy()
+            self.ids = native.ids_numpy()
+            if copy:
+                self.images, self.labels, self.ids = self.images.copy(), self.labels.copy(), self.ids.copy()
+        if copy:
+            self.release()
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    def release(self) -> None:
+        """Give the slot back now. Views of this batch must not be used afterwards."""
+        if self._native is not None:
+            self._native.release()
+            self._native = None
+
+
+class Loader:
+    """Batches of one job of a running stokerd, as a PyTorch trainer expects them.
+
+        loader = stoker.Loader("imagenet-train")       # rank from torchrun's RANK
+        for epoch in range(start, 90):
+            loader.set_epoch(epoch)
+            for images, labels in loader:              # len(loader) batches
+                ...
+        ckpt["loader"] = loader.state_dict()
+
+    Tensors point into shared memory (no copy); a batch's slot returns to the daemon when
+    the last tensor of it is freed. `copy=True` yields owned tensors instead.
+    """
+
+    def __init__(self, job: str, rank: Optional[int] = None, world_size: Optional[int] = None,
+                 socket: Optional[str] = None, framework: Optional[str] = None, copy: bool = False,
+                 timeout_s: Optional[float] = None, hold_timeout_s: float = 60.0):
+        self.job = job
+        self.rank = rank if rank is not None else (_env_int("RANK") or 0)
+        self.world_size = world_size if world_size is not None else _env_int("WORLD_SIZE")
+        self.socket = socket or ""
+        if framework is None:
+            framework = "torch" if torch is not None else "numpy"
+        if framework not in ("torch", "numpy"):
+            raise ValueError(f"framework must be 'torch' or 'numpy', not {framework!r}")
+        if framework == "torch" and torch is None:
+            raise ImportError("framework='torch' but torch is not installed")
+        self.framework = framework
+        self.copy = copy
+        self.timeout_s = timeout_s
+        self.hold_timeout_s = hold_timeout_s
+        self._epoch = 0          # where the next iteration starts
+        self._batch = 0
+        self._client: Optional[_stoker.Client] = None
+        self._stream: Tuple[int, int] = (-1, -1)  # next position the open connection delivers
+        self._connect(0, 0)
+        info = self._client.info()
+        self.info: Dict[str, Any] = info
+        if self.world_size is not None and self.world_size < 1:
+            raise ValueError("world_size must be >= 1")
+
+    # --- connection -----------------------------------------------------------------------
+    def _connect(self, epoch: int, batch: int) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        self._client = _stoker.Client(self.job, self.rank, self.socket, epoch, batch, True)
+        self._stream = (epoch, batch)
+
+    def _ensure_stream_at(self, epoch: int, batch: int) -> None:
+        if self._client is None or self._stream != (epoch, batch):
+            self._connect(epoch, batch)
+
+    def _next_native(self) -> "_stoker.Batch":
+        """Next batch of the stream, waiting without the GIL; raises instead of hanging."""
+        start = time.monotonic()
+        while True:
+            held = self._client.outstanding
+            slots = self.info["slot_count"]
+            if held >= slots:
+                limit = self.hold_timeout_s
+            else:
+                limit = self.timeout_s
+            # Wait in slices so that Ctrl-C and the hold limit are noticed.
+            slice_ms = 1000
+            if limit is not None:
+                left = limit - (time.monotonic() - start)
+                if left <= 0:
+                    if held >= slots:
+                        raise HoldError(
+                            f"this process still holds {held} batch(es) of job '{self.job}' and its "
+                            f"ring has {slots} slot(s): no new batch can arrive until one is released "
+                            f"(drop references to old batches' tensors, call batch.release(), or use "
+                            f"copy=True)")
+                    raise _stoker.TimeoutError(f"no batch from stokerd within {limit} s")
+                slice_ms = max(1, min(slice_ms, int(left * 1000)))
+            try:
+                return self._client.next(slice_ms)
+            except _stoker.TimeoutError:
+                continue
+            except _stoker.DisconnectedError:
+                self._client = None
+                raise
+
+    # --- DataLoader conventions -----------------------------------------------------------
+    def __len__(self) -> int:
+        return int(self.info["batches_per_epoch"])
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start the next iteration at the beginning of `epoch` (as DistributedSampler)."""
+        if epoch != self._epoch:
+            self._epoch, self._batch = int(epoch), 0
+
+    def state_dict(self) -> Dict[str, int]:
+        """Position of the next batch: restoring it resumes exactly there."""
+        return {"epoch": self._epoch, "batch": self._batch, "rank": self.rank}
+
+    def load_state_dict(self, state: Dict[str, int]) -> None:
+        self._epoch, self._batch = int(state["epoch"]), int(state["batch"])
+
+    def batches(self) -> Iterator[Batch]:
+        """Batches of the current epoch from the current position, as Batch objects."""
+        self._ensure_stream_at(self._epoch, self._batch)
+        while True:
+            native = self._next_native()
+            if (native.epoch, native.index) != (self._epoch, self._batch):
+                raise _stoker.StokerError(
+                    f"stokerd delivered epoch {native.epoch} batch {native.index}, "
+                    f"expected epoch {self._epoch} batch {self._batch}")
+            last = native.last
+            if last:
+                self._stream = (self._epoch + 1, 0)
+                self._epoch, self._batch = self._epoch + 1, 0
+            else:
+                self._batch += 1
+                self._stream = (self._epoch, self._batch)
+            if native.count == 0:  # an empty end-of-epoch marker (bad files were skipped)
+                native.release()
+            else:
+                yield Batch(native, self.framework, self.copy)
+            if last:
+                return
+
+    def __iter__(self) -> Iterator[Tuple[Any, Any]]:
+        for b in self.batches():
+            yield b.images, b.labels
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
