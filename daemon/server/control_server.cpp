@@ -29,11 +29,12 @@ std::string errno_text() { return std::strerror(errno); }
 }  // namespace
 
 ControlServer::ControlServer(std::string socket_path, std::vector<Job*> jobs,
-                             std::uint64_t daemon_generation, unsigned workers)
+                             std::uint64_t daemon_generation, unsigned workers, std::string no_device)
     : socket_path_(std::move(socket_path)),
       jobs_(std::move(jobs)),
       daemon_generation_(daemon_generation),
-      workers_(workers) {
+      workers_(workers),
+      no_device_(std::move(no_device)) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (socket_path_.size() >= sizeof(addr.sun_path)) {
@@ -274,8 +275,7 @@ bool ControlServer::handle_hello(Session& s, const proto::HelloMsg& m) {
   }
   if ((m.flags & proto::kHelloWantDevice) != 0) {
     send_error(s, proto::ErrorCode::kNoDevice,
-               "device output was requested but this stokerd serves host batches only "
-               "(no CUDA device or built without CUDA)");
+               "device output was requested but this stokerd serves host batches only: " + no_device_);
     return false;
   }
   if (auto f = job->failure()) {

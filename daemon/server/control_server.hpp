@@ -20,8 +20,9 @@ class Job;
 class ControlServer {
  public:
   // Binds the socket (mode 0600). Throws std::runtime_error naming the path on failure.
+  // `no_device` says why device output cannot be served (empty when it can).
   ControlServer(std::string socket_path, std::vector<Job*> jobs, std::uint64_t daemon_generation,
-                unsigned workers);
+                unsigned workers, std::string no_device);
   ~ControlServer();  // closes every client and unlinks the socket
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;
@@ -56,6 +57,7 @@ class ControlServer {
   std::vector<Job*> jobs_;
   std::uint64_t daemon_generation_;
   unsigned workers_;
+  std::string no_device_;
   int listen_fd_ = -1;
   int epoll_fd_ = -1;
   int event_fd_ = -1;

@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "config/config.hpp"
+#include "cuda/device_exporter.hpp"
 #include "server/control_server.hpp"
 #include "server/instance_lock.hpp"
 #include "server/job.hpp"
@@ -155,8 +156,25 @@ int run_daemon(const DaemonOptions& options) {
                                            cfg.server.shm_mode, generation, queue, notify));
       job_ptrs.push_back(jobs.back().get());
     }
+    // Device delivery is chosen at run time: a CUDA build on a machine without a GPU (or a
+    // build without CUDA) says so once and serves host batches.
+    std::string no_device;
+    const auto exporter = cuda::DeviceExporter::create(no_device);
+    if (!exporter) {
+      bool wanted = false;
+      for (const auto& jc : cfg.jobs) wanted = wanted || jc.device_output;
+      if (wanted) {
+        spdlog::warn("device output unavailable ({}); serving host batches", no_device);
+      } else {
+        spdlog::info("device output unavailable ({}); serving host batches", no_device);
+      }
+    } else {
+      no_device = "device delivery through CUDA IPC is not enabled in this stokerd release yet "
+                  "(see docs/GPU.md); serving host batches";
+      spdlog::warn("a CUDA device is present but {}", no_device);
+    }
     {
-      ControlServer server(socket, job_ptrs, generation, workers);
+      ControlServer server(socket, job_ptrs, generation, workers, no_device);
       server_ptr.store(&server);
       {
         WorkerPool pool(workers, queue, job_ptrs);

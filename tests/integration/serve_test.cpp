@@ -267,3 +267,26 @@ TEST_CASE("stop removes the socket and the segments", "[integration]") {
   CHECK(shm_objects_containing(seg).empty());
   CHECK_FALSE(std::filesystem::exists(socket));
 }
+
+TEST_CASE("a consumer asking for device output without a usable GPU gets a clear error",
+          "[integration]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  Daemon d(write_config(dir.path(), {JobSpec{}}, 1), socket);
+  stoker::ClientOptions o;
+  o.socket_path = socket;
+  o.want_device = true;
+  try {
+    stoker::Client c("demo", 0, o);
+    FAIL("device output granted on a machine without a GPU");
+  } catch (const stoker::Error& e) {
+    CHECK(e.status() == STOKER_ERR_REFUSED);
+    CHECK_THAT(e.what(), Catch::Contains("device output was requested") &&
+                             Catch::Contains("host batches only"));
+  }
+  // The daemon logged why once, and host consumers are served as usual.
+  CHECK_THAT(d.log(), Catch::Contains("device output unavailable"));
+  o.want_device = false;
+  stoker::Client c("demo", 0, o);
+  CHECK(c.next(30000).count() == 8);
+}
