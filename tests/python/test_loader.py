@@ -4,6 +4,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -192,3 +193,17 @@ def test_daemon_death_mid_epoch_raises_not_hangs(daemon_factory):
         next(it)
     assert time.monotonic() - t0 < 10
     assert held[0].images.shape[0] == 8  # held batches stay readable
+
+
+def test_offline_pip_install_of_the_package_folder(tmp_path, daemon):
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(stoker.__file__)))  # build/python
+    if not os.path.exists(os.path.join(pkg_root, "pyproject.toml")):
+        pytest.skip("stoker imported from an installed copy, not the build folder")
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-index",
+                    "--target", str(target), pkg_root], check=True, capture_output=True, cwd=tmp_path)
+    code = ("import stoker, sys; l = stoker.Loader('demo', socket=sys.argv[1], framework='numpy');"
+            "print(next(iter(l))[0].shape)")
+    out = subprocess.run([sys.executable, "-c", code, daemon.socket], check=True, capture_output=True,
+                         text=True, cwd=tmp_path, env={"PYTHONPATH": str(target), "PATH": os.environ["PATH"]})
+    assert out.stdout.strip() == "(8, 3, 32, 32)"
