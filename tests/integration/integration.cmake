@@ -6,3 +6,16 @@ stoker_add_test(integration_test LABEL integration
   SOURCES integration/serve_test.cpp integration/startup_test.cpp
   LIBS stoker_daemon_fixture stoker::client stoker::proto Boost::headers)
 add_dependencies(integration_test stokerd stokerctl)
+
+# The C header compiled as C.
+add_executable(c_api_test integration/c_api_test.c)
+target_link_libraries(c_api_test PRIVATE stoker::client)
+add_test(NAME c_api_compiled_as_c COMMAND c_api_test)
+set_tests_properties(c_api_compiled_as_c PROPERTIES LABELS integration)
+
+# `cmake --install` into a temporary prefix, then a trainer-like project finds the package
+# with find_package(stoker) and with pkg-config, and links it.
+add_test(NAME installed_package_is_usable
+  COMMAND ${CMAKE_COMMAND} -DBUILD_DIR=${CMAKE_BINARY_DIR} -DSOURCE_DIR=${CMAKE_CURRENT_SOURCE_DIR}/install
+          -DWORK_DIR=${CMAKE_CURRENT_BINARY_DIR}/install-check -P ${CMAKE_CURRENT_SOURCE_DIR}/install/check.cmake)
+set_tests_properties(installed_package_is_usable PROPERTIES LABELS integration TIMEOUT 300)

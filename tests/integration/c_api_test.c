@@ -1,0 +1,44 @@
+/* The C API compiled as C (not C++): it must stand alone, and every entry point must
+ * answer with a status and a message rather than crash. Run by ctest with the path of a
+ * running daemon's socket in argv[1] (or none: then only the no-daemon paths are checked). */
+#include <stdio.h>
+#include <string.h>
+
+#include "stoker/stoker.h"
+
+static int failures = 0;
+#define EXPECT(cond)                                                   \
+  do {                                                                 \
+    if (!(cond)) {                                                     \
+      fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond); \
+      failures++;                                                      \
+    }                                                                  \
+  } while (0)
+
+int main(void) {
+  stoker_options o;
+  stoker_client* c = NULL;
+  stoker_batch* b = NULL;
+  char* json = NULL;
+
+  stoker_options_init(&o);
+  EXPECT(stoker_client_open(&o, &c) == STOKER_ERR_INVALID_ARGUMENT); /* no job */
+  EXPECT(strstr(stoker_last_error(), "job") != NULL);
+
+  o.job = "demo";
+  o.socket_path = "/nonexistent/stoker-c-test.sock";
+  EXPECT(stoker_client_open(&o, &c) == STOKER_ERR_NO_DAEMON);
+  EXPECT(c == NULL);
+  EXPECT(strstr(stoker_last_error(), "no stokerd at /nonexistent/stoker-c-test.sock") != NULL);
+
+  EXPECT(stoker_client_next(NULL, 0, &b) == STOKER_ERR_INVALID_ARGUMENT);
+  EXPECT(stoker_batch_release(NULL) == STOKER_OK);
+  EXPECT(stoker_batch_count(NULL) == 0);
+  EXPECT(stoker_daemon_status("/nonexistent/stoker-c-test.sock", &json) == STOKER_ERR_NO_DAEMON);
+  EXPECT(json == NULL);
+  EXPECT(strcmp(stoker_status_name(STOKER_ERR_TIMEOUT), "timeout") == 0);
+  stoker_client_close(NULL);
+
+  printf("c_api_test: %d failure(s)\n", failures);
+  return failures == 0 ? 0 : 1;
+}
