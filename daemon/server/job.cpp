@@ -125,7 +125,7 @@ Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset datase
   proto::copy_cstr(h->job_name, cfg.name.c_str());
 
   quarantine_ = std::make_unique<Quarantine>(cfg.quarantine);
-  quarantined_.assign(dataset_.samples.size(), 0);
+  quarantined_ = std::make_unique<std::atomic<std::uint8_t>[]>(dataset_.samples.size());
   std::size_t skipped = 0;
   if (quarantine_->size() > 0) {
     for (std::size_t i = 0; i < dataset_.samples.size(); ++i) {
@@ -138,7 +138,7 @@ Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset datase
                  cfg.quarantine.string());
   }
   stats_.quarantined = skipped;
-  startup_quarantined_ = skipped;
+  quarantined_count_ = skipped;
 
   for (std::uint32_t r = 0; r < cfg.consumers; ++r) {
     auto ring = std::make_unique<Ring>();
@@ -195,8 +195,8 @@ std::shared_ptr<Job::EpochStream> Job::make_stream(std::uint32_t rank, std::uint
   const auto perm = sampler::epoch_permutation(static_cast<std::uint32_t>(dataset_.samples.size()),
                                                cfg_.shuffle, cfg_.seed, epoch);
   auto mine = sampler::rank_samples(perm, cfg_.consumers, rank, cfg_.drop_last);
-  if (startup_quarantined_ > 0) {
-    std::erase_if(mine, [&](std::uint32_t id) { return quarantined_[id] != 0; });
+  if (quarantined_count_.load() > 0) {
+    std::erase_if(mine, [&](std::uint32_t id) { return quarantined_[id].load() != 0; });
   }
   st->ids = std::move(mine);
   return st;
@@ -281,6 +281,7 @@ void Job::record_error(std::uint64_t id, const image::SampleResult& r) {
     std::lock_guard lock(stats_mu_);
     stats_.errors[static_cast<int>(r.error)]++;
   }
+  if (quarantined_[id].exchange(1) == 0) quarantined_count_++;
   if (quarantine_->add(path, kind, r.reason)) {
     spdlog::warn("job {}: {}: {} ({})", cfg_.name, path, r.reason, kind);
     std::lock_guard lock(stats_mu_);

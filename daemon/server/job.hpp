@@ -116,8 +116,9 @@ class Job {
   const proto::SegmentPlan plan_;
   std::unique_ptr<ShmSegment> segment_;
   std::unique_ptr<Quarantine> quarantine_;
-  std::vector<std::uint8_t> quarantined_;  // by sample id; fixed after construction
-  std::size_t startup_quarantined_ = 0;
+  // By sample id: files listed at start or found bad while running; later epochs skip them.
+  std::unique_ptr<std::atomic<std::uint8_t>[]> quarantined_;
+  std::atomic<std::size_t> quarantined_count_{0};
   WorkQueue& queue_;
   std::function<void()> notify_ready_;
   std::vector<std::unique_ptr<Ring>> rings_;

@@ -67,7 +67,7 @@ double mean_abs_diff(const std::vector<std::uint8_t>& a, const std::vector<std::
 
 // Encodes a synthetic JPEG for shape edge cases (not for speed or fidelity measurements).
 std::vector<std::uint8_t> encode_jpeg(int w, int h, int components, J_COLOR_SPACE cs,
-                                      const std::vector<std::uint8_t>& pixels) {
+                                      const std::vector<std::uint8_t>& pixels, int restart_rows = 0) {
   jpeg_compress_struct c;
   jpeg_error_mgr err;
   c.err = jpeg_std_error(&err);
@@ -81,6 +81,7 @@ std::vector<std::uint8_t> encode_jpeg(int w, int h, int components, J_COLOR_SPAC
   c.in_color_space = cs;
   jpeg_set_defaults(&c);
   jpeg_set_quality(&c, 95, TRUE);
+  c.restart_in_rows = restart_rows;
   jpeg_start_compress(&c, TRUE);
   while (c.next_scanline < c.image_height) {
     JSAMPROW row = const_cast<std::uint8_t*>(pixels.data()) + static_cast<std::size_t>(c.next_scanline) * w * components;
@@ -315,4 +316,37 @@ TEST_CASE("float16 conversion rounds to nearest even", "[image]") {
   CHECK(float_to_half(5.9604645e-8f) == 0x0001);  // smallest subnormal
   CHECK(float_to_half(1.0f + 1.0f / 2048) == 0x3c00);  // tie -> even
   CHECK(float_to_half(1.0f + 3.0f / 2048) == 0x3c02);
+}
+
+TEST_CASE("restart markers decode like the same image without them", "[image]") {
+  std::vector<std::uint8_t> px(320 * 240 * 3);
+  for (int y = 0; y < 240; ++y) {
+    for (int x = 0; x < 320; ++x) {
+      for (int c = 0; c < 3; ++c) px[(y * 320 + x) * 3 + c] = static_cast<std::uint8_t>((x * (c + 1) + y * 3) & 0xff);
+    }
+  }
+  const auto plain = encode_jpeg(320, 240, 3, JCS_RGB, px);
+  const auto with_rst = encode_jpeg(320, 240, 3, JCS_RGB, px, 1);
+  bool has_rst = false;
+  for (std::size_t i = 0; i + 1 < with_rst.size(); ++i) has_rst = has_rst || (with_rst[i] == 0xff && with_rst[i + 1] == 0xd0);
+  REQUIRE(has_rst);
+  for (const auto& spec : {val_spec(120, 112), train_spec(64, 0.5)}) {
+    const Out a = run(spec, plain, 4), b = run(spec, with_rst, 4);
+    REQUIRE(a.result.ok());
+    REQUIRE(b.result.ok());
+    CHECK(a.bytes == b.bytes);
+  }
+}
+
+TEST_CASE("a PNG header claiming 100000x100000 pixels is refused before any allocation", "[image]") {
+  auto png = read("corpus/jpeg-turbo-testimages/testorig.png");
+  REQUIRE(png.size() > 24);
+  const std::uint32_t big = 100000;
+  for (int k = 0; k < 4; ++k) {
+    png[16 + k] = static_cast<std::uint8_t>(big >> (24 - 8 * k));
+    png[20 + k] = static_cast<std::uint8_t>(big >> (24 - 8 * k));
+  }
+  const Out o = run(val_spec(64, 56), png);
+  CHECK(o.result.error == SampleErrorKind::kTooLarge);
+  CHECK_THAT(o.result.reason, Catch::Contains("100000x100000"));
 }
