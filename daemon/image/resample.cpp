@@ -44,40 +44,59 @@ void clip_row(const std::int32_t* acc, int len, std::uint8_t* row) {
 void vertical_pass_transposed(const std::uint8_t* in, std::ptrdiff_t in_stride, int row0, int len,
                               const AxisTaps& t, std::uint8_t* out, std::ptrdiff_t out_stride,
                               std::vector<std::int32_t>& acc_buf) {
-  // acc holds `len` sums rounded up to a multiple of 16, then the clipped row bytes.
+  // acc holds `len` sums rounded up to a multiple of 16, then kBlock clipped rows.
+  constexpr int kBlock = 4;  // output rows per scatter: 12 contiguous bytes per store site
   const std::size_t padded = (static_cast<std::size_t>(len) + 15) / 16 * 16;
-  acc_buf.resize(padded + padded / 4);
+  acc_buf.resize(padded + kBlock * padded / 4);
   std::int32_t* acc = acc_buf.data();
-  std::uint8_t* row = reinterpret_cast<std::uint8_t*>(acc + padded);
+  std::uint8_t* rows = reinterpret_cast<std::uint8_t*>(acc + padded);
   constexpr std::int32_t kHalf = 1 << (kPrecisionBits - 1);
   const int n_out = static_cast<int>(t.first.size());
-  for (int j = 0; j < n_out; ++j) {
-    const std::int16_t* w = &t.weights[static_cast<std::size_t>(j) * t.taps];
-    const std::uint8_t* line = in + static_cast<std::ptrdiff_t>(t.first[j] - row0) * in_stride;
-    const int count = t.count[j];
-    int k = 0;
-    {
-      const std::int32_t w0 = w[0];
-      for (int x = 0; x < len; ++x) acc[x] = kHalf + line[x] * w0;
-      k = 1;
+  for (int j0 = 0; j0 < n_out; j0 += kBlock) {
+    const int nb = std::min(kBlock, n_out - j0);
+    for (int b = 0; b < nb; ++b) {
+      const int j = j0 + b;
+      const std::int16_t* w = &t.weights[static_cast<std::size_t>(j) * t.taps];
+      const std::uint8_t* line = in + static_cast<std::ptrdiff_t>(t.first[j] - row0) * in_stride;
+      const int count = t.count[j];
+      {
+        const std::int32_t w0 = w[0];
+        for (int x = 0; x < len; ++x) acc[x] = kHalf + line[x] * w0;
+      }
+      int k = 1;
+      // Two taps per sweep halve the accumulator traffic.
+      for (; k + 1 < count; k += 2) {
+        const std::uint8_t* l0 = line + k * in_stride;
+        const std::uint8_t* l1 = l0 + in_stride;
+        const std::int16_t w0 = w[k], w1 = w[k + 1];
+        for (int x = 0; x < len; ++x) acc[x] += std::int16_t(l0[x]) * w0 + std::int16_t(l1[x]) * w1;
+      }
+      if (k < count) {
+        const std::uint8_t* l0 = line + k * in_stride;
+        const std::int32_t w0 = w[k];
+        for (int x = 0; x < len; ++x) acc[x] += l0[x] * w0;
+      }
+      clip_row(acc, len, rows + b * padded);
     }
-    // Two taps per sweep halve the accumulator traffic.
-    for (; k + 1 < count; k += 2) {
-      const std::uint8_t* l0 = line + k * in_stride;
-      const std::uint8_t* l1 = l0 + in_stride;
-      const std::int16_t w0 = w[k], w1 = w[k + 1];
-      for (int x = 0; x < len; ++x) acc[x] += std::int16_t(l0[x]) * w0 + std::int16_t(l1[x]) * w1;
+    // Scatter the block transposed: pixel p of rows j0..j0+nb-1 -> nb*3 contiguous bytes.
+    std::uint8_t* o = out + static_cast<std::ptrdiff_t>(j0) * 3;
+    if (nb == kBlock) {
+      const std::uint8_t* r0 = rows;
+      const std::uint8_t* r1 = rows + padded;
+      const std::uint8_t* r2 = rows + 2 * padded;
+      const std::uint8_t* r3 = rows + 3 * padded;
+      for (int x = 0; x < len; x += 3, o += out_stride) {
+        std::uint8_t px[12] = {r0[x], r0[x + 1], r0[x + 2], r1[x], r1[x + 1], r1[x + 2],
+                               r2[x], r2[x + 1], r2[x + 2], r3[x], r3[x + 1], r3[x + 2]};
+        std::memcpy(o, px, 12);
+      }
+    } else {
+      for (int b = 0; b < nb; ++b) {
+        const std::uint8_t* r = rows + b * padded;
+        std::uint8_t* ob = o + b * 3;
+        for (int x = 0; x < len; x += 3, ob += out_stride) std::memcpy(ob, r + x, 3);
+      }
     }
-    if (k < count) {
-      const std::uint8_t* l0 = line + k * in_stride;
-      const std::int32_t w0 = w[k];
-      for (int x = 0; x < len; ++x) acc[x] += l0[x] * w0;
-    }
-    // Clip to 8 bits along the row (vectorized), then scatter the 3-byte pixels.
-    clip_row(acc, len, row);
-    std::uint8_t* o = out + static_cast<std::ptrdiff_t>(j) * 3;
-    const std::uint8_t* r = row;
-    for (int x = 0; x < len; x += 3, r += 3, o += out_stride) std::memcpy(o, r, 3);
   }
 }
 
