@@ -325,3 +325,32 @@ TEST_CASE("on_error: substitute keeps batches full with a good sample's image an
   CHECK((out.find("\"substituted\":3") != std::string::npos ||
          out.find("\"substituted\":4") != std::string::npos));
 }
+
+TEST_CASE("a file that vanished after the scan is an I/O error, counted and skipped", "[fault]") {
+  TempDir dir;
+  int good = 0;
+  std::vector<std::string> bad;
+  JobSpec j;
+  j.root = make_broken_dataset(dir.path(), good, bad).string();
+  j.batch_size = 5;
+  j.prefetch = 1;
+  j.shuffle = false;
+  const auto socket = (dir.path() / "s.sock").string();
+  Daemon d(write_config(dir.path(), {j}, 1), socket);
+  // The last insect photo (id 33) is planned only after the first batches are consumed.
+  const fs::path victim = fs::path(j.root) / "b" / "insect_15.jpg";
+  REQUIRE(fs::remove(victim));
+  stoker::Client c("demo", 0, at(socket));
+  std::set<std::int64_t> ids;
+  for (;;) {
+    stoker::Batch b = c.next(30000);
+    for (std::uint32_t i = 0; i < b.count(); ++i) ids.insert(b.ids()[i]);
+    if (b.last_in_epoch()) break;
+  }
+  CHECK(ids.size() == static_cast<std::size_t>(good - 1));
+  CHECK(ids.count(33) == 0);
+  std::string out;
+  REQUIRE(run_program({bin("stokerctl"), "status", "--socket", socket}, out) == 0);
+  CHECK_THAT(out, Catch::Contains("\"io\":1"));
+  CHECK_THAT(d.log(), Catch::Contains(victim.string()) && Catch::Contains("cannot open"));
+}
