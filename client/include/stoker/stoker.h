@@ -84,6 +84,8 @@ STOKER_API stoker_status stoker_client_next(stoker_client* client, int timeout_m
 /* Hands the slot back and frees the handle. NULL is a no-op. */
 STOKER_API stoker_status stoker_batch_release(stoker_batch* batch);
 
+/* A batch holds stoker_batch_count() samples (<= batch_size; the last batch of an epoch may
+ * be short, and after skipped bad files a last-in-epoch batch may even hold 0). */
 STOKER_API const void* stoker_batch_images(const stoker_batch* batch);
 STOKER_API const int64_t* stoker_batch_labels(const stoker_batch* batch);
 STOKER_API const int64_t* stoker_batch_ids(const stoker_batch* batch);
