@@ -21,21 +21,50 @@ inline std::uint8_t clip8(std::int32_t v) {
   return static_cast<std::uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
-// row[x] = clip8(acc[x]) for x < len; acc is readable up to len rounded up to 16.
-void clip_row(const std::int32_t* acc, int len, std::uint8_t* row) {
+// out[x] = clip8(sum_k w[k] * line[k * stride + x]) for x < len. `acc` is scratch of at least
+// len rounded up to 16 ints (used by the scalar tail only).
+void filter_row(const std::uint8_t* line, std::ptrdiff_t stride, const std::int16_t* w, int count,
+                int len, std::int32_t* acc, std::uint8_t* out) {
+  constexpr std::int32_t kHalf = 1 << (kPrecisionBits - 1);
   int x = 0;
 #if defined(__SSE2__)
-  // Saturating packs do the clipping: int32 -> int16 (signed) -> uint8 (unsigned).
+  // 16 bytes at a time with the accumulators in registers across all taps; taps go in pairs
+  // through pmaddwd: (a*w0 + b*w1) for interleaved 16-bit (a, b).
+  const __m128i zero = _mm_setzero_si128();
+  const __m128i half = _mm_set1_epi32(kHalf);
   for (; x + 16 <= len; x += 16) {
-    const __m128i a = _mm_srai_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc + x)), kPrecisionBits);
-    const __m128i b = _mm_srai_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc + x + 4)), kPrecisionBits);
-    const __m128i c = _mm_srai_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc + x + 8)), kPrecisionBits);
-    const __m128i d = _mm_srai_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc + x + 12)), kPrecisionBits);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(row + x),
-                     _mm_packus_epi16(_mm_packs_epi32(a, b), _mm_packs_epi32(c, d)));
+    __m128i s0 = half, s1 = half, s2 = half, s3 = half;
+    for (int k = 0; k < count; k += 2) {
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(line + k * stride + x));
+      const bool pair = k + 1 < count;
+      const __m128i b = pair ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(line + (k + 1) * stride + x)) : zero;
+      const std::int32_t w1 = pair ? w[k + 1] : 0;
+      const __m128i wv = _mm_set1_epi32(static_cast<std::int32_t>((static_cast<std::uint32_t>(w1) << 16) |
+                                                                  static_cast<std::uint16_t>(w[k])));
+      const __m128i lo = _mm_unpacklo_epi8(a, b);
+      const __m128i hi = _mm_unpackhi_epi8(a, b);
+      s0 = _mm_add_epi32(s0, _mm_madd_epi16(_mm_unpacklo_epi8(lo, zero), wv));
+      s1 = _mm_add_epi32(s1, _mm_madd_epi16(_mm_unpackhi_epi8(lo, zero), wv));
+      s2 = _mm_add_epi32(s2, _mm_madd_epi16(_mm_unpacklo_epi8(hi, zero), wv));
+      s3 = _mm_add_epi32(s3, _mm_madd_epi16(_mm_unpackhi_epi8(hi, zero), wv));
+    }
+    s0 = _mm_srai_epi32(s0, kPrecisionBits);
+    s1 = _mm_srai_epi32(s1, kPrecisionBits);
+    s2 = _mm_srai_epi32(s2, kPrecisionBits);
+    s3 = _mm_srai_epi32(s3, kPrecisionBits);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + x),
+                     _mm_packus_epi16(_mm_packs_epi32(s0, s1), _mm_packs_epi32(s2, s3)));
   }
 #endif
-  for (; x < len; ++x) row[x] = clip8(acc[x]);
+  if (x < len) {
+    for (int i = x; i < len; ++i) acc[i] = kHalf;
+    for (int k = 0; k < count; ++k) {
+      const std::uint8_t* l = line + k * stride;
+      const std::int32_t wk = w[k];
+      for (int i = x; i < len; ++i) acc[i] += l[i] * wk;
+    }
+    for (int i = x; i < len; ++i) out[i] = clip8(acc[i]);
+  }
 }
 
 // out row j = sum_k w[j][k] * in row (first[j] + k - row0), for rows of `len` bytes (RGB).
@@ -50,33 +79,14 @@ void vertical_pass_transposed(const std::uint8_t* in, std::ptrdiff_t in_stride, 
   acc_buf.resize(padded + kBlock * padded / 4);
   std::int32_t* acc = acc_buf.data();
   std::uint8_t* rows = reinterpret_cast<std::uint8_t*>(acc + padded);
-  constexpr std::int32_t kHalf = 1 << (kPrecisionBits - 1);
   const int n_out = static_cast<int>(t.first.size());
   for (int j0 = 0; j0 < n_out; j0 += kBlock) {
     const int nb = std::min(kBlock, n_out - j0);
     for (int b = 0; b < nb; ++b) {
       const int j = j0 + b;
-      const std::int16_t* w = &t.weights[static_cast<std::size_t>(j) * t.taps];
       const std::uint8_t* line = in + static_cast<std::ptrdiff_t>(t.first[j] - row0) * in_stride;
-      const int count = t.count[j];
-      {
-        const std::int32_t w0 = w[0];
-        for (int x = 0; x < len; ++x) acc[x] = kHalf + line[x] * w0;
-      }
-      int k = 1;
-      // Two taps per sweep halve the accumulator traffic.
-      for (; k + 1 < count; k += 2) {
-        const std::uint8_t* l0 = line + k * in_stride;
-        const std::uint8_t* l1 = l0 + in_stride;
-        const std::int16_t w0 = w[k], w1 = w[k + 1];
-        for (int x = 0; x < len; ++x) acc[x] += std::int16_t(l0[x]) * w0 + std::int16_t(l1[x]) * w1;
-      }
-      if (k < count) {
-        const std::uint8_t* l0 = line + k * in_stride;
-        const std::int32_t w0 = w[k];
-        for (int x = 0; x < len; ++x) acc[x] += l0[x] * w0;
-      }
-      clip_row(acc, len, rows + b * padded);
+      filter_row(line, in_stride, &t.weights[static_cast<std::size_t>(j) * t.taps], t.count[j], len, acc,
+                 rows + b * padded);
     }
     // Scatter the block transposed: pixel p of rows j0..j0+nb-1 -> nb*3 contiguous bytes.
     std::uint8_t* o = out + static_cast<std::ptrdiff_t>(j0) * 3;
