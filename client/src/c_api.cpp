@@ -110,6 +110,21 @@ const int64_t* stoker_batch_ids(const stoker_batch* b) { return b ? b->view.ids 
 uint32_t stoker_batch_count(const stoker_batch* b) { return b ? b->view.count : 0; }
 uint64_t stoker_batch_epoch(const stoker_batch* b) { return b ? b->view.epoch : 0; }
 uint64_t stoker_batch_index(const stoker_batch* b) { return b ? b->view.index : 0; }
+void stoker_batch_shape(const stoker_batch* b, uint64_t shape[4]) {
+  if (shape == nullptr) return;
+  if (b == nullptr) {
+    shape[0] = shape[1] = shape[2] = shape[3] = 0;
+    return;
+  }
+  const stoker_job_info& i = b->conn->info();
+  shape[0] = b->view.count;
+  if (i.layout == STOKER_NCHW) {
+    shape[1] = i.channels; shape[2] = i.height; shape[3] = i.width;
+  } else {
+    shape[1] = i.height; shape[2] = i.width; shape[3] = i.channels;
+  }
+}
+
 int stoker_batch_last_in_epoch(const stoker_batch* b) {
   return b && (b->view.flags & stoker::proto::kBatchLastInEpoch) ? 1 : 0;
 }

@@ -177,6 +177,7 @@ TEST_CASE("a held batch is never overwritten while the daemon keeps prefetching"
   o.socket_path = socket;
   stoker::Client c("demo", 0, o);
   stoker::Batch held = c.next(30000);
+  CHECK(held.shape() == std::array<std::uint64_t, 4>{8, 3, 32, 32});
   const std::vector<std::uint8_t> copy(held.images(), held.images() + c.info().image_bytes * held.count());
   const std::vector<std::int64_t> ids(held.ids(), held.ids() + held.count());
   // Take and release many more: the two other slots cycle, the held one must not.

@@ -92,6 +92,8 @@ STOKER_API const int64_t* stoker_batch_ids(const stoker_batch* batch);
 STOKER_API uint32_t stoker_batch_count(const stoker_batch* batch);
 STOKER_API uint64_t stoker_batch_epoch(const stoker_batch* batch);
 STOKER_API uint64_t stoker_batch_index(const stoker_batch* batch);
+/* The images' shape: {count, C, H, W} for NCHW, {count, H, W, C} for NHWC. */
+STOKER_API void stoker_batch_shape(const stoker_batch* batch, uint64_t shape[4]);
 /* Nonzero when this is the last batch of its epoch. */
 STOKER_API int stoker_batch_last_in_epoch(const stoker_batch* batch);
 

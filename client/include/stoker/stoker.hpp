@@ -7,6 +7,7 @@
 //   }                                      // slot handed back when b goes out of scope
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -55,6 +56,12 @@ class Batch {
   std::uint64_t epoch() const { return stoker_batch_epoch(b_); }
   std::uint64_t index() const { return stoker_batch_index(b_); }
   bool last_in_epoch() const { return stoker_batch_last_in_epoch(b_) != 0; }
+  // {count, C, H, W} (NCHW) or {count, H, W, C} (NHWC).
+  std::array<std::uint64_t, 4> shape() const {
+    std::array<std::uint64_t, 4> s{};
+    stoker_batch_shape(b_, s.data());
+    return s;
+  }
   // Gives the slot back now instead of at destruction.
   void reset() {
     if (b_ != nullptr) stoker_batch_release(std::exchange(b_, nullptr));
