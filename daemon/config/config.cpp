@@ -330,7 +330,13 @@ Config parse_config(const std::string& yaml_text, const std::string& file_name,
   Config cfg;
   cfg.file = file_name;
   if (const YAML::Node s = doc["server"]) {
-    r.check_map(s, "server", {"workers", "socket", "log_level", "state_dir", "shm_mode"});
+    r.check_map(s, "server", {"workers", "socket", "log_level", "state_dir", "shm_mode", "handshake_timeout_s"});
+    if (s["handshake_timeout_s"]) {
+      cfg.server.handshake_timeout_s = r.number(s["handshake_timeout_s"], "server.handshake_timeout_s");
+      if (!(cfg.server.handshake_timeout_s > 0 && cfg.server.handshake_timeout_s <= 3600)) {
+        r.fail(s["handshake_timeout_s"], "server.handshake_timeout_s", "must be within (0, 3600] seconds");
+      }
+    }
     if (s["workers"]) cfg.server.workers = static_cast<std::uint32_t>(r.integer(s["workers"], "server.workers", 0, 1024));
     if (s["socket"]) cfg.server.socket = r.string(s["socket"], "server.socket");
     if (s["log_level"]) {

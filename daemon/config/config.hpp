@@ -65,6 +65,7 @@ struct ServerConfig {
   std::string socket;          // empty: resolved from --socket / env (proto/names.hpp)
   std::string log_level = "info";
   std::uint32_t shm_mode = 0600;
+  double handshake_timeout_s = 10;  // a connection that says nothing for this long is closed
   std::filesystem::path state_dir;  // quarantine files; default: next to the socket
 };
 

@@ -29,12 +29,14 @@ std::string errno_text() { return std::strerror(errno); }
 }  // namespace
 
 ControlServer::ControlServer(std::string socket_path, std::vector<Job*> jobs,
-                             std::uint64_t daemon_generation, unsigned workers, std::string no_device)
+                             std::uint64_t daemon_generation, unsigned workers, std::string no_device,
+                             double handshake_timeout_s)
     : socket_path_(std::move(socket_path)),
       jobs_(std::move(jobs)),
       daemon_generation_(daemon_generation),
       workers_(workers),
-      no_device_(std::move(no_device)) {
+      no_device_(std::move(no_device)),
+      handshake_timeout_s_(handshake_timeout_s) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (socket_path_.size() >= sizeof(addr.sun_path)) {
@@ -135,6 +137,9 @@ void ControlServer::run() {
     for (int fd : doomed_) evict(fd, nullptr);
     doomed_.clear();
     sample_rates();
+    close_silent_connections();
+    for (int fd : doomed_) evict(fd, "said nothing since connecting");
+    doomed_.clear();
     if (stop) return;
   }
 }
@@ -149,6 +154,7 @@ void ControlServer::accept_clients() {
     Session s;
     s.fd = fd;
     s.pid = static_cast<std::uint32_t>(cred.pid);
+    s.connected_at = std::chrono::steady_clock::now();
     sessions_[fd] = s;
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
@@ -173,6 +179,18 @@ void ControlServer::on_readable(Session& s) {
     if (static_cast<std::size_t>(n) > sizeof buf || !handle_message(s, buf, static_cast<std::size_t>(n))) {
       doomed_.push_back(s.fd);
       return;
+    }
+    s.spoke = true;
+  }
+}
+
+void ControlServer::close_silent_connections() {
+  // A connection that never says anything would hold a descriptor forever: close it.
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& [fd, s] : sessions_) {
+    if (!s.spoke && std::chrono::duration<double>(now - s.connected_at).count() > handshake_timeout_s_) {
+      spdlog::warn("closing a connection from pid {} that sent nothing for {} s", s.pid, handshake_timeout_s_);
+      doomed_.push_back(fd);
     }
   }
 }

@@ -22,7 +22,7 @@ class ControlServer {
   // Binds the socket (mode 0600). Throws std::runtime_error naming the path on failure.
   // `no_device` says why device output cannot be served (empty when it can).
   ControlServer(std::string socket_path, std::vector<Job*> jobs, std::uint64_t daemon_generation,
-                unsigned workers, std::string no_device);
+                unsigned workers, std::string no_device, double handshake_timeout_s = 10);
   ~ControlServer();  // closes every client and unlinks the socket
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;
@@ -40,6 +40,8 @@ class ControlServer {
     std::uint32_t rank = 0;
     bool acquire_pending = false;
     std::uint32_t pid = 0;
+    bool spoke = false;  // sent at least one valid message
+    std::chrono::steady_clock::time_point connected_at;
   };
 
   void accept_clients();
@@ -52,12 +54,14 @@ class ControlServer {
   void evict(int fd, const char* why);
   std::string status_json() const;
   void sample_rates();
+  void close_silent_connections();
 
   std::string socket_path_;
   std::vector<Job*> jobs_;
   std::uint64_t daemon_generation_;
   unsigned workers_;
   std::string no_device_;
+  double handshake_timeout_s_;
   int listen_fd_ = -1;
   int epoll_fd_ = -1;
   int event_fd_ = -1;

@@ -174,7 +174,8 @@ int run_daemon(const DaemonOptions& options) {
       spdlog::warn("a CUDA device is present but {}", no_device);
     }
     {
-      ControlServer server(socket, job_ptrs, generation, workers, no_device);
+      ControlServer server(socket, job_ptrs, generation, workers, no_device,
+                           cfg.server.handshake_timeout_s);
       server_ptr.store(&server);
       {
         WorkerPool pool(workers, queue, job_ptrs);

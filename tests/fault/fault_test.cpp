@@ -354,3 +354,19 @@ TEST_CASE("a file that vanished after the scan is an I/O error, counted and skip
   CHECK_THAT(out, Catch::Contains("\"io\":1"));
   CHECK_THAT(d.log(), Catch::Contains(victim.string()) && Catch::Contains("cannot open"));
 }
+
+TEST_CASE("a connection that never says anything is closed; consumers keep flowing", "[fault]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  Daemon d(write_config(dir.path(), {JobSpec{}}, 1, "  handshake_timeout_s: 0.5\n"), socket);
+  const int silent = raw_connect(socket);
+  stoker::Client c("demo", 0, at(socket));
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(closed_by_peer(silent));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(4));
+  ::close(silent);
+  // A consumer that is quiet between batches is not a silent connection.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  CHECK(c.next(30000).count() == 8);
+  CHECK_THAT(d.log(), Catch::Contains("sent nothing"));
+}

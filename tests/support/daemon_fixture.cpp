@@ -32,9 +32,10 @@ TempDir::~TempDir() {
 std::string bin(const char* name) { return std::string(STOKER_BIN_DIR) + "/" + name; }
 std::string data_dir() { return STOKER_TEST_DATA_DIR; }
 
-fs::path write_config(const fs::path& dir, const std::vector<JobSpec>& jobs, int workers) {
+fs::path write_config(const fs::path& dir, const std::vector<JobSpec>& jobs, int workers,
+                      const std::string& server_extra) {
   std::ostringstream y;
-  y << "server:\n  workers: " << workers << "\n  log_level: info\njobs:\n";
+  y << "server:\n  workers: " << workers << "\n  log_level: info\n" << server_extra << "jobs:\n";
   for (const auto& j : jobs) {
     y << "  " << j.name << ":\n"
       << "    source: {type: imagefolder, root: \"" << (j.root.empty() ? data_dir() + "/demo" : j.root)

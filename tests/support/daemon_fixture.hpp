@@ -38,8 +38,9 @@ struct JobSpec {
 };
 
 // Writes a config file for the given jobs (workers = `workers`) and returns its path.
+// `server_extra`: more `server:` keys, each line indented by two spaces.
 std::filesystem::path write_config(const std::filesystem::path& dir, const std::vector<JobSpec>& jobs,
-                                   int workers);
+                                   int workers, const std::string& server_extra = "");
 
 class Daemon {
  public:

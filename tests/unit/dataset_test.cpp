@@ -135,6 +135,8 @@ TEST_CASE("bad configs are refused with file:line:col and the key path", "[confi
       {"jobs: [1, 2\n", "test.yaml:", "(yaml)"},
       {"", "test.yaml:1:1", "empty"},
       {"server: {workers: -1}\n" + job("    batch_size: 8\n" + kPipeline), "test.yaml:1:19: server.workers", "between 0"},
+      {"server: {handshake_timeout_s: 0}\n" + job("    batch_size: 8\n" + kPipeline),
+       "server.handshake_timeout_s", "within (0, 3600]"},
   };
   for (const auto& c : cases) {
     INFO(c.yaml);
