@@ -310,6 +310,8 @@ bool ControlServer::handle_hello(Session& s, const proto::HelloMsg& m) {
       const int other_fd = fd;
       on_readable(other);
       if (std::find(doomed_.begin(), doomed_.end(), other_fd) != doomed_.end()) {
+        // Evicted now, so its number may be reused by the next accept: forget it here.
+        std::erase(doomed_, other_fd);
         evict(other_fd, "hung up");
         attached = job->attach(m.rank, m.start_epoch, m.start_batch);
       }
