@@ -207,3 +207,29 @@ def test_offline_pip_install_of_the_package_folder(tmp_path, daemon):
     out = subprocess.run([sys.executable, "-c", code, daemon.socket], check=True, capture_output=True,
                          text=True, cwd=tmp_path, env={"PYTHONPATH": str(target), "PATH": os.environ["PATH"]})
     assert out.stdout.strip() == "(8, 3, 32, 32)"
+
+
+def test_a_daemon_of_another_protocol_version_raises_version_error(tmp_path):
+    """A fake daemon answers the hello with protocol 9.0: the client must refuse it by name."""
+    import socket
+    import struct
+
+    path = str(tmp_path / "fake.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    srv.bind(path)
+    srv.listen(1)
+
+    def serve():
+        conn, _ = srv.accept()
+        conn.recv(4096)  # the hello
+        # MessageHeader: magic "STOK", proto 9.0, type 2 (welcome), size 192; body zeros.
+        conn.send(struct.pack("<IHHHHI", 0x4B4F5453, 9, 0, 2, 0, 192) + bytes(176))
+        conn.recv(16)  # until the client hangs up
+        conn.close()
+
+    t = threading.Thread(target=serve)
+    t.start()
+    with pytest.raises(stoker.VersionError, match=r"stokerd speaks protocol 9\.0, this libstoker speaks 1\.0"):
+        stoker.Loader("demo", socket=path)
+    t.join(10)
+    srv.close()
