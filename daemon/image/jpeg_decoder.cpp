@@ -166,9 +166,15 @@ bool JpegDecoder::decode(const JpegWindow& w, std::vector<std::uint8_t>& pixels,
   const int rows = w.y1 - w.y0;
   pixels.resize(static_cast<std::size_t>(rows) * stride);
   if (w.y0 > 0) jpeg_skip_scanlines(c, static_cast<JDIMENSION>(w.y0));
+  // Several rows per call: with 2x vertical chroma subsampling libjpeg makes two rows per
+  // row group and, asked for one, copies the second through a spare buffer.
+  constexpr int kRowsPerCall = 16;
+  JSAMPROW rowp[kRowsPerCall];
   while (c->output_scanline < static_cast<JDIMENSION>(w.y1)) {
-    JSAMPROW row = pixels.data() + static_cast<std::size_t>(c->output_scanline - w.y0) * stride;
-    jpeg_read_scanlines(c, &row, 1);
+    const int first = static_cast<int>(c->output_scanline) - w.y0;
+    const int n = std::min(kRowsPerCall, w.y1 - static_cast<int>(c->output_scanline));
+    for (int i = 0; i < n; ++i) rowp[i] = pixels.data() + static_cast<std::size_t>(first + i) * stride;
+    jpeg_read_scanlines(c, rowp, static_cast<JDIMENSION>(n));
   }
   // The rows below the window are never decoded.
   jpeg_abort_decompress(c);
