@@ -1,308 +1,478 @@
 // YAML -> Config, refusing anything unknown, mistyped, missing or impossible, with the
 // position and key path of the offending node.
+//
+// Invariant: every failure leaves through ConfigError (never a yaml-cpp exception), so that
+// main can print "FILE:LINE:COL: key.path: message" for any bad input whatsoever.
 #include "config/config.hpp"
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include <yaml-cpp/yaml.h>
 
 namespace stoker::config {
 namespace {
 
+namespace fs = std::filesystem;
+
+constexpr std::uint64_t kMaxSide = 16384;      // pixels, per output side
+constexpr std::uint64_t kMaxBatch = 65536;
+constexpr std::uint64_t kMaxSlotBytes = std::uint64_t{4} << 30;
+constexpr std::size_t kMaxSocketPath = 107;    // sizeof(sockaddr_un::sun_path) - 1 on Linux
+
 Mark mark_of(const YAML::Node& n) {
+  if (!n.IsDefined()) return Mark{0, 0};
   const YAML::Mark m = n.Mark();
   if (m.is_null()) return Mark{0, 0};
   return Mark{m.line + 1, m.column + 1};
+}
+
+Mark mark_of(const YAML::Mark& m) {
+  if (m.is_null()) return Mark{0, 0};
+  return Mark{m.line + 1, m.column + 1};
+}
+
+std::string join(const std::string& path, std::string_view key) {
+  return path.empty() ? std::string(key) : path + "." + std::string(key);
+}
+
+std::string index(const std::string& path, std::size_t i) {
+  return path + "[" + std::to_string(i) + "]";
+}
+
+std::string quoted_list(std::initializer_list<std::string_view> words) {
+  std::string list;
+  for (auto w : words) list += (list.empty() ? "" : ", ") + std::string(w);
+  return list;
+}
+
+// Edit distance counting a swap of neighbours as one edit (the commonest typo), for
+// "did you mean" on misspelt keys and values.
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// The closest option, if it is close enough to be what was meant (1 edit for words of up to
+// 3 letters, 2 up to 8, 3 beyond), or "".
+std::string closest(std::string_view word, std::initializer_list<std::string_view> options) {
+  const std::size_t limit = word.size() <= 3 ? 1 : word.size() <= 8 ? 2 : 3;
+  std::string best;
+  std::size_t best_d = limit + 1;
+  for (auto o : options) {
+    const std::size_t d = edit_distance(word, o);
+    if (d < best_d) best_d = d, best = std::string(o);
+  }
+  return best;
+}
+
+// A value in the document, with what is needed to complain about it. `at` is the value's
+// own mark, or its key's when the value is empty (yaml-cpp gives an empty value the mark of
+// whatever token follows, which may be lines away).
+struct Value {
+  YAML::Node node;
+  std::string path;
+  Mark at;
+};
+
+std::string describe(const YAML::Node& n) {
+  if (n.IsScalar()) return "'" + n.Scalar() + "'";
+  if (n.IsSequence()) return "a list";
+  if (n.IsMap()) return "a mapping";
+  return "nothing";
 }
 
 class Reader {
  public:
   explicit Reader(std::string file) : file_(std::move(file)) {}
 
-  [[noreturn]] void fail(const YAML::Node& at, const std::string& path, const std::string& msg) const {
-    throw ConfigError(file_, mark_of(at), path, msg);
+  [[noreturn]] void fail(Mark at, const std::string& path, const std::string& msg) const {
+    throw ConfigError(file_, at, path, msg);
+  }
+  [[noreturn]] void fail(const Value& v, const std::string& msg) const { fail(v.at, v.path, msg); }
+
+  std::uint64_t integer(const Value& v, std::uint64_t lo, std::uint64_t hi) const {
+    // Decimal only: yaml-cpp's own conversion reads "010" as octal 8, which no user means.
+    const std::string s = v.node.IsScalar() ? v.node.Scalar() : std::string();
+    std::string_view digits = s;
+    const bool negative = !digits.empty() && digits.front() == '-';
+    if (!digits.empty() && (digits.front() == '-' || digits.front() == '+')) digits.remove_prefix(1);
+    std::uint64_t x = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), x);
+    const bool all_digits = !digits.empty() && end == digits.data() + digits.size() &&
+                            std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!v.node.IsScalar() || !all_digits) fail(v, "expected an integer, got " + describe(v.node));
+    const std::string range = "must be between " + std::to_string(lo) + " and " + std::to_string(hi);
+    if (ec == std::errc::result_out_of_range) fail(v, range + ", got " + s);
+    if ((negative && x != 0) || x < lo || x > hi) fail(v, range + ", got " + s);
+    return x;
   }
 
-  // Every key of `map` must be in `allowed`; duplicates are refused too.
-  void check_map(const YAML::Node& map, const std::string& path,
-                 std::initializer_list<const char*> allowed) const {
-    if (!map.IsMap()) fail(map, path, "expected a mapping of keys");
-    std::set<std::string> seen;
-    for (const auto& kv : map) {
-      const std::string key = kv.first.as<std::string>();
-      bool ok = false;
-      for (const char* a : allowed) ok = ok || key == a;
-      if (!ok) {
-        std::string list;
-        for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-        fail(kv.first, join(path, key), "unknown key (allowed: " + list + ")");
-      }
-      if (!seen.insert(key).second) fail(kv.first, join(path, key), "duplicate key");
+  double number(const Value& v) const {
+    const std::string s = v.node.IsScalar() ? v.node.Scalar() : std::string();
+    std::string_view t = s;
+    if (!t.empty() && t.front() == '+') t.remove_prefix(1);
+    double x = 0;
+    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), x);
+    if (!v.node.IsScalar() || t.empty() || ec != std::errc() || end != t.data() + t.size() ||
+        !std::isfinite(x)) {
+      fail(v, "expected a number, got " + describe(v.node));
     }
+    return x;
   }
 
-  static std::string join(const std::string& path, const std::string& key) {
-    return path.empty() ? key : path + "." + key;
-  }
-
-  // The node of `key`, which must exist.
-  YAML::Node need(const YAML::Node& map, const std::string& path, const char* key) const {
-    const YAML::Node n = map[key];
-    if (!n) fail(map, join(path, key), "required key is missing");
-    return n;
-  }
-
-  std::string scalar_text(const YAML::Node& n) const {
-    if (n.IsScalar()) return "'" + n.Scalar() + "'";
-    if (n.IsSequence()) return "a list";
-    if (n.IsMap()) return "a mapping";
-    return "nothing";
-  }
-
-  std::int64_t integer(const YAML::Node& n, const std::string& path, std::int64_t lo,
-                       std::int64_t hi) const {
-    std::int64_t v = 0;
-    if (!n.IsScalar() || !YAML::convert<std::int64_t>::decode(n, v)) {
-      fail(n, path, "expected an integer, got " + scalar_text(n));
+  bool boolean(const Value& v) const {
+    bool b = false;
+    if (!v.node.IsScalar() || !YAML::convert<bool>::decode(v.node, b)) {
+      fail(v, "expected true or false, got " + describe(v.node));
     }
-    if (v < lo || v > hi) {
-      fail(n, path, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) +
-                        ", got " + std::to_string(v));
-    }
-    return v;
+    return b;
   }
 
-  double number(const YAML::Node& n, const std::string& path) const {
-    double v = 0;
-    if (!n.IsScalar() || !YAML::convert<double>::decode(n, v) || !std::isfinite(v)) {
-      fail(n, path, "expected a number, got " + scalar_text(n));
-    }
-    return v;
+  std::string string(const Value& v) const {
+    if (!v.node.IsScalar()) fail(v, "expected a string, got " + describe(v.node));
+    return v.node.Scalar();
   }
 
-  bool boolean(const YAML::Node& n, const std::string& path) const {
-    bool v = false;
-    if (!n.IsScalar() || !YAML::convert<bool>::decode(n, v)) {
-      fail(n, path, "expected true or false, got " + scalar_text(n));
-    }
-    return v;
-  }
-
-  std::string string(const YAML::Node& n, const std::string& path) const {
-    if (!n.IsScalar()) fail(n, path, "expected a string, got " + scalar_text(n));
-    return n.Scalar();
-  }
-
-  std::string choice(const YAML::Node& n, const std::string& path,
-                     std::initializer_list<const char*> options) const {
-    const std::string s = string(n, path);
-    std::string list;
-    for (const char* o : options) {
+  std::string choice(const Value& v, std::initializer_list<std::string_view> options) const {
+    const std::string s = string(v);
+    for (auto o : options) {
       if (s == o) return s;
-      list += (list.empty() ? "" : ", ") + std::string(o);
     }
-    fail(n, path, "must be one of " + list + ", got '" + s + "'");
+    const std::string near = closest(s, options);
+    fail(v, "must be one of " + quoted_list(options) + ", got '" + s + "'" +
+                (near.empty() ? "" : " (did you mean '" + near + "'?)"));
   }
 
-  std::vector<double> numbers(const YAML::Node& n, const std::string& path, std::size_t count) const {
-    if (!n.IsSequence() || n.size() != count) {
-      fail(n, path, "expected a list of " + std::to_string(count) + " numbers");
-    }
-    std::vector<double> v;
-    for (std::size_t i = 0; i < count; ++i) v.push_back(number(n[i], path + "[" + std::to_string(i) + "]"));
-    return v;
+  Value element(const Value& seq, std::size_t i) const {
+    const YAML::Node n = seq.node[i];
+    const Mark m = mark_of(n);
+    return Value{n, index(seq.path, i), n.IsNull() || m.line == 0 ? seq.at : m};
   }
 
-  // `size: 224` or `size: [h, w]`.
-  std::pair<std::uint32_t, std::uint32_t> size(const YAML::Node& n, const std::string& path) const {
-    if (n.IsSequence()) {
-      if (n.size() != 2) fail(n, path, "expected an integer or a list [height, width]");
-      return {static_cast<std::uint32_t>(integer(n[0], path + "[0]", 1, 16384)),
-              static_cast<std::uint32_t>(integer(n[1], path + "[1]", 1, 16384))};
+  std::vector<double> numbers(const Value& v, std::size_t count) const {
+    if (!v.node.IsSequence() || v.node.size() != count) {
+      fail(v, "expected a list of " + std::to_string(count) + " numbers, got " + describe(v.node) +
+                  (v.node.IsSequence() ? " of " + std::to_string(v.node.size()) : ""));
     }
-    const auto s = static_cast<std::uint32_t>(integer(n, path, 1, 16384));
+    std::vector<double> out;
+    for (std::size_t i = 0; i < count; ++i) out.push_back(number(element(v, i)));
+    return out;
+  }
+
+  // `size: 224` (square) or `size: [height, width]`.
+  std::pair<std::uint32_t, std::uint32_t> size(const Value& v) const {
+    if (v.node.IsSequence()) {
+      if (v.node.size() != 2) fail(v, "expected an integer or a list [height, width]");
+      return {static_cast<std::uint32_t>(integer(element(v, 0), 1, kMaxSide)),
+              static_cast<std::uint32_t>(integer(element(v, 1), 1, kMaxSide))};
+    }
+    const auto s = static_cast<std::uint32_t>(integer(v, 1, kMaxSide));
     return {s, s};
   }
-
-  const std::string& file() const { return file_; }
 
  private:
   std::string file_;
 };
 
-void parse_pipeline(const Reader& r, const YAML::Node& seq, const std::string& path,
-                    image::PipelineSpec& spec) {
-  if (!seq.IsSequence() || seq.size() == 0) r.fail(seq, path, "expected a non-empty list of steps");
-  bool geometry = false, resized = false, flip = false, normalize = false;
-  for (std::size_t i = 0; i < seq.size(); ++i) {
-    const YAML::Node step = seq[i];
-    const std::string at = path + "[" + std::to_string(i) + "]";
-    if (!step.IsMap() || step.size() != 1) {
-      r.fail(step, at, "each step is a mapping with one key, e.g. '- decode: {}'");
-    }
-    const std::string name = step.begin()->first.as<std::string>();
-    const YAML::Node args = step.begin()->second;
-    const std::string p = at + "." + name;
-    const YAML::Node body = args.IsNull() ? YAML::Node(YAML::NodeType::Map) : args;
-    if ((i == 0) != (name == "decode")) {
-      r.fail(step.begin()->first, p, i == 0 ? "the first step must be 'decode'"
-                                            : "'decode' must be the first step and appear once");
-    }
-    if (name == "decode") {
-      r.check_map(body, p, {"exif_orientation", "strict", "max_pixels"});
-      if (body["exif_orientation"]) spec.apply_exif_orientation = r.boolean(body["exif_orientation"], p + ".exif_orientation");
-      if (body["strict"]) spec.strict = r.boolean(body["strict"], p + ".strict");
-      if (body["max_pixels"]) {
-        spec.max_pixels = static_cast<std::uint64_t>(r.integer(body["max_pixels"], p + ".max_pixels", 1, 1ll << 40));
+// A mapping whose keys have been checked against those allowed (unknown and repeated keys
+// refused); gives each value with its path and a mark that is never lines away.
+class Fields {
+ public:
+  Fields(const Reader& r, const Value& map, std::initializer_list<std::string_view> allowed)
+      : r_(r), path_(map.path), at_(map.at) {
+    if (!map.node.IsMap()) r.fail(map, "expected a mapping of keys, got " + describe(map.node));
+    for (const auto& kv : map.node) {
+      const Mark key_at = mark_of(kv.first);
+      if (!kv.first.IsScalar()) r.fail(key_at, path_, "keys must be plain words, got " + describe(kv.first));
+      const std::string key = kv.first.Scalar();
+      if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+        const std::string near = closest(key, allowed);
+        r.fail(key_at, join(path_, key),
+               near.empty() ? "unknown key (allowed: " + quoted_list(allowed) + ")"
+                            : "unknown key; did you mean '" + near + "'?");
       }
+      const Mark m = mark_of(kv.second);
+      Value v{kv.second, join(path_, key), kv.second.IsNull() || m.line == 0 ? key_at : m};
+      if (!values_.emplace(key, std::move(v)).second) r.fail(key_at, join(path_, key), "duplicate key");
+    }
+  }
+
+  const Value* get(std::string_view key) const {
+    const auto it = values_.find(std::string(key));
+    return it == values_.end() ? nullptr : &it->second;
+  }
+
+  const Value& need(std::string_view key) const {
+    if (const Value* v = get(key)) return *v;
+    r_.fail(at_, join(path_, key), "required key is missing");
+  }
+
+ private:
+  const Reader& r_;
+  std::string path_;
+  Mark at_;
+  std::map<std::string, Value, std::less<>> values_;
+};
+
+void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec) {
+  if (!seq.node.IsSequence() || seq.node.size() == 0) {
+    r.fail(seq, "expected a non-empty list of steps, e.g. '- decode: {}'");
+  }
+  // Steps run in one fixed order in the engine (decode, geometry, then flip and normalize,
+  // which commute), so the file must be written in that order: what it says is what runs.
+  enum Stage { kDecoded, kGeometry, kAfterGeometry } stage = kDecoded;
+  bool geometry = false, flip = false, normalize = false, shorter_side = false;
+  for (std::size_t i = 0; i < seq.node.size(); ++i) {
+    const Value step = r.element(seq, i);
+    std::string name;
+    Value body;
+    // `- horizontal_flip` alone means the step with its defaults.
+    if (step.node.IsScalar()) {
+      name = step.node.Scalar();
+      body = Value{YAML::Node(YAML::NodeType::Map), step.path + "." + name, step.at};
+    } else if (step.node.IsMap() && step.node.size() == 1 && step.node.begin()->first.IsScalar()) {
+      name = step.node.begin()->first.Scalar();
+      const YAML::Node args = step.node.begin()->second;
+      const Mark m = mark_of(args);
+      body = Value{args.IsNull() ? YAML::Node(YAML::NodeType::Map) : args, step.path + "." + name,
+                   args.IsNull() || m.line == 0 ? step.at : m};
+    } else {
+      r.fail(step, "each step is a mapping with one key, e.g. '- decode: {}'");
+    }
+    const Value at_name{step.node, body.path, step.at};
+
+    if ((i == 0) != (name == "decode")) {
+      r.fail(at_name, i == 0 ? "the first step must be 'decode'" : "'decode' must be the first step and appear once");
+    }
+    const bool is_geometry = name == "random_resized_crop" || name == "resize" || name == "center_crop";
+    if (is_geometry && stage == kAfterGeometry) {
+      r.fail(at_name, "geometry steps come right after decode (the engine crops and resizes before "
+                      "it flips or normalizes)");
+    }
+
+    if (name == "decode") {
+      const Fields f(r, body, {"exif_orientation", "strict", "max_pixels"});
+      if (auto* v = f.get("exif_orientation")) spec.apply_exif_orientation = r.boolean(*v);
+      if (auto* v = f.get("strict")) spec.strict = r.boolean(*v);
+      if (auto* v = f.get("max_pixels")) spec.max_pixels = r.integer(*v, 1, std::uint64_t{1} << 40);
     } else if (name == "random_resized_crop") {
-      if (geometry) r.fail(step.begin()->first, p, "only one of random_resized_crop / resize may be used");
+      if (geometry) r.fail(at_name, "only one of random_resized_crop / resize may be used");
       geometry = true;
-      r.check_map(body, p, {"size", "scale", "ratio"});
-      std::tie(spec.out_height, spec.out_width) = r.size(r.need(body, p, "size"), p + ".size");
+      stage = kGeometry;
+      const Fields f(r, body, {"size", "scale", "ratio"});
+      std::tie(spec.out_height, spec.out_width) = r.size(f.need("size"));
       spec.geometry = image::Geometry::kRandomResizedCrop;
-      if (body["scale"]) {
-        const auto s = r.numbers(body["scale"], p + ".scale", 2);
-        if (!(s[0] > 0 && s[0] <= 1 && s[1] > 0 && s[1] <= 1 && s[0] <= s[1])) {
-          r.fail(body["scale"], p + ".scale", "must be [min, max] with 0 < min <= max <= 1");
-        }
+      if (auto* v = f.get("scale")) {
+        const auto s = r.numbers(*v, 2);
+        if (!(s[0] > 0 && s[1] <= 1 && s[0] <= s[1])) r.fail(*v, "must be [min, max] with 0 < min <= max <= 1");
         spec.scale = {s[0], s[1]};
       }
-      if (body["ratio"]) {
-        const auto q = r.numbers(body["ratio"], p + ".ratio", 2);
-        if (!(q[0] > 0 && q[0] <= q[1])) {
-          r.fail(body["ratio"], p + ".ratio", "must be [min, max] with 0 < min <= max");
-        }
+      if (auto* v = f.get("ratio")) {
+        const auto q = r.numbers(*v, 2);
+        if (!(q[0] > 0 && q[0] <= q[1])) r.fail(*v, "must be [min, max] with 0 < min <= max");
         spec.ratio = {q[0], q[1]};
       }
     } else if (name == "resize") {
-      if (geometry) r.fail(step.begin()->first, p, "only one of random_resized_crop / resize may be used");
-      geometry = resized = true;
-      r.check_map(body, p, {"size"});
-      const YAML::Node size = r.need(body, p, "size");
-      if (size.IsSequence()) {
-        std::tie(spec.out_height, spec.out_width) = r.size(size, p + ".size");
+      if (geometry) r.fail(at_name, "only one of random_resized_crop / resize may be used");
+      geometry = true;
+      stage = kGeometry;
+      const Fields f(r, body, {"size"});
+      const Value& size = f.need("size");
+      if (size.node.IsSequence()) {
+        std::tie(spec.out_height, spec.out_width) = r.size(size);
         spec.geometry = image::Geometry::kResize;
       } else {
-        spec.resize_shorter = static_cast<std::uint32_t>(r.integer(size, p + ".size", 1, 16384));
+        spec.resize_shorter = static_cast<std::uint32_t>(r.integer(size, 1, kMaxSide));
         spec.geometry = image::Geometry::kResizeCenterCrop;
-        spec.out_height = spec.out_width = 0;  // set by center_crop, required below
+        shorter_side = true;  // the output shape comes from the center_crop that must follow
       }
     } else if (name == "center_crop") {
-      if (!resized || spec.geometry != image::Geometry::kResizeCenterCrop || spec.out_height != 0) {
-        r.fail(step.begin()->first, p, "center_crop must follow 'resize: {size: N}' (shorter side), once");
+      if (!shorter_side) {
+        r.fail(at_name, "center_crop must directly follow 'resize: {size: N}' (shorter side), once");
       }
-      r.check_map(body, p, {"size"});
-      std::tie(spec.out_height, spec.out_width) = r.size(r.need(body, p, "size"), p + ".size");
+      shorter_side = false;
+      const Fields f(r, body, {"size"});
+      const Value& size = f.need("size");
+      std::tie(spec.out_height, spec.out_width) = r.size(size);
       if (spec.out_height > spec.resize_shorter || spec.out_width > spec.resize_shorter) {
-        r.fail(body["size"], p + ".size", "crop larger than the resized shorter side (" +
-                                              std::to_string(spec.resize_shorter) + ")");
+        r.fail(size, "crop larger than the resized shorter side (" + std::to_string(spec.resize_shorter) + ")");
       }
     } else if (name == "horizontal_flip") {
-      if (flip) r.fail(step.begin()->first, p, "horizontal_flip appears twice");
+      if (flip) r.fail(at_name, "horizontal_flip appears twice");
       flip = true;
-      r.check_map(body, p, {"p"});
+      const Fields f(r, body, {"p"});
       spec.flip_probability = 0.5;
-      if (body["p"]) {
-        spec.flip_probability = r.number(body["p"], p + ".p");
-        if (spec.flip_probability < 0 || spec.flip_probability > 1) r.fail(body["p"], p + ".p", "must be within [0, 1]");
+      if (auto* v = f.get("p")) {
+        spec.flip_probability = r.number(*v);
+        if (spec.flip_probability < 0 || spec.flip_probability > 1) r.fail(*v, "must be within [0, 1]");
       }
     } else if (name == "normalize") {
-      if (normalize) r.fail(step.begin()->first, p, "normalize appears twice");
+      if (normalize) r.fail(at_name, "normalize appears twice");
       normalize = true;
-      r.check_map(body, p, {"mean", "std"});
-      const auto m = r.numbers(r.need(body, p, "mean"), p + ".mean", 3);
-      const auto s = r.numbers(r.need(body, p, "std"), p + ".std", 3);
-      for (int c = 0; c < 3; ++c) {
-        if (!(s[c] > 0)) r.fail(body["std"], p + ".std", "every std must be > 0");
+      const Fields f(r, body, {"mean", "std"});
+      const auto m = r.numbers(f.need("mean"), 3);
+      const Value& std_value = f.need("std");
+      const auto s = r.numbers(std_value, 3);
+      for (std::size_t c = 0; c < 3; ++c) {
+        if (!(s[c] > 0)) r.fail(r.element(std_value, c), "every std must be > 0");
         spec.mean[c] = static_cast<float>(m[c]);
         spec.stddev[c] = static_cast<float>(s[c]);
       }
       spec.normalize = true;
     } else {
-      r.fail(step.begin()->first, p,
-             "unknown step (known: decode, random_resized_crop, resize, center_crop, "
-             "horizontal_flip, normalize)");
+      const std::string near = closest(name, {"decode", "random_resized_crop", "resize", "center_crop",
+                                              "horizontal_flip", "normalize"});
+      r.fail(at_name, near.empty() ? "unknown step (known: decode, random_resized_crop, resize, "
+                                     "center_crop, horizontal_flip, normalize)"
+                                   : "unknown step; did you mean '" + near + "'?");
+    }
+    if (name == "horizontal_flip" || name == "normalize") {
+      if (stage == kDecoded) {
+        r.fail(at_name, "comes before the geometry step; write random_resized_crop or resize right "
+                        "after decode (the engine crops and resizes first)");
+      }
+      stage = kAfterGeometry;
     }
   }
   if (!geometry) {
-    r.fail(seq, path, "needs random_resized_crop or resize so that every sample has one shape");
+    r.fail(seq, "needs random_resized_crop or resize so that every sample has one shape");
   }
-  if (spec.geometry == image::Geometry::kResizeCenterCrop && spec.out_height == 0) {
-    r.fail(seq, path, "'resize: {size: N}' resizes the shorter side; add '- center_crop: {size: M}' "
-                      "or give resize an exact [height, width]");
+  if (shorter_side) {
+    r.fail(seq, "'resize: {size: N}' resizes the shorter side; add '- center_crop: {size: M}' "
+                "or give resize an exact [height, width]");
   }
 }
 
-JobConfig parse_job(const Reader& r, const std::string& name, const YAML::Node& key,
-                    const YAML::Node& j, const std::filesystem::path& base_dir) {
-  const std::string path = "jobs." + name;
+// Relative paths are relative to the config file's folder; "a/./" comes out as "a" so that
+// messages and comparisons see one spelling.
+fs::path resolve(const fs::path& p, const fs::path& base_dir) {
+  fs::path r = (p.is_relative() ? base_dir / p : p).lexically_normal();
+  if (!r.has_filename() && r.has_relative_path()) r = r.parent_path();
+  return r;
+}
+
+JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, const Value& j,
+                    const fs::path& base_dir) {
   static const std::regex kName("[A-Za-z0-9_.-]{1,48}");
   if (!std::regex_match(name, kName)) {
-    r.fail(key, path, "job names are 1..48 characters of A-Z a-z 0-9 _ . -");
+    r.fail(name_at, j.path, "job names are 1..48 characters of A-Z a-z 0-9 _ . -");
   }
-  r.check_map(j, path, {"source", "batch_size", "shuffle", "seed", "drop_last", "consumers",
-                        "prefetch", "on_error", "quarantine", "device", "pipeline", "output"});
+  const Fields f(r, j, {"source", "batch_size", "shuffle", "seed", "drop_last", "consumers", "prefetch",
+                        "on_error", "quarantine", "device", "pipeline", "output"});
   JobConfig job;
   job.name = name;
-  job.mark = mark_of(key);
+  job.mark = name_at;
 
-  const YAML::Node src = r.need(j, path, "source");
-  r.check_map(src, path + ".source", {"type", "root"});
-  job.source.type = src["type"] ? r.choice(src["type"], path + ".source.type", {"imagefolder"}) : "imagefolder";
-  const YAML::Node root = r.need(src, path + ".source", "root");
-  std::filesystem::path rp = r.string(root, path + ".source.root");
-  if (rp.empty()) r.fail(root, path + ".source.root", "must not be empty");
-  if (rp.is_relative()) rp = base_dir / rp;
-  job.source.root = rp.lexically_normal();
-  job.source.root_mark = mark_of(root);
+  const Fields src(r, f.need("source"), {"type", "root"});
+  if (auto* v = src.get("type")) job.source.type = r.choice(*v, {"imagefolder"});
+  const Value& root = src.need("root");
+  const fs::path given = r.string(root);
+  if (given.empty()) r.fail(root, "must not be empty");
+  job.source.root = resolve(given, base_dir);
+  job.source.root_mark = root.at;
   std::error_code ec;
-  if (!std::filesystem::is_directory(job.source.root, ec)) {
-    r.fail(root, path + ".source.root", job.source.root.string() + " is not an existing directory");
+  if (!fs::is_directory(job.source.root, ec)) {
+    r.fail(root, job.source.root.string() + " is not an existing directory" +
+                     (ec && ec != std::errc::no_such_file_or_directory ? " (" + ec.message() + ")" : ""));
   }
 
-  job.batch_size = static_cast<std::uint32_t>(r.integer(r.need(j, path, "batch_size"), path + ".batch_size", 1, 65536));
-  if (j["shuffle"]) job.shuffle = r.boolean(j["shuffle"], path + ".shuffle");
-  if (j["seed"]) job.seed = static_cast<std::uint64_t>(r.integer(j["seed"], path + ".seed", 0, INT64_MAX));
-  if (j["drop_last"]) job.drop_last = r.boolean(j["drop_last"], path + ".drop_last");
-  if (j["consumers"]) job.consumers = static_cast<std::uint32_t>(r.integer(j["consumers"], path + ".consumers", 1, 1024));
-  if (j["prefetch"]) job.prefetch = static_cast<std::uint32_t>(r.integer(j["prefetch"], path + ".prefetch", 1, 64));
-  if (j["on_error"]) {
-    const std::string e = r.choice(j["on_error"], path + ".on_error", {"skip", "substitute", "fail"});
+  job.batch_size = static_cast<std::uint32_t>(r.integer(f.need("batch_size"), 1, kMaxBatch));
+  if (auto* v = f.get("shuffle")) job.shuffle = r.boolean(*v);
+  if (auto* v = f.get("seed")) job.seed = r.integer(*v, 0, UINT64_MAX);
+  if (auto* v = f.get("drop_last")) job.drop_last = r.boolean(*v);
+  if (auto* v = f.get("consumers")) job.consumers = static_cast<std::uint32_t>(r.integer(*v, 1, 1024));
+  if (auto* v = f.get("prefetch")) job.prefetch = static_cast<std::uint32_t>(r.integer(*v, 1, 64));
+  if (auto* v = f.get("on_error")) {
+    const std::string e = r.choice(*v, {"skip", "substitute", "fail"});
     job.on_error = e == "skip" ? OnError::kSkip : e == "substitute" ? OnError::kSubstitute : OnError::kFail;
   }
-  if (j["quarantine"]) {
-    std::filesystem::path q = r.string(j["quarantine"], path + ".quarantine");
-    job.quarantine = q.is_relative() ? base_dir / q : q;
+  if (auto* v = f.get("quarantine")) {
+    const fs::path q = r.string(*v);
+    if (q.empty()) r.fail(*v, "must not be empty (leave the key out for the default)");
+    job.quarantine = resolve(q, base_dir);
   }
-  if (j["device"]) job.device_output = r.boolean(j["device"], path + ".device");
+  if (auto* v = f.get("device")) job.device_output = r.boolean(*v);
 
-  parse_pipeline(r, r.need(j, path, "pipeline"), path + ".pipeline", job.pipeline);
+  parse_pipeline(r, f.need("pipeline"), job.pipeline);
 
-  const YAML::Node out = r.need(j, path, "output");
-  r.check_map(out, path + ".output", {"dtype", "layout"});
-  if (out["dtype"]) {
-    const std::string d = r.choice(out["dtype"], path + ".output.dtype", {"uint8", "float16", "float32"});
-    job.pipeline.dtype = d == "uint8" ? proto::DType::kUInt8 : d == "float16" ? proto::DType::kFloat16 : proto::DType::kFloat32;
-  }
-  if (out["layout"]) {
-    const std::string l = r.choice(out["layout"], path + ".output.layout", {"NCHW", "NHWC"});
-    job.pipeline.layout = l == "NCHW" ? proto::Layout::kNCHW : proto::Layout::kNHWC;
+  // `output` may be left out: uint8 NCHW, the cheapest thing to produce and to move.
+  Mark dtype_at = j.at;  // where a dtype complaint points: the dtype, else output, else the job
+  if (auto* out = f.get("output")) {
+    const Fields o(r, *out, {"dtype", "layout"});
+    dtype_at = out->at;
+    if (auto* v = o.get("dtype")) {
+      dtype_at = v->at;
+      const std::string d = r.choice(*v, {"uint8", "float16", "float32"});
+      job.pipeline.dtype = d == "uint8"     ? proto::DType::kUInt8
+                           : d == "float16" ? proto::DType::kFloat16
+                                            : proto::DType::kFloat32;
+    }
+    if (auto* v = o.get("layout")) {
+      job.pipeline.layout = r.choice(*v, {"NCHW", "NHWC"}) == "NCHW" ? proto::Layout::kNCHW : proto::Layout::kNHWC;
+    }
   }
   if (job.pipeline.normalize && job.pipeline.dtype == proto::DType::kUInt8) {
-    r.fail(out, path + ".output.dtype", "normalize needs float16 or float32 output (uint8 cannot hold normalized values)");
+    r.fail(dtype_at, join(j.path, "output.dtype"),
+           "normalize needs float16 or float32 output (uint8 cannot hold normalized values); "
+           "keep uint8 and normalize on the GPU, or set output.dtype");
   }
   const std::uint64_t slot_bytes = job.pipeline.sample_bytes() * job.batch_size;
-  if (slot_bytes > (std::uint64_t{4} << 30)) {
-    r.fail(key, path, "one batch would take " + std::to_string(slot_bytes >> 20) + " MiB; reduce batch_size or size");
+  if (slot_bytes > kMaxSlotBytes) {
+    r.fail(name_at, j.path, "one batch would take " + std::to_string(slot_bytes >> 20) +
+                                " MiB (limit 4096); reduce batch_size or the output size");
   }
   return job;
+}
+
+void parse_server(const Reader& r, const Value& s, const fs::path& base_dir, ServerConfig& out) {
+  const Fields f(r, s, {"workers", "socket", "log_level", "state_dir", "shm_mode", "handshake_timeout_s"});
+  if (auto* v = f.get("workers")) out.workers = static_cast<std::uint32_t>(r.integer(*v, 0, 1024));
+  if (auto* v = f.get("socket")) {
+    out.socket = r.string(*v);
+    if (out.socket.empty()) r.fail(*v, "must not be empty (leave the key out for the default)");
+    if (out.socket.size() > kMaxSocketPath) {
+      r.fail(*v, "a Unix socket path holds at most " + std::to_string(kMaxSocketPath) + " bytes, this one has " +
+                     std::to_string(out.socket.size()));
+    }
+  }
+  if (auto* v = f.get("log_level")) out.log_level = r.choice(*v, {"trace", "debug", "info", "warn", "error"});
+  if (auto* v = f.get("state_dir")) {
+    const fs::path d = r.string(*v);
+    if (d.empty()) r.fail(*v, "must not be empty (leave the key out for the default)");
+    out.state_dir = resolve(d, base_dir);
+  }
+  if (auto* v = f.get("shm_mode")) {
+    // Written 0600 or "0600"; the scalar's text is read as octal either way.
+    const std::string m = r.string(*v);
+    static const std::regex kMode("0?[0-7]{3}");
+    if (!std::regex_match(m, kMode)) r.fail(*v, "expected an octal mode like 0600, got '" + m + "'");
+    out.shm_mode = static_cast<std::uint32_t>(std::stoul(m, nullptr, 8));
+    if ((out.shm_mode & 0600) != 0600) r.fail(*v, "the owner needs read and write (0600)");
+  }
+  if (auto* v = f.get("handshake_timeout_s")) {
+    out.handshake_timeout_s = r.number(*v);
+    if (!(out.handshake_timeout_s > 0 && out.handshake_timeout_s <= 3600)) {
+      r.fail(*v, "must be within (0, 3600] seconds");
+    }
+  }
 }
 
 }  // namespace
@@ -316,64 +486,65 @@ ConfigError::ConfigError(const std::string& file, Mark mark, const std::string& 
       key_path_(key_path) {}
 
 Config parse_config(const std::string& yaml_text, const std::string& file_name,
-                    const std::filesystem::path& base_dir) {
+                    const fs::path& base_dir) {
   const Reader r(file_name);
-  YAML::Node doc;
+  std::vector<YAML::Node> docs;
   try {
-    doc = YAML::Load(yaml_text);
-  } catch (const YAML::ParserException& e) {
-    throw ConfigError(file_name, Mark{e.mark.line + 1, e.mark.column + 1}, "(yaml)", e.msg);
+    docs = YAML::LoadAll(yaml_text);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(file_name, mark_of(e.mark), "(yaml)", e.msg);
   }
-  if (!doc || doc.IsNull()) throw ConfigError(file_name, Mark{1, 1}, "(top)", "the config is empty");
-  r.check_map(doc, "", {"server", "jobs"});
+  if (docs.empty() || docs[0].IsNull()) throw ConfigError(file_name, Mark{1, 1}, "(top)", "the config is empty");
+  if (docs.size() > 1) {
+    throw ConfigError(file_name, mark_of(docs[1]), "(top)", "one YAML document expected, found " +
+                                                                 std::to_string(docs.size()));
+  }
+  try {
+    const Value top{docs[0], "", mark_of(docs[0])};
+    if (!top.node.IsMap()) r.fail(top.at, "(top)", "expected a mapping with 'jobs' (and optionally 'server')");
+    const Fields f(r, top, {"server", "jobs"});
 
-  Config cfg;
-  cfg.file = file_name;
-  if (const YAML::Node s = doc["server"]) {
-    r.check_map(s, "server", {"workers", "socket", "log_level", "state_dir", "shm_mode", "handshake_timeout_s"});
-    if (s["handshake_timeout_s"]) {
-      cfg.server.handshake_timeout_s = r.number(s["handshake_timeout_s"], "server.handshake_timeout_s");
-      if (!(cfg.server.handshake_timeout_s > 0 && cfg.server.handshake_timeout_s <= 3600)) {
-        r.fail(s["handshake_timeout_s"], "server.handshake_timeout_s", "must be within (0, 3600] seconds");
-      }
+    Config cfg;
+    cfg.file = file_name;
+    if (auto* s = f.get("server")) parse_server(r, *s, base_dir, cfg.server);
+
+    const Value& jobs = f.need("jobs");
+    if (!jobs.node.IsMap() || jobs.node.size() == 0) r.fail(jobs, "expected a mapping of job names to jobs");
+    std::set<std::string> names;
+    for (const auto& kv : jobs.node) {
+      const Mark name_at = mark_of(kv.first);
+      if (!kv.first.IsScalar()) r.fail(name_at, "jobs", "job names must be plain words, got " + describe(kv.first));
+      const std::string name = kv.first.Scalar();
+      // yaml-cpp keeps both entries of a repeated key, so a copy-pasted job is caught here.
+      if (!names.insert(name).second) r.fail(name_at, "jobs." + name, "duplicate job name");
+      const Mark m = mark_of(kv.second);
+      const Value body{kv.second, "jobs." + name, kv.second.IsNull() || m.line == 0 ? name_at : m};
+      cfg.jobs.push_back(parse_job(r, name, name_at, body, base_dir));
     }
-    if (s["workers"]) cfg.server.workers = static_cast<std::uint32_t>(r.integer(s["workers"], "server.workers", 0, 1024));
-    if (s["socket"]) cfg.server.socket = r.string(s["socket"], "server.socket");
-    if (s["log_level"]) {
-      cfg.server.log_level = r.choice(s["log_level"], "server.log_level", {"trace", "debug", "info", "warn", "error"});
-    }
-    if (s["state_dir"]) {
-      std::filesystem::path d = r.string(s["state_dir"], "server.state_dir");
-      cfg.server.state_dir = d.is_relative() ? base_dir / d : d;
-    }
-    if (s["shm_mode"]) {
-      const std::string m = r.string(s["shm_mode"], "server.shm_mode");
-      static const std::regex kMode("0?[0-7]{3}");
-      if (!std::regex_match(m, kMode)) r.fail(s["shm_mode"], "server.shm_mode", "expected an octal mode like 0600");
-      cfg.server.shm_mode = static_cast<std::uint32_t>(std::stoul(m, nullptr, 8));
-      if ((cfg.server.shm_mode & 0600) != 0600) r.fail(s["shm_mode"], "server.shm_mode", "the owner needs read and write (0600)");
-    }
+    return cfg;
+  } catch (const YAML::Exception& e) {
+    // Not expected (every access above is checked first); kept so that no yaml-cpp exception
+    // can escape as something other than a ConfigError.
+    throw ConfigError(file_name, mark_of(e.mark), "(yaml)", e.msg);
   }
-  const YAML::Node jobs = r.need(doc, "", "jobs");
-  if (!jobs.IsMap() || jobs.size() == 0) r.fail(jobs, "jobs", "expected a mapping of job names to jobs");
-  std::set<std::string> names;
-  for (const auto& kv : jobs) {
-    const std::string name = kv.first.as<std::string>();
-    if (!names.insert(name).second) r.fail(kv.first, "jobs." + name, "duplicate job name");
-    cfg.jobs.push_back(parse_job(r, name, kv.first, kv.second, base_dir));
-  }
-  return cfg;
 }
 
-Config load_config(const std::filesystem::path& file) {
-  std::ifstream in(file);
+Config load_config(const fs::path& file) {
+  std::error_code ec;
+  if (fs::is_directory(file, ec)) {
+    throw ConfigError(file.string(), Mark{0, 0}, "(file)", "cannot read the config: it is a directory");
+  }
+  std::ifstream in(file, std::ios::binary);
   if (!in) {
     throw ConfigError(file.string(), Mark{0, 0}, "(file)",
                       std::string("cannot read the config: ") + std::strerror(errno));
   }
   std::stringstream ss;
   ss << in.rdbuf();
-  const std::filesystem::path base = std::filesystem::absolute(file).parent_path();
+  if (in.bad()) {
+    throw ConfigError(file.string(), Mark{0, 0}, "(file)", "cannot read the config: read error");
+  }
+  const fs::path base = fs::absolute(file).parent_path();
   return parse_config(ss.str(), file.string(), base);
 }
 

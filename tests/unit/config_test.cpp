@@ -1,0 +1,542 @@
+// Unit tier: the YAML config. Good configs fill every field; each kind of bad config is
+// refused with the exact "FILE:LINE:COL: key.path: " prefix that points at the culprit.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "config/config.hpp"
+
+namespace fs = std::filesystem;
+using Catch::Contains;
+using Catch::StartsWith;
+using stoker::config::Config;
+using stoker::config::ConfigError;
+using stoker::config::parse_config;
+
+namespace {
+
+// Jobs below use `root: .`, resolved against this folder (it exists in every checkout).
+const fs::path kBase = fs::path(STOKER_TEST_DATA_DIR) / "configs";
+
+Config parse(const std::string& yaml) { return parse_config(yaml, "test.yaml", kBase); }
+
+// The what() of the ConfigError a text raises, or "(accepted)".
+std::string refusal(const std::string& yaml) {
+  try {
+    parse(yaml);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  REQUIRE(in);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void replace_all(std::string& text, const std::string& from, const std::string& to) {
+  for (auto pos = text.find(from); pos != std::string::npos; pos = text.find(from, pos + to.size())) {
+    text.replace(pos, from.size(), to);
+  }
+}
+
+// A job with everything required; tests splice one bad line into it.
+std::string train_job(const std::string& extra_job_lines = "",
+                      const std::string& steps = "      - random_resized_crop: {size: 224}\n",
+                      const std::string& output = "    output: {dtype: uint8, layout: NCHW}\n") {
+  return "jobs:\n"
+         "  train:\n"
+         "    source: {root: .}\n"
+         "    batch_size: 8\n" +
+         extra_job_lines +
+         "    pipeline:\n"
+         "      - decode: {}\n" +
+         steps + output;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Good configs
+
+TEST_CASE("config: the shipped configs parse", "[config]") {
+  const fs::path dir = fs::path(STOKER_SOURCE_DIR) / "configs";
+  // The ImageNet roots do not exist here: aim them at a folder that does, keeping every
+  // other line (and so every position) as shipped.
+  const std::string stand_in = kBase.string();
+  for (const char* name : {"imagenet-train.yaml", "imagenet-val.yaml", "demo.yaml"}) {
+    INFO(name);
+    std::string text = read_file(dir / name);
+    replace_all(text, "/data/imagenet/train", stand_in);
+    replace_all(text, "/data/imagenet/val", stand_in);
+    if (std::string(name) == "demo.yaml" && !fs::is_directory(fs::path(STOKER_TEST_DATA_DIR) / "demo")) {
+      replace_all(text, "../tests/data/demo", stand_in);
+    }
+    const Config cfg = parse_config(text, (dir / name).string(), dir);
+    REQUIRE(cfg.jobs.size() == 1);
+    const auto& j = cfg.jobs[0];
+    CHECK(j.pipeline.out_height == 224);
+    CHECK(j.pipeline.out_width == 224);
+    CHECK(j.consumers >= 1);
+    if (std::string(name) == "imagenet-train.yaml") {
+      CHECK(j.name == "imagenet-train");
+      CHECK(j.batch_size == 256);
+      CHECK(j.shuffle);
+      CHECK(j.pipeline.geometry == stoker::image::Geometry::kRandomResizedCrop);
+      CHECK(j.pipeline.flip_probability == 0.5);
+      CHECK(j.pipeline.dtype == stoker::proto::DType::kUInt8);
+      CHECK(j.pipeline.layout == stoker::proto::Layout::kNCHW);
+    } else if (std::string(name) == "imagenet-val.yaml") {
+      CHECK_FALSE(j.shuffle);
+      CHECK(j.pipeline.geometry == stoker::image::Geometry::kResizeCenterCrop);
+      CHECK(j.pipeline.resize_shorter == 256);
+      CHECK(j.pipeline.flip_probability == 0.0);
+    } else {
+      CHECK(j.batch_size == 16);
+      CHECK(j.prefetch == 4);
+      CHECK(cfg.server.workers == 2);
+    }
+  }
+}
+
+TEST_CASE("config: demo.yaml's relative root is the bundled demo data", "[config]") {
+  const fs::path demo = fs::path(STOKER_TEST_DATA_DIR) / "demo";
+  if (!fs::is_directory(demo)) {
+    WARN("tests/data/demo is missing; skipped");
+    return;
+  }
+  const Config cfg = stoker::config::load_config(fs::path(STOKER_SOURCE_DIR) / "configs" / "demo.yaml");
+  CHECK(fs::equivalent(cfg.jobs.at(0).source.root, demo));
+  CHECK(cfg.jobs.at(0).source.root.is_absolute());
+}
+
+TEST_CASE("config: a full training job fills every field", "[config]") {
+  const Config cfg = parse(
+      "server: {workers: 3, log_level: debug, socket: /tmp/s.sock, state_dir: state, shm_mode: 0660,\n"
+      "         handshake_timeout_s: 2.5}\n"
+      "jobs:\n"
+      "  train.v2_a-b:\n"
+      "    source: {type: imagefolder, root: .}\n"
+      "    batch_size: 32\n"
+      "    shuffle: false\n"
+      "    seed: 18446744073709551615\n"
+      "    drop_last: true\n"
+      "    consumers: 4\n"
+      "    prefetch: 2\n"
+      "    on_error: substitute\n"
+      "    quarantine: q/train.txt\n"
+      "    device: true\n"
+      "    pipeline:\n"
+      "      - decode: {exif_orientation: false, strict: true, max_pixels: 1000}\n"
+      "      - random_resized_crop: {size: [100, 120], scale: [0.5, 1], ratio: [0.5, 2]}\n"
+      "      - horizontal_flip: {p: 0.25}\n"
+      "      - normalize: {mean: [0.1, 0.2, 0.3], std: [1, 2, 4]}\n"
+      "    output: {dtype: float16, layout: NHWC}\n");
+  CHECK(cfg.file == "test.yaml");
+  CHECK(cfg.server.workers == 3);
+  CHECK(cfg.server.log_level == "debug");
+  CHECK(cfg.server.socket == "/tmp/s.sock");
+  CHECK(cfg.server.state_dir == (kBase / "state").lexically_normal());
+  CHECK(cfg.server.shm_mode == 0660);
+  CHECK(cfg.server.handshake_timeout_s == 2.5);
+  REQUIRE(cfg.jobs.size() == 1);
+  const auto& j = cfg.jobs[0];
+  CHECK(j.name == "train.v2_a-b");
+  CHECK(j.mark.line == 4);
+  CHECK(j.mark.column == 3);
+  CHECK(j.source.type == "imagefolder");
+  CHECK(j.source.root == kBase.lexically_normal());
+  CHECK(j.source.root_mark.line == 5);
+  CHECK(j.source.root_mark.column == 39);
+  CHECK(j.batch_size == 32);
+  CHECK_FALSE(j.shuffle);
+  CHECK(j.seed == 18446744073709551615ull);
+  CHECK(j.drop_last);
+  CHECK(j.consumers == 4);
+  CHECK(j.prefetch == 2);
+  CHECK(j.on_error == stoker::config::OnError::kSubstitute);
+  CHECK(j.quarantine == kBase / "q" / "train.txt");
+  CHECK(j.device_output);
+  const auto& p = j.pipeline;
+  CHECK_FALSE(p.apply_exif_orientation);
+  CHECK(p.strict);
+  CHECK(p.max_pixels == 1000);
+  CHECK(p.geometry == stoker::image::Geometry::kRandomResizedCrop);
+  CHECK(p.out_height == 100);
+  CHECK(p.out_width == 120);
+  CHECK(p.scale == std::array<double, 2>{0.5, 1.0});
+  CHECK(p.ratio == std::array<double, 2>{0.5, 2.0});
+  CHECK(p.flip_probability == 0.25);
+  CHECK(p.normalize);
+  CHECK(p.mean == std::array<float, 3>{0.1f, 0.2f, 0.3f});
+  CHECK(p.stddev == std::array<float, 3>{1.f, 2.f, 4.f});
+  CHECK(p.dtype == stoker::proto::DType::kFloat16);
+  CHECK(p.layout == stoker::proto::Layout::kNHWC);
+  CHECK(p.sample_bytes() == 3u * 100 * 120 * 2);
+}
+
+TEST_CASE("config: defaults when optional keys are left out", "[config]") {
+  const Config cfg = parse(
+      "jobs:\n"
+      "  j:\n"
+      "    source: {root: .}\n"
+      "    batch_size: 1\n"
+      "    pipeline: [decode, {random_resized_crop: {size: 64}}]\n");
+  CHECK(cfg.server.workers == 0);
+  CHECK(cfg.server.socket.empty());
+  CHECK(cfg.server.log_level == "info");
+  CHECK(cfg.server.shm_mode == 0600);
+  const auto& j = cfg.jobs.at(0);
+  CHECK(j.source.type == "imagefolder");
+  CHECK(j.shuffle);
+  CHECK(j.seed == 0);
+  CHECK_FALSE(j.drop_last);
+  CHECK(j.consumers == 1);
+  CHECK(j.prefetch == 4);
+  CHECK(j.on_error == stoker::config::OnError::kSkip);
+  CHECK(j.quarantine.empty());
+  CHECK_FALSE(j.device_output);
+  const auto& p = j.pipeline;
+  CHECK(p.apply_exif_orientation);
+  CHECK_FALSE(p.strict);
+  CHECK(p.max_pixels == 178956970);
+  CHECK(p.scale == std::array<double, 2>{0.08, 1.0});
+  CHECK(p.ratio == std::array<double, 2>{3.0 / 4.0, 4.0 / 3.0});
+  CHECK(p.flip_probability == 0.0);
+  CHECK_FALSE(p.normalize);
+  CHECK(p.dtype == stoker::proto::DType::kUInt8);   // `output` left out
+  CHECK(p.layout == stoker::proto::Layout::kNCHW);
+}
+
+TEST_CASE("config: validation pipelines (resize + center_crop, exact resize)", "[config]") {
+  SECTION("shorter side then center crop") {
+    const auto j = parse(train_job("", "      - resize: {size: 256}\n      - center_crop: {size: [224, 200]}\n"
+                                       "      - normalize: {mean: [0.5, 0.5, 0.5], std: [0.2, 0.2, 0.2]}\n",
+                                   "    output: {dtype: float32}\n"))
+                       .jobs.at(0);
+    CHECK(j.pipeline.geometry == stoker::image::Geometry::kResizeCenterCrop);
+    CHECK(j.pipeline.resize_shorter == 256);
+    CHECK(j.pipeline.out_height == 224);
+    CHECK(j.pipeline.out_width == 200);
+    CHECK(j.pipeline.normalize);
+    CHECK(j.pipeline.dtype == stoker::proto::DType::kFloat32);
+  }
+  SECTION("exact size") {
+    const auto j = parse(train_job("", "      - resize: {size: [32, 48]}\n      - horizontal_flip\n")).jobs.at(0);
+    CHECK(j.pipeline.geometry == stoker::image::Geometry::kResize);
+    CHECK(j.pipeline.out_height == 32);
+    CHECK(j.pipeline.out_width == 48);
+    CHECK(j.pipeline.flip_probability == 0.5);  // a bare step takes its defaults
+  }
+}
+
+TEST_CASE("config: several jobs keep their file order; integers are decimal", "[config]") {
+  const Config cfg = parse(
+      "jobs:\n"
+      "  b: {source: {root: .}, batch_size: 010, seed: 007, pipeline: [decode, resize: {size: [8, 8]}]}\n"
+      "  a: {source: {root: .}, batch_size: +4, pipeline: [decode, resize: {size: [8, 8]}]}\n");
+  REQUIRE(cfg.jobs.size() == 2);
+  CHECK(cfg.jobs[0].name == "b");
+  CHECK(cfg.jobs[0].batch_size == 10);  // not octal 8, as yaml-cpp's own conversion would read it
+  CHECK(cfg.jobs[0].seed == 7);
+  CHECK(cfg.jobs[1].name == "a");
+  CHECK(cfg.jobs[1].batch_size == 4);
+}
+
+TEST_CASE("config: load_config resolves relative paths against the file's folder", "[config]") {
+  const Config cfg = stoker::config::load_config(kBase / "relative-root.yaml");
+  CHECK(cfg.file == kBase / "relative-root.yaml");
+  CHECK(fs::equivalent(cfg.jobs.at(0).source.root, kBase));
+  CHECK(cfg.jobs.at(0).source.root.is_absolute());
+  CHECK(cfg.jobs.at(0).quarantine == (fs::absolute(kBase) / "state" / "q.txt").lexically_normal());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad configs: one test per kind, each checking the exact position and key path.
+
+TEST_CASE("config error: unknown keys, with a suggestion when one is close", "[config]") {
+  CHECK_THAT(refusal(train_job("    bach_size: 1\n")),
+             StartsWith("test.yaml:5:5: jobs.train.bach_size: ") && Contains("did you mean 'batch_size'?"));
+  CHECK_THAT(refusal(train_job("    colour: red\n")),
+             StartsWith("test.yaml:5:5: jobs.train.colour: ") && Contains("unknown key (allowed: source,"));
+  CHECK_THAT(refusal("server: {wrokers: 2}\n" + train_job()),
+             StartsWith("test.yaml:1:10: server.wrokers: ") && Contains("did you mean 'workers'?"));
+  CHECK_THAT(refusal("servers: {}\n" + train_job()), StartsWith("test.yaml:1:1: servers: ") &&
+                                                         Contains("did you mean 'server'?"));
+  CHECK_THAT(refusal(train_job("", "      - random_resized_crop: {size: 224, scael: [0.1, 1]}\n")),
+             StartsWith("test.yaml:7:42: jobs.train.pipeline[1].random_resized_crop.scael: ") &&
+                 Contains("did you mean 'scale'?"));
+  CHECK_THAT(refusal(train_job("", "      - random_resized_crop: {size: 224}\n      - horizontal_flop: {}\n")),
+             StartsWith("test.yaml:8:9: jobs.train.pipeline[2].horizontal_flop: ") &&
+                 Contains("unknown step; did you mean 'horizontal_flip'?"));
+  CHECK_THAT(refusal(train_job("", "      - random_resized_crop: {size: 224}\n", "    output: {dtype: uint8, order: NCHW}\n")),
+             StartsWith("test.yaml:8:28: jobs.train.output.order: ") && Contains("unknown key"));
+}
+
+TEST_CASE("config error: wrong types", "[config]") {
+  std::string t = train_job();
+  replace_all(t, "batch_size: 8", "batch_size: abc");
+  CHECK(refusal(t) == "test.yaml:4:17: jobs.train.batch_size: expected an integer, got 'abc'");
+  replace_all(t, "batch_size: abc", "batch_size: 1.5");
+  CHECK(refusal(t) == "test.yaml:4:17: jobs.train.batch_size: expected an integer, got '1.5'");
+  replace_all(t, "batch_size: 1.5", "batch_size: [8]");
+  CHECK(refusal(t) == "test.yaml:4:17: jobs.train.batch_size: expected an integer, got a list");
+  CHECK_THAT(refusal(train_job("    shuffle: maybe\n")),
+             StartsWith("test.yaml:5:14: jobs.train.shuffle: ") && Contains("expected true or false, got 'maybe'"));
+  CHECK_THAT(refusal(train_job("    seed: 99999999999999999999\n")),
+             StartsWith("test.yaml:5:11: jobs.train.seed: ") && Contains("must be between 0 and 18446744073709551615"));
+  CHECK_THAT(refusal(train_job("", "      - random_resized_crop: {size: 224}\n      - horizontal_flip: {p: half}\n")),
+             StartsWith("test.yaml:8:30: jobs.train.pipeline[2].horizontal_flip.p: ") &&
+                 Contains("expected a number, got 'half'"));
+  CHECK_THAT(refusal(train_job("", "      - random_resized_crop: {size: 224, scale: [0.1, .nan]}\n")),
+             StartsWith("test.yaml:7:55: jobs.train.pipeline[1].random_resized_crop.scale[1]: ") &&
+                 Contains("expected a number"));
+  std::string s = train_job();
+  replace_all(s, "source: {root: .}", "source: imagefolder");
+  CHECK_THAT(refusal(s), StartsWith("test.yaml:3:13: jobs.train.source: ") &&
+                             Contains("expected a mapping of keys, got 'imagefolder'"));
+  replace_all(s, "source: imagefolder", "source: {root: [a, b]}");
+  CHECK_THAT(refusal(s), StartsWith("test.yaml:3:20: jobs.train.source.root: ") &&
+                             Contains("expected a string, got a list"));
+}
+
+TEST_CASE("config error: an empty value points at its key", "[config]") {
+  std::string t = train_job();
+  replace_all(t, "batch_size: 8", "batch_size:");
+  CHECK(refusal(t) == "test.yaml:4:5: jobs.train.batch_size: expected an integer, got nothing");
+}
+
+TEST_CASE("config error: missing required keys", "[config]") {
+  CHECK_THAT(refusal("server: {workers: 1}\n"), StartsWith("test.yaml:1:1: jobs: ") && Contains("required key is missing"));
+  CHECK_THAT(refusal("jobs: {}\n"), StartsWith("test.yaml:1:7: jobs: ") && Contains("expected a mapping of job names"));
+  std::string t = train_job();
+  replace_all(t, "    batch_size: 8\n", "");
+  CHECK_THAT(refusal(t), StartsWith("test.yaml:3:5: jobs.train.batch_size: ") && Contains("required key is missing"));
+  t = train_job();
+  replace_all(t, "    source: {root: .}\n", "");
+  CHECK_THAT(refusal(t), StartsWith("test.yaml:3:5: jobs.train.source: ") && Contains("required key is missing"));
+  t = train_job();
+  replace_all(t, "{root: .}", "{type: imagefolder}");
+  CHECK_THAT(refusal(t), StartsWith("test.yaml:3:13: jobs.train.source.root: ") && Contains("required key is missing"));
+  CHECK_THAT(refusal("jobs:\n  train:\n    source: {root: .}\n    batch_size: 8\n"),
+             StartsWith("test.yaml:3:5: jobs.train.pipeline: ") && Contains("required key is missing"));
+  CHECK_THAT(refusal(train_job("", "      - random_resized_crop: {scale: [0.5, 1]}\n")),
+             StartsWith("test.yaml:7:30: jobs.train.pipeline[1].random_resized_crop.size: ") &&
+                 Contains("required key is missing"));
+  CHECK_THAT(refusal(train_job("", "      - random_resized_crop: {size: 8}\n      - normalize: {mean: [0, 0, 0]}\n",
+                               "    output: {dtype: float32}\n")),
+             StartsWith("test.yaml:8:20: jobs.train.pipeline[2].normalize.std: ") && Contains("required key is missing"));
+}
+
+TEST_CASE("config error: job-level values out of range", "[config]") {
+  struct Case {
+    std::string from, to, expected;
+  };
+  for (const Case& c : {
+           Case{"batch_size: 8", "batch_size: 0", "test.yaml:4:17: jobs.train.batch_size: must be between 1 and 65536, got 0"},
+           Case{"batch_size: 8", "batch_size: 65537", "test.yaml:4:17: jobs.train.batch_size: must be between 1 and 65536, got 65537"},
+           Case{"batch_size: 8", "batch_size: -3", "test.yaml:4:17: jobs.train.batch_size: must be between 1 and 65536, got -3"},
+           Case{"batch_size: 8", "batch_size: 8\n    consumers: 0", "test.yaml:5:16: jobs.train.consumers: must be between 1 and 1024, got 0"},
+           Case{"batch_size: 8", "batch_size: 8\n    prefetch: 0", "test.yaml:5:15: jobs.train.prefetch: must be between 1 and 64, got 0"},
+           Case{"batch_size: 8", "batch_size: 8\n    seed: -1", "test.yaml:5:11: jobs.train.seed: must be between 0 and 18446744073709551615, got -1"},
+       }) {
+    std::string t = train_job();
+    replace_all(t, c.from, c.to);
+    INFO(t);
+    CHECK(refusal(t) == c.expected);
+  }
+  CHECK_THAT(refusal("server: {workers: -1}\n" + train_job()), StartsWith("test.yaml:1:19: server.workers: must be between 0"));
+  CHECK_THAT(refusal("server: {handshake_timeout_s: 0}\n" + train_job()),
+             StartsWith("test.yaml:1:31: server.handshake_timeout_s: ") && Contains("(0, 3600]"));
+  CHECK_THAT(refusal("server: {shm_mode: 0400}\n" + train_job()),
+             StartsWith("test.yaml:1:20: server.shm_mode: ") && Contains("read and write"));
+  CHECK_THAT(refusal("server: {socket: /" + std::string(120, 's') + "}\n" + train_job()),
+             StartsWith("test.yaml:1:18: server.socket: ") && Contains("at most 107 bytes"));
+}
+
+TEST_CASE("config error: geometry values out of range", "[config]") {
+  const auto rrc = [](const std::string& args) {
+    return refusal(train_job("", "      - random_resized_crop: {" + args + "}\n"));
+  };
+  const std::string at = "jobs.train.pipeline[1].random_resized_crop.";
+  CHECK(rrc("size: 0") == "test.yaml:7:37: " + at + "size: must be between 1 and 16384, got 0");
+  CHECK(rrc("size: 16385") == "test.yaml:7:37: " + at + "size: must be between 1 and 16384, got 16385");
+  CHECK(rrc("size: [224, 0]") == "test.yaml:7:43: " + at + "size[1]: must be between 1 and 16384, got 0");
+  CHECK_THAT(rrc("size: [224]"), StartsWith("test.yaml:7:37: " + at + "size: expected an integer or a list [height, width]"));
+  CHECK_THAT(rrc("size: 8, scale: [0.5, 1.5]"), StartsWith("test.yaml:7:47: " + at + "scale: ") && Contains("0 < min <= max <= 1"));
+  CHECK_THAT(rrc("size: 8, scale: [0, 1]"), StartsWith("test.yaml:7:47: " + at + "scale: ") && Contains("0 < min"));
+  CHECK_THAT(rrc("size: 8, scale: [0.9, 0.5]"), StartsWith("test.yaml:7:47: " + at + "scale: ") && Contains("min <= max"));
+  CHECK_THAT(rrc("size: 8, scale: [0.5]"), StartsWith("test.yaml:7:47: " + at + "scale: ") && Contains("a list of 2 numbers"));
+  CHECK_THAT(rrc("size: 8, ratio: [0, 1]"), StartsWith("test.yaml:7:47: " + at + "ratio: ") && Contains("0 < min <= max"));
+  CHECK_THAT(rrc("size: 8, ratio: [-1, 1]"), StartsWith("test.yaml:7:47: " + at + "ratio: ") && Contains("0 < min <= max"));
+  CHECK_THAT(rrc("size: 8, ratio: [2, 1]"), StartsWith("test.yaml:7:47: " + at + "ratio: ") && Contains("min <= max"));
+  CHECK_THAT(refusal(train_job("", "      - resize: {size: 0}\n      - center_crop: {size: 1}\n")),
+             StartsWith("test.yaml:7:24: jobs.train.pipeline[1].resize.size: must be between 1 and 16384"));
+  CHECK_THAT(refusal(train_job("", "      - resize: {size: 256}\n      - center_crop: {size: 300}\n")),
+             StartsWith("test.yaml:8:29: jobs.train.pipeline[2].center_crop.size: ") &&
+                 Contains("larger than the resized shorter side (256)"));
+  std::string huge = train_job("", "      - resize: {size: [16384, 16384]}\n");
+  replace_all(huge, "batch_size: 8", "batch_size: 65536");
+  CHECK_THAT(refusal(huge), StartsWith("test.yaml:2:3: jobs.train: one batch would take"));
+}
+
+TEST_CASE("config error: flip and normalize values", "[config]") {
+  const auto steps = [](const std::string& s) {
+    return refusal(train_job("", "      - random_resized_crop: {size: 8}\n" + s, "    output: {dtype: float32}\n"));
+  };
+  CHECK(steps("      - horizontal_flip: {p: 1.5}\n") ==
+        "test.yaml:8:30: jobs.train.pipeline[2].horizontal_flip.p: must be within [0, 1]");
+  CHECK(steps("      - horizontal_flip: {p: -0.1}\n") ==
+        "test.yaml:8:30: jobs.train.pipeline[2].horizontal_flip.p: must be within [0, 1]");
+  CHECK(steps("      - normalize: {mean: [0, 0, 0], std: [1, 0, 1]}\n") ==
+        "test.yaml:8:47: jobs.train.pipeline[2].normalize.std[1]: every std must be > 0");
+  CHECK_THAT(steps("      - normalize: {mean: [0, 0], std: [1, 1, 1]}\n"),
+             StartsWith("test.yaml:8:27: jobs.train.pipeline[2].normalize.mean: ") &&
+                 Contains("expected a list of 3 numbers, got a list of 2"));
+  CHECK_THAT(steps("      - normalize: {mean: [0, 0, 0], std: [1, 1, 1, 1]}\n"),
+             StartsWith("test.yaml:8:43: jobs.train.pipeline[2].normalize.std: ") && Contains("3 numbers"));
+  CHECK_THAT(steps("      - normalize: {mean: 0.5, std: [1, 1, 1]}\n"),
+             StartsWith("test.yaml:8:27: jobs.train.pipeline[2].normalize.mean: ") && Contains("3 numbers"));
+}
+
+TEST_CASE("config error: strings outside their choices", "[config]") {
+  CHECK(refusal(train_job("", "      - random_resized_crop: {size: 8}\n", "    output: {dtype: int8}\n")) ==
+        "test.yaml:8:21: jobs.train.output.dtype: must be one of uint8, float16, float32, got 'int8' "
+        "(did you mean 'uint8'?)");
+  CHECK_THAT(refusal(train_job("", "      - random_resized_crop: {size: 8}\n", "    output: {layout: CHW}\n")),
+             StartsWith("test.yaml:8:22: jobs.train.output.layout: must be one of NCHW, NHWC, got 'CHW' (did you mean 'NCHW'?)"));
+  CHECK_THAT(refusal(train_job("    on_error: ignore\n")),
+             StartsWith("test.yaml:5:15: jobs.train.on_error: must be one of skip, substitute, fail, got 'ignore'"));
+  CHECK_THAT(refusal("server: {log_level: verbose}\n" + train_job()),
+             StartsWith("test.yaml:1:21: server.log_level: must be one of trace, debug, info, warn, error"));
+  std::string t = train_job();
+  replace_all(t, "{root: .}", "{type: webdataset, root: .}");
+  CHECK_THAT(refusal(t), StartsWith("test.yaml:3:20: jobs.train.source.type: must be one of imagefolder"));
+}
+
+TEST_CASE("config error: pipeline structure", "[config]") {
+  const std::string p = "jobs.train.pipeline";
+  // decode first, once
+  CHECK_THAT(refusal("jobs:\n  train:\n    source: {root: .}\n    batch_size: 8\n    pipeline:\n"
+                     "      - random_resized_crop: {size: 8}\n"),
+             StartsWith("test.yaml:6:9: " + p + "[0].random_resized_crop: the first step must be 'decode'"));
+  CHECK_THAT(refusal(train_job("", "      - decode: {}\n      - random_resized_crop: {size: 8}\n")),
+             StartsWith("test.yaml:7:9: " + p + "[1].decode: 'decode' must be the first step"));
+  // exactly one geometry
+  CHECK_THAT(refusal(train_job("", "      - horizontal_flip: {}\n")),
+             StartsWith("test.yaml:7:9: " + p + "[1].horizontal_flip: comes before the geometry step"));
+  CHECK_THAT(refusal(train_job("", "")), StartsWith("test.yaml:6:7: " + p + ": needs random_resized_crop or resize"));
+  CHECK_THAT(refusal(train_job("", "      - random_resized_crop: {size: 8}\n      - resize: {size: [8, 8]}\n")),
+             StartsWith("test.yaml:8:9: " + p + "[2].resize: only one of random_resized_crop / resize"));
+  CHECK_THAT(refusal(train_job("", "      - resize: {size: 256}\n")),
+             StartsWith("test.yaml:6:7: " + p + ": ") && Contains("add '- center_crop: {size: M}'"));
+  CHECK_THAT(refusal(train_job("", "      - random_resized_crop: {size: 8}\n      - center_crop: {size: 8}\n")),
+             StartsWith("test.yaml:8:9: " + p + "[2].center_crop: center_crop must directly follow"));
+  CHECK_THAT(refusal(train_job("", "      - resize: {size: 9}\n      - center_crop: {size: 8}\n      - center_crop: {size: 8}\n")),
+             StartsWith("test.yaml:9:9: " + p + "[3].center_crop: center_crop must directly follow"));
+  // flip and normalize at most once, after the geometry
+  CHECK_THAT(refusal(train_job("", "      - random_resized_crop: {size: 8}\n      - horizontal_flip: {}\n"
+                                   "      - horizontal_flip: {}\n")),
+             StartsWith("test.yaml:9:9: " + p + "[3].horizontal_flip: horizontal_flip appears twice"));
+  CHECK_THAT(refusal(train_job("", "      - random_resized_crop: {size: 8}\n      - horizontal_flip: {}\n"
+                                   "      - random_resized_crop: {size: 8}\n")),
+             StartsWith("test.yaml:9:9: " + p + "[3].random_resized_crop: geometry steps come right after decode"));
+  const std::string norm = "      - normalize: {mean: [0, 0, 0], std: [1, 1, 1]}\n";
+  CHECK_THAT(refusal(train_job("", "      - random_resized_crop: {size: 8}\n" + norm + norm, "    output: {dtype: float32}\n")),
+             StartsWith("test.yaml:9:9: " + p + "[3].normalize: normalize appears twice"));
+  // normalize cannot be written into uint8
+  CHECK_THAT(refusal(train_job("", "      - random_resized_crop: {size: 8}\n" + norm)),
+             StartsWith("test.yaml:9:21: jobs.train.output.dtype: normalize needs float16 or float32"));
+  CHECK_THAT(refusal(train_job("", "      - random_resized_crop: {size: 8}\n" + norm, "")),
+             StartsWith("test.yaml:3:5: jobs.train.output.dtype: normalize needs float16 or float32"));
+  // shapes of the list itself
+  CHECK_THAT(refusal("jobs:\n  train:\n    source: {root: .}\n    batch_size: 8\n    pipeline: []\n"),
+             StartsWith("test.yaml:5:15: " + p + ": expected a non-empty list of steps"));
+  CHECK_THAT(refusal(train_job("", "      - {random_resized_crop: {size: 8}, horizontal_flip: {}}\n")),
+             StartsWith("test.yaml:7:9: " + p + "[1]: each step is a mapping with one key"));
+}
+
+TEST_CASE("config error: job names", "[config]") {
+  CHECK_THAT(refusal("jobs:\n  bad name!:\n    batch_size: 8\n"),
+             StartsWith("test.yaml:2:3: jobs.bad name!: job names are 1..48 characters"));
+  const std::string long_name(49, 'x');
+  CHECK_THAT(refusal("jobs:\n  " + long_name + ":\n    batch_size: 8\n"),
+             StartsWith("test.yaml:2:3: jobs." + long_name + ": job names"));
+  CHECK(refusal("jobs:\n  " + std::string(48, 'x') + ": {source: {root: .}, batch_size: 1, pipeline: [decode, resize: {size: [2, 2]}]}\n") ==
+        "(accepted)");
+  CHECK_THAT(refusal("jobs:\n  ? [a, b]\n  : {}\n"), StartsWith("test.yaml:2:5: jobs: job names must be plain words"));
+}
+
+TEST_CASE("config error: a repeated job name or key", "[config]") {
+  const std::string body = ": {source: {root: .}, batch_size: 1, pipeline: [decode, resize: {size: [2, 2]}]}\n";
+  CHECK(refusal("jobs:\n  a" + body + "  b" + body + "  a" + body) == "test.yaml:4:3: jobs.a: duplicate job name");
+  CHECK(refusal(train_job("    shuffle: true\n    shuffle: false\n")) == "test.yaml:6:5: jobs.train.shuffle: duplicate key");
+}
+
+TEST_CASE("config error: the source root must be an existing directory", "[config]") {
+  std::string t = train_job();
+  replace_all(t, "{root: .}", "{root: no-such-folder}");
+  CHECK(refusal(t) == "test.yaml:3:20: jobs.train.source.root: " + (kBase / "no-such-folder").lexically_normal().string() +
+                          " is not an existing directory");
+  t = train_job();
+  replace_all(t, "{root: .}", "{root: relative-root.yaml}");  // a file, not a folder
+  CHECK_THAT(refusal(t), StartsWith("test.yaml:3:20: jobs.train.source.root: ") && Contains("is not an existing directory"));
+  t = train_job();
+  replace_all(t, "{root: .}", "{root: ''}");
+  CHECK(refusal(t) == "test.yaml:3:20: jobs.train.source.root: must not be empty");
+}
+
+TEST_CASE("config error: YAML that does not parse, or is not one mapping", "[config]") {
+  CHECK_THAT(refusal("jobs:\n  train: {batch_size: 8\n"), StartsWith("test.yaml:3:1: (yaml): ") && Contains("end of map flow not found"));
+  CHECK_THAT(refusal("jobs:\n  a: 1\n   b: 2\n"), StartsWith("test.yaml:3:5: (yaml): illegal map value"));
+  CHECK_THAT(refusal("jobs: *nowhere\n"), StartsWith("test.yaml:1:7: (yaml): ") && Contains("anchor is not defined"));
+  CHECK(refusal("") == "test.yaml:1:1: (top): the config is empty");
+  CHECK(refusal("# only a comment\n") == "test.yaml:1:1: (top): the config is empty");
+  CHECK_THAT(refusal("- a\n- b\n"), StartsWith("test.yaml:1:1: (top): expected a mapping"));
+  CHECK_THAT(refusal(train_job() + "---\n" + train_job()), StartsWith("test.yaml:10:1: (top): one YAML document expected, found 2"));
+}
+
+TEST_CASE("config error: a file that cannot be read, at line 0", "[config]") {
+  const auto what = [](const fs::path& p) -> std::string {
+    try {
+      stoker::config::load_config(p);
+    } catch (const ConfigError& e) {
+      CHECK(e.mark().line == 0);
+      CHECK(e.key_path() == "(file)");
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  CHECK(what("/nonexistent/stoker.yaml") ==
+        "/nonexistent/stoker.yaml:0:0: (file): cannot read the config: No such file or directory");
+  CHECK(what(kBase) == kBase.string() + ":0:0: (file): cannot read the config: it is a directory");
+  if (::geteuid() != 0) {  // root reads anything
+    const fs::path unreadable = fs::temp_directory_path() / ("stoker-cfg-" + std::to_string(::getpid()) + ".yaml");
+    std::ofstream(unreadable) << "jobs: {}\n";
+    fs::permissions(unreadable, fs::perms::none);
+    CHECK(what(unreadable) == unreadable.string() + ":0:0: (file): cannot read the config: Permission denied");
+    fs::remove(unreadable);
+  }
+}
+
+TEST_CASE("config error: from a file, the message names that file", "[config]") {
+  try {
+    stoker::config::load_config(kBase / "bad-scale.yaml");
+    FAIL("accepted");
+  } catch (const ConfigError& e) {
+    CHECK(std::string(e.what()) == (kBase / "bad-scale.yaml").string() +
+                                       ":9:49: jobs.imagenet-train.pipeline[1].random_resized_crop.scale: "
+                                       "must be [min, max] with 0 < min <= max <= 1");
+    CHECK(e.file() == (kBase / "bad-scale.yaml").string());
+    CHECK(e.mark().line == 9);
+    CHECK(e.mark().column == 49);
+    CHECK(e.key_path() == "jobs.imagenet-train.pipeline[1].random_resized_crop.scale");
+  }
+}
