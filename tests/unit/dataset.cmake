@@ -1,3 +1,10 @@
-stoker_add_test(dataset_test LABEL unit
-  SOURCES unit/dataset_test.cpp
-  LIBS stoker_config stoker_source stoker_sampler)
+# Unit tier of the dataset side: config validation, the ImageFolder scan, the sampler's maths.
+stoker_add_test(config_test LABEL unit
+  SOURCES unit/config_test.cpp
+  LIBS stoker_config)
+stoker_add_test(source_test LABEL unit
+  SOURCES unit/source_test.cpp
+  LIBS stoker_source)
+stoker_add_test(sampler_test LABEL unit
+  SOURCES unit/sampler_test.cpp
+  LIBS stoker_sampler)
