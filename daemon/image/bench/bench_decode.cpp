@@ -1,5 +1,6 @@
-// stoker_bench_decode DIR [SECONDS]: the engine on one core, no daemon, files in memory.
-// Prints one line per measurement: "<name> <images/s> [breakdown]". The reference ceiling is
+// stoker_bench_decode DIR [SECONDS] [ROUNDS]: the engine on one core, no daemon, files in
+// memory. Prints one line per measurement: "<name> <images/s> x_full_decode=<ratio>
+// [breakdown]", images/s being the median of ROUNDS interleaved rounds. The reference ceiling is
 // libjpeg-turbo's plain full decode of the same files (RGB, all rows, no scaling).
 #include <algorithm>
 #include <chrono>
@@ -7,6 +8,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -57,6 +60,7 @@ void full_decode(const std::vector<std::uint8_t>& f, std::vector<std::uint8_t>& 
   jpeg_destroy_decompress(&c);
 }
 
+// One timed round: at least `seconds` and at least one pass over the files.
 template <class F>
 double rate(const std::vector<std::vector<std::uint8_t>>& files, double seconds, F&& one) {
   std::size_t n = 0;
@@ -70,28 +74,57 @@ double rate(const std::vector<std::vector<std::uint8_t>>& files, double seconds,
   return static_cast<double>(n) / el;
 }
 
-void engine(const char* name, const stoker::image::PipelineSpec& spec,
-            const std::vector<std::vector<std::uint8_t>>& files, double seconds) {
-  stoker::image::SampleProcessor p(spec);
-  std::vector<std::uint8_t> out(spec.sample_bytes());
+// A measurement taken as rounds interleaved with the others, so that a neighbour's load on a
+// shared machine slows all of them alike; the median round is reported.
+struct Measurement {
+  std::string name;
+  std::function<double(double)> round;  // runs one round, returns images/s
+  std::function<std::string()> detail;
+  std::vector<double> rates;
+  double median() const {
+    auto r = rates;
+    std::sort(r.begin(), r.end());
+    return r[r.size() / 2];
+  }
+};
+
+struct Engine {
+  explicit Engine(const stoker::image::PipelineSpec& spec) : processor(spec), out(spec.sample_bytes()) {}
+  stoker::image::SampleProcessor processor;
+  std::vector<std::uint8_t> out;
   stoker::image::Breakdown bd;
-  std::size_t bad = 0;
-  const double r = rate(files, seconds, [&](const auto& f, std::size_t i) {
-    bad += p.process(f, 1, 0, i, out.data(), &bd).ok() ? 0 : 1;
-  });
-  const double ms = 1000.0 / static_cast<double>(bd.samples);
-  std::printf("%s %.1f header_ms=%.3f decode_ms=%.3f resize_ms=%.3f write_ms=%.3f failed=%zu\n", name, r,
-              bd.header_s * ms, bd.decode_s * ms, bd.resize_s * ms, bd.write_s * ms, bad);
+  std::size_t bad = 0, next_id = 0;
+};
+
+Measurement engine(const char* name, const stoker::image::PipelineSpec& spec,
+                   const std::vector<std::vector<std::uint8_t>>& files) {
+  auto e = std::make_shared<Engine>(spec);
+  Measurement m;
+  m.name = name;
+  m.round = [e, &files](double seconds) {
+    return rate(files, seconds, [&](const auto& f, std::size_t) {
+      e->bad += e->processor.process(f, 1, 0, e->next_id++, e->out.data(), &e->bd).ok() ? 0 : 1;
+    });
+  };
+  m.detail = [e] {
+    const double ms = 1000.0 / static_cast<double>(e->bd.samples);
+    char buf[160];
+    std::snprintf(buf, sizeof buf, " header_ms=%.3f decode_ms=%.3f resize_ms=%.3f write_ms=%.3f failed=%zu",
+                  e->bd.header_s * ms, e->bd.decode_s * ms, e->bd.resize_s * ms, e->bd.write_s * ms, e->bad);
+    return std::string(buf);
+  };
+  return m;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: stoker_bench_decode DIR [SECONDS]\n");
+    std::fprintf(stderr, "usage: stoker_bench_decode DIR [SECONDS] [ROUNDS]\n");
     return 2;
   }
-  const double seconds = argc > 2 ? std::atof(argv[2]) : 5.0;
+  const double seconds = argc > 2 ? std::atof(argv[2]) : 5.0;  // per measurement, all rounds
+  const int rounds = argc > 3 ? std::max(1, std::atoi(argv[3])) : 5;
   load(argv[1]);  // once to warm the page cache, then timed: the daemon reads the same way
   const auto t_read = Clock::now();
   const auto files = load(argv[1]);
@@ -106,19 +139,30 @@ int main(int argc, char** argv) {
               bytes / 1024.0 / files.size(), read_s * 1000.0 / files.size());
 
   std::vector<std::uint8_t> scratch;
-  std::printf("full_decode %.1f\n", rate(files, seconds, [&](const auto& f, std::size_t) { full_decode(f, scratch); }));
-
+  std::vector<Measurement> ms;
+  ms.push_back({"full_decode",
+                [&](double sec) { return rate(files, sec, [&](const auto& f, std::size_t) { full_decode(f, scratch); }); },
+                [] { return std::string(); }, {}});
   stoker::image::PipelineSpec train;
   train.geometry = stoker::image::Geometry::kRandomResizedCrop;
   train.flip_probability = 0.5;
-  engine("train_uint8", train, files, seconds);
+  ms.push_back(engine("train_uint8", train, files));
   auto train_f32 = train;
   train_f32.dtype = stoker::proto::DType::kFloat32;
   train_f32.normalize = true;
   train_f32.mean = {0.485f, 0.456f, 0.406f};
   train_f32.stddev = {0.229f, 0.224f, 0.225f};
-  engine("train_float32", train_f32, files, seconds);
+  ms.push_back(engine("train_float32", train_f32, files));
   stoker::image::PipelineSpec val;  // Resize 256 + CenterCrop 224
-  engine("val_uint8", val, files, seconds);
+  ms.push_back(engine("val_uint8", val, files));
+
+  for (int r = 0; r < rounds; ++r) {
+    for (auto& m : ms) m.rates.push_back(m.round(seconds / rounds));
+  }
+  const double ceiling = ms[0].median();
+  for (const auto& m : ms) {
+    std::printf("%s %.1f x_full_decode=%.2f%s\n", m.name.c_str(), m.median(), m.median() / ceiling,
+                m.detail().c_str());
+  }
   return 0;
 }
