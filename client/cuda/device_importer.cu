@@ -30,20 +30,26 @@ HandleKey key_of(const std::uint8_t (&h)[64]) {
   return k;
 }
 
-// Makes `device` current for the call and restores the trainer thread's own choice after it.
+// Makes `device` current for the call and restores the trainer thread's current device after
+// it, when it was a different one. (A thread that never chose a device reports 0: restoring
+// that creates a context on GPU 0, so trainers should set their device first, as frameworks do.)
 class DeviceScope {
  public:
   explicit DeviceScope(int device) {
     if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    if (previous_ != device) set_ = cudaSetDevice(device);
+    if (previous_ != device) {
+      set_ = cudaSetDevice(device);
+      changed_ = set_ == cudaSuccess && previous_ >= 0;
+    }
   }
   ~DeviceScope() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
+    if (changed_) cudaSetDevice(previous_);
   }
   cudaError_t status() const { return set_; }
 
  private:
   int previous_ = -1;
+  bool changed_ = false;
   cudaError_t set_ = cudaSuccess;
 };
 

@@ -22,21 +22,17 @@ std::string err(const std::string& what, cudaError_t e) {
   return what + ": " + cudaGetErrorString(e) + " (" + cudaGetErrorName(e) + ")";
 }
 
-// Restores the calling thread's current device: worker threads of the daemon may serve rings
-// on several GPUs.
+// Makes `device` current for the calling (daemon-owned) thread. The previous device is not
+// restored: restoring an ordinal the thread never chose would create a context on that GPU.
 class DeviceScope {
  public:
   explicit DeviceScope(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    if (previous_ != device) set_ = cudaSetDevice(device);
-  }
-  ~DeviceScope() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess || current != device) set_ = cudaSetDevice(device);
   }
   cudaError_t status() const { return set_; }
 
  private:
-  int previous_ = -1;
   cudaError_t set_ = cudaSuccess;
 };
 
