@@ -12,7 +12,6 @@
 #include <cstring>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string_view>
@@ -371,8 +370,12 @@ fs::path resolve(const fs::path& p, const fs::path& base_dir) {
 
 JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, const Value& j,
                     const fs::path& base_dir) {
-  static const std::regex kName("[A-Za-z0-9_.-]{1,48}");
-  if (!std::regex_match(name, kName)) {
+  const bool name_ok = !name.empty() && name.size() <= 48 &&
+                       std::all_of(name.begin(), name.end(), [](char c) {
+                         return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                                c == '_' || c == '.' || c == '-';
+                       });
+  if (!name_ok) {
     r.fail(name_at, j.path, "job names are 1..48 characters of A-Z a-z 0-9 _ . -");
   }
   const Fields f(r, j, {"source", "batch_size", "shuffle", "seed", "drop_last", "consumers", "prefetch",
@@ -462,8 +465,9 @@ void parse_server(const Reader& r, const Value& s, const fs::path& base_dir, Ser
   if (auto* v = f.get("shm_mode")) {
     // Written 0600 or "0600"; the scalar's text is read as octal either way.
     const std::string m = r.string(*v);
-    static const std::regex kMode("0?[0-7]{3}");
-    if (!std::regex_match(m, kMode)) r.fail(*v, "expected an octal mode like 0600, got '" + m + "'");
+    const bool octal = (m.size() == 3 || (m.size() == 4 && m[0] == '0')) &&
+                       std::all_of(m.begin(), m.end(), [](char c) { return c >= '0' && c <= '7'; });
+    if (!octal) r.fail(*v, "expected an octal mode like 0600, got '" + m + "'");
     out.shm_mode = static_cast<std::uint32_t>(std::stoul(m, nullptr, 8));
     if ((out.shm_mode & 0600) != 0600) r.fail(*v, "the owner needs read and write (0600)");
   }

@@ -355,6 +355,8 @@ TEST_CASE("config error: job-level values out of range", "[config]") {
   CHECK_THAT(refusal("server: {workers: -1}\n" + train_job()), StartsWith("test.yaml:1:19: server.workers: must be between 0"));
   CHECK_THAT(refusal("server: {handshake_timeout_s: 0}\n" + train_job()),
              StartsWith("test.yaml:1:31: server.handshake_timeout_s: ") && Contains("(0, 3600]"));
+  CHECK(refusal("server: {shm_mode: 0800}\n" + train_job()) ==
+        "test.yaml:1:20: server.shm_mode: expected an octal mode like 0600, got '0800'");
   CHECK_THAT(refusal("server: {shm_mode: 0400}\n" + train_job()),
              StartsWith("test.yaml:1:20: server.shm_mode: ") && Contains("read and write"));
   CHECK_THAT(refusal("server: {socket: /" + std::string(120, 's') + "}\n" + train_job()),
