@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "dlpack_abi.hpp"
 #include "stoker/stoker.h"
@@ -37,6 +38,7 @@ struct BatchHandle {
   stoker_batch* batch;
   std::shared_ptr<ClientState> client;
   std::once_flag released;
+  std::atomic<bool> is_released{false};
   std::uint64_t epoch, index;
   std::uint32_t count;
   bool last;
@@ -58,7 +60,10 @@ struct BatchHandle {
 };
 
 struct ClientState {
-  stoker_client* client = nullptr;
+  // Held (without the GIL) across stoker_client_next and stoker_client_close, so a close()
+  // from another thread waits for a running next() instead of freeing the handle under it.
+  std::mutex mu;
+  stoker_client* client = nullptr;  // guarded by mu after construction
   stoker_job_info info{};
   std::atomic<int> outstanding{0};  // batches handed out and not yet released
   ~ClientState() {
@@ -69,6 +74,7 @@ struct ClientState {
 void BatchHandle::release() {
   std::call_once(released, [&] {
     stoker_batch_release(batch);  // safe after the client was closed
+    is_released.store(true);
     client->outstanding.fetch_sub(1);
   });
 }
@@ -127,6 +133,7 @@ class Batch {
   std::uint32_t count() const { return h_->count; }
   bool last() const { return h_->last; }
   void release() { h_->release(); }
+  bool released() const { return h_->is_released.load(); }
 
   std::vector<std::int64_t> image_shape() const {
     const auto& i = h_->client->info;
@@ -164,7 +171,7 @@ class Batch {
     auto* keep = new std::shared_ptr<BatchHandle>(h_);
     py::capsule base(keep, [](void* p) { delete static_cast<std::shared_ptr<BatchHandle>*>(p); });
     py::array a(dt, shape, {}, data, base);
-    py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+    a.attr("setflags")(py::arg("write") = false);  // the daemon's memory: read it, never write it
     return a;
   }
   std::shared_ptr<BatchHandle> h_;
@@ -194,15 +201,21 @@ class Client {
 
   // Blocks up to timeout_ms (<0: forever) without the GIL.
   Batch next(int timeout_ms) {
-    if (s_->client == nullptr) {
-      PyErr_SetString(g_errors[STOKER_ERR_DISCONNECTED], "client is closed");
-      throw py::error_already_set();
-    }
     stoker_batch* b = nullptr;
-    stoker_status st;
+    stoker_status st = STOKER_OK;
+    bool closed = false;
     {
       py::gil_scoped_release nogil;
-      st = stoker_client_next(s_->client, timeout_ms, &b);
+      std::lock_guard lock(s_->mu);
+      if (s_->client == nullptr) {
+        closed = true;
+      } else {
+        st = stoker_client_next(s_->client, timeout_ms, &b);
+      }
+    }
+    if (closed) {
+      PyErr_SetString(g_errors[STOKER_ERR_DISCONNECTED], "client is closed");
+      throw py::error_already_set();
     }
     if (st != STOKER_OK) raise_status(st);
     s_->outstanding.fetch_add(1);
@@ -211,7 +224,10 @@ class Client {
 
   int outstanding() const { return s_->outstanding.load(); }
 
+  // Outstanding batches stay mapped (the C API keeps the mapping until each is released).
   void close() {
+    py::gil_scoped_release nogil;
+    std::lock_guard lock(s_->mu);
     if (s_->client != nullptr) {
       stoker_client_close(s_->client);
       s_->client = nullptr;
@@ -270,6 +286,7 @@ PYBIND11_MODULE(_stoker, m) {
       .def_property_readonly("count", &Batch::count)
       .def_property_readonly("last", &Batch::last)
       .def("release", &Batch::release, "Give the slot back now (tensors of it must not be used after)")
+      .def_property_readonly("released", &Batch::released)
       .def("images_dlpack", &Batch::images_dlpack)
       .def("labels_dlpack", &Batch::labels_dlpack)
       .def("ids_dlpack", &Batch::ids_dlpack)
