@@ -1,6 +1,7 @@
 """stoker.Loader: a DataLoader-shaped iterator over batches served by stokerd."""
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any, Dict, Iterator, Optional, Tuple
@@ -69,7 +70,18 @@ class Loader:
         ckpt["loader"] = loader.state_dict()
 
     Tensors point into shared memory (no copy); a batch's slot returns to the daemon when
-    the last tensor of it is freed. `copy=True` yields owned tensors instead.
+    the last tensor of it (images, labels and ids share it) is freed, or at once on
+    `Batch.release()` (from `batches()`); using its tensors after that is a bug: the daemon
+    refills the slot. `copy=True` yields owned tensors and hands the slot back at once.
+
+    Treat the tensors as read-only. NumPy arrays are marked read-only; torch has no read-only
+    tensors, so an in-place operation on one writes into this consumer's own slot (harmless to
+    other consumers, lost when the slot is refilled) instead of crashing the process.
+
+    rank / world_size default to torchrun's RANK / WORLD_SIZE (else 0 / unchecked);
+    world_size must equal the job's `consumers`. timeout_s: longest wait for one batch
+    (None: forever) before stoker.TimeoutError. hold_timeout_s: how long to wait when this
+    process holds every slot of its ring before stoker.HoldError.
     """
 
     def __init__(self, job: str, rank: Optional[int] = None, world_size: Optional[int] = None,
@@ -93,11 +105,33 @@ class Loader:
         self._batch = 0
         self._client: Optional[_stoker.Client] = None
         self._stream: Tuple[int, int] = (-1, -1)  # next position the open connection delivers
+        if self.world_size is not None and self.world_size < 1:
+            raise ValueError("world_size must be >= 1")
+        if self.rank < 0:
+            raise ValueError(f"rank must be >= 0, not {self.rank}")
         self._connect(0, 0)
         info = self._client.info()
         self.info: Dict[str, Any] = info
-        if self.world_size is not None and self.world_size < 1:
-            raise ValueError("world_size must be >= 1")
+        self._check_world_size()
+
+    def _check_world_size(self) -> None:
+        """world_size must match the job's consumers, or every rank would get a shard of the
+        wrong size. The handshake does not carry the count: the daemon's status does."""
+        if self.world_size is None:
+            return
+        try:
+            status = json.loads(_stoker.daemon_status(self.socket))
+        except (_stoker.StokerError, ValueError):
+            return  # an older daemon or no status: nothing to check against
+        for j in status.get("jobs", []):
+            if j.get("name") == self.job and isinstance(j.get("consumers"), list):
+                consumers = len(j["consumers"])
+                if consumers and consumers != self.world_size:
+                    self.close()
+                    raise _stoker.RefusedError(
+                        f"world size {self.world_size} but job '{self.job}' serves {consumers} "
+                        f"consumer(s): set 'consumers: {self.world_size}' in the job's config "
+                        f"or run {consumers} rank(s)")
 
     # --- connection -----------------------------------------------------------------------
     def _connect(self, epoch: int, batch: int) -> None:
@@ -147,16 +181,24 @@ class Loader:
         return int(self.info["batches_per_epoch"])
 
     def set_epoch(self, epoch: int) -> None:
-        """Start the next iteration at the beginning of `epoch` (as DistributedSampler)."""
+        """Start the next iteration at the beginning of `epoch` (as DistributedSampler).
+        If the loader already stands inside `epoch` (after load_state_dict, or an iteration
+        left early) it keeps that position, so `for e in range(ckpt_epoch, n):
+        loader.set_epoch(e)` resumes mid-epoch exactly."""
         if epoch != self._epoch:
             self._epoch, self._batch = int(epoch), 0
 
-    def state_dict(self) -> Dict[str, int]:
-        """Position of the next batch: restoring it resumes exactly there."""
-        return {"epoch": self._epoch, "batch": self._batch, "rank": self.rank}
+    def state_dict(self) -> Dict[str, Any]:
+        """Position of the next batch (a batch counts as consumed once it was yielded):
+        restoring it resumes exactly there, also after the daemon restarted."""
+        return {"epoch": self._epoch, "batch": self._batch, "rank": self.rank, "job": self.job}
 
-    def load_state_dict(self, state: Dict[str, int]) -> None:
-        self._epoch, self._batch = int(state["epoch"]), int(state["batch"])
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """The next iteration starts at state's position (reconnecting if needed)."""
+        epoch, batch = int(state["epoch"]), int(state["batch"])
+        if epoch < 0 or batch < 0:
+            raise ValueError(f"invalid loader state {state!r}")
+        self._epoch, self._batch = epoch, batch
 
     def batches(self) -> Iterator[Batch]:
         """Batches of the current epoch from the current position, as Batch objects."""
