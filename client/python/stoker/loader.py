@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from typing import Any, Dict, Iterator, Optional, Tuple
 
 from . import _stoker
@@ -105,6 +106,7 @@ class Loader:
         self._batch = 0
         self._client: Optional[_stoker.Client] = None
         self._stream: Tuple[int, int] = (-1, -1)  # next position the open connection delivers
+        self._pending: Optional[Batch] = None
         if self.world_size is not None and self.world_size < 1:
             raise ValueError("world_size must be >= 1")
         if self.rank < 0:
@@ -135,9 +137,17 @@ class Loader:
 
     # --- connection -----------------------------------------------------------------------
     def _connect(self, epoch: int, batch: int) -> None:
+        # One connection per rank: moving the stream closes the old one, and the daemon then
+        # refills the slots of batches still referenced from it.
         if self._client is not None:
-            self._client.close()
-            self._client = None
+            held = self._client.outstanding
+            if held:
+                warnings.warn(
+                    f"stoker: moving job '{self.job}' to epoch {epoch} batch {batch} while {held} "
+                    f"batch(es) of the previous position are still referenced: their tensors now "
+                    f"view slots the daemon refills (copy what you keep, or use copy=True)",
+                    RuntimeWarning, stacklevel=4)
+            self.close()
         self._client = _stoker.Client(self.job, self.rank, self.socket, epoch, batch, True)
         self._stream = (epoch, batch)
 
@@ -161,11 +171,13 @@ class Loader:
                 left = limit - (time.monotonic() - start)
                 if left <= 0:
                     if held >= slots:
+                        hint = (" A loop keeps the previous batch until the next one arrives, so "
+                                "zero-copy iteration needs prefetch >= 2." if slots == 1 else "")
                         raise HoldError(
                             f"this process still holds {held} batch(es) of job '{self.job}' and its "
                             f"ring has {slots} slot(s): no new batch can arrive until one is released "
                             f"(drop references to old batches' tensors, call batch.release(), or use "
-                            f"copy=True)")
+                            f"copy=True).{hint}")
                     raise _stoker.TimeoutError(f"no batch from stokerd within {limit} s")
                 slice_ms = max(1, min(slice_ms, int(left * 1000)))
             try:
@@ -201,33 +213,51 @@ class Loader:
         self._epoch, self._batch = epoch, batch
 
     def batches(self) -> Iterator[Batch]:
-        """Batches of the current epoch from the current position, as Batch objects."""
+        """Batches of the current epoch from the current position, as Batch objects.
+        The generator keeps no reference to a batch it yielded: the slot goes back as soon
+        as the caller drops the batch and its tensors."""
         self._ensure_stream_at(self._epoch, self._batch)
         while True:
-            native = self._next_native()
-            if (native.epoch, native.index) != (self._epoch, self._batch):
-                raise _stoker.StokerError(
-                    f"stokerd delivered epoch {native.epoch} batch {native.index}, "
-                    f"expected epoch {self._epoch} batch {self._batch}")
-            last = native.last
-            if last:
-                self._stream = (self._epoch + 1, 0)
-                self._epoch, self._batch = self._epoch + 1, 0
-            else:
-                self._batch += 1
-                self._stream = (self._epoch, self._batch)
-            if native.count == 0:  # an empty end-of-epoch marker (bad files were skipped)
-                native.release()
-            else:
-                yield Batch(native, self.framework, self.copy)
+            last = self._advance()
+            if self._pending is not None:
+                yield self._take_pending()
             if last:
                 return
 
+    def _advance(self) -> bool:
+        """Fetches the next batch of the stream into self._pending (None for an empty
+        end-of-epoch marker) and moves the position past it; returns last_in_epoch."""
+        native = self._next_native()
+        if (native.epoch, native.index) != (self._epoch, self._batch):
+            native.release()
+            self.close()  # the next iteration reconnects at the position this loader expects
+            raise _stoker.StokerError(
+                f"stokerd delivered epoch {native.epoch} batch {native.index}, "
+                f"expected epoch {self._epoch} batch {self._batch}")
+        last = bool(native.last)
+        if last:
+            self._epoch, self._batch = self._epoch + 1, 0
+        else:
+            self._batch += 1
+        self._stream = (self._epoch, self._batch)
+        if native.count == 0:  # an empty end-of-epoch marker (bad files were skipped)
+            native.release()
+        else:
+            self._pending = Batch(native, self.framework, self.copy)
+        return last
+
+    def _take_pending(self) -> Batch:
+        b, self._pending = self._pending, None
+        return b
+
     def __iter__(self) -> Iterator[Tuple[Any, Any]]:
-        for b in self.batches():
-            yield b.images, b.labels
+        # map() holds no reference to the previous batch while the next one is awaited.
+        return map(lambda b: (b.images, b.labels), self.batches())
 
     def close(self) -> None:
+        """Hang up now. Batches not yet released must not be used afterwards: the daemon takes
+        their slots back. (A Loader that is merely garbage-collected keeps its connection
+        until the last of its batches is released, so its tensors stay valid.)"""
         if self._client is not None:
             self._client.close()
             self._client = None
@@ -239,7 +269,5 @@ class Loader:
         self.close()
 
     def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
+        # Only drop the reference: the native client hangs up when its last batch is released.
+        self._client = None
