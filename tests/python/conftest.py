@@ -1,50 +1,106 @@
-"""Fixtures for the python tier: a real stokerd per test on its own socket."""
+"""Fixtures for the python tier: a real stokerd per test, each on its own socket (so its own
+shared-memory names), stopped with SIGTERM after the test and its segments removed even when
+a test killed it."""
+import json
 import os
+import shutil
 import signal
 import subprocess
 import time
 
+import numpy as np
 import pytest
 
-BIN = os.environ.get("STOKER_BIN_DIR", os.path.join(os.path.dirname(__file__), "../../build/bin"))
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data")
+HERE = os.path.dirname(os.path.abspath(__file__))
+BIN = os.environ.get("STOKER_BIN_DIR", os.path.join(HERE, "..", "..", "build", "bin"))
+DATA = os.path.join(HERE, "..", "data")
+CORPUS = "/work/shared/corpus/exif-orientation"  # fallback photos when tests/data/demo is absent
+
+try:
+    import torch  # noqa: F401
+    HAVE_TORCH = True
+except ImportError:
+    HAVE_TORCH = False
+
+# Tests parametrized over frameworks run the torch case only where torch is installed.
+FRAMEWORKS = ["numpy", pytest.param("torch", marks=pytest.mark.skipif(not HAVE_TORCH,
+                                                                      reason="torch not installed"))]
 
 
-def write_config(path, *, batch_size=8, prefetch=4, size=32, shuffle=True, consumers=1, seed=5,
-                 root=None):
-    root = root or os.path.join(DATA, "demo")
+def to_numpy(x):
+    """A batch field (torch tensor or ndarray) as an ndarray, without copying."""
+    return x if isinstance(x, np.ndarray) else x.numpy()
+
+
+def fnv1a64(s):
+    h = 0xcbf29ce484222325
+    for c in s.encode():
+        h = ((h ^ c) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def segment_path(socket, job):
+    """proto::segment_name(): where the daemon's segment for `job` lives."""
+    return f"/dev/shm/stoker-{fnv1a64(socket):016x}-{job}"
+
+
+@pytest.fixture(scope="session")
+def demo_root(tmp_path_factory):
+    """An ImageFolder of real photos: tests/data/demo (4 classes x 16), else the corpus."""
+    root = os.path.join(DATA, "demo")
+    if os.path.isdir(root):
+        return root
+    root = tmp_path_factory.mktemp("demo")
+    jpegs = sorted(f for f in os.listdir(CORPUS) if f.lower().endswith(".jpg"))
+    for i, f in enumerate(jpegs):
+        d = root / f"class{i % 2}"
+        d.mkdir(exist_ok=True)
+        shutil.copy(os.path.join(CORPUS, f), d / f)
+    return str(root)
+
+
+def write_config(path, root, *, job="demo", batch_size=8, prefetch=4, size=32, shuffle=True,
+                 consumers=1, seed=5, dtype="uint8", layout="NCHW", on_error="skip", flip=True):
+    steps = [f"decode: {{}}", f"random_resized_crop: {{size: {size}}}"]
+    if flip:
+        steps.append("horizontal_flip: {p: 0.5}")
+    pipeline = "\n".join(f"      - {s}" for s in steps)
     with open(path, "w") as f:
         f.write(f"""server: {{workers: 2, log_level: warn}}
 jobs:
-  demo:
+  {job}:
     source: {{root: "{root}"}}
     batch_size: {batch_size}
     shuffle: {str(shuffle).lower()}
     seed: {seed}
     consumers: {consumers}
     prefetch: {prefetch}
+    on_error: {on_error}
     pipeline:
-      - decode: {{}}
-      - random_resized_crop: {{size: {size}}}
-      - horizontal_flip: {{p: 0.5}}
-    output: {{dtype: uint8, layout: NCHW}}
+{pipeline}
+    output: {{dtype: {dtype}, layout: {layout}}}
 """)
     return path
 
 
 class Daemon:
-    def __init__(self, config, socket):
-        self.config, self.socket, self.proc = config, socket, None
+    """`stokerd --config C --socket S`; start() waits for the socket, stop() sends SIGTERM."""
+
+    def __init__(self, config, socket, log, job):
+        self.config, self.socket, self.log, self.job, self.proc = config, socket, log, job, None
         self.start()
 
     def start(self):
-        self.proc = subprocess.Popen([os.path.join(BIN, "stokerd"), "--config", self.config,
-                                      "--socket", self.socket],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 20
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen([os.path.join(BIN, "stokerd"), "--config", self.config,
+                                          "--socket", self.socket],
+                                         stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
         while not os.path.exists(self.socket):
-            assert self.proc.poll() is None, "stokerd exited during start"
-            assert time.time() < deadline, "stokerd did not start"
+            if self.proc.poll() is not None:
+                pytest.fail(f"stokerd exited during start:\n{open(self.log).read()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"stokerd did not start within 20 s:\n{open(self.log).read()}")
             time.sleep(0.01)
 
     def stop(self, sig=signal.SIGTERM):
@@ -53,20 +109,45 @@ class Daemon:
             self.proc.wait(30)
         self.proc = None
 
+    def consume(self, out_dir, batches, start_epoch=0, start_batch=0, rank=0):
+        """What `stokerctl consume --dump` delivers: [(epoch, index, images, labels, ids)]."""
+        r = subprocess.run([os.path.join(BIN, "stokerctl"), "consume", "--job", self.job,
+                            "--socket", self.socket, "--batches", str(batches),
+                            "--dump", str(out_dir), "--rank", str(rank),
+                            "--start-epoch", str(start_epoch), "--start-batch", str(start_batch)],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, f"stokerctl consume failed: {r.stderr}"
+        out = []
+        for line in r.stdout.splitlines():
+            rec = json.loads(line)
+            if "summary" in rec:
+                continue
+            stem = os.path.join(str(out_dir), f"e{rec['epoch']}_b{rec['index']}")
+            out.append((rec["epoch"], rec["index"], np.load(stem + ".images.npy"),
+                        np.load(stem + ".labels.npy"), np.load(stem + ".ids.npy")))
+        return out
+
 
 @pytest.fixture
-def daemon_factory(tmp_path):
+def daemon_factory(tmp_path, demo_root):
+    """make(**config) -> a running Daemon with its own config, socket and log under tmp_path."""
     started = []
 
-    def make(**kw):
-        cfg = write_config(str(tmp_path / f"cfg{len(started)}.yaml"), **kw)
-        d = Daemon(cfg, str(tmp_path / f"s{len(started)}.sock"))
+    def make(root=None, **kw):
+        n = len(started)
+        job = kw.get("job", "demo")
+        cfg = write_config(str(tmp_path / f"cfg{n}.yaml"), root or demo_root, **kw)
+        d = Daemon(cfg, str(tmp_path / f"s{n}.sock"), str(tmp_path / f"stokerd{n}.log"), job)
         started.append(d)
         return d
 
     yield make
     for d in started:
         d.stop()
+        # A daemon killed by a test cannot remove its segment: do it for it.
+        seg = segment_path(d.socket, d.job)
+        if os.path.exists(seg):
+            os.unlink(seg)
 
 
 @pytest.fixture

@@ -277,6 +277,7 @@ def test_ten_thousand_batches_without_memory_growth(fw, daemon_factory):
     growth = rss_kib() - before
     print(f"{fw}: RSS growth over {count - 1000} batches: {growth} KiB")
     assert growth < 2048
+    del images, labels
     assert loader._client.outstanding == 0
 
 
@@ -300,3 +301,22 @@ except ImportError as e:
                        timeout=60)
     assert r.returncode == 0, r.stderr
     assert "ok: framework='torch' but torch is not installed" in r.stdout
+
+
+def test_a_batch_outlives_its_garbage_collected_loader(fw, daemon, tmp_path):
+    (_, _, images, _, ids), = daemon.consume(tmp_path / "dump", 1)
+    b = next(stoker.Loader("demo", socket=daemon.socket, framework=fw).batches())
+    gc.collect()
+    time.sleep(0.3)  # time enough for the daemon to refill the slot, if it were reclaimed
+    assert np.array_equal(to_numpy(b.ids), ids)
+    assert np.array_equal(to_numpy(b.images), images)
+
+
+def test_moving_the_stream_while_holding_batches_warns(fw, daemon):
+    loader = stoker.Loader("demo", socket=daemon.socket, framework=fw)
+    kept = next(loader.batches())
+    loader.set_epoch(2)
+    with pytest.warns(RuntimeWarning, match=r"1 batch\(es\) of the previous position"):
+        b = next(loader.batches())
+    assert (b.epoch, b.index) == (2, 0)
+    del kept

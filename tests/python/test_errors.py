@@ -1,0 +1,162 @@
+"""python tier: every failure is a Python exception of its own class with the daemon's (or
+libstoker's) message, raised promptly: never a hang. Runs without torch."""
+import os
+import signal
+import socket as pysocket
+import struct
+import threading
+import time
+
+import pytest
+
+import stoker
+
+
+def test_exception_classes():
+    for cls in (stoker.NoDaemonError, stoker.RefusedError, stoker.VersionError,
+                stoker.DisconnectedError, stoker.TimeoutError, stoker.JobFailedError, stoker.HoldError):
+        assert issubclass(cls, stoker.StokerError)
+    assert issubclass(stoker.TimeoutError, TimeoutError)  # the builtin: `except TimeoutError` works
+    assert issubclass(stoker.NoDaemonError, ConnectionError)
+    assert issubclass(stoker.DisconnectedError, ConnectionError)
+
+
+def test_no_daemon(tmp_path):
+    path = str(tmp_path / "absent.sock")
+    with pytest.raises(stoker.NoDaemonError, match=f"no stokerd at {path}"):
+        stoker.Loader("demo", socket=path, framework="numpy")
+
+
+def test_unknown_job_lists_the_jobs(daemon):
+    with pytest.raises(stoker.RefusedError, match=r"no job 'nope'.*jobs: demo"):
+        stoker.Loader("nope", socket=daemon.socket, framework="numpy")
+
+
+def test_rank_outside_the_job(daemon_factory):
+    d = daemon_factory(consumers=2)
+    with pytest.raises(stoker.RefusedError, match=r"rank 5 is outside job 'demo' \(consumers: 2"):
+        stoker.Loader("demo", rank=5, socket=d.socket, framework="numpy")
+    with pytest.raises(ValueError, match="rank must be >= 0"):
+        stoker.Loader("demo", rank=-1, socket=d.socket, framework="numpy")
+
+
+def test_rank_already_served(daemon):
+    first = stoker.Loader("demo", socket=daemon.socket, framework="numpy")
+    with pytest.raises(stoker.RefusedError, match="already has a consumer connected"):
+        stoker.Loader("demo", socket=daemon.socket, framework="numpy")
+    first.close()
+    stoker.Loader("demo", socket=daemon.socket, framework="numpy")  # free again
+
+
+def test_world_size_must_match_the_consumers(daemon_factory):
+    d = daemon_factory(consumers=2)
+    with pytest.raises(stoker.RefusedError, match=r"world size 4 but job 'demo' serves 2 consumer"):
+        stoker.Loader("demo", rank=1, world_size=4, socket=d.socket, framework="numpy")
+    # the refused loader hung up: the rank is free for a correct one
+    assert len(stoker.Loader("demo", rank=1, world_size=2, socket=d.socket, framework="numpy")) == 4
+
+
+def test_rank_and_world_size_from_torchrun_environment(daemon_factory, monkeypatch):
+    d = daemon_factory(consumers=2)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    loader = stoker.Loader("demo", socket=d.socket, framework="numpy")
+    assert (loader.rank, loader.world_size) == (1, 2)
+    assert len(loader) == 4  # 64 samples / 2 ranks / batch 8
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    with pytest.raises(stoker.RefusedError, match="world size 3"):
+        stoker.Loader("demo", rank=0, socket=d.socket, framework="numpy")
+
+
+def test_daemon_killed_mid_epoch_raises_disconnected(daemon_factory):
+    d = daemon_factory(prefetch=2)
+    loader = stoker.Loader("demo", socket=d.socket, framework="numpy")
+    it = loader.batches()
+    held = [next(it), next(it)]  # ring full: the next call waits on the daemon
+    threading.Timer(0.3, lambda: d.stop(signal.SIGKILL)).start()
+    t0 = time.monotonic()
+    with pytest.raises(stoker.DisconnectedError, match="closed the connection"):
+        next(it)
+    assert time.monotonic() - t0 < 10
+    assert held[0].images.shape == (8, 3, 32, 32)  # what is held stays mapped and readable
+    int(held[1].images.sum())
+
+
+def test_daemon_killed_while_iterating_freely(daemon_factory):
+    d = daemon_factory()
+    loader = stoker.Loader("demo", socket=d.socket, framework="numpy")
+    t0 = time.monotonic()
+    with pytest.raises(stoker.DisconnectedError):
+        epoch = 0
+        while True:
+            loader.set_epoch(epoch)
+            for i, _ in enumerate(loader):
+                if epoch == 1 and i == 2:
+                    d.stop(signal.SIGKILL)
+            epoch += 1
+    assert time.monotonic() - t0 < 20
+
+
+def test_no_batch_within_timeout(daemon):
+    loader = stoker.Loader("demo", socket=daemon.socket, framework="numpy", timeout_s=0.5)
+    next(iter(loader))
+    os.kill(daemon.proc.pid, signal.SIGSTOP)  # a daemon that is alive but delivers nothing
+    try:
+        # the 4 prefetched slots drain, then the wait times out
+        t0 = time.monotonic()
+        with pytest.raises(stoker.TimeoutError, match=r"no batch from stokerd within 0\.5 s"):
+            for _ in range(10):
+                images, labels = next(iter(loader))
+                del images, labels
+        assert time.monotonic() - t0 < 5
+    finally:
+        os.kill(daemon.proc.pid, signal.SIGCONT)
+    images, labels = next(iter(loader))  # the stream goes on where it was
+    assert images.shape[0] == 8
+
+
+def test_job_failed_names_the_file(daemon_factory, demo_root, tmp_path):
+    root = tmp_path / "bad"
+    for c in ("a", "b"):
+        (root / c).mkdir(parents=True)
+    src = os.path.join(demo_root, sorted(c for c in os.listdir(demo_root)
+                                         if os.path.isdir(os.path.join(demo_root, c)))[0])
+    good = os.path.join(src, sorted(os.listdir(src))[0])
+    for i in range(3):
+        (root / "a" / f"{i}.jpg").write_bytes(open(good, "rb").read())
+    (root / "b" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 this is not a JPEG" * 4)
+    d = daemon_factory(root=str(root), on_error="fail", batch_size=2, shuffle=False)
+    with pytest.raises(stoker.JobFailedError, match="broken.jpg"):
+        loader = stoker.Loader("demo", socket=d.socket, framework="numpy", timeout_s=20)
+        for _ in loader:
+            pass
+
+
+def test_daemon_of_another_protocol_version(tmp_path):
+    """A fake daemon answers the hello with protocol 9.0: the client must refuse it by name."""
+    path = str(tmp_path / "fake.sock")
+    srv = pysocket.socket(pysocket.AF_UNIX, pysocket.SOCK_SEQPACKET)
+    srv.bind(path)
+    srv.listen(1)
+
+    def serve():
+        conn, _ = srv.accept()
+        conn.recv(4096)  # the hello
+        # MessageHeader: magic "STOK", proto 9.0, type 2 (welcome), size 192; body zeros.
+        conn.send(struct.pack("<IHHHHI", 0x4B4F5453, 9, 0, 2, 0, 192) + bytes(176))
+        conn.recv(16)  # until the client hangs up
+        conn.close()
+
+    t = threading.Thread(target=serve)
+    t.start()
+    with pytest.raises(stoker.VersionError, match=r"stokerd speaks protocol 9\.0, this libstoker speaks 1\.0"):
+        stoker.Loader("demo", socket=path, framework="numpy")
+    t.join(10)
+    srv.close()
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="framework"):
+        stoker.Loader("demo", framework="jax")
+    with pytest.raises(ValueError, match="world_size"):
+        stoker.Loader("demo", world_size=0, framework="numpy")
