@@ -160,3 +160,20 @@ def test_bad_arguments():
         stoker.Loader("demo", framework="jax")
     with pytest.raises(ValueError, match="world_size"):
         stoker.Loader("demo", world_size=0, framework="numpy")
+
+
+def test_ctrl_c_interrupts_a_wait(daemon_factory):
+    d = daemon_factory(prefetch=2)
+    loader = stoker.Loader("demo", socket=d.socket, framework="numpy", hold_timeout_s=60)
+    it = loader.batches()
+    held = [next(it), next(it)]  # nothing more can come: the next call waits up to 60 s
+    threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        next(it)
+    assert time.monotonic() - t0 < 3
+    del held
+
+
+def test_version():
+    assert stoker.__version__.count(".") == 2

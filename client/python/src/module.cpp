@@ -260,6 +260,7 @@ class Client {
 
 PYBIND11_MODULE(_stoker, m) {
   m.doc() = "Native layer of the stoker client (see the stoker package)";
+  m.attr("__version__") = STOKER_VERSION;
   py::object base = py::reinterpret_steal<py::object>(
       PyErr_NewException("stoker.StokerError", PyExc_RuntimeError, nullptr));
   m.attr("StokerError") = base;

@@ -14,6 +14,7 @@ from ._stoker import (  # noqa: F401  (re-exported)
     StokerError,
     TimeoutError,
     VersionError,
+    __version__,
     daemon_status,
 )
 from ._stoker import Client as _NativeClient  # noqa: F401
