@@ -320,3 +320,26 @@ def test_moving_the_stream_while_holding_batches_warns(fw, daemon):
         b = next(loader.batches())
     assert (b.epoch, b.index) == (2, 0)
     del kept
+
+
+def test_an_empty_last_batch_ends_the_epoch_without_being_yielded(fw, daemon_factory, demo_root,
+                                                                  tmp_path):
+    # batch 1 of each epoch holds only a broken file: skipped, it arrives as an empty last batch
+    root = tmp_path / "skip"
+    for c in ("a", "b"):
+        (root / c).mkdir(parents=True)
+    src = os.path.join(demo_root, sorted(c for c in os.listdir(demo_root)
+                                         if os.path.isdir(os.path.join(demo_root, c)))[0])
+    good = open(os.path.join(src, sorted(os.listdir(src))[0]), "rb").read()
+    for i in range(2):
+        (root / "a" / f"{i}.jpg").write_bytes(good)
+    (root / "b" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 this is not a JPEG" * 4)
+    d = daemon_factory(root=str(root), on_error="skip", batch_size=2, shuffle=False)
+    loader = stoker.Loader("demo", socket=d.socket, framework=fw, timeout_s=20)
+    assert len(loader) == 2  # nominal
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        got = [(b.epoch, b.index, len(b)) for b in loader.batches()]
+        assert got == [(epoch, 0, 2)]
+        assert loader.state_dict()["epoch"] == epoch + 1
+    assert loader._client.outstanding == 0
