@@ -17,7 +17,7 @@ namespace stoker::proto {
 
 inline constexpr std::uint32_t kControlMagic = 0x4b4f5453u;  // "STOK"
 inline constexpr std::uint16_t kProtoMajor = 1;
-inline constexpr std::uint16_t kProtoMinor = 0;
+inline constexpr std::uint16_t kProtoMinor = 1;  // 1: device delivery (kDeviceRing, kUnmapped)
 inline constexpr std::size_t kMaxMessageBytes = 65536;       // status replies carry JSON
 
 enum class MsgType : std::uint16_t {
@@ -29,6 +29,8 @@ enum class MsgType : std::uint16_t {
   kRelease = 6,      // client -> daemon, give a slot back
   kStatusQuery = 7,  // client -> daemon, no job needed
   kStatusReply = 8,  // daemon -> client, JSON text follows the header
+  kDeviceRing = 9,   // daemon -> client, right after Welcome when device output was granted
+  kUnmapped = 10,    // client -> daemon, "I closed every device handle of this connection"
 };
 
 struct MessageHeader {
@@ -56,9 +58,12 @@ struct HelloMsg {
   std::uint64_t start_batch;
   std::uint8_t device_uuid[16]; // GPU UUID when kHelloWantDevice
   std::uint32_t pid;            // for status/logs only
-  std::uint8_t reserved[36];
+  std::uint32_t device_backend; // device::BackendKind of the client (1 cuda, 2 hostsim)
+  std::uint8_t reserved[32];
 };
 static_assert(sizeof(HelloMsg) == 160);
+static_assert(offsetof(HelloMsg, device_uuid) == 104);
+static_assert(offsetof(HelloMsg, device_backend) == 124);
 
 struct WelcomeMsg {
   MessageHeader header;
@@ -93,6 +98,45 @@ struct ErrorMsg {
   char message[488];            // NUL-terminated, human readable
 };
 static_assert(sizeof(ErrorMsg) == 512);
+
+// Device delivery, per connection: one allocation on the consumer's GPU holds every slot's
+// device copy (slot i at i * slot_stride: images, then int64 labels at labels_offset), plus two
+// interprocess events per slot: `ready` (recorded by stokerd after the slot's copy; the
+// consumer's stream waits on it) and `release` (recorded by the consumer on its stream before
+// it sends Release; stokerd's copy stream waits on it before overwriting the slot). The
+// allocation lives until the consumer said kUnmapped or its process is gone.
+struct DeviceRingMsg {
+  MessageHeader header;
+  std::uint32_t backend;        // device::BackendKind
+  std::uint32_t dtype;          // DType of the device images (float when normalized there)
+  std::uint64_t alloc_bytes;    // bytes of the allocation behind mem_handle
+  std::uint64_t slot_stride;    // device bytes from one slot to the next
+  std::uint64_t image_bytes;    // device bytes of one sample
+  std::uint64_t labels_offset;  // from a slot's start to its int64 labels[batch_size]
+  std::uint32_t slot_count;     // == WelcomeMsg::slot_count
+  std::uint32_t flags;          // kDeviceNormalized
+  std::uint8_t device_uuid[16]; // the GPU the allocation is on
+  std::uint8_t mem_handle[64];
+  std::uint64_t alloc_id;       // unique within the daemon generation
+  std::uint8_t reserved[8];
+  // followed by DeviceSlotHandles[slot_count]; header.size covers them
+};
+static_assert(sizeof(DeviceRingMsg) == 160);
+static_assert(offsetof(DeviceRingMsg, mem_handle) == 80);
+
+struct DeviceSlotHandles {
+  std::uint8_t ready_event[64];
+  std::uint8_t release_event[64];
+};
+static_assert(sizeof(DeviceSlotHandles) == 128);
+
+inline constexpr std::uint32_t kDeviceNormalized = 1u << 0;  // device images are normalized floats
+inline constexpr std::uint32_t kMaxDeviceSlots =
+    (kMaxMessageBytes - sizeof(DeviceRingMsg)) / sizeof(DeviceSlotHandles);
+
+struct UnmappedMsg {
+  MessageHeader header;
+};
 
 struct AcquireMsg {
   MessageHeader header;
