@@ -130,9 +130,10 @@ class Backend {
   virtual bool host_addressable() const = 0;
 
   // Race annotations for the simulation (no-ops on CUDA): the importer says that [ptr, ptr +
-  // bytes) is being read from now on, and that the reads end with the work queued on `s` so
-  // far. hostsim aborts when the exporter writes a range whose reads have not ended.
-  virtual void annotate_read_begin(int device, const void* ptr, std::size_t bytes) { (void)device, (void)ptr, (void)bytes; }
+  // bytes) is read by the work queued on `s` from now on, and that the reads end with the work
+  // queued on `s` so far. hostsim aborts when the exporter writes a range whose reads began
+  // and have not ended.
+  virtual void annotate_read_begin(int device, const void* ptr, std::size_t bytes, StreamId s) { (void)device, (void)ptr, (void)bytes, (void)s; }
   virtual void annotate_read_end(int device, const void* ptr, std::size_t bytes, StreamId s) { (void)device, (void)ptr, (void)bytes, (void)s; }
 };
 
@@ -145,6 +146,9 @@ std::unique_ptr<Backend> make_exporter_backend(std::string& why_not);
 std::unique_ptr<Backend> make_importer_backend(std::string& why_not);
 // The kind STOKER_DEVICE_BACKEND asks for, for messages.
 BackendKind requested_backend();
+// The backend STOKER_DEVICE_BACKEND names, with `cuda` as the CUDA implementation.
+using CudaFactory = std::unique_ptr<Backend> (*)(std::string& why_not);
+std::unique_ptr<Backend> make_backend(CudaFactory cuda, std::string& why_not);
 
 // Implementations (defined in their own files; factories above pick one).
 std::unique_ptr<Backend> make_hostsim_backend(std::string& why_not);

@@ -24,6 +24,8 @@ struct stoker_client {
 struct stoker_batch {
   std::shared_ptr<Connection> conn;
   BatchView view;
+  bool acquired = false;                     // device: ordered on `stream`, reads begun
+  stoker::device::StreamId stream = 0;
 };
 
 namespace {
@@ -50,6 +52,50 @@ stoker_status guarded(F&& f) {
   }
 }
 
+// "cuda" / "cuda:N" -> ordinal; NULL or "" -> -1 (host batches).
+int parse_device(const char* device, int want_device) {
+  std::string d = device != nullptr ? device : "";
+  if (d.empty() && want_device != 0) d = "cuda";
+  if (d.empty()) return -1;
+  if (d == "cuda") {
+    const char* lr = std::getenv("LOCAL_RANK");
+    if (lr == nullptr || *lr == '\0') return 0;
+    char* end = nullptr;
+    const long v = std::strtol(lr, &end, 10);
+    if (*end != '\0' || v < 0 || v > 1023) {
+      throw Failure{STOKER_ERR_INVALID_ARGUMENT, std::string("LOCAL_RANK='") + lr + "' is not a GPU index"};
+    }
+    return static_cast<int>(v);
+  }
+  if (d.rfind("cuda:", 0) == 0 && d.size() > 5) {
+    char* end = nullptr;
+    const long v = std::strtol(d.c_str() + 5, &end, 10);
+    if (*end == '\0' && v >= 0 && v <= 1023) return static_cast<int>(v);
+  }
+  throw Failure{STOKER_ERR_INVALID_ARGUMENT, "device '" + d + "' is not \"cuda\" or \"cuda:N\""};
+}
+
+// Orders the batch on `stream` the first time it is asked for on the device.
+void acquire_on_device(stoker_batch* b, stoker::device::StreamId stream) {
+  auto* dev = b->conn->device();
+  if (dev == nullptr || !b->view.on_device) {
+    throw Failure{STOKER_ERR_INVALID_ARGUMENT,
+                  dev == nullptr ? "this client receives host batches (open it with options.device)"
+                                 : "this batch has no device copy (stokerd could not copy it; see its log)"};
+  }
+  if (b->acquired) {
+    std::string why;  // another stream wants it too: order it as well; the fence stays on the first
+    if (stream != b->stream && !dev->wait_copied(b->view.slot, stream, why)) {
+      throw Failure{STOKER_ERR_INTERNAL, "device wait: " + why};
+    }
+    return;
+  }
+  std::string why;
+  if (!dev->acquire(b->view.slot, stream, why)) throw Failure{STOKER_ERR_INTERNAL, "device wait: " + why};
+  b->acquired = true;
+  b->stream = stream;
+}
+
 }  // namespace
 
 extern "C" {
@@ -67,7 +113,7 @@ stoker_status stoker_client_open(const stoker_options* o, stoker_client** out) {
     const std::string socket = stoker::proto::resolve_socket_path(o->socket_path ? o->socket_path : "");
     auto c = std::make_unique<stoker_client>();
     c->conn = std::make_shared<Connection>(socket, o->job, o->rank, o->start_epoch, o->start_batch,
-                                           o->want_device != 0, o->map_writable != 0);
+                                           parse_device(o->device, o->want_device), o->map_writable != 0);
     *out = c.release();
     return STOKER_OK;
   });
@@ -99,9 +145,44 @@ stoker_status stoker_client_next(stoker_client* c, int timeout_ms, stoker_batch*
 
 stoker_status stoker_batch_release(stoker_batch* b) {
   if (b == nullptr) return STOKER_OK;
-  b->conn->release(b->view.slot, b->view.generation);
+  b->conn->release(b->view.slot, b->view.generation, b->acquired ? &b->stream : nullptr);
   delete b;
   return STOKER_OK;
+}
+
+stoker_status stoker_batch_device_images(stoker_batch* b, void* stream, void** out) {
+  if (b == nullptr || out == nullptr) return fail(STOKER_ERR_INVALID_ARGUMENT, "null argument");
+  *out = nullptr;
+  return guarded([&] {
+    acquire_on_device(b, reinterpret_cast<stoker::device::StreamId>(stream));
+    *out = b->conn->device()->images(b->view.slot);
+    return STOKER_OK;
+  });
+}
+
+stoker_status stoker_batch_device_labels(stoker_batch* b, void* stream, int64_t** out) {
+  if (b == nullptr || out == nullptr) return fail(STOKER_ERR_INVALID_ARGUMENT, "null argument");
+  *out = nullptr;
+  return guarded([&] {
+    acquire_on_device(b, reinterpret_cast<stoker::device::StreamId>(stream));
+    *out = b->conn->device()->labels(b->view.slot);
+    return STOKER_OK;
+  });
+}
+
+int stoker_batch_on_device(const stoker_batch* b) { return b && b->view.on_device ? 1 : 0; }
+
+stoker_status stoker_batch_device_to_host(stoker_batch* b, void* images_out, int64_t* labels_out) {
+  if (b == nullptr) return fail(STOKER_ERR_INVALID_ARGUMENT, "null argument");
+  return guarded([&] {
+    if (!b->acquired) acquire_on_device(b, stoker::device::kDefaultStream);
+    std::string why;
+    if (!b->conn->device()->copy_to_host(b->view.slot, b->view.count, images_out, labels_out,
+                                         b->stream, why)) {
+      throw Failure{STOKER_ERR_INTERNAL, "copy from the device: " + why};
+    }
+    return STOKER_OK;
+  });
 }
 
 const void* stoker_batch_images(const stoker_batch* b) { return b ? b->view.images : nullptr; }

@@ -94,18 +94,41 @@ void throw_daemon_error(const void* data, std::size_t n) {
 }
 
 Connection::Connection(const std::string& socket_path, const std::string& job, std::uint32_t rank,
-                       std::uint64_t start_epoch, std::uint64_t start_batch, bool want_device,
+                       std::uint64_t start_epoch, std::uint64_t start_batch, int device_ordinal,
                        bool map_writable)
     : socket_path_(socket_path) {
   if (job.empty() || job.size() >= 64) {
     throw Failure{STOKER_ERR_INVALID_ARGUMENT, "job name must be 1..63 characters"};
+  }
+  // The device is resolved before connecting: a process that cannot use one is told so
+  // without bothering the daemon.
+  std::shared_ptr<device::Backend> backend;
+  device::Uuid uuid{};
+  if (device_ordinal >= 0) {
+    backend = importer_backend();
+    std::string why;
+    const auto devs = backend->devices(why);
+    if (device_ordinal >= static_cast<int>(devs.size())) {
+      throw Failure{STOKER_ERR_INVALID_ARGUMENT,
+                    "device cuda:" + std::to_string(device_ordinal) + " does not exist: this process sees " +
+                        std::to_string(devs.size()) + " device(s) (" +
+                        device::to_string(backend->kind()) + (why.empty() ? "" : ": " + why) + ")"};
+    }
+    uuid = devs[device_ordinal].uuid;
+    if (!backend->open_device(device_ordinal, why)) {
+      throw Failure{STOKER_ERR_REFUSED, "cannot use device cuda:" + std::to_string(device_ordinal) + ": " + why};
+    }
   }
   fd_ = connect_control_socket(socket_path_);
   try {
     auto hello = proto::make_message<proto::HelloMsg>(proto::MsgType::kHello);
     proto::copy_cstr(hello.job, job.c_str());
     hello.rank = rank;
-    hello.flags = want_device ? proto::kHelloWantDevice : 0;
+    hello.flags = backend ? proto::kHelloWantDevice : 0;
+    if (backend) {
+      std::memcpy(hello.device_uuid, uuid.data(), 16);
+      hello.device_backend = static_cast<std::uint32_t>(backend->kind());
+    }
     hello.start_epoch = start_epoch;
     hello.start_batch = start_batch;
     hello.pid = static_cast<std::uint32_t>(::getpid());
@@ -174,6 +197,23 @@ Connection::Connection(const std::string& socket_path, const std::string& job, s
     info_.num_classes = header_->num_classes;
     info_.slot_count = w.slot_count;
     info_.daemon_generation = w.daemon_generation;
+    info_.device_ordinal = -1;
+    if (backend) {
+      std::vector<std::uint8_t> dbuf(proto::kMaxMessageBytes);
+      const std::size_t dn = recv_message(fd_, dbuf.data(), dbuf.size(), kHandshakeTimeoutMs, socket_path_);
+      std::memcpy(&h, dbuf.data(), sizeof h);
+      if (static_cast<proto::MsgType>(h.type) == proto::MsgType::kError) throw_daemon_error(dbuf.data(), dn);
+      if (static_cast<proto::MsgType>(h.type) != proto::MsgType::kDeviceRing) {
+        throw Failure{STOKER_ERR_PROTOCOL, "stokerd did not describe the device ring it granted"};
+      }
+      device_ = std::make_shared<DeviceMapping>(backend, device_ordinal, dbuf.data(), dn, w.slot_count,
+                                                g.batch_size);
+      info_.device_ordinal = device_ordinal;
+      info_.device_dtype = static_cast<stoker_dtype>(device_->dtype());
+      info_.device_backend = static_cast<std::uint32_t>(backend->kind());
+      info_.device_normalized = device_->normalized() ? 1 : 0;
+      info_.device_image_bytes = device_->image_bytes();
+    }
   } catch (...) {
     ::close(fd_);
     fd_ = -1;
@@ -181,11 +221,39 @@ Connection::Connection(const std::string& socket_path, const std::string& job, s
   }
 }
 
-Connection::~Connection() { close(); }
+namespace {
+void send_unmapped(int fd, std::uint64_t alloc_id) {
+  auto u = proto::make_message<proto::UnmappedMsg>(proto::MsgType::kUnmapped);
+  u.alloc_id = alloc_id;
+  [[maybe_unused]] ssize_t w = ::send(fd, &u, sizeof u, MSG_NOSIGNAL);
+}
+}  // namespace
+
+Connection::~Connection() {
+  close();
+  // The last batch of a closed connection is gone: close the device handles now and tell
+  // stokerd on a fresh connection, so it can free the ring before this process exits.
+  if (device_) {
+    const std::uint64_t id = device_->alloc_id();
+    device_.reset();
+    try {
+      const int fd = connect_control_socket(socket_path_);
+      send_unmapped(fd, id);
+      ::close(fd);
+    } catch (...) {
+      // No daemon (stopped or restarted): it freed the ring when it exited.
+    }
+  }
+}
 
 void Connection::close() {
   std::lock_guard lock(send_mu_);
   if (fd_ >= 0) {
+    if (device_ && outstanding_.load() == 0) {
+      const std::uint64_t id = device_->alloc_id();
+      device_.reset();
+      send_unmapped(fd_, id);
+    }
     ::close(fd_);
     fd_ = -1;
   }
@@ -229,11 +297,24 @@ BatchView Connection::next(int timeout_ms) {
   v.images = payload;
   v.labels = reinterpret_cast<const std::int64_t*>(payload + header_->labels_offset);
   v.ids = reinterpret_cast<const std::int64_t*>(payload + header_->ids_offset);
+  v.on_device = device_ && (m.flags & proto::kBatchOnDevice) != 0;
+  outstanding_++;
   return v;
 }
 
-void Connection::release(std::uint32_t slot, std::uint32_t generation) {
+void Connection::release(std::uint32_t slot, std::uint32_t generation,
+                         const device::StreamId* device_stream) {
   std::lock_guard lock(send_mu_);
+  outstanding_--;
+  if (device_stream != nullptr && device_) {
+    // The fence goes on the GPU before the daemon hears of the release.
+    std::string why;
+    if (!device_->release(slot, *device_stream, why)) {
+      // Without the fence the daemon could overwrite what a kernel still reads: keep the
+      // slot (the daemon reclaims it when this connection ends).
+      return;
+    }
+  }
   if (fd_ < 0) return;
   auto r = proto::make_message<proto::ReleaseMsg>(proto::MsgType::kRelease);
   r.slot = slot;

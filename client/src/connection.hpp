@@ -12,6 +12,7 @@
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
 
+#include "device_mapping.hpp"
 #include "stoker/proto/control.hpp"
 #include "stoker/proto/layout.hpp"
 #include "stoker/stoker.h"
@@ -30,22 +31,29 @@ struct BatchView {
   const std::uint8_t* images;
   const std::int64_t* labels;
   const std::int64_t* ids;
+  bool on_device;  // the daemon copied it to this consumer's device ring
 };
 
 class Connection {
  public:
   // Throws Failure.
   Connection(const std::string& socket_path, const std::string& job, std::uint32_t rank,
-             std::uint64_t start_epoch, std::uint64_t start_batch, bool want_device,
+             std::uint64_t start_epoch, std::uint64_t start_batch, int device_ordinal = -1,
              bool map_writable = false);
   ~Connection();
 
   // Throws Failure (STOKER_ERR_TIMEOUT leaves the request outstanding for the next call).
   BatchView next(int timeout_ms);
   // Never throws; a closed connection makes it a no-op (the daemon reclaimed the slot).
-  void release(std::uint32_t slot, std::uint32_t generation);
+  // `device_stream`: the stream the batch was acquired on, when it was (its release fence is
+  // recorded there first).
+  void release(std::uint32_t slot, std::uint32_t generation, const device::StreamId* device_stream = nullptr);
+  // Closes the socket. Device mode: with no batch outstanding the device handles are closed
+  // and stokerd is told so first; otherwise that happens when the last batch is gone.
   void close();
   const stoker_job_info& info() const { return info_; }
+  // Device mode only (nullptr otherwise).
+  DeviceMapping* device() const { return device_.get(); }
 
  private:
   std::string socket_path_;
@@ -57,6 +65,8 @@ class Connection {
   const proto::SegmentHeader* header_ = nullptr;
   const std::uint8_t* first_slot_ = nullptr;
   stoker_job_info info_{};
+  std::shared_ptr<DeviceMapping> device_;  // guarded by send_mu_ after construction
+  std::atomic<int> outstanding_{0};        // batches handed out and not released
 };
 
 // Connects a SOCK_SEQPACKET socket; throws Failure with a hint when no daemon listens.

@@ -17,7 +17,7 @@ namespace stoker::ctl {
 namespace {
 
 struct ConsumeArgs {
-  std::string socket, job, dump;
+  std::string socket, job, dump, device;
   std::uint32_t rank = 0;
   std::uint64_t batches = 0, epochs = 0, start_epoch = 0, start_batch = 0;
   bool ids = false;
@@ -51,6 +51,7 @@ bool parse_consume(int argc, char** argv, ConsumeArgs& a) {
     if (k == "--socket") a.socket = v;
     else if (k == "--job") a.job = v;
     else if (k == "--dump") a.dump = v;
+    else if (k == "--device") a.device = v;
     else if (k == "--rank" && num && n < (1ull << 32)) a.rank = static_cast<std::uint32_t>(n);
     else if (k == "--batches" && num) a.batches = n;
     else if (k == "--epochs" && num) a.epochs = n;
@@ -101,6 +102,7 @@ int consume_main(int argc, char** argv) {
   o.rank = a.rank;
   o.start_epoch = a.start_epoch;
   o.start_batch = a.start_batch;
+  o.device = a.device.empty() ? nullptr : a.device.c_str();
   stoker_client* c = nullptr;
   if (stoker_client_open(&o, &c) != STOKER_OK) return fail_with("connect");
   stoker_job_info info;
@@ -118,15 +120,45 @@ int consume_main(int argc, char** argv) {
     const std::uint32_t n = stoker_batch_count(b);
     const std::uint64_t epoch = stoker_batch_epoch(b), index = stoker_batch_index(b);
     const bool last = stoker_batch_last_in_epoch(b) != 0;
+    // Device mode: the batch is used from its device copy (ordered on the default stream), and
+    // --dump writes what was read back from the device, not the host slot.
+    std::vector<std::uint8_t> dev_images;
+    std::vector<std::int64_t> dev_labels;
+    const void* images = stoker_batch_images(b);
+    const std::int64_t* labels = stoker_batch_labels(b);
+    stoker_dtype dtype = info.dtype;
+    std::uint64_t image_bytes = info.image_bytes;
+    if (!a.device.empty()) {
+      void* dptr = nullptr;
+      if (stoker_batch_device_images(b, nullptr, &dptr) != STOKER_OK) {
+        rc = fail_with("device batch");
+        stoker_batch_release(b);
+        break;
+      }
+      dtype = info.device_dtype;
+      image_bytes = info.device_image_bytes;
+      if (!a.dump.empty() || a.ids) {
+        dev_images.resize(image_bytes * n);
+        dev_labels.resize(n);
+        if (stoker_batch_device_to_host(b, dev_images.data(), dev_labels.data()) != STOKER_OK) {
+          rc = fail_with("read back from the device");
+          stoker_batch_release(b);
+          break;
+        }
+        images = dev_images.data();
+        labels = dev_labels.data();
+      }
+    }
     std::string line = "{\"epoch\":" + std::to_string(epoch) + ",\"index\":" + std::to_string(index) +
                        ",\"count\":" + std::to_string(n) + ",\"last\":" + (last ? "true" : "false");
+    if (!a.device.empty()) line += ",\"device\":true";
     if (a.ids) {
-      std::string ids = ",\"ids\":[", labels = ",\"labels\":[";
+      std::string ids = ",\"ids\":[", label_text = ",\"labels\":[";
       for (std::uint32_t i = 0; i < n; ++i) {
         ids += (i ? "," : "") + std::to_string(stoker_batch_ids(b)[i]);
-        labels += (i ? "," : "") + std::to_string(stoker_batch_labels(b)[i]);
+        label_text += (i ? "," : "") + std::to_string(labels[i]);
       }
-      line += ids + "]" + labels + "]";
+      line += ids + "]" + label_text + "]";
     }
     line += "}";
     std::puts(line.c_str());
@@ -136,12 +168,12 @@ int consume_main(int argc, char** argv) {
       const std::string stem = a.dump + "/e" + std::to_string(epoch) + "_b" + std::to_string(index);
       std::string err;
       const bool ok =
-          write_npy(stem + ".images.npy", npy_descr(info.dtype),
+          write_npy(stem + ".images.npy", npy_descr(dtype),
                     info.layout == STOKER_NCHW
                         ? std::vector<std::uint64_t>{n, info.channels, info.height, info.width}
                         : std::vector<std::uint64_t>{n, info.height, info.width, info.channels},
-                    stoker_batch_images(b), info.image_bytes * n, err) &&
-          write_npy(stem + ".labels.npy", "<i8", {n}, stoker_batch_labels(b), 8ull * n, err) &&
+                    images, image_bytes * n, err) &&
+          write_npy(stem + ".labels.npy", "<i8", {n}, labels, 8ull * n, err) &&
           write_npy(stem + ".ids.npy", "<i8", {n}, stoker_batch_ids(b), 8ull * n, err);
       if (!ok) {
         std::fprintf(stderr, "stokerctl: %s\n", err.c_str());

@@ -15,6 +15,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "device/device_delivery.hpp"
 #include "server/job.hpp"
 
 namespace stoker::server {
@@ -29,13 +30,13 @@ std::string errno_text() { return std::strerror(errno); }
 }  // namespace
 
 ControlServer::ControlServer(std::string socket_path, std::vector<Job*> jobs,
-                             std::uint64_t daemon_generation, unsigned workers, std::string no_device,
-                             double handshake_timeout_s)
+                             std::uint64_t daemon_generation, unsigned workers,
+                             DeviceDelivery& delivery, double handshake_timeout_s)
     : socket_path_(std::move(socket_path)),
       jobs_(std::move(jobs)),
       daemon_generation_(daemon_generation),
       workers_(workers),
-      no_device_(std::move(no_device)),
+      delivery_(delivery),
       handshake_timeout_s_(handshake_timeout_s) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -90,7 +91,7 @@ ControlServer::ControlServer(std::string socket_path, std::vector<Job*> jobs,
 
 ControlServer::~ControlServer() {
   for (auto& [fd, s] : sessions_) {
-    if (s.job != nullptr) s.job->detach(s.rank);
+    if (s.job != nullptr) delivery_.retire(s.job->detach(s.rank), s.peer);
     ::close(fd);
   }
   sessions_.clear();
@@ -137,6 +138,7 @@ void ControlServer::run() {
     for (int fd : doomed_) evict(fd, nullptr);
     doomed_.clear();
     sample_rates();
+    delivery_.reap();
     close_silent_connections();
     for (int fd : doomed_) evict(fd, "said nothing since connecting");
     doomed_.clear();
@@ -154,6 +156,7 @@ void ControlServer::accept_clients() {
     Session s;
     s.fd = fd;
     s.pid = static_cast<std::uint32_t>(cred.pid);
+    s.peer_pid = cred.pid;
     s.connected_at = std::chrono::steady_clock::now();
     sessions_[fd] = s;
     epoll_event ev{};
@@ -254,6 +257,14 @@ bool ControlServer::handle_message(Session& s, const std::uint8_t* data, std::si
       }
       return true;
     }
+    case proto::MsgType::kUnmapped:
+      if (!expect(sizeof(proto::UnmappedMsg))) return false;
+      if (!s.device) {
+        send_error(s, proto::ErrorCode::kBadMessage, "unmapped without a device ring");
+        return false;
+      }
+      s.device->unmapped.store(true);
+      return true;
     case proto::MsgType::kStatusQuery: {
       if (!expect(sizeof(proto::StatusQueryMsg))) return false;
       const std::string json = status_json();
@@ -291,16 +302,25 @@ bool ControlServer::handle_hello(Session& s, const proto::HelloMsg& m) {
                    std::to_string(job->consumers() - 1) + ")");
     return false;
   }
-  if ((m.flags & proto::kHelloWantDevice) != 0) {
-    send_error(s, proto::ErrorCode::kNoDevice,
-               "device output was requested but this stokerd serves host batches only: " + no_device_);
-    return false;
-  }
   if (auto f = job->failure()) {
     send_error(s, proto::ErrorCode::kJobFailed, "job '" + job_name + "' stopped: " + *f);
     return false;
   }
-  bool attached = job->attach(m.rank, m.start_epoch, m.start_batch);
+  std::shared_ptr<DeviceRing> device;
+  if ((m.flags & proto::kHelloWantDevice) != 0) {
+    std::string why;
+    device = delivery_.open_ring(*job, m.device_uuid, m.device_backend, why);
+    if (!device) {
+      send_error(s, proto::ErrorCode::kNoDevice, why);
+      return false;
+    }
+  }
+  // A ring this consumer never saw may be freed at once if the attach fails.
+  auto drop_unsent = [&] {
+    if (device) device->unmapped.store(true);
+    delivery_.retire(std::move(device), nullptr);
+  };
+  bool attached = job->attach(m.rank, m.start_epoch, m.start_batch, device);
   if (!attached) {
     // A trainer that reconnects right after closing may get here before its old connection's
     // hang-up was processed: if the holder of the rank is gone, finish it off and retry.
@@ -313,12 +333,13 @@ bool ControlServer::handle_hello(Session& s, const proto::HelloMsg& m) {
         // Evicted now, so its number may be reused by the next accept: forget it here.
         std::erase(doomed_, other_fd);
         evict(other_fd, "hung up");
-        attached = job->attach(m.rank, m.start_epoch, m.start_batch);
+        attached = job->attach(m.rank, m.start_epoch, m.start_batch, device);
       }
       break;
     }
   }
   if (!attached) {
+    drop_unsent();
     send_error(s, proto::ErrorCode::kRankBusy,
                "rank " + std::to_string(m.rank) + " of job '" + job_name +
                    "' already has a consumer connected");
@@ -336,9 +357,16 @@ bool ControlServer::handle_hello(Session& s, const proto::HelloMsg& m) {
   w.slot_count = job->config().prefetch;
   w.batches_per_epoch = job->batches_per_epoch();
   w.samples_per_rank = job->samples_per_rank();
-  spdlog::info("consumer pid {} attached to job {} rank {} at epoch {} batch {}", s.pid, job_name,
-               m.rank, m.start_epoch, m.start_batch);
-  return send_all(s, &w, sizeof w);
+  spdlog::info("consumer pid {} attached to job {} rank {} at epoch {} batch {}{}", s.pid, job_name,
+               m.rank, m.start_epoch, m.start_batch, device ? " (device batches)" : "");
+  if (!send_all(s, &w, sizeof w)) return false;
+  if (device) {
+    s.device = device;
+    s.peer = std::make_shared<PeerProcess>(s.peer_pid);
+    const auto msg = device->message();
+    return send_all(s, msg.data(), msg.size());
+  }
+  return true;
 }
 
 void ControlServer::deliver_ready() {
@@ -378,7 +406,7 @@ void ControlServer::evict(int fd, const char* why) {
   if (s.job != nullptr) {
     spdlog::info("consumer pid {} of job {} rank {} disconnected{}{}", s.pid, s.job->name(), s.rank,
                  why ? ": " : "", why ? why : "");
-    s.job->detach(s.rank);
+    delivery_.retire(s.job->detach(s.rank), s.peer);
   }
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
   ::close(fd);

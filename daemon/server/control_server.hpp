@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,13 +17,16 @@
 namespace stoker::server {
 
 class Job;
+class DeviceDelivery;
+class DeviceRing;
+class PeerProcess;
 
 class ControlServer {
  public:
   // Binds the socket (mode 0600). Throws std::runtime_error naming the path on failure.
-  // `no_device` says why device output cannot be served (empty when it can).
+  // `delivery` serves consumers that ask for device batches (or says why it cannot).
   ControlServer(std::string socket_path, std::vector<Job*> jobs, std::uint64_t daemon_generation,
-                unsigned workers, std::string no_device, double handshake_timeout_s = 10);
+                unsigned workers, DeviceDelivery& delivery, double handshake_timeout_s = 10);
   ~ControlServer();  // closes every client and unlinks the socket
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;
@@ -41,6 +45,9 @@ class ControlServer {
     bool acquire_pending = false;
     std::uint32_t pid = 0;
     bool spoke = false;  // sent at least one valid message
+    std::int32_t peer_pid = 0;                   // SO_PEERCRED: trusted, unlike Hello's pid
+    std::shared_ptr<DeviceRing> device;          // device consumers: the ring they map
+    std::shared_ptr<PeerProcess> peer;           // device consumers: liveness of their process
     std::chrono::steady_clock::time_point connected_at;
   };
 
@@ -60,7 +67,7 @@ class ControlServer {
   std::vector<Job*> jobs_;
   std::uint64_t daemon_generation_;
   unsigned workers_;
-  std::string no_device_;
+  DeviceDelivery& delivery_;
   double handshake_timeout_s_;
   int listen_fd_ = -1;
   int epoll_fd_ = -1;

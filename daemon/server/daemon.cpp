@@ -11,7 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "config/config.hpp"
-#include "cuda/device_exporter.hpp"
+#include "device/device_delivery.hpp"
 #include "server/control_server.hpp"
 #include "server/instance_lock.hpp"
 #include "server/job.hpp"
@@ -137,6 +137,24 @@ int run_daemon(const DaemonOptions& options) {
                                ? cfg.server.state_dir
                                : std::filesystem::path(socket).parent_path();
 
+    // Device delivery is chosen at run time (STOKER_DEVICE_BACKEND, default cuda): without a
+    // usable device stokerd says so once and serves host batches. It outlives the jobs: their
+    // device rings are freed through it.
+    std::string no_device;
+    auto backend = device::make_exporter_backend(no_device);
+    DeviceDelivery delivery(std::move(backend), no_device);
+    {
+      bool wanted = false;
+      for (const auto& jc : cfg.jobs) wanted = wanted || jc.device_output;
+      if (delivery.available()) {
+        spdlog::info("device delivery: {}", delivery.describe());
+      } else if (wanted) {
+        spdlog::warn("device output unavailable ({}); serving host batches", no_device);
+      } else {
+        spdlog::info("device output unavailable ({}); serving host batches", no_device);
+      }
+    }
+
     WorkQueue queue;
     std::atomic<ControlServer*> server_ptr{nullptr};
     auto notify = [&server_ptr] {
@@ -156,25 +174,8 @@ int run_daemon(const DaemonOptions& options) {
                                            cfg.server.shm_mode, generation, queue, notify));
       job_ptrs.push_back(jobs.back().get());
     }
-    // Device delivery is chosen at run time: a CUDA build on a machine without a GPU (or a
-    // build without CUDA) says so once and serves host batches.
-    std::string no_device;
-    const auto exporter = cuda::DeviceExporter::create(no_device);
-    if (!exporter) {
-      bool wanted = false;
-      for (const auto& jc : cfg.jobs) wanted = wanted || jc.device_output;
-      if (wanted) {
-        spdlog::warn("device output unavailable ({}); serving host batches", no_device);
-      } else {
-        spdlog::info("device output unavailable ({}); serving host batches", no_device);
-      }
-    } else {
-      no_device = "device delivery through CUDA IPC is not enabled in this stokerd release yet "
-                  "(see docs/GPU.md); serving host batches";
-      spdlog::warn("a CUDA device is present but {}", no_device);
-    }
     {
-      ControlServer server(socket, job_ptrs, generation, workers, no_device,
+      ControlServer server(socket, job_ptrs, generation, workers, delivery,
                            cfg.server.handshake_timeout_s);
       server_ptr.store(&server);
       {
@@ -185,7 +186,8 @@ int run_daemon(const DaemonOptions& options) {
       }  // workers joined: nothing writes the segments any more
       server_ptr.store(nullptr);
     }  // socket closed and unlinked
-    jobs.clear();  // segments removed
+    delivery.shutdown();  // copies finished, segments unregistered before they are unmapped
+    jobs.clear();         // segments removed
     spdlog::info("stopped cleanly");
     return 0;
   } catch (const std::exception& e) {

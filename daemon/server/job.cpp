@@ -11,45 +11,11 @@
 #include <spdlog/spdlog.h>
 
 #include "sampler/sampler.hpp"
+#include "server/job_state.hpp"
 
 namespace stoker::server {
 
 using proto::SlotState;
-
-// The rank's samples of one epoch and how far planning has taken them.
-struct Job::EpochStream {
-  std::uint64_t epoch = 0;
-  std::vector<std::uint32_t> ids;
-  std::size_t cursor = 0;          // next unclaimed position in ids
-  std::uint64_t next_batch = 0;    // index the next planned batch gets
-  bool last_planned = false;       // a batch flagged kBatchLastInEpoch exists
-
-  std::size_t remaining() const { return ids.size() - cursor; }
-};
-
-struct Job::Slot {
-  SlotState state = SlotState::kFree;
-  std::uint32_t generation = 0;
-  bool stale = false;              // FILLING but no longer wanted: freed when workers finish
-  std::uint64_t epoch = 0;
-  std::uint64_t batch_index = 0;
-  std::uint32_t count = 0;
-  std::uint32_t flags = 0;
-  std::uint32_t pending = 0;       // positions still being processed
-  std::shared_ptr<EpochStream> stream;
-  std::vector<std::uint32_t> ids;  // sample id per position
-  std::vector<std::int8_t> ok;     // per position: 1 good, 0 bad, -1 pending
-};
-
-struct Job::Ring {
-  mutable std::mutex mu;
-  std::uint32_t rank = 0;
-  std::vector<Slot> slots;                 // guarded by mu
-  std::shared_ptr<EpochStream> planning;   // guarded by mu
-  std::uint64_t want_epoch = 0;            // next batch the consumer gets; guarded by mu
-  std::uint64_t want_batch = 0;
-  bool attached = false;                   // guarded by mu
-};
 
 namespace {
 
@@ -225,6 +191,7 @@ void Job::plan_free_slots(Ring& ring, std::vector<WorkItem>& out) {
   for (std::uint32_t s = 0; s < ring.slots.size(); ++s) {
     Slot& slot = ring.slots[s];
     if (slot.state != SlotState::kFree) continue;
+    settle_device_copy(ring, s);  // a device copy may still read the bytes workers rewrite
 
     // Move to the next epoch once this one has handed out its last batch.
     EpochStream* st = ring.planning.get();
@@ -436,6 +403,7 @@ void Job::publish(Ring& ring, std::uint32_t s) {
   h->count = slot.count;
   h->flags = slot.flags;
   slot.stream.reset();
+  if (ring.device) copy_to_device(ring, s);  // ahead of the consumer's request
   set_slot_state(ring, s, SlotState::kReady);
   ring_header(ring.rank)->batches_published++;
   {
@@ -445,13 +413,15 @@ void Job::publish(Ring& ring, std::uint32_t s) {
   notify_ready_();
 }
 
-bool Job::attach(std::uint32_t rank, std::uint64_t epoch, std::uint64_t batch) {
+bool Job::attach(std::uint32_t rank, std::uint64_t epoch, std::uint64_t batch,
+                 std::shared_ptr<DeviceRing> device) {
   Ring& ring = *rings_.at(rank);
   std::vector<WorkItem> items;
   {
     std::lock_guard lock(ring.mu);
     if (ring.attached) return false;
     ring.attached = true;
+    ring.device = std::move(device);
     if (ring.want_epoch == epoch && ring.want_batch == batch) return true;
 
     spdlog::info("job {} rank {}: consumer starts at epoch {} batch {}; re-planning", cfg_.name,
@@ -477,13 +447,15 @@ bool Job::attach(std::uint32_t rank, std::uint64_t epoch, std::uint64_t batch) {
   return true;
 }
 
-void Job::detach(std::uint32_t rank) {
+std::shared_ptr<DeviceRing> Job::detach(std::uint32_t rank) {
   Ring& ring = *rings_.at(rank);
   std::vector<WorkItem> items;
   std::uint32_t reclaimed = 0;
+  std::shared_ptr<DeviceRing> device;
   {
     std::lock_guard lock(ring.mu);
     ring.attached = false;
+    device = drop_device(ring);
     for (std::uint32_t s = 0; s < ring.slots.size(); ++s) {
       if (ring.slots[s].state == SlotState::kLeased) {
         set_slot_state(ring, s, SlotState::kFree);
@@ -496,6 +468,7 @@ void Job::detach(std::uint32_t rank) {
     spdlog::info("job {} rank {}: reclaimed {} leased slot(s)", cfg_.name, rank, reclaimed);
   }
   queue_.push(std::move(items));
+  return device;
 }
 
 std::optional<proto::BatchMsg> Job::take_ready(std::uint32_t rank) {
@@ -507,6 +480,9 @@ std::optional<proto::BatchMsg> Job::take_ready(std::uint32_t rank) {
         slot.batch_index != ring.want_batch) {
       continue;
     }
+    // A batch prefetched before this consumer attached (or copied for an earlier one) is
+    // copied now; the consumer's stream waits for it on the GPU.
+    const bool on_device = ring.device && (slot.copied_to == ring.device || copy_to_device(ring, s));
     set_slot_state(ring, s, SlotState::kLeased);
     auto msg = proto::make_message<proto::BatchMsg>(proto::MsgType::kBatch);
     msg.slot = s;
@@ -514,7 +490,7 @@ std::optional<proto::BatchMsg> Job::take_ready(std::uint32_t rank) {
     msg.epoch = slot.epoch;
     msg.batch_index = slot.batch_index;
     msg.count = slot.count;
-    msg.flags = slot.flags;
+    msg.flags = slot.flags | (on_device ? proto::kBatchOnDevice : 0u);
     if (slot.flags & proto::kBatchLastInEpoch) {
       ring.want_epoch++;
       ring.want_batch = 0;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "device/device_ring.hpp"
 #include "image/sample_processor.hpp"
 #include "server/quarantine.hpp"
 #include "server/shm_segment.hpp"
@@ -74,10 +75,13 @@ class Job {
   // --- control thread ---
   // The consumer of `rank` connected and wants (epoch, batch) next. Ready batches that do
   // not match are dropped and the ring is re-planned from there. Returns false if the rank
-  // already has a consumer.
-  bool attach(std::uint32_t rank, std::uint64_t epoch, std::uint64_t batch);
-  // The consumer is gone: its leased slots are reclaimed; ready batches are kept.
-  void detach(std::uint32_t rank);
+  // already has a consumer. `device`: the consumer takes its batches on the GPU through this
+  // ring (batches prefetched before it attached are copied when they are taken).
+  bool attach(std::uint32_t rank, std::uint64_t epoch, std::uint64_t batch,
+              std::shared_ptr<DeviceRing> device = nullptr);
+  // The consumer is gone: its leased slots are reclaimed; ready batches are kept. Returns its
+  // device ring (no slot refers to it any more), for DeviceDelivery to free when it may.
+  std::shared_ptr<DeviceRing> detach(std::uint32_t rank);
   // The next batch in order for `rank`, if ready: it becomes LEASED.
   std::optional<proto::BatchMsg> take_ready(std::uint32_t rank);
   // Validates untrusted (slot, generation) from the consumer; false means a bad release.
@@ -103,6 +107,10 @@ class Job {
   void publish(Ring& ring, std::uint32_t s);                          // ring.mu held
   void set_slot_state(Ring& ring, std::uint32_t s, proto::SlotState st);  // ring.mu held
   void record_error(std::uint64_t id, const image::SampleResult& r);
+  // Device delivery hooks (job_device.cpp), ring.mu held.
+  bool copy_to_device(Ring& ring, std::uint32_t s);       // queue slot s's copy to ring.device
+  void settle_device_copy(Ring& ring, std::uint32_t s);   // before slot s's host bytes change
+  std::shared_ptr<DeviceRing> drop_device(Ring& ring);    // detach: settle every slot
 
   std::uint8_t* payload(std::uint32_t ring, std::uint32_t slot) const;
   proto::SlotHeader* slot_header(std::uint32_t ring, std::uint32_t slot) const;

@@ -50,10 +50,14 @@ typedef struct stoker_options {
   uint32_t rank;           /* consumer rank, 0..consumers-1 */
   uint64_t start_epoch;    /* first batch wanted (resume position) */
   uint64_t start_batch;
-  int want_device;         /* nonzero: ask for device (CUDA IPC) batches */
+  int want_device;         /* nonzero: device batches, as device = "cuda" */
   int map_writable;        /* nonzero: map batches read-write, so in-place operations on them
                               (e.g. on a torch tensor) work instead of faulting; writes change
                               only the caller's copy of that batch. Default: read-only. */
+  const char* device;      /* NULL or "": host batches. "cuda": device batches on GPU $LOCAL_RANK
+                              (0 when unset); "cuda:N": on GPU N as this process numbers them.
+                              The daemon copies each batch to that GPU (CUDA IPC; matched by
+                              UUID whatever CUDA_VISIBLE_DEVICES each side has). */
 } stoker_options;
 
 typedef struct stoker_job_info {
@@ -67,6 +71,11 @@ typedef struct stoker_job_info {
   uint32_t num_classes;
   uint32_t slot_count;        /* batches this client may hold at once */
   uint64_t daemon_generation; /* changes when the daemon restarts */
+  int32_t device_ordinal;     /* -1: host batches; else the GPU device batches are on */
+  stoker_dtype device_dtype;  /* dtype of the device images (float when normalized there) */
+  uint32_t device_backend;    /* 0 none, 1 cuda, 2 hostsim (STOKER_DEVICE_BACKEND) */
+  uint32_t device_normalized; /* nonzero: normalized on the GPU from uint8 host samples */
+  uint64_t device_image_bytes;/* one sample on the device */
 } stoker_job_info;
 
 /* Fills defaults: everything zero/NULL. */
@@ -96,6 +105,22 @@ STOKER_API uint64_t stoker_batch_index(const stoker_batch* batch);
 STOKER_API void stoker_batch_shape(const stoker_batch* batch, uint64_t shape[4]);
 /* Nonzero when this is the last batch of its epoch. */
 STOKER_API int stoker_batch_last_in_epoch(const stoker_batch* batch);
+
+/* Device batches (options.device set). `stream` is a cudaStream_t / CUstream on the client's
+ * device (NULL: the legacy default stream). The first call orders `stream` after the daemon's
+ * copy of this batch - on the GPU, the host does not wait - and returns the device pointers;
+ * work queued on that stream may read them. stoker_batch_release() then records the release
+ * fence on that same stream, so the daemon overwrites the slot only after that work is done:
+ * queue the batch's readers on that stream (or make it wait for them) before releasing.
+ * Images: stoker_batch_count() samples of device_image_bytes (stoker_job_info); labels: int64. */
+STOKER_API stoker_status stoker_batch_device_images(stoker_batch* batch, void* stream, void** out);
+STOKER_API stoker_status stoker_batch_device_labels(stoker_batch* batch, void* stream, int64_t** out);
+/* Nonzero when the batch has a device copy. */
+STOKER_API int stoker_batch_on_device(const stoker_batch* batch);
+/* Copies the device copy back to host memory (blocking; for checks and dumps):
+ * images_out holds count * device_image_bytes, labels_out count int64 (either may be NULL). */
+STOKER_API stoker_status stoker_batch_device_to_host(stoker_batch* batch, void* images_out,
+                                                     int64_t* labels_out);
 
 /* The daemon's status as JSON; free with stoker_free(). */
 STOKER_API stoker_status stoker_daemon_status(const char* socket_path, char** json_out);

@@ -62,6 +62,19 @@ class Batch {
     stoker_batch_shape(b_, s.data());
     return s;
   }
+  bool on_device() const { return stoker_batch_on_device(b_) != 0; }
+  // Device pointers ordered on `stream` (a cudaStream_t; nullptr: legacy default stream); the
+  // release fence goes on the stream of the first call. Throws stoker::Error.
+  void* device_images(void* stream = nullptr) {
+    void* p = nullptr;
+    check(stoker_batch_device_images(b_, stream, &p));
+    return p;
+  }
+  std::int64_t* device_labels(void* stream = nullptr) {
+    int64_t* p = nullptr;
+    check(stoker_batch_device_labels(b_, stream, &p));
+    return p;
+  }
   // Gives the slot back now instead of at destruction.
   void reset() {
     if (b_ != nullptr) stoker_batch_release(std::exchange(b_, nullptr));
@@ -75,7 +88,8 @@ struct ClientOptions {
   std::string socket_path;  // empty: environment / default
   std::uint64_t start_epoch = 0;
   std::uint64_t start_batch = 0;
-  bool want_device = false;
+  bool want_device = false;  // same as device = "cuda"
+  std::string device;        // "" host batches; "cuda" ($LOCAL_RANK) or "cuda:N"
 };
 
 class Client {
@@ -89,6 +103,7 @@ class Client {
     opts.start_epoch = o.start_epoch;
     opts.start_batch = o.start_batch;
     opts.want_device = o.want_device ? 1 : 0;
+    opts.device = o.device.empty() ? nullptr : o.device.c_str();
     check(stoker_client_open(&opts, &c_));
     check(stoker_client_info(c_, &info_));
   }

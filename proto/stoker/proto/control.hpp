@@ -134,9 +134,14 @@ inline constexpr std::uint32_t kDeviceNormalized = 1u << 0;  // device images ar
 inline constexpr std::uint32_t kMaxDeviceSlots =
     (kMaxMessageBytes - sizeof(DeviceRingMsg)) / sizeof(DeviceSlotHandles);
 
+// Sent on the consumer's connection before it closes, or - when its batches outlived the
+// connection - on a fresh connection from the same process once the last one died.
 struct UnmappedMsg {
   MessageHeader header;
+  std::uint64_t alloc_id;       // DeviceRingMsg::alloc_id
+  std::uint8_t reserved[8];
 };
+static_assert(sizeof(UnmappedMsg) == 32);
 
 struct AcquireMsg {
   MessageHeader header;

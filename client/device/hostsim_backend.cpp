@@ -1,0 +1,698 @@
+// The host simulation of a device (STOKER_DEVICE_BACKEND=hostsim): the device path's control
+// flow runs in CI on machines without a GPU, and what CUDA leaves undefined aborts here.
+//
+//  - Devices: STOKER_HOSTSIM_DEVICES, a count ("2") or a comma list of UUIDs in the order this
+//    process sees them (two processes may list the same GPUs in different orders, as
+//    CUDA_VISIBLE_DEVICES does). Default: one device. STOKER_HOSTSIM_EXCLUSIVE names UUIDs
+//    whose compute mode is simulated as EXCLUSIVE_PROCESS (open_device refuses them).
+//  - Memory and events: shared-memory objects (hostsim_objects.hpp).
+//  - Streams: one worker thread each, running queued operations in order.
+//    STOKER_HOSTSIM_DELAY_US delays every copy, normalize and record, so a missing wait shows.
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "device/device_backend.hpp"
+#include "device/hostsim_objects.hpp"
+
+namespace stoker::device {
+namespace hostsim {
+
+bool process_alive(std::int32_t pid) {
+  if (pid <= 0) return false;
+  return ::kill(pid, 0) == 0 || errno == EPERM;
+}
+
+void remove_stale_objects() {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string n = e.path().filename().string();
+    int pid = 0;
+    if (std::sscanf(n.c_str(), "stoker-sim-%d-", &pid) == 1 && !process_alive(pid)) {
+      ::shm_unlink(("/" + n).c_str());
+    }
+  }
+}
+
+namespace {
+
+[[noreturn]] void sim_abort(const std::string& what) {
+  std::fprintf(stderr, "stoker hostsim: %s (undefined behaviour under CUDA; aborting)\n", what.c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
+long delay_us() {
+  static const long d = [] {
+    const char* v = std::getenv("STOKER_HOSTSIM_DELAY_US");
+    return v ? std::max(0L, std::strtol(v, nullptr, 10)) : 0L;
+  }();
+  return d;
+}
+
+void injected_delay() {
+  if (const long d = delay_us(); d > 0) std::this_thread::sleep_for(std::chrono::microseconds(d));
+}
+
+// One mapped object of this process.
+struct Mapped {
+  std::string name;
+  SimObjectHeader* header = nullptr;
+  std::size_t map_bytes = 0;
+  bool created = false;  // by this process (exporter) rather than opened
+  int device = -1;
+  std::uint8_t* data() const { return reinterpret_cast<std::uint8_t*>(header) + kSimDataOffset; }
+};
+
+class SimStream {
+ public:
+  SimStream() : thread_([this] { loop(); }) {}
+  ~SimStream() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void push(std::function<void()> op) {
+    {
+      std::lock_guard lock(mu_);
+      ops_.push_back(std::move(op));
+    }
+    cv_.notify_all();
+  }
+  void drain() {
+    std::unique_lock lock(mu_);
+    idle_cv_.wait(lock, [&] { return ops_.empty() && !busy_; });
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || !ops_.empty(); });
+      if (ops_.empty()) return;  // stop_ and drained
+      auto op = std::move(ops_.front());
+      ops_.pop_front();
+      busy_ = true;
+      lock.unlock();
+      op();
+      lock.lock();
+      busy_ = false;
+      if (ops_.empty()) idle_cv_.notify_all();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_, idle_cv_;
+  std::deque<std::function<void()>> ops_;
+  bool busy_ = false;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+bool event_complete(const SimObjectHeader* h, std::uint64_t target) {
+  if (h->completed.load(std::memory_order_acquire) >= target) return true;
+  // The recorder died: its queued work is gone with its context, the event will never move.
+  return !process_alive(h->last_recorder_pid.load());
+}
+
+void wait_event(const SimObjectHeader* h, std::uint64_t target) {
+  while (!event_complete(h, target)) std::this_thread::sleep_for(std::chrono::microseconds(20));
+}
+
+class HostSimBackend final : public Backend {
+ public:
+  explicit HostSimBackend(std::vector<DeviceInfo> devices, std::set<Uuid> exclusive)
+      : devices_(std::move(devices)), exclusive_(std::move(exclusive)) {}
+
+  ~HostSimBackend() override {
+    std::map<StreamId, std::unique_ptr<SimStream>> streams;
+    {
+      std::lock_guard lock(mu_);
+      streams.swap(streams_);
+    }
+    streams.clear();  // joins every stream thread after its queue ran
+    std::lock_guard lock(mu_);
+    for (auto& [p, m] : objects_) {
+      ::munmap(m.header, m.map_bytes);
+      // Objects still created here at exit are left for remove_stale_objects (a daemon stopping
+      // with consumers still mapped: they keep their mapping, as the driver would not).
+    }
+  }
+
+  BackendKind kind() const override { return BackendKind::kHostSim; }
+
+  std::vector<DeviceInfo> devices(std::string&) override { return devices_; }
+
+  bool open_device(int device, std::string& why) override {
+    if (device < 0 || device >= static_cast<int>(devices_.size())) {
+      why = "hostsim: no device " + std::to_string(device) + " (" + std::to_string(devices_.size()) +
+            " simulated)";
+      return false;
+    }
+    if (exclusive_.count(devices_[device].uuid) != 0) {
+      why = "GPU " + uuid_string(devices_[device].uuid) +
+            " is in compute mode EXCLUSIVE_PROCESS: only one process may use it, so stokerd and "
+            "the trainer cannot share it (set it to DEFAULT with `nvidia-smi -c DEFAULT`)";
+      return false;
+    }
+    std::lock_guard lock(mu_);
+    opened_.insert(device);
+    return true;
+  }
+
+  bool create_stream(int device, StreamId& out, std::string&) override {
+    check_device(device);
+    auto s = std::make_unique<SimStream>();
+    out = reinterpret_cast<StreamId>(s.get());
+    std::lock_guard lock(mu_);
+    streams_[out] = std::move(s);
+    return true;
+  }
+
+  void destroy_stream(int device, StreamId s) override {
+    check_device(device);
+    std::unique_ptr<SimStream> dead;
+    {
+      std::lock_guard lock(mu_);
+      auto it = streams_.find(s);
+      if (it == streams_.end()) sim_abort("destroying a stream that does not exist");
+      dead = std::move(it->second);
+      streams_.erase(it);
+    }
+  }
+
+  bool record(int device, EventId e, StreamId s, std::string& why) override {
+    SimStream* st = stream(device, s, why);
+    if (st == nullptr) return false;
+    SimObjectHeader* h = event_header(e);
+    const std::uint64_t seq = h->recorded.fetch_add(1) + 1;
+    h->last_recorder_pid.store(static_cast<std::int32_t>(::getpid()));
+    st->push([h, seq] {
+      injected_delay();
+      std::uint64_t cur = h->completed.load();
+      while (cur < seq && !h->completed.compare_exchange_weak(cur, seq)) {
+      }
+    });
+    return true;
+  }
+
+  bool stream_wait(int device, StreamId s, EventId e, std::string& why) override {
+    SimStream* st = stream(device, s, why);
+    if (st == nullptr) return false;
+    SimObjectHeader* h = event_header(e);
+    const std::uint64_t target = h->recorded.load();
+    st->push([h, target] { wait_event(h, target); });
+    return true;
+  }
+
+  bool synchronize_stream(int device, StreamId s, std::string& why) override {
+    SimStream* st = stream(device, s, why);
+    if (st == nullptr) return false;
+    st->drain();
+    return true;
+  }
+
+  bool synchronize_event(int device, EventId e, std::string&) override {
+    check_device(device);
+    const SimObjectHeader* h = event_header(e);
+    wait_event(h, h->recorded.load());
+    return true;
+  }
+
+  bool event_done(int device, EventId e) override {
+    check_device(device);
+    const SimObjectHeader* h = event_header(e);
+    return event_complete(h, h->recorded.load());
+  }
+
+  bool register_host(void* p, std::size_t bytes, bool, std::string& why) override {
+    std::lock_guard lock(mu_);
+    if (!registered_.emplace(p, bytes).second) {
+      why = "hostsim: host range already registered";
+      return false;
+    }
+    return true;
+  }
+
+  void unregister_host(void* p) override {
+    std::lock_guard lock(mu_);
+    registered_.erase(p);
+  }
+
+  bool allocate(int device, std::size_t bytes, DeviceBuffer& out, std::string& why) override {
+    check_device(device);
+    Mapped m;
+    if (!create_object(ObjectKind::kMemory, bytes, m, why)) return false;
+    m.device = device;
+    out.device = device;
+    out.ptr = m.data();
+    out.bytes = bytes;
+    out.handle = handle_of(m, ObjectKind::kMemory, bytes);
+    out.impl = reinterpret_cast<std::uintptr_t>(m.header);
+    std::lock_guard lock(mu_);
+    objects_[m.header] = m;
+    return true;
+  }
+
+  void free(DeviceBuffer& b) override {
+    check_device(b.device);
+    destroy_object(reinterpret_cast<SimObjectHeader*>(b.impl), "device memory");
+    b = DeviceBuffer{};
+  }
+
+  bool create_ipc_event(int device, EventId& out, IpcHandle& handle, std::string& why) override {
+    check_device(device);
+    Mapped m;
+    if (!create_object(ObjectKind::kEvent, 0, m, why)) return false;
+    m.device = device;
+    handle = handle_of(m, ObjectKind::kEvent, 0);
+    out = reinterpret_cast<EventId>(m.header);
+    std::lock_guard lock(mu_);
+    objects_[m.header] = m;
+    return true;
+  }
+
+  void destroy_event(int device, EventId e) override {
+    check_device(device);
+    destroy_object(event_header(e), "an interprocess event");
+  }
+
+  bool copy_to_device(StreamId s, const DeviceBuffer& dst, std::size_t dst_offset, const void* src,
+                      std::size_t bytes, std::string& why) override {
+    SimStream* st = stream(dst.device, s, why);
+    if (st == nullptr) return false;
+    if (dst_offset + bytes > dst.bytes) {
+      why = "hostsim: copy past the end of the allocation";
+      return false;
+    }
+    auto* h = reinterpret_cast<SimObjectHeader*>(dst.impl);
+    auto* d = static_cast<std::uint8_t*>(dst.ptr) + dst_offset;
+    st->push([h, d, src, bytes, dst_offset] {
+      injected_delay();
+      check_no_reader(h, dst_offset, bytes);
+      std::memcpy(d, src, bytes);
+    });
+    return true;
+  }
+
+  bool normalize(StreamId s, const DeviceBuffer& dst, std::size_t dst_offset, const DeviceBuffer& src,
+                 std::size_t src_offset, std::uint32_t count, const NormalizeSpec& spec,
+                 std::string& why) override {
+    SimStream* st = stream(dst.device, s, why);
+    if (st == nullptr) return false;
+    const std::size_t elems = std::size_t{count} * spec.channels * spec.height * spec.width;
+    const std::size_t out_size = spec.out_dtype == 2 ? 2 : 4;
+    if (dst_offset + elems * out_size > dst.bytes || src_offset + elems > src.bytes ||
+        spec.channels < 1 || spec.channels > 4) {
+      why = "hostsim: normalize outside its buffers";
+      return false;
+    }
+    auto* h = reinterpret_cast<SimObjectHeader*>(dst.impl);
+    auto* out = static_cast<std::uint8_t*>(dst.ptr) + dst_offset;
+    const auto* in = static_cast<const std::uint8_t*>(src.ptr) + src_offset;
+    st->push([=] {
+      injected_delay();
+      check_no_reader(h, dst_offset, elems * out_size);
+      const std::size_t plane = std::size_t{spec.height} * spec.width;
+      for (std::size_t i = 0; i < elems; ++i) {
+        const std::size_t c = spec.layout == 2 ? i % spec.channels : (i / plane) % spec.channels;
+        const std::uint32_t v = spec.table[c][in[i]];
+        if (out_size == 2) {
+          const auto half = static_cast<std::uint16_t>(v);
+          std::memcpy(out + 2 * i, &half, 2);
+        } else {
+          std::memcpy(out + 4 * i, &v, 4);
+        }
+      }
+    });
+    return true;
+  }
+
+  bool open_memory(int device, const IpcHandle& handle, std::size_t bytes, void** ptr,
+                   std::string& why) override {
+    check_device(device);
+    Mapped m;
+    if (!open_object(handle, ObjectKind::kMemory, m, why)) return false;
+    if (m.header->bytes < bytes) {
+      close_mapping(m);
+      why = "hostsim: allocation smaller than announced";
+      return false;
+    }
+    m.device = device;
+    *ptr = m.data();
+    std::lock_guard lock(mu_);
+    objects_[m.header] = m;
+    return true;
+  }
+
+  void close_memory(int device, void* ptr) override {
+    check_device(device);
+    close_opened(reinterpret_cast<SimObjectHeader*>(static_cast<std::uint8_t*>(ptr) - kSimDataOffset),
+                 "device memory");
+  }
+
+  bool open_event(int device, const IpcHandle& handle, EventId& out, std::string& why) override {
+    check_device(device);
+    Mapped m;
+    if (!open_object(handle, ObjectKind::kEvent, m, why)) return false;
+    m.device = device;
+    out = reinterpret_cast<EventId>(m.header);
+    std::lock_guard lock(mu_);
+    objects_[m.header] = m;
+    return true;
+  }
+
+  void close_event(int device, EventId e) override {
+    check_device(device);
+    close_opened(event_header(e), "an interprocess event");
+  }
+
+  bool copy_to_host(int device, StreamId s, void* dst, const void* src, std::size_t bytes,
+                    std::string& why) override {
+    if (!synchronize_stream(device, s, why)) return false;
+    std::memcpy(dst, src, bytes);
+    return true;
+  }
+
+  bool host_addressable() const override { return true; }
+
+  void annotate_read_begin(int device, const void* ptr, std::size_t bytes, StreamId s) override {
+    std::string why;
+    SimStream* st = stream(device, s, why);
+    if (st == nullptr) sim_abort(why);
+    auto [h, off] = locate(ptr);
+    const auto me = static_cast<std::int32_t>(::getpid());
+    // The reads begin when the stream gets here, i.e. after the waits queued before.
+    st->push([h = h, off = off, bytes, me] {
+      for (auto& l : h->leases) {
+        std::int32_t free_pid = 0;
+        if (l.pid.compare_exchange_strong(free_pid, -1)) {  // -1: being filled
+          l.begin.store(off);
+          l.end.store(off + bytes);
+          l.pid.store(me);
+          return;
+        }
+      }
+      sim_abort("more than " + std::to_string(kMaxLeases) + " device ranges read at once");
+    });
+  }
+
+  void annotate_read_end(int device, const void* ptr, std::size_t bytes, StreamId s) override {
+    std::string why;
+    SimStream* st = stream(device, s, why);
+    if (st == nullptr) sim_abort(why);
+    auto [h, off] = locate(ptr);
+    const auto me = static_cast<std::int32_t>(::getpid());
+    st->push([h = h, off = off, bytes, me] {
+      for (auto& l : h->leases) {
+        if (l.pid.load() == me && l.begin.load() == off && l.end.load() == off + bytes) {
+          l.pid.store(0);
+          return;
+        }
+      }
+      sim_abort("end of a device read that never began");
+    });
+  }
+
+ private:
+  void check_device(int device) {
+    std::lock_guard lock(mu_);
+    if (opened_.count(device) == 0) {
+      sim_abort("device " + std::to_string(device) +
+                " used before open_device named it (a context on a device nobody named)");
+    }
+  }
+
+  SimStream* stream(int device, StreamId s, std::string& why) {
+    check_device(device);
+    std::lock_guard lock(mu_);
+    if (s == kDefaultStream) {
+      auto& d = default_streams_[device];
+      if (!d) d = std::make_unique<SimStream>();
+      return d.get();
+    }
+    auto it = streams_.find(s);
+    if (it == streams_.end()) {
+      why = "hostsim: unknown stream (only the default stream and streams created by this "
+            "backend are simulated)";
+      return nullptr;
+    }
+    return it->second.get();
+  }
+
+  SimObjectHeader* event_header(EventId e) {
+    auto* h = reinterpret_cast<SimObjectHeader*>(e);
+    std::lock_guard lock(mu_);
+    auto it = objects_.find(h);
+    if (it == objects_.end() || h->kind != static_cast<std::uint32_t>(ObjectKind::kEvent)) {
+      sim_abort("use of an event that is not open in this process");
+    }
+    return h;
+  }
+
+  // Object and data offset of a pointer into an allocation this process mapped.
+  std::pair<SimObjectHeader*, std::uint64_t> locate(const void* ptr) {
+    const auto* p = static_cast<const std::uint8_t*>(ptr);
+    std::lock_guard lock(mu_);
+    for (auto& [h, m] : objects_) {
+      if (m.header->kind == static_cast<std::uint32_t>(ObjectKind::kMemory) && p >= m.data() &&
+          p < m.data() + m.header->bytes) {
+        return {m.header, static_cast<std::uint64_t>(p - m.data())};
+      }
+    }
+    sim_abort("pointer outside every device allocation this process mapped");
+  }
+
+  static void check_no_reader(SimObjectHeader* h, std::uint64_t off, std::uint64_t bytes) {
+    for (auto& l : h->leases) {
+      const std::int32_t pid = l.pid.load();
+      if (pid <= 0 || !process_alive(pid)) continue;
+      if (l.begin.load() < off + bytes && off < l.end.load()) {
+        sim_abort("overwriting device bytes [" + std::to_string(off) + ", " +
+                  std::to_string(off + bytes) + ") that pid " + std::to_string(pid) +
+                  " still reads: its release fence has not completed");
+      }
+    }
+  }
+
+  IpcHandle handle_of(const Mapped& m, ObjectKind kind, std::uint64_t bytes) {
+    SimHandle sh{};
+    sh.magic = kHandleMagic;
+    sh.kind = static_cast<std::uint32_t>(kind);
+    sh.bytes = bytes;
+    std::snprintf(sh.name, sizeof sh.name, "%s", m.name.c_str());
+    IpcHandle h{};
+    std::memcpy(h.data(), &sh, sizeof sh);
+    return h;
+  }
+
+  bool create_object(ObjectKind kind, std::size_t bytes, Mapped& m, std::string& why) {
+    static std::atomic<std::uint64_t> seq{0};
+    m.name = "/stoker-sim-" + std::to_string(::getpid()) + "-" + std::to_string(++seq);
+    const int fd = ::shm_open(m.name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      why = "hostsim: shm_open " + m.name + ": " + std::strerror(errno);
+      return false;
+    }
+    m.map_bytes = kSimDataOffset + bytes;
+    if (::ftruncate(fd, static_cast<off_t>(m.map_bytes)) != 0) {
+      why = "hostsim: cannot size " + m.name + ": " + std::strerror(errno);
+      ::close(fd);
+      ::shm_unlink(m.name.c_str());
+      return false;
+    }
+    void* p = ::mmap(nullptr, m.map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) {
+      why = "hostsim: cannot map " + m.name + ": " + std::strerror(errno);
+      ::shm_unlink(m.name.c_str());
+      return false;
+    }
+    m.header = static_cast<SimObjectHeader*>(p);  // zero-filled by ftruncate
+    m.header->kind = static_cast<std::uint32_t>(kind);
+    m.header->creator_pid = static_cast<std::int32_t>(::getpid());
+    m.header->bytes = bytes;
+    std::atomic_thread_fence(std::memory_order_release);
+    m.header->magic = kSimMagic;
+    m.created = true;
+    return true;
+  }
+
+  bool open_object(const IpcHandle& handle, ObjectKind kind, Mapped& m, std::string& why) {
+    SimHandle sh;
+    std::memcpy(&sh, handle.data(), sizeof sh);
+    sh.name[sizeof sh.name - 1] = '\0';
+    if (sh.magic != kHandleMagic || sh.kind != static_cast<std::uint32_t>(kind)) {
+      why = "not a hostsim handle (is stokerd running with STOKER_DEVICE_BACKEND=hostsim?)";
+      return false;
+    }
+    m.name = sh.name;
+    const int fd = ::shm_open(m.name.c_str(), O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) {
+      why = "hostsim: cannot open " + m.name + ": " + std::strerror(errno);
+      return false;
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) < kSimDataOffset) {
+      ::close(fd);
+      why = "hostsim: " + m.name + " is not a simulated object";
+      return false;
+    }
+    m.map_bytes = static_cast<std::size_t>(st.st_size);
+    void* p = ::mmap(nullptr, m.map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) {
+      why = "hostsim: cannot map " + m.name + ": " + std::strerror(errno);
+      return false;
+    }
+    m.header = static_cast<SimObjectHeader*>(p);
+    if (m.header->magic != kSimMagic || m.header->kind != static_cast<std::uint32_t>(kind) ||
+        kSimDataOffset + m.header->bytes > m.map_bytes) {
+      ::munmap(p, m.map_bytes);
+      why = "hostsim: " + m.name + " has a bad header";
+      return false;
+    }
+    // Register as an opener of the object.
+    const auto me = static_cast<std::int32_t>(::getpid());
+    for (auto& o : m.header->openers) {
+      std::int32_t cur = o.pid.load();
+      if (cur == me || (cur == 0 && o.pid.compare_exchange_strong(cur, me)) ||
+          (cur != 0 && !process_alive(cur) && o.pid.compare_exchange_strong(cur, me) &&
+           (o.count.store(0), true))) {
+        o.count.fetch_add(1);
+        return true;
+      }
+    }
+    ::munmap(p, m.map_bytes);
+    why = "hostsim: more than " + std::to_string(kMaxOpeners) + " processes opened " + m.name;
+    return false;
+  }
+
+  void close_mapping(Mapped& m) {
+    const auto me = static_cast<std::int32_t>(::getpid());
+    for (auto& o : m.header->openers) {
+      if (o.pid.load() == me) o.count.fetch_sub(1);
+    }
+    ::munmap(m.header, m.map_bytes);
+  }
+
+  void close_opened(SimObjectHeader* h, const char* what) {
+    Mapped m;
+    {
+      std::lock_guard lock(mu_);
+      auto it = objects_.find(h);
+      if (it == objects_.end() || it->second.created) {
+        sim_abort(std::string("closing ") + what + " that is not open in this process (double close?)");
+      }
+      m = it->second;
+      objects_.erase(it);
+    }
+    close_mapping(m);
+  }
+
+  void destroy_object(SimObjectHeader* h, const char* what) {
+    Mapped m;
+    {
+      std::lock_guard lock(mu_);
+      auto it = objects_.find(h);
+      if (it == objects_.end() || !it->second.created) {
+        sim_abort(std::string("freeing ") + what + " that this process did not create (double free?)");
+      }
+      m = it->second;
+      objects_.erase(it);
+    }
+    for (auto& o : h->openers) {
+      const std::int32_t pid = o.pid.load();
+      if (pid > 0 && o.count.load() > 0 && process_alive(pid)) {
+        sim_abort(std::string("freeing ") + what + " " + m.name + " that pid " + std::to_string(pid) +
+                  " still has open");
+      }
+    }
+    ::shm_unlink(m.name.c_str());
+    ::munmap(m.header, m.map_bytes);
+  }
+
+  const std::vector<DeviceInfo> devices_;
+  const std::set<Uuid> exclusive_;
+  std::mutex mu_;
+  std::set<int> opened_;                                          // guarded by mu_
+  std::map<StreamId, std::unique_ptr<SimStream>> streams_;         // guarded by mu_
+  std::map<int, std::unique_ptr<SimStream>> default_streams_;      // guarded by mu_
+  std::map<SimObjectHeader*, Mapped> objects_;                     // guarded by mu_
+  std::map<void*, std::size_t> registered_;                        // guarded by mu_
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t b = 0;
+  while (b <= s.size()) {
+    const std::size_t e = std::min(s.find(',', b), s.size());
+    if (e > b) out.push_back(s.substr(b, e - b));
+    b = e + 1;
+  }
+  return out;
+}
+
+}  // namespace
+}  // namespace hostsim
+
+std::unique_ptr<Backend> make_hostsim_backend(std::string& why_not) {
+  const char* env = std::getenv("STOKER_HOSTSIM_DEVICES");
+  const std::string spec = env != nullptr && *env != '\0' ? env : "1";
+  std::vector<DeviceInfo> devices;
+  char* end = nullptr;
+  const long n = std::strtol(spec.c_str(), &end, 10);
+  if (end != nullptr && *end == '\0') {
+    for (long i = 0; i < n && i < 64; ++i) {
+      DeviceInfo d;
+      d.ordinal = static_cast<int>(i);
+      d.uuid = Uuid{0x5a, 0xfe, 0x51, 0x30};
+      d.uuid[15] = static_cast<std::uint8_t>(i);
+      d.name = "hostsim device " + std::to_string(i);
+      devices.push_back(d);
+    }
+  } else {
+    for (const auto& u : hostsim::split(spec)) {
+      DeviceInfo d;
+      if (!parse_uuid(u, d.uuid)) {
+        why_not = "STOKER_HOSTSIM_DEVICES: '" + u + "' is not a GPU UUID";
+        return nullptr;
+      }
+      d.ordinal = static_cast<int>(devices.size());
+      d.name = "hostsim device " + u;
+      devices.push_back(d);
+    }
+  }
+  if (devices.empty()) {
+    why_not = "hostsim: STOKER_HOSTSIM_DEVICES lists no device";
+    return nullptr;
+  }
+  std::set<Uuid> exclusive;
+  if (const char* ex = std::getenv("STOKER_HOSTSIM_EXCLUSIVE")) {
+    for (const auto& u : hostsim::split(ex)) {
+      Uuid id;
+      if (parse_uuid(u, id)) exclusive.insert(id);
+    }
+  }
+  return std::make_unique<hostsim::HostSimBackend>(std::move(devices), std::move(exclusive));
+}
+
+}  // namespace stoker::device

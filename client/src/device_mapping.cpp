@@ -1,0 +1,133 @@
+#include "device_mapping.hpp"
+
+#include <cstring>
+
+#include "connection.hpp"
+
+namespace stoker::client {
+
+std::shared_ptr<device::Backend> importer_backend() {
+  static std::mutex mu;
+  static std::shared_ptr<device::Backend> backend;
+  static std::string why_not;
+  std::lock_guard lock(mu);
+  if (!backend && why_not.empty()) {
+    auto b = device::make_importer_backend(why_not);
+    if (b) backend = std::move(b);
+    if (!backend && why_not.empty()) why_not = "no device backend";
+  }
+  if (!backend) {
+    throw Failure{STOKER_ERR_REFUSED, "device output was requested but this process cannot use a device: " + why_not};
+  }
+  return backend;
+}
+
+DeviceMapping::DeviceMapping(std::shared_ptr<device::Backend> backend, int ordinal,
+                             const std::uint8_t* msg, std::size_t n, std::uint32_t slot_count,
+                             std::uint32_t batch_size)
+    : backend_(std::move(backend)), ordinal_(ordinal), batch_size_(batch_size) {
+  proto::DeviceRingMsg m;
+  if (n < sizeof m) throw Failure{STOKER_ERR_PROTOCOL, "device ring message too short"};
+  std::memcpy(&m, msg, sizeof m);
+  const std::size_t want = sizeof m + std::size_t{slot_count} * sizeof(proto::DeviceSlotHandles);
+  const auto dtype = static_cast<proto::DType>(m.dtype);
+  const bool dtype_ok = dtype == proto::DType::kUInt8 || dtype == proto::DType::kFloat16 ||
+                        dtype == proto::DType::kFloat32;
+  // Everything that becomes an address is checked against the allocation's size here, once.
+  if (n != want || m.header.size != n || m.slot_count != slot_count || !dtype_ok ||
+      m.backend != static_cast<std::uint32_t>(backend_->kind()) || m.slot_stride == 0 ||
+      m.image_bytes == 0 || m.labels_offset < m.image_bytes * batch_size ||
+      m.labels_offset + 8ull * batch_size > m.slot_stride ||
+      m.slot_stride > m.alloc_bytes / (slot_count == 0 ? 1 : slot_count)) {
+    throw Failure{STOKER_ERR_PROTOCOL, "stokerd sent an inconsistent device ring description"};
+  }
+  dtype_ = dtype;
+  normalized_ = (m.flags & proto::kDeviceNormalized) != 0;
+  alloc_bytes_ = m.alloc_bytes;
+  slot_stride_ = m.slot_stride;
+  image_bytes_ = m.image_bytes;
+  labels_offset_ = m.labels_offset;
+  alloc_id_ = m.alloc_id;
+
+  std::string why;
+  device::IpcHandle h;
+  std::memcpy(h.data(), m.mem_handle, 64);
+  if (!backend_->open_memory(ordinal_, h, alloc_bytes_, &base_, why)) {
+    throw Failure{STOKER_ERR_INTERNAL, "cannot open the device ring stokerd shared: " + why};
+  }
+  for (std::uint32_t s = 0; s < slot_count; ++s) {
+    proto::DeviceSlotHandles sh;
+    std::memcpy(&sh, msg + sizeof m + s * sizeof sh, sizeof sh);
+    device::EventId ready = 0, release = 0;
+    std::memcpy(h.data(), sh.ready_event, 64);
+    bool ok = backend_->open_event(ordinal_, h, ready, why);
+    if (ok) ready_.push_back(ready);
+    std::memcpy(h.data(), sh.release_event, 64);
+    ok = ok && backend_->open_event(ordinal_, h, release, why);
+    if (ok) release_.push_back(release);
+    if (!ok) {
+      close_all();
+      throw Failure{STOKER_ERR_INTERNAL, "cannot open the device ring's events: " + why};
+    }
+  }
+}
+
+DeviceMapping::~DeviceMapping() { close_all(); }
+
+void DeviceMapping::close_all() {
+  for (auto e : ready_) backend_->close_event(ordinal_, e);
+  for (auto e : release_) backend_->close_event(ordinal_, e);
+  ready_.clear();
+  release_.clear();
+  if (base_ != nullptr) backend_->close_memory(ordinal_, base_);
+  base_ = nullptr;
+}
+
+void* DeviceMapping::images(std::uint32_t slot) const {
+  return static_cast<std::uint8_t*>(base_) + slot_stride_ * slot;
+}
+
+std::int64_t* DeviceMapping::labels(std::uint32_t slot) const {
+  return reinterpret_cast<std::int64_t*>(static_cast<std::uint8_t*>(base_) + slot_stride_ * slot +
+                                         labels_offset_);
+}
+
+bool DeviceMapping::acquire(std::uint32_t slot, device::StreamId stream, std::string& why) {
+  if (slot >= ready_.size()) {
+    why = "slot outside the device ring";
+    return false;
+  }
+  if (!backend_->stream_wait(ordinal_, stream, ready_[slot], why)) return false;
+  backend_->annotate_read_begin(ordinal_, images(slot), slot_stride_, stream);
+  return true;
+}
+
+bool DeviceMapping::wait_copied(std::uint32_t slot, device::StreamId stream, std::string& why) {
+  if (slot >= ready_.size()) {
+    why = "slot outside the device ring";
+    return false;
+  }
+  return backend_->stream_wait(ordinal_, stream, ready_[slot], why);
+}
+
+bool DeviceMapping::release(std::uint32_t slot, device::StreamId stream, std::string& why) {
+  if (slot >= release_.size()) {
+    why = "slot outside the device ring";
+    return false;
+  }
+  backend_->annotate_read_end(ordinal_, images(slot), slot_stride_, stream);
+  return backend_->record(ordinal_, release_[slot], stream, why);
+}
+
+bool DeviceMapping::copy_to_host(std::uint32_t slot, std::uint32_t count, void* images_out,
+                                 std::int64_t* labels_out, device::StreamId stream, std::string& why) {
+  if (count > batch_size_) count = batch_size_;
+  if (images_out != nullptr &&
+      !backend_->copy_to_host(ordinal_, stream, images_out, images(slot), image_bytes_ * count, why)) {
+    return false;
+  }
+  return labels_out == nullptr ||
+         backend_->copy_to_host(ordinal_, stream, labels_out, labels(slot), 8ull * count, why);
+}
+
+}  // namespace stoker::client
