@@ -36,7 +36,17 @@ namespace hostsim {
 
 bool process_alive(std::int32_t pid) {
   if (pid <= 0) return false;
-  return ::kill(pid, 0) == 0 || errno == EPERM;
+  if (::kill(pid, 0) != 0 && errno != EPERM) return false;
+  // An exited process not yet reaped (a zombie) has closed everything, as the driver would.
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  if (FILE* f = std::fopen(path, "r")) {
+    char state = 0;
+    const int n = std::fscanf(f, "%*d (%*[^)]) %c", &state);
+    std::fclose(f);
+    if (n == 1 && (state == 'Z' || state == 'X')) return false;
+  }
+  return true;
 }
 
 void remove_stale_objects() {

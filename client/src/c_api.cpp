@@ -170,6 +170,27 @@ stoker_status stoker_batch_device_labels(stoker_batch* b, void* stream, int64_t*
   });
 }
 
+stoker_status stoker_batch_device_synchronize(stoker_batch* b) {
+  if (b == nullptr) return fail(STOKER_ERR_INVALID_ARGUMENT, "null argument");
+  return guarded([&] {
+    if (!b->acquired) acquire_on_device(b, stoker::device::kDefaultStream);
+    auto* dev = b->conn->device();
+    std::string why;
+    if (!dev->backend().synchronize_stream(dev->ordinal(), b->stream, why)) {
+      throw Failure{STOKER_ERR_INTERNAL, "device synchronize: " + why};
+    }
+    return STOKER_OK;
+  });
+}
+
+stoker_status stoker_client_pin_memory(stoker_client* c, int ordinal) {
+  if (c == nullptr || ordinal < 0) return fail(STOKER_ERR_INVALID_ARGUMENT, "bad argument");
+  return guarded([&] {
+    c->conn->pin_memory(ordinal);
+    return STOKER_OK;
+  });
+}
+
 int stoker_batch_on_device(const stoker_batch* b) { return b && b->view.on_device ? 1 : 0; }
 
 stoker_status stoker_batch_device_to_host(stoker_batch* b, void* images_out, int64_t* labels_out) {

@@ -222,14 +222,30 @@ Connection::Connection(const std::string& socket_path, const std::string& job, s
 }
 
 namespace {
-void send_unmapped(int fd, std::uint64_t alloc_id) {
+void send_unmapped(int fd, std::uint64_t alloc_id, std::uint64_t generation) {
   auto u = proto::make_message<proto::UnmappedMsg>(proto::MsgType::kUnmapped);
   u.alloc_id = alloc_id;
+  u.daemon_generation = generation;
   [[maybe_unused]] ssize_t w = ::send(fd, &u, sizeof u, MSG_NOSIGNAL);
 }
 }  // namespace
 
+void Connection::pin_memory(int ordinal) {
+  std::lock_guard lock(send_mu_);
+  if (pinned_with_) return;
+  auto backend = importer_backend();
+  std::string why;
+  if (!backend->open_device(ordinal, why) ||
+      !backend->register_host(region_.get_address(), region_.get_size(), true, why)) {
+    throw Failure{STOKER_ERR_INTERNAL, "cannot pin the batch ring for device " + std::to_string(ordinal) + ": " + why};
+  }
+  pinned_with_ = std::move(backend);
+  pinned_ordinal_ = ordinal;
+}
+
 Connection::~Connection() {
+  // Unregistered before the mapping goes (region_ is unmapped after this body).
+  if (pinned_with_) pinned_with_->unregister_host(region_.get_address());
   close();
   // The last batch of a closed connection is gone: close the device handles now and tell
   // stokerd on a fresh connection, so it can free the ring before this process exits.
@@ -238,7 +254,7 @@ Connection::~Connection() {
     device_.reset();
     try {
       const int fd = connect_control_socket(socket_path_);
-      send_unmapped(fd, id);
+      send_unmapped(fd, id, info_.daemon_generation);
       ::close(fd);
     } catch (...) {
       // No daemon (stopped or restarted): it freed the ring when it exited.
@@ -252,7 +268,7 @@ void Connection::close() {
     if (device_ && outstanding_.load() == 0) {
       const std::uint64_t id = device_->alloc_id();
       device_.reset();
-      send_unmapped(fd_, id);
+      send_unmapped(fd_, id, info_.daemon_generation);
     }
     ::close(fd_);
     fd_ = -1;

@@ -52,6 +52,8 @@ class Connection {
   // and stokerd is told so first; otherwise that happens when the last batch is gone.
   void close();
   const stoker_job_info& info() const { return info_; }
+  // Registers the mapped segment with device `ordinal` (read-only page-locking); throws Failure.
+  void pin_memory(int ordinal);
   // Device mode only (nullptr otherwise).
   DeviceMapping* device() const { return device_.get(); }
 
@@ -67,6 +69,8 @@ class Connection {
   stoker_job_info info_{};
   std::shared_ptr<DeviceMapping> device_;  // guarded by send_mu_ after construction
   std::atomic<int> outstanding_{0};        // batches handed out and not released
+  std::shared_ptr<device::Backend> pinned_with_;  // set while region_ is registered
+  int pinned_ordinal_ = -1;
 };
 
 // Connects a SOCK_SEQPACKET socket; throws Failure with a hint when no daemon listens.

@@ -75,6 +75,10 @@ DeviceMapping::DeviceMapping(std::shared_ptr<device::Backend> backend, int ordin
 DeviceMapping::~DeviceMapping() { close_all(); }
 
 void DeviceMapping::close_all() {
+  // Work the trainer queued on the batches (and our release fences after it) must be done
+  // before the handles go: a teardown-only host wait.
+  std::string why;
+  for (auto e : release_) backend_->synchronize_event(ordinal_, e, why);
   for (auto e : ready_) backend_->close_event(ordinal_, e);
   for (auto e : release_) backend_->close_event(ordinal_, e);
   ready_.clear();

@@ -379,7 +379,7 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
     r.fail(name_at, j.path, "job names are 1..48 characters of A-Z a-z 0-9 _ . -");
   }
   const Fields f(r, j, {"source", "batch_size", "shuffle", "seed", "drop_last", "consumers", "prefetch",
-                        "on_error", "quarantine", "device", "pipeline", "output"});
+                        "on_error", "quarantine", "device", "device_normalize", "pipeline", "output"});
   JobConfig job;
   job.name = name;
   job.mark = name_at;
@@ -436,6 +436,18 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
     r.fail(dtype_at, join(j.path, "output.dtype"),
            "normalize needs float16 or float32 output (uint8 cannot hold normalized values); "
            "keep uint8 and normalize on the GPU, or set output.dtype");
+  }
+  if (auto* v = f.get("device_normalize"); v != nullptr && r.boolean(*v)) {
+    // The workers write uint8 (a quarter of float32's bytes over PCIe) and the device copy is
+    // normalized on the GPU into the float output the pipeline asks for.
+    if (job.pipeline.dtype == proto::DType::kUInt8) {
+      r.fail(v->at, join(j.path, "device_normalize"),
+             "needs a float16 or float32 output.dtype (the type the GPU writes)");
+    }
+    job.device_normalize = true;
+    job.device_pipeline = job.pipeline;
+    job.pipeline.dtype = proto::DType::kUInt8;
+    job.pipeline.normalize = false;
   }
   const std::uint64_t slot_bytes = job.pipeline.sample_bytes() * job.batch_size;
   if (slot_bytes > kMaxSlotBytes) {

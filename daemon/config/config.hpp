@@ -58,6 +58,10 @@ struct JobConfig {
   OnError on_error = OnError::kSkip;
   std::filesystem::path quarantine;  // default: <state_dir>/<job>.quarantine
   bool device_output = false;        // serve batches on the consumer's GPU (CUDA IPC)
+  // device_normalize: `pipeline` then writes uint8 on the CPU (what host consumers get) and
+  // `device_pipeline` holds the float output the GPU makes of it for device consumers.
+  bool device_normalize = false;
+  image::PipelineSpec device_pipeline;
 };
 
 struct ServerConfig {

@@ -10,6 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "image/output_writer.hpp"
 #include "server/job.hpp"
 
 namespace stoker::server {
@@ -106,6 +107,26 @@ std::shared_ptr<DeviceRing> DeviceDelivery::open_ring(Job& job, const std::uint8
   plan.host_image_bytes = job.pipeline().sample_bytes();
   plan.device_image_bytes = plan.host_image_bytes;
   plan.device_dtype = job.pipeline().dtype;
+  if (job.config().device_normalize) {
+    const image::PipelineSpec& out = job.config().device_pipeline;
+    const image::OutputWriter tables(out);
+    plan.normalize = true;
+    plan.device_dtype = out.dtype;
+    plan.device_image_bytes = out.sample_bytes();
+    plan.spec.out_dtype = static_cast<std::uint32_t>(out.dtype);
+    plan.spec.layout = static_cast<std::uint32_t>(out.layout);
+    plan.spec.channels = 3;
+    plan.spec.height = out.out_height;
+    plan.spec.width = out.out_width;
+    for (int c = 0; c < 3; ++c) {
+      for (int v = 0; v < 256; ++v) {
+        float f = tables.table_f32(c, v);
+        std::uint32_t bits = 0;
+        std::memcpy(&bits, &f, 4);
+        plan.spec.table[c][v] = out.dtype == proto::DType::kFloat16 ? tables.table_f16(c, v) : bits;
+      }
+    }
+  }
   auto ring = DeviceRing::create(*backend_, ordinal, uuid, plan, next_alloc_id_++, why);
   if (!ring) {
     why = "cannot allocate the device ring on " + device::uuid_string(uuid) + ": " + why;
@@ -119,6 +140,17 @@ void DeviceDelivery::retire(std::shared_ptr<DeviceRing> ring, std::shared_ptr<Pe
   if (!ring) return;
   std::lock_guard lock(mu_);
   retired_.push_back(Retired{std::move(ring), std::move(peer)});
+}
+
+bool DeviceDelivery::mark_unmapped(std::uint64_t alloc_id, std::int32_t pid) {
+  std::lock_guard lock(mu_);
+  for (auto& r : retired_) {
+    if (r.ring->alloc_id() == alloc_id && r.peer && r.peer->pid() == pid) {
+      r.ring->unmapped.store(true);
+      return true;
+    }
+  }
+  return false;
 }
 
 void DeviceDelivery::reap() {

@@ -58,6 +58,9 @@ class DeviceDelivery {
                                         std::uint32_t client_backend, std::string& why);
   // The consumer's connection ended: free the ring once `peer` is gone or ring->unmapped.
   void retire(std::shared_ptr<DeviceRing> ring, std::shared_ptr<PeerProcess> peer);
+  // A consumer process says it closed ring `alloc_id` after its connection ended. false when
+  // no retired ring of that id belongs to `pid`.
+  bool mark_unmapped(std::uint64_t alloc_id, std::int32_t pid);
   // Hands retired rings that may now be freed to the reaper; the control loop calls it.
   void reap();
   // Before the jobs' segments are unmapped: waits for every copy, frees what may be freed,

@@ -62,6 +62,7 @@ class DeviceRing {
   std::vector<std::uint8_t> message() const;
   std::uint64_t alloc_id() const { return alloc_id_; }
   int device() const { return device_; }
+  const device::Uuid& uuid() const { return uuid_; }
   std::size_t device_bytes() const { return memory_.bytes + staging_.bytes; }
 
   // The consumer said kUnmapped: nothing of this ring is open in its process any more.

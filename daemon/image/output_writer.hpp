@@ -19,6 +19,11 @@ class OutputWriter {
   void write(const std::uint8_t* src, int src_w, int src_h, int orientation, bool flip,
              void* out) const;
 
+ // The per-channel value tables the float writes use (the GPU normalize uses the same ones,
+  // so both outputs are equal bit for bit).
+  float table_f32(int channel, int value) const { return f32_[channel][value]; }
+  std::uint16_t table_f16(int channel, int value) const { return f16_[channel][value]; }
+
  private:
   const PipelineSpec spec_;
   std::array<std::array<float, 256>, 3> f32_{};

@@ -258,13 +258,22 @@ bool ControlServer::handle_message(Session& s, const std::uint8_t* data, std::si
       return true;
     }
     case proto::MsgType::kUnmapped:
+    {
       if (!expect(sizeof(proto::UnmappedMsg))) return false;
-      if (!s.device) {
-        send_error(s, proto::ErrorCode::kBadMessage, "unmapped without a device ring");
-        return false;
+      proto::UnmappedMsg m;
+      std::memcpy(&m, data, sizeof m);
+      // On the consumer's own connection, or from the same process once its batches outlived
+      // that connection; a ring of another process is never touched.
+      if (s.device && s.device->alloc_id() == m.alloc_id) {
+        s.device->unmapped.store(true);
+        return true;
       }
-      s.device->unmapped.store(true);
-      return true;
+      if (!s.device && delivery_.mark_unmapped(m.alloc_id, s.peer_pid)) return true;
+      if (!s.device && m.daemon_generation != daemon_generation_) return true;  // a predecessor's ring
+      send_error(s, proto::ErrorCode::kBadMessage,
+                 "unmapped device ring " + std::to_string(m.alloc_id) + " that this process does not hold");
+      return false;
+    }
     case proto::MsgType::kStatusQuery: {
       if (!expect(sizeof(proto::StatusQueryMsg))) return false;
       const std::string json = status_json();

@@ -547,6 +547,7 @@ std::vector<RingStatus> Job::ring_status() const {
     r.next_batch = ring->want_batch;
     r.published = ring_header(ring->rank)->batches_published;
     r.released = ring_header(ring->rank)->batches_released;
+    if (ring->device) r.device_uuid = device::uuid_string(ring->device->uuid());
     out.push_back(r);
   }
   return out;

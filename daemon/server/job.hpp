@@ -47,6 +47,7 @@ struct RingStatus {
   std::uint32_t free, filling, ready, leased;
   std::uint64_t next_epoch, next_batch;  // next batch the consumer will be given
   std::uint64_t published, released;
+  std::string device_uuid;  // device consumers: the GPU their batches go to
 };
 
 class Job {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "image/sample_processor.hpp"
+#include "device/device_delivery.hpp"
 #include "server/control_server.hpp"
 #include "server/job.hpp"
 
@@ -51,7 +52,11 @@ std::string ControlServer::status_json() const {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   o << "{\"pid\":" << ::getpid() << ",\"socket\":" << quoted(socket_path_)
     << ",\"generation\":" << daemon_generation_ << ",\"workers\":" << workers_
-    << ",\"uptime_s\":" << uptime << ",\"clients\":" << sessions_.size() << ",\"jobs\":[";
+    << ",\"uptime_s\":" << uptime << ",\"clients\":" << sessions_.size()
+    << ",\"device\":{\"backend\":" << quoted(delivery_.describe())
+    << ",\"rings_awaiting_free\":" << delivery_.live_rings()
+    << ",\"rings_freed\":" << delivery_.rings_freed() << "}"
+    << ",\"jobs\":[";
   for (std::size_t i = 0; i < jobs_.size(); ++i) {
     const Job& j = *jobs_[i];
     const JobStats st = j.stats();
@@ -77,7 +82,9 @@ std::string ControlServer::status_json() const {
         << ",\"slots\":{\"free\":" << rs.free << ",\"filling\":" << rs.filling
         << ",\"ready\":" << rs.ready << ",\"leased\":" << rs.leased << "}"
         << ",\"next\":{\"epoch\":" << rs.next_epoch << ",\"batch\":" << rs.next_batch << "}"
-        << ",\"published\":" << rs.published << ",\"released\":" << rs.released << "}";
+        << ",\"published\":" << rs.published << ",\"released\":" << rs.released
+        << ",\"device\":" << (rs.device_uuid.empty() ? std::string("null") : quoted(rs.device_uuid))
+        << "}";
     }
     o << "]}";
   }

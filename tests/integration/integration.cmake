@@ -22,3 +22,10 @@ add_test(NAME installed_package_is_usable
           -DWORK_DIR=${CMAKE_CURRENT_BINARY_DIR}/install-check -P ${CMAKE_CURRENT_SOURCE_DIR}/install/check.cmake)
 set_tests_properties(installed_package_is_usable PROPERTIES LABELS integration TIMEOUT 300)
 endif()
+
+# The device path against the backend STOKER_TEST_DEVICE_BACKEND names (default hostsim, so it
+# runs everywhere; scripts/gpu-check.sh runs it with cuda). Labels: integration + device.
+add_executable(device_test integration/device_test.cpp)
+target_link_libraries(device_test PRIVATE stoker_catch_main stoker_daemon_fixture stoker::client)
+catch_discover_tests(device_test PROPERTIES LABELS "integration;device" TIMEOUT 300)
+add_dependencies(device_test stokerd stokerctl)

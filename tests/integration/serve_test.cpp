@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -273,21 +274,54 @@ TEST_CASE("a consumer asking for device output without a usable GPU gets a clear
           "[integration]") {
   TempDir dir;
   const auto socket = (dir.path() / "s.sock").string();
+  // The daemon has no usable device; the consumer (simulated device) asks for one anyway.
+  ::setenv("STOKER_DEVICE_BACKEND", "none", 1);
   Daemon d(write_config(dir.path(), {JobSpec{}}, 1), socket);
+  ::setenv("STOKER_DEVICE_BACKEND", "hostsim", 1);
   stoker::ClientOptions o;
   o.socket_path = socket;
   o.want_device = true;
   try {
     stoker::Client c("demo", 0, o);
-    FAIL("device output granted on a machine without a GPU");
+    FAIL("device output granted by a daemon without a device");
   } catch (const stoker::Error& e) {
     CHECK(e.status() == STOKER_ERR_REFUSED);
     CHECK_THAT(e.what(), Catch::Contains("device output was requested") &&
-                             Catch::Contains("host batches only"));
+                             Catch::Contains("host batches only") &&
+                             Catch::Contains("STOKER_DEVICE_BACKEND=none"));
   }
   // The daemon logged why once, and host consumers are served as usual.
   CHECK_THAT(d.log(), Catch::Contains("device output unavailable"));
   o.want_device = false;
   stoker::Client c("demo", 0, o);
   CHECK(c.next(30000).count() == 8);
+  ::unsetenv("STOKER_DEVICE_BACKEND");
+}
+
+TEST_CASE("a consumer whose process cannot use a device is told why before connecting",
+          "[integration]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  Daemon d(write_config(dir.path(), {JobSpec{}}, 1), socket);
+  ::setenv("STOKER_DEVICE_BACKEND", "none", 1);
+  stoker::ClientOptions o;
+  o.socket_path = socket;
+  o.device = "cuda:0";
+  try {
+    stoker::Client c("demo", 0, o);
+    FAIL("device output granted to a process without a device");
+  } catch (const stoker::Error& e) {
+    CHECK(e.status() == STOKER_ERR_REFUSED);
+    CHECK_THAT(e.what(), Catch::Contains("this process cannot use a device") &&
+                             Catch::Contains("STOKER_DEVICE_BACKEND=none"));
+  }
+  o.device = "gpu0";
+  ::unsetenv("STOKER_DEVICE_BACKEND");
+  try {
+    stoker::Client c("demo", 0, o);
+    FAIL("a bad device name was accepted");
+  } catch (const stoker::Error& e) {
+    CHECK(e.status() == STOKER_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(e.what(), Catch::Contains("'gpu0' is not \"cuda\" or \"cuda:N\""));
+  }
 }

@@ -47,6 +47,10 @@ fs::path write_config(const fs::path& dir, const std::vector<JobSpec>& jobs, int
       << "    consumers: " << j.consumers << "\n"
       << "    prefetch: " << j.prefetch << "\n";
     if (!j.on_error.empty()) y << "    on_error: " << j.on_error << "\n";
+    if (!j.pipeline_yaml.empty()) {
+      y << j.pipeline_yaml << j.extra;
+      continue;
+    }
     y << "    pipeline:\n      - decode: {}\n";
     if (j.random_crop) {
       y << "      - random_resized_crop: {size: " << j.out_size << "}\n"
@@ -157,6 +161,9 @@ void Daemon::kill9() {
 }
 
 std::string Daemon::log() const { return read_all(log_path_); }
+
+int start_program(const std::vector<std::string>& argv, const fs::path& log) { return spawn(argv, log); }
+int wait_program(int pid, int timeout_s) { return wait_exit(pid, timeout_s); }
 
 int run_program(const std::vector<std::string>& argv, std::string& output, int timeout_s) {
   char tmpl[] = "/tmp/stoker-run-XXXXXX";

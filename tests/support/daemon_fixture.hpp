@@ -35,6 +35,7 @@ struct JobSpec {
   bool random_crop = true;           // else resize + center crop
   std::string dtype = "uint8";
   std::string extra;                 // raw YAML appended to the job
+  std::string pipeline_yaml;         // raw `pipeline:` + `output:` YAML replacing the ones above
 };
 
 // Writes a config file for the given jobs (workers = `workers`) and returns its path.
@@ -61,6 +62,11 @@ class Daemon {
   int pid_ = -1;
   std::filesystem::path log_path_;
 };
+
+// Starts a program in the background (stdout+stderr to `log`); returns its pid.
+int start_program(const std::vector<std::string>& argv, const std::filesystem::path& log);
+// Waits up to timeout_s for it (then SIGKILL); exit code or 128+signal.
+int wait_program(int pid, int timeout_s);
 
 // Runs a program to completion; returns exit code, fills output (stdout+stderr).
 int run_program(const std::vector<std::string>& argv, std::string& output, int timeout_s = 60);

@@ -115,6 +115,13 @@ STOKER_API int stoker_batch_last_in_epoch(const stoker_batch* batch);
  * Images: stoker_batch_count() samples of device_image_bytes (stoker_job_info); labels: int64. */
 STOKER_API stoker_status stoker_batch_device_images(stoker_batch* batch, void* stream, void** out);
 STOKER_API stoker_status stoker_batch_device_labels(stoker_batch* batch, void* stream, int64_t** out);
+/* Host wait until the work queued so far on the batch's stream is done (its device copy can
+ * then be read by the CPU where device memory is host-addressable: the hostsim backend). */
+STOKER_API stoker_status stoker_batch_device_synchronize(stoker_batch* batch);
+/* Page-locks this client's mapped ring for the GPU `ordinal` (read-only registration), so a
+ * trainer's host-to-device copies of host batches are asynchronous DMA (pin_memory). Undone
+ * when the mapping goes away. */
+STOKER_API stoker_status stoker_client_pin_memory(stoker_client* client, int ordinal);
 /* Nonzero when the batch has a device copy. */
 STOKER_API int stoker_batch_on_device(const stoker_batch* batch);
 /* Copies the device copy back to host memory (blocking; for checks and dumps):

@@ -75,6 +75,12 @@ class Batch {
     check(stoker_batch_device_labels(b_, stream, &p));
     return p;
   }
+  // Copies the device copy back to host memory (blocking; checks and dumps).
+  void device_to_host(void* images, std::int64_t* labels) {
+    check(stoker_batch_device_to_host(b_, images, labels));
+  }
+  // Hands the C handle over (the caller releases it with stoker_batch_release).
+  stoker_batch* detach() { return std::exchange(b_, nullptr); }
   // Gives the slot back now instead of at destruction.
   void reset() {
     if (b_ != nullptr) stoker_batch_release(std::exchange(b_, nullptr));

@@ -45,6 +45,7 @@ struct BatchHandle {
   const void* images;
   const std::int64_t* labels;
   const std::int64_t* ids;
+  bool on_device;
   BatchHandle(stoker_batch* b, std::shared_ptr<ClientState> c)
       : batch(b),
         client(std::move(c)),
@@ -54,7 +55,8 @@ struct BatchHandle {
         last(stoker_batch_last_in_epoch(b) != 0),
         images(stoker_batch_images(b)),
         labels(stoker_batch_labels(b)),
-        ids(stoker_batch_ids(b)) {}
+        ids(stoker_batch_ids(b)),
+        on_device(stoker_batch_on_device(b) != 0) {}
   ~BatchHandle() { release(); }
   void release();
 };
@@ -101,14 +103,15 @@ void capsule_destructor(PyObject* capsule) {
 }
 
 py::capsule make_capsule(const std::shared_ptr<BatchHandle>& b, const void* data, dlpack::DLDataType dt,
-                         std::initializer_list<std::int64_t> shape) {
+                         std::initializer_list<std::int64_t> shape,
+                         dlpack::DLDevice device = {dlpack::kDLCPU, 0}) {
   auto* owner = new DLPackOwner{};
   owner->batch = b;
   int nd = 0;
   for (auto s : shape) owner->shape[nd++] = s;
   auto& t = owner->managed.dl_tensor;
   t.data = const_cast<void*>(data);
-  t.device = {dlpack::kDLCPU, 0};
+  t.device = device;
   t.ndim = nd;
   t.dtype = dt;
   t.shape = owner->shape;
@@ -148,6 +151,26 @@ class Batch {
                                 static_cast<std::uint8_t>(dtype_bits(h_->client->info.dtype)), 1};
     return make_capsule(h_, h_->images, dt, {s[0], s[1], s[2], s[3]});
   }
+  bool on_device() const { return h_->on_device; }
+
+  // Device batches: the capsules view the device copy, ordered on `stream` (the trainer's
+  // current cudaStream_t; 0: legacy default) by a GPU wait. Under the hostsim backend the
+  // memory is host memory: the stream is synchronized and the capsule says kDLCPU.
+  py::capsule device_images_dlpack(std::uintptr_t stream) const {
+    void* p = nullptr;
+    device_pointer(stream, [&] { return stoker_batch_device_images(h_->batch, reinterpret_cast<void*>(stream), &p); });
+    const auto& i = h_->client->info;
+    const auto s = image_shape();
+    const dlpack::DLDataType dt{i.device_dtype == STOKER_UINT8 ? dlpack::kDLUInt : dlpack::kDLFloat,
+                                static_cast<std::uint8_t>(dtype_bits(i.device_dtype)), 1};
+    return make_capsule(h_, p, dt, {s[0], s[1], s[2], s[3]}, where());
+  }
+  py::capsule device_labels_dlpack(std::uintptr_t stream) const {
+    int64_t* p = nullptr;
+    device_pointer(stream, [&] { return stoker_batch_device_labels(h_->batch, reinterpret_cast<void*>(stream), &p); });
+    return make_capsule(h_, p, {dlpack::kDLInt, 64, 1}, {count()}, where());
+  }
+
   py::capsule labels_dlpack() const {
     return make_capsule(h_, h_->labels, {dlpack::kDLInt, 64, 1}, {count()});
   }
@@ -167,6 +190,27 @@ class Batch {
   py::array ids_numpy() const { return view(py::dtype("int64"), {count()}, h_->ids); }
 
  private:
+  template <class F>
+  void device_pointer(std::uintptr_t, F&& get) const {
+    if (h_->is_released.load()) {
+      PyErr_SetString(g_errors[STOKER_ERR_INVALID_ARGUMENT], "batch already released");
+      throw py::error_already_set();
+    }
+    stoker_status st;
+    {
+      py::gil_scoped_release nogil;
+      st = get();
+      if (st == STOKER_OK && h_->client->info.device_backend == 2) {
+        st = stoker_batch_device_synchronize(h_->batch);  // the CPU reads simulated memory
+      }
+    }
+    if (st != STOKER_OK) raise_status(st);
+  }
+  dlpack::DLDevice where() const {
+    const auto& i = h_->client->info;
+    if (i.device_backend == 1) return {dlpack::kDLCUDA, i.device_ordinal};
+    return {dlpack::kDLCPU, 0};
+  }
   py::array view(py::dtype dt, std::vector<py::ssize_t> shape, const void* data) const {
     auto* keep = new std::shared_ptr<BatchHandle>(h_);
     py::capsule base(keep, [](void* p) { delete static_cast<std::shared_ptr<BatchHandle>*>(p); });
@@ -180,7 +224,7 @@ class Batch {
 class Client {
  public:
   Client(const std::string& job, std::uint32_t rank, const std::string& socket, std::uint64_t start_epoch,
-         std::uint64_t start_batch, bool writable)
+         std::uint64_t start_batch, bool writable, const std::string& device)
       : s_(std::make_shared<ClientState>()) {
     stoker_options o;
     stoker_options_init(&o);
@@ -190,6 +234,7 @@ class Client {
     o.start_epoch = start_epoch;
     o.start_batch = start_batch;
     o.map_writable = writable ? 1 : 0;
+    o.device = device.empty() ? nullptr : device.c_str();
     stoker_status st;
     {
       py::gil_scoped_release nogil;
@@ -224,6 +269,16 @@ class Client {
 
   int outstanding() const { return s_->outstanding.load(); }
 
+  void pin_memory(int ordinal) {
+    stoker_status st;
+    {
+      py::gil_scoped_release nogil;
+      std::lock_guard lock(s_->mu);
+      st = s_->client == nullptr ? STOKER_ERR_DISCONNECTED : stoker_client_pin_memory(s_->client, ordinal);
+    }
+    if (st != STOKER_OK) raise_status(st);
+  }
+
   // Outstanding batches stay mapped (the C API keeps the mapping until each is released).
   void close() {
     py::gil_scoped_release nogil;
@@ -249,6 +304,10 @@ class Client {
     d["num_classes"] = i.num_classes;
     d["slot_count"] = i.slot_count;
     d["daemon_generation"] = i.daemon_generation;
+    d["device_ordinal"] = i.device_ordinal;
+    d["device_dtype"] = i.device_dtype == STOKER_UINT8 ? "uint8" : i.device_dtype == STOKER_FLOAT16 ? "float16" : "float32";
+    d["device_backend"] = i.device_backend == 1 ? "cuda" : i.device_backend == 2 ? "hostsim" : "";
+    d["device_normalized"] = i.device_normalized != 0;
     return d;
   }
 
@@ -291,14 +350,19 @@ PYBIND11_MODULE(_stoker, m) {
       .def("images_dlpack", &Batch::images_dlpack)
       .def("labels_dlpack", &Batch::labels_dlpack)
       .def("ids_dlpack", &Batch::ids_dlpack)
+      .def_property_readonly("on_device", &Batch::on_device)
+      .def("device_images_dlpack", &Batch::device_images_dlpack, py::arg("stream") = 0)
+      .def("device_labels_dlpack", &Batch::device_labels_dlpack, py::arg("stream") = 0)
       .def("images_numpy", &Batch::images_numpy)
       .def("labels_numpy", &Batch::labels_numpy)
       .def("ids_numpy", &Batch::ids_numpy);
 
   py::class_<Client>(m, "Client")
-      .def(py::init<const std::string&, std::uint32_t, const std::string&, std::uint64_t, std::uint64_t, bool>(),
+      .def(py::init<const std::string&, std::uint32_t, const std::string&, std::uint64_t, std::uint64_t, bool,
+                    const std::string&>(),
            py::arg("job"), py::arg("rank") = 0, py::arg("socket") = "", py::arg("start_epoch") = 0,
-           py::arg("start_batch") = 0, py::arg("writable") = true)
+           py::arg("start_batch") = 0, py::arg("writable") = true, py::arg("device") = "")
+      .def("pin_memory", &Client::pin_memory, py::arg("ordinal"))
       .def("next", &Client::next, py::arg("timeout_ms") = -1)
       .def("info", &Client::info)
       .def("close", &Client::close)

@@ -25,17 +25,44 @@ def _env_int(name: str) -> Optional[int]:
     return int(v) if v not in (None, "") else None
 
 
-class Batch:
-    """One batch: `images`, `labels`, `ids` (tensors or arrays viewing shared memory),
-    `epoch`, `index`. Iterating a Loader yields `(images, labels)`; use
-    `Loader.batches()` to get these objects instead."""
+_warned_hostsim = False
 
-    def __init__(self, native: "_stoker.Batch", framework: str, copy: bool):
+
+def _resolve_device(device: Any) -> Tuple[str, int]:
+    """None -> host batches; "cuda" -> the current torch device (LOCAL_RANK, else 0, when
+    torch has not chosen one); "cuda:N", N or torch.device("cuda", N) -> GPU N."""
+    if device is None or device == "" or device == "cpu":
+        return "", -1
+    if torch is not None and isinstance(device, torch.device):
+        device = "cuda" if device.index is None and device.type == "cuda" else str(device)
+    if isinstance(device, int):
+        device = f"cuda:{device}"
+    if device == "cuda":
+        index = None
+        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+            index = torch.cuda.current_device()
+        if index is None:
+            index = _env_int("LOCAL_RANK") or 0
+        return f"cuda:{index}", index
+    if isinstance(device, str) and device.startswith("cuda:") and device[5:].isdigit():
+        return device, int(device[5:])
+    raise ValueError(f"device must be None, 'cuda', 'cuda:N' or a torch.device, not {device!r}")
+
+
+class Batch:
+    """One batch: `images`, `labels`, `ids` (tensors or arrays viewing shared memory, or the
+    daemon's copy on the GPU for a device loader), `epoch`, `index`. Iterating a Loader yields
+    `(images, labels)`; use `Loader.batches()` to get these objects instead."""
+
+    def __init__(self, native: "_stoker.Batch", framework: str, copy: bool,
+                 device_index: int = -1, device_backend: str = ""):
         self.epoch = native.epoch
         self.index = native.index
         self.last = native.last
         self._native = native
-        if framework == "torch":
+        if device_index >= 0 and native.on_device:
+            self._from_device(native, framework, copy, device_index, device_backend)
+        elif framework == "torch":
             self.images = _torch_dlpack.from_dlpack(native.images_dlpack())
             self.labels = _torch_dlpack.from_dlpack(native.labels_dlpack())
             self.ids = _torch_dlpack.from_dlpack(native.ids_dlpack())
@@ -50,6 +77,39 @@ class Batch:
         if copy:
             self.release()
 
+    def _from_device(self, native, framework: str, copy: bool, index: int, backend: str) -> None:
+        # The batch is ordered on the trainer's current stream by a GPU wait (no host wait),
+        # and its release fence is recorded on that same stream when the last tensor dies.
+        stream = 0
+        if backend == "cuda":
+            stream = torch.cuda.current_stream(index).cuda_stream
+        else:
+            global _warned_hostsim
+            if not _warned_hostsim:
+                _warned_hostsim = True
+                warnings.warn("stoker: STOKER_DEVICE_BACKEND=hostsim: device batches are simulated "
+                              "in host memory; the loader yields CPU tensors read from the "
+                              "simulated device copy", RuntimeWarning, stacklevel=4)
+        images = native.device_images_dlpack(stream)
+        labels = native.device_labels_dlpack(stream)
+        if framework == "torch":
+            self.images = _torch_dlpack.from_dlpack(images)
+            self.labels = _torch_dlpack.from_dlpack(labels)
+            self.ids = _torch_dlpack.from_dlpack(native.ids_dlpack())
+            if copy:
+                self.images, self.labels, self.ids = self.images.clone(), self.labels.clone(), self.ids.clone()
+        else:
+            import numpy as np  # hostsim only (checked by the Loader): host-addressable memory
+            self.images = np.from_dlpack(_Capsule(images)) if hasattr(np, "from_dlpack") else None
+            self.labels = np.from_dlpack(_Capsule(labels)) if hasattr(np, "from_dlpack") else None
+            self.ids = native.ids_numpy()
+            if self.images is None:
+                raise RuntimeError("framework='numpy' with device batches needs NumPy >= 1.22")
+            if copy:
+                self.images, self.labels, self.ids = self.images.copy(), self.labels.copy(), self.ids.copy()
+        if copy:
+            self.release()
+
     def __len__(self) -> int:
         return int(self.labels.shape[0])
 
@@ -58,6 +118,19 @@ class Batch:
         if self._native is not None:
             self._native.release()
             self._native = None
+
+
+class _Capsule:
+    """Hands a ready DLPack capsule to numpy.from_dlpack (which asks an object for it)."""
+
+    def __init__(self, capsule):
+        self._capsule = capsule
+
+    def __dlpack__(self, stream=None):
+        return self._capsule
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU: only host-addressable (hostsim) memory gets here
 
 
 class Loader:
@@ -79,6 +152,15 @@ class Loader:
     tensors, so an in-place operation on one writes into this consumer's own slot (harmless to
     other consumers, lost when the slot is refilled) instead of crashing the process.
 
+    device="cuda" (or "cuda:N", a torch.device): the daemon copies each batch to this GPU
+    (CUDA IPC; optionally normalized there, see the job's device_normalize) and the loader
+    yields torch.cuda tensors of that copy, ordered on the current stream by a GPU wait.
+    Queue the work that reads a batch on the stream that was current when it was yielded:
+    when its last tensor dies, the release fence is recorded on that stream, and the daemon
+    overwrites the slot only after the work queued there before it. Default "cuda" device:
+    torch's current device, else LOCAL_RANK. pin_memory=True (host batches): the mapped ring
+    is page-locked for that GPU, so images.cuda(non_blocking=True) is an asynchronous copy.
+
     rank / world_size default to torchrun's RANK / WORLD_SIZE (else 0 / unchecked);
     world_size must equal the job's `consumers`. timeout_s: longest wait for one batch
     (None: forever) before stoker.TimeoutError. hold_timeout_s: how long to wait when this
@@ -87,8 +169,13 @@ class Loader:
 
     def __init__(self, job: str, rank: Optional[int] = None, world_size: Optional[int] = None,
                  socket: Optional[str] = None, framework: Optional[str] = None, copy: bool = False,
-                 timeout_s: Optional[float] = None, hold_timeout_s: float = 60.0):
+                 timeout_s: Optional[float] = None, hold_timeout_s: float = 60.0,
+                 device: Any = None, pin_memory: bool = False):
         self.job = job
+        self.device, self._device_index = _resolve_device(device)
+        self.pin_memory = bool(pin_memory)
+        if self.pin_memory and self.device:
+            raise ValueError("pin_memory is for host batches; device batches are on the GPU already")
         self.rank = rank if rank is not None else (_env_int("RANK") or 0)
         self.world_size = world_size if world_size is not None else _env_int("WORLD_SIZE")
         self.socket = socket or ""
@@ -114,6 +201,10 @@ class Loader:
         self._connect(0, 0)
         info = self._client.info()
         self.info: Dict[str, Any] = info
+        self._device_backend = info.get("device_backend", "")
+        if self.device and self._device_backend == "cuda" and framework != "torch":
+            self.close()
+            raise ValueError("device batches on a GPU need framework='torch'")
         self._check_world_size()
 
     def _check_world_size(self) -> None:
@@ -148,7 +239,10 @@ class Loader:
                     f"view slots the daemon refills (copy what you keep, or use copy=True)",
                     RuntimeWarning, stacklevel=4)
             self.close()
-        self._client = _stoker.Client(self.job, self.rank, self.socket, epoch, batch, True)
+        self._client = _stoker.Client(self.job, self.rank, self.socket, epoch, batch, True, self.device)
+        if self.pin_memory:
+            index = _resolve_device("cuda")[1]
+            self._client.pin_memory(index)
         self._stream = (epoch, batch)
 
     def _ensure_stream_at(self, epoch: int, batch: int) -> None:
@@ -243,7 +337,8 @@ class Loader:
         if native.count == 0:  # an empty end-of-epoch marker (bad files were skipped)
             native.release()
         else:
-            self._pending = Batch(native, self.framework, self.copy)
+            self._pending = Batch(native, self.framework, self.copy, self._device_index,
+                                  self._device_backend)
         return last
 
     def _take_pending(self) -> Batch:

@@ -138,8 +138,8 @@ inline constexpr std::uint32_t kMaxDeviceSlots =
 // connection - on a fresh connection from the same process once the last one died.
 struct UnmappedMsg {
   MessageHeader header;
-  std::uint64_t alloc_id;       // DeviceRingMsg::alloc_id
-  std::uint8_t reserved[8];
+  std::uint64_t alloc_id;           // DeviceRingMsg::alloc_id
+  std::uint64_t daemon_generation;  // of the daemon that granted it (a restarted one ignores it)
 };
 static_assert(sizeof(UnmappedMsg) == 32);
 

@@ -1,0 +1,359 @@
+// The device path end to end against a real stokerd and real consumers, on the device backend
+// STOKER_TEST_DEVICE_BACKEND names (default hostsim, so CI runs all of it without a GPU;
+// scripts/gpu-check.sh runs the same cases with `cuda`). Cases named "(hostsim)" depend on the
+// simulation's fake device lists or its /dev/shm objects and only run under it.
+//
+// hostsim aborts stokerd or the consumer on what CUDA leaves undefined (freeing memory a live
+// peer maps, overwriting a slot whose release fence has not completed, double close, a device
+// nobody named), so every case here also checks that none of it happens.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon_fixture.hpp"
+#include "stoker/stoker.hpp"
+
+using namespace stoker::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string backend_name() {
+  const char* b = std::getenv("STOKER_TEST_DEVICE_BACKEND");
+  return b != nullptr && *b != '\0' ? b : "hostsim";
+}
+
+bool hostsim() { return backend_name() == "hostsim"; }
+
+// Both processes pick the same backend from the environment the daemon inherits.
+// (ctest runs each case in its own process: the client's backend is made once per process.)
+void use_backend(const char* delay_us = nullptr) {
+  ::setenv("STOKER_DEVICE_BACKEND", backend_name().c_str(), 1);
+  ::unsetenv("STOKER_HOSTSIM_DEVICES");
+  ::unsetenv("STOKER_HOSTSIM_EXCLUSIVE");
+  ::unsetenv("STOKER_HOSTSIM_DELAY_US");
+  if (delay_us != nullptr) ::setenv("STOKER_HOSTSIM_DELAY_US", delay_us, 1);
+}
+
+struct Copy {
+  std::uint64_t epoch, index;
+  std::vector<std::int64_t> ids, labels;
+  std::vector<std::uint8_t> images;
+  bool last;
+};
+
+// A batch as the trainer sees it: host batches from the slot, device batches read back from
+// the device copy (pointers fetched on the default stream, as a trainer would).
+Copy take_host(stoker::Client& c) {
+  stoker::Batch b = c.next(30000);
+  Copy r{b.epoch(), b.index(), {}, {}, {}, b.last_in_epoch()};
+  r.ids.assign(b.ids(), b.ids() + b.count());
+  r.labels.assign(b.labels(), b.labels() + b.count());
+  r.images.assign(b.images(), b.images() + c.info().image_bytes * b.count());
+  return r;
+}
+
+Copy take_device(stoker::Client& c, stoker_batch** keep = nullptr) {
+  stoker::Batch b = c.next(30000);
+  REQUIRE(b.on_device());
+  REQUIRE(b.device_images() != nullptr);
+  REQUIRE(b.device_labels() != nullptr);
+  Copy r{b.epoch(), b.index(), {}, {}, {}, b.last_in_epoch()};
+  r.ids.assign(b.ids(), b.ids() + b.count());
+  r.labels.resize(b.count());
+  r.images.resize(c.info().device_image_bytes * b.count());
+  b.device_to_host(r.images.data(), r.labels.data());
+  if (keep != nullptr) *keep = b.detach();
+  return r;
+}
+
+std::string status(const std::string& socket) {
+  char* json = nullptr;
+  REQUIRE(stoker_daemon_status(socket.c_str(), &json) == STOKER_OK);
+  std::string s = json;
+  stoker_free(json);
+  return s;
+}
+
+// Waits until `pred` holds (polling), up to `limit`.
+template <class F>
+bool eventually(F pred, std::chrono::milliseconds limit = 10s) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return pred();
+}
+
+std::size_t sim_objects_of(int pid) {
+  return shm_objects_containing("stoker-sim-" + std::to_string(pid) + "-").size();
+}
+
+stoker::ClientOptions device_options(const std::string& socket, const char* device = "cuda:0") {
+  stoker::ClientOptions o;
+  o.socket_path = socket;
+  o.device = device;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("device batches equal host batches: pixels, labels, ids, order", "[integration][device]") {
+  use_backend("300");  // a slow simulated device: only the GPU-side waits keep this equal
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec host, dev;
+  host.name = "host";
+  dev.name = "dev";
+  Daemon d(write_config(dir.path(), {host, dev}, 2), socket);
+  stoker::ClientOptions ho;
+  ho.socket_path = socket;
+  stoker::Client hc("host", 0, ho);
+
+  // Let the device job prefetch its whole ring before the consumer attaches: those batches
+  // have no device copy yet and must be copied when taken.
+  REQUIRE(eventually([&] { return status(socket).find("\"ready\":3") != std::string::npos; }));
+  stoker::Client dc("dev", 0, device_options(socket));
+  CHECK(dc.info().device_ordinal == 0);
+  CHECK(dc.info().device_dtype == STOKER_UINT8);
+  CHECK(dc.info().device_image_bytes == dc.info().image_bytes);
+
+  for (int i = 0; i < 16; ++i) {  // two epochs, every slot reused several times
+    const Copy h = take_host(hc);
+    const Copy g = take_device(dc);
+    INFO("batch " << i);
+    CHECK(g.epoch == h.epoch);
+    CHECK(g.index == h.index);
+    CHECK(g.ids == h.ids);
+    CHECK(g.labels == h.labels);
+    CHECK(g.images == h.images);
+  }
+  CHECK_THAT(status(socket), Catch::Contains("\"device\":\"GPU-"));
+}
+
+TEST_CASE("normalize on the GPU equals the CPU's normalize, float32 NCHW and float16 NHWC",
+          "[integration][device]") {
+  use_backend();
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  const std::string norm =
+      "    pipeline:\n      - decode: {}\n      - resize: {size: 40}\n      - center_crop: {size: 32}\n"
+      "      - normalize: {mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}\n";
+  std::vector<JobSpec> jobs;
+  for (const char* layout : {"NCHW", "NHWC"}) {
+    const std::string dtype = std::string(layout) == "NCHW" ? "float32" : "float16";
+    const std::string out = "    output: {dtype: " + dtype + ", layout: " + layout + "}\n";
+    JobSpec cpu, gpu;
+    cpu.name = std::string("cpu_") + layout;
+    gpu.name = std::string("gpu_") + layout;
+    cpu.pipeline_yaml = gpu.pipeline_yaml = norm + out;
+    gpu.extra = "    device_normalize: true\n";
+    jobs.push_back(cpu);
+    jobs.push_back(gpu);
+  }
+  Daemon d(write_config(dir.path(), jobs, 2), socket);
+  for (const char* layout : {"NCHW", "NHWC"}) {
+    INFO(layout);
+    stoker::ClientOptions ho;
+    ho.socket_path = socket;
+    stoker::Client cpu(std::string("cpu_") + layout, 0, ho);
+    stoker::Client gpu(std::string("gpu_") + layout, 0, device_options(socket));
+    // Host consumers of a device_normalize job get the uint8 the workers wrote.
+    CHECK(gpu.info().dtype == STOKER_UINT8);
+    CHECK(gpu.info().device_normalized == 1);
+    CHECK(gpu.info().device_dtype == cpu.info().dtype);
+    CHECK(gpu.info().device_image_bytes == cpu.info().image_bytes);
+    for (int i = 0; i < 8; ++i) {
+      const Copy c = take_host(cpu);
+      const Copy g = take_device(gpu);
+      CHECK(g.ids == c.ids);
+      CHECK(g.labels == c.labels);
+      CHECK(g.images == c.images);  // bit for bit: the same per-channel table
+    }
+  }
+}
+
+TEST_CASE("GPUs are matched by UUID whatever order each process lists them (hostsim)",
+          "[integration][device]") {
+  if (!hostsim()) return;
+  use_backend();
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  const std::string a = "GPU-aaaaaaaa-0000-0000-0000-000000000001";
+  const std::string b = "GPU-bbbbbbbb-0000-0000-0000-000000000002";
+  JobSpec job;
+  job.consumers = 2;
+  ::setenv("STOKER_HOSTSIM_DEVICES", (a + "," + b).c_str(), 1);
+  Daemon d(write_config(dir.path(), {job}, 2), socket);
+  ::setenv("STOKER_HOSTSIM_DEVICES", (b + "," + a).c_str(), 1);  // the trainer's order
+  stoker::Client c0("demo", 0, device_options(socket, "cuda:0"));
+  stoker::Client c1("demo", 1, device_options(socket, "cuda:1"));
+  take_device(c0);
+  take_device(c1);
+  const std::string st = status(socket);
+  // rank 0 asked for its cuda:0, which is the daemon's second GPU.
+  const auto r0 = st.find("\"rank\":0"), r1 = st.find("\"rank\":1");
+  REQUIRE(r0 != std::string::npos);
+  REQUIRE(r1 != std::string::npos);
+  CHECK(st.find("\"device\":\"" + b + "\"", r0) < r1);
+  CHECK(st.find("\"device\":\"" + a + "\"", r1) != std::string::npos);
+}
+
+TEST_CASE("device refusals name the reason (hostsim)", "[integration][device]") {
+  if (!hostsim()) return;
+  use_backend();
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  const std::string a = "GPU-aaaaaaaa-0000-0000-0000-000000000001";
+  ::setenv("STOKER_HOSTSIM_DEVICES", a.c_str(), 1);
+  ::setenv("STOKER_HOSTSIM_EXCLUSIVE", a.c_str(), 1);
+  Daemon d(write_config(dir.path(), {JobSpec{}}, 1), socket);
+  ::unsetenv("STOKER_HOSTSIM_EXCLUSIVE");
+  auto refusal = [&](const char* device) -> std::string {
+    try {
+      stoker::Client c("demo", 0, device_options(socket, device));
+    } catch (const stoker::Error& e) {
+      return e.what();
+    }
+    return "granted";
+  };
+  // The daemon's only GPU is in EXCLUSIVE_PROCESS mode: two processes cannot share it.
+  CHECK_THAT(refusal("cuda:0"), Catch::Contains("EXCLUSIVE_PROCESS") && Catch::Contains(a));
+  CHECK_THAT(refusal("cuda:7"), Catch::Contains("cuda:7 does not exist"));
+  // Host consumers are unaffected.
+  stoker::ClientOptions ho;
+  ho.socket_path = socket;
+  stoker::Client hc("demo", 0, ho);
+  CHECK(hc.next(30000).count() == 8);
+}
+
+TEST_CASE("a GPU the daemon does not see is refused with both sides' UUIDs (hostsim)",
+          "[integration][device]") {
+  if (!hostsim()) return;
+  use_backend();
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  ::setenv("STOKER_HOSTSIM_DEVICES", "GPU-aaaaaaaa-0000-0000-0000-000000000001", 1);
+  Daemon d(write_config(dir.path(), {JobSpec{}}, 1), socket);
+  ::setenv("STOKER_HOSTSIM_DEVICES", "GPU-cccccccc-0000-0000-0000-000000000003", 1);
+  try {
+    stoker::Client c("demo", 0, device_options(socket));
+    FAIL("granted");
+  } catch (const stoker::Error& e) {
+    CHECK(e.status() == STOKER_ERR_REFUSED);
+    CHECK_THAT(e.what(), Catch::Contains("GPU-cccccccc-0000-0000-0000-000000000003 is not visible to stokerd") &&
+                             Catch::Contains("it sees GPU-aaaaaaaa-0000-0000-0000-000000000001") &&
+                             Catch::Contains("CUDA_VISIBLE_DEVICES"));
+  }
+}
+
+TEST_CASE("a device ring lives exactly as long as its consumer needs it (hostsim)",
+          "[integration][device]") {
+  if (!hostsim()) return;
+  use_backend();
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec job;
+  job.consumers = 2;
+  Daemon d(write_config(dir.path(), {job}, 2), socket);
+  CHECK(sim_objects_of(d.pid()) == 0);  // no device touched before a device consumer
+
+  SECTION("closed with no batch held: freed at once") {
+    {
+      stoker::Client c("demo", 0, device_options(socket));
+      take_device(c);
+      take_device(c);
+      CHECK(sim_objects_of(d.pid()) == 1 + 2 * 3);  // allocation + ready/release per slot
+    }
+    CHECK(eventually([&] { return sim_objects_of(d.pid()) == 0; }));
+    CHECK(eventually([&] { return status(socket).find("\"rings_freed\":1") != std::string::npos; }));
+  }
+  SECTION("batches outliving the client keep the ring until the last is released") {
+    stoker_batch* kept = nullptr;
+    {
+      stoker::Client c("demo", 0, device_options(socket));
+      take_device(c, &kept);
+    }
+    std::this_thread::sleep_for(1500ms);  // several control-loop turns
+    CHECK(sim_objects_of(d.pid()) == 1 + 2 * 3);
+    stoker_batch_release(kept);  // the process tells the daemon on a fresh connection
+    CHECK(eventually([&] { return sim_objects_of(d.pid()) == 0; }));
+  }
+  SECTION("two consumers on one device, each with its own ring") {
+    stoker::Client c0("demo", 0, device_options(socket));
+    stoker::Client c1("demo", 1, device_options(socket));
+    for (int i = 0; i < 6; ++i) {
+      take_device(c0);
+      take_device(c1);
+    }
+    CHECK(sim_objects_of(d.pid()) == 2 * (1 + 2 * 3));
+  }
+  SECTION("a SIGKILLed consumer holding device batches: freed once it is gone, others flow") {
+    const int pid = start_program({bin("stokerctl"), "consume", "--socket", socket, "--job", "demo",
+                                   "--rank", "0", "--device", "cuda:0", "--batches", "2",
+                                   "--hold-ms", "60000"},
+                                  dir.path() / "consumer.log");
+    REQUIRE(eventually([&] { return status(socket).find("\"leased\":1") != std::string::npos; }));
+    CHECK(sim_objects_of(d.pid()) == 1 + 2 * 3);
+    ::kill(pid, SIGKILL);
+    wait_program(pid, 10);
+    CHECK(eventually([&] { return sim_objects_of(d.pid()) == 0; }));
+    INFO(d.log());
+    stoker::Client c1("demo", 1, device_options(socket));
+    for (int i = 0; i < 4; ++i) CHECK(take_device(c1).ids.size() == 8);
+    stoker::Client c0("demo", 0, device_options(socket));  // the rank is usable again
+    CHECK(take_device(c0).ids.size() == 8);
+  }
+  CHECK_THAT(d.log(), !Catch::Contains("hostsim:"));
+}
+
+TEST_CASE("a slow device: stokerd's copies wait on the GPU for the consumer's release",
+          "[integration][device]") {
+  // Every simulated device operation takes 2 ms, the consumer holds each batch briefly and a
+  // prefetch of 2 makes stokerd overwrite each device slot soon after its release: without
+  // the release fence on the copy stream, hostsim aborts stokerd ("still reads").
+  use_backend("2000");
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec job;
+  job.prefetch = 2;
+  Daemon d(write_config(dir.path(), {job}, 2), socket);
+  stoker::Client c("demo", 0, device_options(socket));
+  std::uint64_t samples = 0;
+  for (int i = 0; i < 24; ++i) samples += take_device(c).ids.size();
+  CHECK(samples == 3 * 64);
+  CHECK_THAT(d.log(), !Catch::Contains("hostsim:"));
+}
+
+TEST_CASE("a restarted daemon: the consumer is told, re-maps from the new one, old batches stay safe",
+          "[integration][device]") {
+  use_backend();
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  const auto cfg = write_config(dir.path(), {JobSpec{}}, 2);
+  stoker_batch* kept = nullptr;
+  std::uint64_t first_generation = 0;
+  {
+    Daemon d(cfg, socket);
+    stoker::Client c("demo", 0, device_options(socket));
+    first_generation = c.info().daemon_generation;
+    take_device(c, &kept);
+    d.kill9();
+    CHECK_THROWS_AS(c.next(10000), stoker::Error);
+  }
+  Daemon d2(cfg, socket);
+  stoker::Client c("demo", 0, device_options(socket));
+  CHECK(c.info().daemon_generation != first_generation);
+  for (int i = 0; i < 4; ++i) CHECK(take_device(c).ids.size() == 8);
+  stoker_batch_release(kept);  // the dead daemon's ring: closed here, ignored by the new daemon
+  take_device(c);
+  CHECK_THAT(d2.log(), !Catch::Contains("hostsim:") && !Catch::Contains("does not hold"));
+}

@@ -1,0 +1,283 @@
+// The host simulation keeps CUDA's contract: ordering through events, memory shared between
+// processes - and it aborts on what CUDA leaves undefined, which is what makes the integration
+// tier's "no abort" meaningful. Each misuse runs in a forked child (before any backend exists
+// in it, so no thread is forked) that must die of SIGABRT with the simulation's message.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "device/device_backend.hpp"
+
+using namespace stoker::device;
+
+namespace {
+
+std::unique_ptr<Backend> sim() {
+  std::string why;
+  auto b = make_hostsim_backend(why);
+  REQUIRE(b != nullptr);
+  return b;
+}
+
+// Runs `body` in a child process; returns (terminating signal or 0, its stderr).
+std::pair<int, std::string> in_child(const std::function<void()>& body) {
+  int pipefd[2];
+  REQUIRE(::pipe(pipefd) == 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::signal(SIGABRT, SIG_DFL);  // die of the abort, not of Catch's report of it
+    ::dup2(pipefd[1], 2);
+    ::close(pipefd[0]);
+    body();
+    std::_Exit(0);
+  }
+  ::close(pipefd[1]);
+  std::string err;
+  char buf[512];
+  ssize_t n;
+  while ((n = ::read(pipefd[0], buf, sizeof buf)) > 0) err.append(buf, static_cast<std::size_t>(n));
+  ::close(pipefd[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return {WIFSIGNALED(status) ? WTERMSIG(status) : 0, err};
+}
+
+}  // namespace
+
+TEST_CASE("hostsim: memory and events cross processes; waits order work", "[unit][hostsim]") {
+  ::setenv("STOKER_HOSTSIM_DEVICES", "2", 1);
+  auto b = sim();
+  std::string why;
+  const auto devs = b->devices(why);
+  REQUIRE(devs.size() == 2);
+  CHECK(uuid_string(devs[1].uuid) == "GPU-5afe5130-0000-0000-0000-000000000001");
+  REQUIRE(b->open_device(1, why));
+
+  DeviceBuffer buf;
+  REQUIRE(b->allocate(1, 4096, buf, why));
+  EventId ev = 0;
+  IpcHandle evh{};
+  REQUIRE(b->create_ipc_event(1, ev, evh, why));
+  StreamId s = 0;
+  REQUIRE(b->create_stream(1, s, why));
+  std::vector<std::uint8_t> src(4096);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::uint8_t>(i * 7);
+  REQUIRE(b->copy_to_device(s, buf, 0, src.data(), src.size(), why));
+  REQUIRE(b->record(1, ev, s, why));
+
+  // Another process opens both by handle, waits for the event on its stream, reads the bytes.
+  const auto [sig, err] = in_child([&] {
+    auto peer = sim();
+    std::string w;
+    void* p = nullptr;
+    EventId pe = 0;
+    if (!peer->open_device(1, w) || !peer->open_memory(1, buf.handle, 4096, &p, w) ||
+        !peer->open_event(1, evh, pe, w) || !peer->stream_wait(1, kDefaultStream, pe, w)) {
+      std::fprintf(stderr, "open failed: %s\n", w.c_str());
+      std::_Exit(3);
+    }
+    std::vector<std::uint8_t> got(4096);
+    if (!peer->copy_to_host(1, kDefaultStream, got.data(), p, got.size(), w)) std::_Exit(4);
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      if (got[i] != static_cast<std::uint8_t>(i * 7)) std::_Exit(5);
+    }
+    peer->close_event(1, pe);
+    peer->close_memory(1, p);
+    std::_Exit(0);
+  });
+  CHECK(sig == 0);
+  CHECK(err.empty());
+  REQUIRE(b->synchronize_stream(1, s, why));
+  b->destroy_event(1, ev);
+  b->free(buf);  // the peer closed both: no abort
+  b->destroy_stream(1, s);
+}
+
+TEST_CASE("hostsim: a recorded event completes only when its stream gets there", "[unit][hostsim]") {
+  const auto [sig, err] = in_child([] {
+    ::setenv("STOKER_HOSTSIM_DELAY_US", "100000", 1);
+    auto b = sim();
+    std::string why;
+    b->open_device(0, why);
+    EventId ev = 0;
+    IpcHandle h{};
+    b->create_ipc_event(0, ev, h, why);
+    const auto t0 = std::chrono::steady_clock::now();
+    b->record(0, ev, kDefaultStream, why);
+    if (b->event_done(0, ev)) std::_Exit(3);  // the delayed stream has not run the record yet
+    b->synchronize_event(0, ev, why);
+    if (!b->event_done(0, ev)) std::_Exit(4);
+    if (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(90)) std::_Exit(5);
+    b->destroy_event(0, ev);
+    std::_Exit(0);
+  });
+  CHECK(sig == 0);
+  CHECK(err.empty());
+}
+
+TEST_CASE("hostsim aborts on what CUDA leaves undefined", "[unit][hostsim]") {
+  SECTION("freeing memory a live peer still has open") {
+    // The child allocates and waits; this process opens the memory; then the child frees it.
+    int to_child[2], to_parent[2];
+    REQUIRE(::pipe(to_child) == 0);
+    REQUIRE(::pipe(to_parent) == 0);
+    int errpipe[2];
+    REQUIRE(::pipe(errpipe) == 0);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::signal(SIGABRT, SIG_DFL);
+      ::dup2(errpipe[1], 2);
+      auto b = sim();
+      std::string why;
+      b->open_device(0, why);
+      DeviceBuffer buf;
+      b->allocate(0, 1024, buf, why);
+      (void)!::write(to_parent[1], buf.handle.data(), 64);
+      char go;
+      (void)!::read(to_child[0], &go, 1);
+      b->free(buf);  // the parent still has it open: abort
+      std::_Exit(0);
+    }
+    ::close(errpipe[1]);
+    IpcHandle h{};
+    REQUIRE(::read(to_parent[0], h.data(), 64) == 64);
+    auto b = sim();
+    std::string why;
+    REQUIRE(b->open_device(0, why));
+    void* p = nullptr;
+    REQUIRE(b->open_memory(0, h, 1024, &p, why));
+    REQUIRE(::write(to_child[1], "g", 1) == 1);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    std::string err(4096, '\0');
+    err.resize(static_cast<std::size_t>(std::max<ssize_t>(0, ::read(errpipe[0], err.data(), err.size()))));
+    CHECK(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == SIGABRT);
+    CHECK_THAT(err, Catch::Contains("still has open"));
+    b->close_memory(0, p);
+  }
+  SECTION("overwriting device bytes whose reader has not released them") {
+    const auto [sig, err] = in_child([] {
+      auto b = sim();
+      std::string why;
+      b->open_device(0, why);
+      DeviceBuffer buf;
+      b->allocate(0, 1024, buf, why);
+      void* p = nullptr;
+      b->open_memory(0, buf.handle, 1024, &p, why);  // this process as the reader, too
+      b->annotate_read_begin(0, p, 512, kDefaultStream);
+      b->synchronize_stream(0, kDefaultStream, why);
+      StreamId copy = 0;
+      b->create_stream(0, copy, why);
+      std::vector<std::uint8_t> src(256);
+      b->copy_to_device(copy, buf, 256, src.data(), src.size(), why);  // no fence: abort
+      b->synchronize_stream(0, copy, why);
+      std::_Exit(0);
+    });
+    CHECK(sig == SIGABRT);
+    CHECK_THAT(err, Catch::Contains("still reads: its release fence has not completed"));
+  }
+  SECTION("the same copy after the reader's release fence is fine") {
+    const auto [sig, err] = in_child([] {
+      ::setenv("STOKER_HOSTSIM_DELAY_US", "20000", 1);
+      auto b = sim();
+      std::string why;
+      b->open_device(0, why);
+      DeviceBuffer buf;
+      b->allocate(0, 1024, buf, why);
+      EventId release = 0, opened = 0;
+      IpcHandle h{};
+      b->create_ipc_event(0, release, h, why);
+      void* p = nullptr;
+      b->open_memory(0, buf.handle, 1024, &p, why);
+      b->open_event(0, h, opened, why);
+      b->annotate_read_begin(0, p, 512, kDefaultStream);
+      b->annotate_read_end(0, p, 512, kDefaultStream);
+      b->record(0, opened, kDefaultStream, why);  // the reader's release fence (delayed)
+      StreamId copy = 0;
+      b->create_stream(0, copy, why);
+      b->stream_wait(0, copy, release, why);
+      std::vector<std::uint8_t> src(256);
+      b->copy_to_device(copy, buf, 256, src.data(), src.size(), why);
+      b->synchronize_stream(0, copy, why);
+      b->close_event(0, opened);
+      b->close_memory(0, p);
+      b->destroy_event(0, release);
+      b->free(buf);
+      std::_Exit(0);
+    });
+    CHECK(sig == 0);
+    CHECK(err.empty());
+  }
+  SECTION("closing a handle twice") {
+    const auto [sig, err] = in_child([] {
+      auto b = sim();
+      std::string why;
+      b->open_device(0, why);
+      DeviceBuffer buf;
+      b->allocate(0, 64, buf, why);
+      void* p = nullptr;
+      b->open_memory(0, buf.handle, 64, &p, why);
+      b->close_memory(0, p);
+      b->close_memory(0, p);
+      std::_Exit(0);
+    });
+    CHECK(sig == SIGABRT);
+    CHECK_THAT(err, Catch::Contains("double close"));
+  }
+  SECTION("touching a device nobody named") {
+    const auto [sig, err] = in_child([] {
+      auto b = sim();
+      std::string why;
+      DeviceBuffer buf;
+      b->allocate(0, 64, buf, why);
+      std::_Exit(0);
+    });
+    CHECK(sig == SIGABRT);
+    CHECK_THAT(err, Catch::Contains("a context on a device nobody named"));
+  }
+}
+
+TEST_CASE("hostsim normalize applies the per-channel table, NCHW and NHWC", "[unit][hostsim]") {
+  auto b = sim();
+  std::string why;
+  REQUIRE(b->open_device(0, why));
+  NormalizeSpec spec;
+  spec.channels = 3;
+  spec.height = 2;
+  spec.width = 2;
+  for (int c = 0; c < 3; ++c) {
+    for (int v = 0; v < 256; ++v) {
+      const float f = static_cast<float>(v) * (c + 1);
+      std::memcpy(&spec.table[c][v], &f, 4);
+    }
+  }
+  DeviceBuffer in, out;
+  REQUIRE(b->allocate(0, 12, in, why));
+  REQUIRE(b->allocate(0, 48, out, why));
+  std::vector<std::uint8_t> px(12);
+  for (int i = 0; i < 12; ++i) px[i] = static_cast<std::uint8_t>(10 + i);
+  for (std::uint32_t layout : {1u, 2u}) {
+    spec.layout = layout;
+    REQUIRE(b->copy_to_device(kDefaultStream, in, 0, px.data(), 12, why));
+    REQUIRE(b->normalize(kDefaultStream, out, 0, in, 0, 1, spec, why));
+    REQUIRE(b->synchronize_stream(0, kDefaultStream, why));
+    const auto* f = static_cast<const float*>(out.ptr);
+    for (int i = 0; i < 12; ++i) {
+      const int c = layout == 1 ? i / 4 : i % 3;
+      CHECK(f[i] == static_cast<float>(px[i]) * (c + 1));
+    }
+  }
+  b->free(in);
+  b->free(out);
+}
