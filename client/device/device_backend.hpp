@@ -100,9 +100,11 @@ class Backend {
   // true when the event's last record has completed (or it was never recorded).
   virtual bool event_done(int device, EventId e) = 0;
   // Page-locks [p, p + bytes) for asynchronous copies (the job's segment in stokerd; a
-  // trainer's mapped ring for pin_memory). `read_only`: the device only reads it.
-  virtual bool register_host(void* p, std::size_t bytes, bool read_only, std::string& why) = 0;
-  virtual void unregister_host(void* p) = 0;
+  // trainer's mapped ring for pin_memory), in `device`'s context (an opened device: never a
+  // context on a GPU nobody named); portable: usable from every device's context, so a range is
+  // registered once. `read_only`: the device only reads it.
+  virtual bool register_host(int device, void* p, std::size_t bytes, bool read_only, std::string& why) = 0;
+  virtual void unregister_host(int device, void* p) = 0;
 
   // --- exporter (stokerd) ---
   virtual bool allocate(int device, std::size_t bytes, DeviceBuffer& out, std::string& why) = 0;

@@ -253,7 +253,8 @@ class HostSimBackend final : public Backend {
     return event_complete(h, h->recorded.load());
   }
 
-  bool register_host(void* p, std::size_t bytes, bool, std::string& why) override {
+  bool register_host(int device, void* p, std::size_t bytes, bool, std::string& why) override {
+    check_device(device);
     std::lock_guard lock(mu_);
     if (!registered_.emplace(p, bytes).second) {
       why = "hostsim: host range already registered";
@@ -262,7 +263,8 @@ class HostSimBackend final : public Backend {
     return true;
   }
 
-  void unregister_host(void* p) override {
+  void unregister_host(int device, void* p) override {
+    check_device(device);
     std::lock_guard lock(mu_);
     registered_.erase(p);
   }

@@ -236,7 +236,7 @@ void Connection::pin_memory(int ordinal) {
   auto backend = importer_backend();
   std::string why;
   if (!backend->open_device(ordinal, why) ||
-      !backend->register_host(region_.get_address(), region_.get_size(), true, why)) {
+      !backend->register_host(ordinal, region_.get_address(), region_.get_size(), true, why)) {
     throw Failure{STOKER_ERR_INTERNAL, "cannot pin the batch ring for device " + std::to_string(ordinal) + ": " + why};
   }
   pinned_with_ = std::move(backend);
@@ -245,7 +245,7 @@ void Connection::pin_memory(int ordinal) {
 
 Connection::~Connection() {
   // Unregistered before the mapping goes (region_ is unmapped after this body).
-  if (pinned_with_) pinned_with_->unregister_host(region_.get_address());
+  if (pinned_with_) pinned_with_->unregister_host(pinned_ordinal_, region_.get_address());
   close();
   // The last batch of a closed connection is gone: close the device handles now and tell
   // stokerd on a fresh connection, so it can free the ring before this process exits.

@@ -94,11 +94,11 @@ std::shared_ptr<DeviceRing> DeviceDelivery::open_ring(Job& job, const std::uint8
   // that only serve host batches).
   if (registered_.count(&job) == 0) {
     void* base = job.segment().base();
-    if (!backend_->register_host(base, job.segment().size(), true, why)) {
+    if (!backend_->register_host(ordinal, base, job.segment().size(), true, why)) {
       why = "cannot page-lock job '" + job.name() + "''s shared memory for device copies: " + why;
       return nullptr;
     }
-    registered_[&job] = base;
+    registered_[&job] = {ordinal, base};
   }
 
   DeviceRingPlan plan;
@@ -210,7 +210,7 @@ void DeviceDelivery::shutdown() {
     spdlog::info("device delivery: {} ring(s) left mapped by live consumers at exit", retired_.size());
   }
   retired_.clear();
-  for (auto& [job, base] : registered_) backend_->unregister_host(base);
+  for (auto& [job, reg] : registered_) backend_->unregister_host(reg.first, reg.second);
   registered_.clear();
 }
 

@@ -81,7 +81,9 @@ class DeviceDelivery {
   const std::string why_not_;
   std::mutex mu_;
   std::map<int, bool> opened_;               // device ordinal -> opened; guarded by mu_
-  std::map<Job*, void*> registered_;         // job -> registered segment base; guarded by mu_
+  // job -> (device whose context registered it, segment base); guarded by mu_. Registered
+  // once per job, portable to every context (cudaHostRegisterPortable).
+  std::map<Job*, std::pair<int, void*>> registered_;
   std::vector<std::weak_ptr<DeviceRing>> rings_;  // every ring made, to sync at shutdown
   std::vector<Retired> retired_;             // guarded by mu_
   std::uint64_t next_alloc_id_ = 1;          // guarded by mu_

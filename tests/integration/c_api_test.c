@@ -39,6 +39,22 @@ int main(void) {
   EXPECT(strcmp(stoker_status_name(STOKER_ERR_TIMEOUT), "timeout") == 0);
   stoker_client_close(NULL);
 
+  /* Device entry points answer NULL arguments and bad device names with a status. */
+  {
+    void* dptr = (void*)1;
+    int64_t* lptr = (int64_t*)1;
+    EXPECT(stoker_batch_device_images(NULL, NULL, &dptr) == STOKER_ERR_INVALID_ARGUMENT);
+    EXPECT(stoker_batch_device_labels(NULL, NULL, &lptr) == STOKER_ERR_INVALID_ARGUMENT);
+    EXPECT(stoker_batch_device_to_host(NULL, NULL, NULL) == STOKER_ERR_INVALID_ARGUMENT);
+    EXPECT(stoker_batch_device_synchronize(NULL) == STOKER_ERR_INVALID_ARGUMENT);
+    EXPECT(stoker_client_pin_memory(NULL, 0) == STOKER_ERR_INVALID_ARGUMENT);
+    EXPECT(stoker_batch_on_device(NULL) == 0);
+    o.device = "tpu:0";
+    EXPECT(stoker_client_open(&o, &c) == STOKER_ERR_INVALID_ARGUMENT);
+    EXPECT(strstr(stoker_last_error(), "'tpu:0' is not \"cuda\" or \"cuda:N\"") != NULL);
+    o.device = NULL;
+  }
+
   printf("c_api_test: %d failure(s)\n", failures);
   return failures == 0 ? 0 : 1;
 }

@@ -9,6 +9,12 @@
 #include <catch2/catch.hpp>
 
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <memory>
 
 #include <chrono>
 #include <cstdlib>
@@ -18,6 +24,7 @@
 #include <vector>
 
 #include "daemon_fixture.hpp"
+#include "stoker/proto/control.hpp"
 #include "stoker/stoker.hpp"
 
 using namespace stoker::test;
@@ -205,6 +212,64 @@ TEST_CASE("GPUs are matched by UUID whatever order each process lists them (host
   REQUIRE(r1 != std::string::npos);
   CHECK(st.find("\"device\":\"" + b + "\"", r0) < r1);
   CHECK(st.find("\"device\":\"" + a + "\"", r1) != std::string::npos);
+}
+
+TEST_CASE("eight consumers on eight GPUs (hostsim)", "[integration][device]") {
+  if (!hostsim()) return;
+  use_backend();
+  ::setenv("STOKER_HOSTSIM_DEVICES", "8", 1);
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec job;
+  job.consumers = 8;
+  job.batch_size = 4;
+  Daemon d(write_config(dir.path(), {job}, 2), socket);
+  std::vector<std::unique_ptr<stoker::Client>> clients;
+  for (int r = 0; r < 8; ++r) {
+    const std::string dev = "cuda:" + std::to_string(r);
+    clients.push_back(std::make_unique<stoker::Client>("demo", r, device_options(socket, dev.c_str())));
+  }
+  std::vector<std::int64_t> seen;
+  for (auto& c : clients) {
+    for (int i = 0; i < 2; ++i) {
+      const Copy b = take_device(*c);
+      seen.insert(seen.end(), b.ids.begin(), b.ids.end());
+    }
+  }
+  std::sort(seen.begin(), seen.end());
+  CHECK(std::adjacent_find(seen.begin(), seen.end()) == seen.end());  // every sample once
+  CHECK(seen.size() == 64);
+  const std::string st = status(socket);
+  for (int g = 0; g < 8; ++g) {
+    CHECK_THAT(st, Catch::Contains("GPU-5afe5130-0000-0000-0000-00000000000" + std::to_string(g)));
+  }
+}
+
+TEST_CASE("an Unmapped message for a ring the sender does not hold evicts only the sender",
+          "[integration][device][fault]") {
+  use_backend();
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  Daemon d(write_config(dir.path(), {JobSpec{}}, 2), socket);
+  stoker::Client c("demo", 0, device_options(socket));
+  take_device(c);
+  // A process that never held ring 1 says it unmapped it: refused, connection closed.
+  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, socket.c_str(), sizeof(addr.sun_path) - 1);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  auto u = stoker::proto::make_message<stoker::proto::UnmappedMsg>(stoker::proto::MsgType::kUnmapped);
+  u.alloc_id = 1;
+  u.daemon_generation = c.info().daemon_generation;
+  REQUIRE(::send(fd, &u, sizeof u, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof u));
+  stoker::proto::ErrorMsg e{};
+  REQUIRE(::recv(fd, &e, sizeof e, 0) == static_cast<ssize_t>(sizeof e));
+  CHECK_THAT(std::string(e.message), Catch::Contains("does not hold"));
+  ::close(fd);
+  // The real consumer's ring was not freed under it.
+  for (int i = 0; i < 6; ++i) CHECK(take_device(c).ids.size() == 8);
+  CHECK_THAT(d.log(), !Catch::Contains("hostsim:"));
 }
 
 TEST_CASE("device refusals name the reason (hostsim)", "[integration][device]") {
