@@ -118,3 +118,24 @@ def test_pin_memory_host_batches(daemon_factory):
 def test_bad_device_names_are_refused(daemon):
     with pytest.raises(ValueError, match="device must be"):
         stoker.Loader("demo", socket=daemon.socket, device="gpu0")
+
+
+def test_stokerctl_dump_of_device_batches_is_read_back_from_the_device(daemon_factory, tmp_path):
+    import subprocess
+    import json
+    from conftest import BIN
+    host = daemon_factory(prefetch=3)
+    dev = daemon_factory(prefetch=3)
+    want = host.consume(tmp_path / "host", 6)
+    r = subprocess.run([os.path.join(BIN, "stokerctl"), "consume", "--job", "demo", "--socket", dev.socket,
+                        "--batches", "6", "--device", "cuda", "--dump", str(tmp_path / "dev"), "--ids"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(l) for l in r.stdout.splitlines() if '"summary"' not in l]
+    assert len(lines) == 6 and all(l["device"] for l in lines)
+    for (epoch, index, images, labels, ids), line in zip(want, lines):
+        stem = tmp_path / "dev" / f"e{epoch}_b{index}"
+        np.testing.assert_array_equal(np.load(f"{stem}.images.npy"), images)
+        np.testing.assert_array_equal(np.load(f"{stem}.labels.npy"), labels)
+        np.testing.assert_array_equal(np.load(f"{stem}.ids.npy"), ids)
+        assert line["labels"] == labels.tolist()
