@@ -1,9 +1,403 @@
-// Placeholder until the driver-API importer lands: reports that CUDA is unavailable.
+// The `cuda` device backend: the CUDA driver API, loaded at run time (cuda_driver_api.hpp).
+// One implementation serves both sides: libstoker opens IPC handles and orders the trainer's
+// stream; stokerd allocates, exports, copies and (given the normalize kernel's image, built by
+// daemon/cuda) normalizes.
+//
+// Contexts: every call pushes the primary context of the device it names and pops it before
+// returning, so the calling thread's current context (torch's) is left as it was, and no call
+// ever touches a device that open_device() did not name (no stray context on GPU 0).
+// Invariant: a device's entry in ctx_ exists from open_device() until the destructor, and is
+// never changed; driver calls are made without holding mu_.
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "device/cuda_driver_api.hpp"
 #include "device/device_backend.hpp"
 
 namespace stoker::device {
-std::unique_ptr<Backend> make_cuda_driver_backend(std::string& why_not) {
-  why_not = "the CUDA driver backend is not built into this libstoker";
-  return nullptr;
+namespace {
+
+using namespace cu;
+
+constexpr const char* kNormalizeKernel = "stoker_normalize_table";
+
+class CudaDriverBackend final : public Backend {
+ public:
+  CudaDriverBackend(const DriverApi& api, const void* kernel_image) : api_(api), kernel_image_(kernel_image) {}
+
+  ~CudaDriverBackend() override {
+    for (auto& [device, st] : devices_) {
+      if (Scope s(*this, st.ctx); s.ok) {
+        for (auto& [key, ptr] : st.tables) api_.cuMemFree(ptr);
+        if (st.module != nullptr) api_.cuModuleUnload(st.module);
+      }
+      api_.cuDevicePrimaryCtxRelease(st.dev);
+    }
+  }
+
+  BackendKind kind() const override { return BackendKind::kCuda; }
+  std::string version() const override {
+    int v = 0;
+    api_.cuDriverGetVersion(&v);
+    return "CUDA driver " + std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10) +
+           " (Stoker needs 11.4 or newer)";
+  }
+  bool host_addressable() const override { return false; }
+
+  bool can_normalize(std::string& why) const override {
+    if (kernel_image_ != nullptr) return true;
+    why = "this stokerd was built without the CUDA toolkit, so it has no normalize kernel "
+          "(rebuild with nvcc, or set device_normalize: false)";
+    return false;
+  }
+
+  std::vector<DeviceInfo> devices(std::string& why) override {
+    std::vector<DeviceInfo> out;
+    int n = 0;
+    if (!check(api_.cuDeviceGetCount(&n), "cuDeviceGetCount", why)) return out;
+    for (int i = 0; i < n; ++i) {
+      CUdevice d = 0;
+      DeviceInfo info;
+      info.ordinal = i;
+      char name[256] = {};
+      CUuuid u{};
+      if (!check(api_.cuDeviceGet(&d, i), "cuDeviceGet", why) ||
+          !check(api_.cuDeviceGetName(name, sizeof name - 1, d), "cuDeviceGetName", why) ||
+          !check(api_.cuDeviceGetUuid(&u, d), "cuDeviceGetUuid", why)) {
+        continue;
+      }
+      info.name = name;
+      std::memcpy(info.uuid.data(), u.bytes, 16);
+      out.push_back(std::move(info));
+    }
+    return out;
+  }
+
+  bool open_device(int device, std::string& why) override {
+    std::lock_guard lock(mu_);
+    if (devices_.count(device) != 0) return true;
+    CUdevice d = 0;
+    if (!check(api_.cuDeviceGet(&d, device), "cuDeviceGet", why)) return false;
+    int mode = CU_COMPUTEMODE_DEFAULT;
+    if (!check(api_.cuDeviceGetAttribute(&mode, CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, d), "cuDeviceGetAttribute", why)) {
+      return false;
+    }
+    if (mode == CU_COMPUTEMODE_EXCLUSIVE_PROCESS || mode == CU_COMPUTEMODE_PROHIBITED) {
+      why = std::string("GPU ") + std::to_string(device) + " is in compute mode " +
+            (mode == CU_COMPUTEMODE_PROHIBITED ? "PROHIBITED" : "EXCLUSIVE_PROCESS") +
+            ": CUDA IPC needs the daemon and the trainer on the same GPU (nvidia-smi -c DEFAULT)";
+      return false;
+    }
+    int uva = 0;
+    if (api_.cuDeviceGetAttribute(&uva, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, d) == CUDA_SUCCESS && uva == 0) {
+      why = "GPU " + std::to_string(device) + " has no unified addressing, which CUDA IPC requires";
+      return false;
+    }
+    // Older drivers do not know the attribute (CUDA_ERROR_INVALID_VALUE): IPC events were
+    // supported everywhere IPC memory was, then.
+    int ipc_events = 1;
+    if (api_.cuDeviceGetAttribute(&ipc_events, CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED, d) == CUDA_SUCCESS &&
+        ipc_events == 0) {
+      why = "GPU " + std::to_string(device) + " does not support CUDA IPC events (WSL, or a driver/platform without legacy IPC)";
+      return false;
+    }
+    int ro = 0;
+    api_.cuDeviceGetAttribute(&ro, CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED, d);
+    DeviceState st;
+    st.dev = d;
+    st.read_only_register = ro != 0;
+    if (!check(api_.cuDevicePrimaryCtxRetain(&st.ctx, d), "cuDevicePrimaryCtxRetain", why)) return false;
+    devices_.emplace(device, std::move(st));
+    return true;
+  }
+
+  bool create_stream(int device, StreamId& out, std::string& why) override {
+    Scope s(*this, device, why);
+    CUstream st = nullptr;
+    if (!s.ok || !check(api_.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING), "cuStreamCreate", why)) return false;
+    out = reinterpret_cast<StreamId>(st);
+    return true;
+  }
+  void destroy_stream(int device, StreamId st) override {
+    std::string why;
+    if (Scope s(*this, device, why); s.ok) api_.cuStreamDestroy(stream(st));
+  }
+
+  bool record(int device, EventId e, StreamId st, std::string& why) override {
+    Scope s(*this, device, why);
+    return s.ok && check(api_.cuEventRecord(event(e), stream(st)), "cuEventRecord", why);
+  }
+  bool stream_wait(int device, StreamId st, EventId e, std::string& why) override {
+    Scope s(*this, device, why);
+    return s.ok && check(api_.cuStreamWaitEvent(stream(st), event(e), 0), "cuStreamWaitEvent", why);
+  }
+  bool synchronize_stream(int device, StreamId st, std::string& why) override {
+    Scope s(*this, device, why);
+    return s.ok && check(api_.cuStreamSynchronize(stream(st)), "cuStreamSynchronize", why);
+  }
+  bool synchronize_event(int device, EventId e, std::string& why) override {
+    Scope s(*this, device, why);
+    return s.ok && check(api_.cuEventSynchronize(event(e)), "cuEventSynchronize", why);
+  }
+  bool event_done(int device, EventId e) override {
+    std::string why;
+    Scope s(*this, device, why);
+    // An error other than "not ready" is sticky and will surface at the next call that checks;
+    // reporting it as done here keeps a teardown from waiting forever.
+    return !s.ok || api_.cuEventQuery(event(e)) != CUDA_ERROR_NOT_READY;
+  }
+
+  bool register_host(int device, void* p, std::size_t bytes, bool read_only, std::string& why) override {
+    Scope s(*this, device, why);
+    if (!s.ok) return false;
+    unsigned flags = kHostRegisterPortable;
+    if (read_only && s.state->read_only_register) flags |= kHostRegisterReadOnly;
+    CUresult r = api_.cuMemHostRegister(p, bytes, flags);
+    // A read-only mapping (a trainer's view of the ring) cannot be registered writable.
+    if (r != CUDA_SUCCESS && (flags & kHostRegisterReadOnly) == 0 && read_only) {
+      r = api_.cuMemHostRegister(p, bytes, flags | kHostRegisterReadOnly);
+    }
+    if (r == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED) return true;  // someone else owns it
+    if (!check(r, "cuMemHostRegister", why)) return false;
+    std::lock_guard lock(mu_);
+    registered_.insert(p);
+    return true;
+  }
+  void unregister_host(int device, void* p) override {
+    {
+      std::lock_guard lock(mu_);
+      if (registered_.erase(p) == 0) return;
+    }
+    std::string why;
+    if (Scope s(*this, device, why); s.ok) api_.cuMemHostUnregister(p);
+  }
+
+  bool allocate(int device, std::size_t bytes, DeviceBuffer& out, std::string& why) override {
+    Scope s(*this, device, why);
+    if (!s.ok) return false;
+    CUdeviceptr p = 0;
+    if (!check(api_.cuMemAlloc(&p, std::max<std::size_t>(bytes, 1)), "cuMemAlloc", why)) return false;
+    CUipcMemHandle h{};
+    if (!check(api_.cuIpcGetMemHandle(&h, p), "cuIpcGetMemHandle", why)) {
+      api_.cuMemFree(p);
+      return false;
+    }
+    out.device = device;
+    out.ptr = reinterpret_cast<void*>(p);
+    out.bytes = bytes;
+    std::memcpy(out.handle.data(), h.reserved, out.handle.size());
+    return true;
+  }
+  void free(DeviceBuffer& b) override {
+    std::string why;
+    if (Scope s(*this, b.device, why); s.ok && b.ptr != nullptr) api_.cuMemFree(dptr(b.ptr));
+    b.ptr = nullptr;
+  }
+
+  bool create_ipc_event(int device, EventId& out, IpcHandle& handle, std::string& why) override {
+    Scope s(*this, device, why);
+    CUevent e = nullptr;
+    if (!s.ok || !check(api_.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS), "cuEventCreate", why)) {
+      return false;
+    }
+    CUipcEventHandle h{};
+    if (!check(api_.cuIpcGetEventHandle(&h, e), "cuIpcGetEventHandle", why)) {
+      api_.cuEventDestroy(e);
+      return false;
+    }
+    std::memcpy(handle.data(), h.reserved, handle.size());
+    out = reinterpret_cast<EventId>(e);
+    return true;
+  }
+  void destroy_event(int device, EventId e) override { close_event(device, e); }
+
+  bool copy_to_device(StreamId st, const DeviceBuffer& dst, std::size_t dst_offset, const void* src,
+                      std::size_t bytes, std::string& why) override {
+    if (dst_offset + bytes > dst.bytes) {
+      why = "copy_to_device outside its buffer";
+      return false;
+    }
+    Scope s(*this, dst.device, why);
+    return s.ok && check(api_.cuMemcpyHtoDAsync(dptr(dst.ptr) + dst_offset, src, bytes, stream(st)),
+                         "cuMemcpyHtoDAsync", why);
+  }
+
+  bool normalize(StreamId st, const DeviceBuffer& dst, std::size_t dst_offset, const DeviceBuffer& src,
+                 std::size_t src_offset, std::uint32_t count, const NormalizeSpec& spec,
+                 std::string& why) override {
+    const std::size_t plane = std::size_t{spec.height} * spec.width;
+    const unsigned long long elems = std::size_t{count} * spec.channels * plane;
+    const std::size_t out_size = spec.out_dtype == 2 ? 2 : 4;
+    if (spec.channels < 1 || spec.channels > 4 || dst_offset + elems * out_size > dst.bytes ||
+        src_offset + elems > src.bytes) {
+      why = "normalize outside its buffers";
+      return false;
+    }
+    if (elems == 0) return true;
+    Scope s(*this, dst.device, why);
+    if (!s.ok || !can_normalize(why)) return false;
+    CUfunction fn = nullptr;
+    CUdeviceptr table = 0;
+    if (!kernel_for(*s.state, spec, fn, table, why)) return false;
+    CUdeviceptr in = dptr(src.ptr) + src_offset;
+    CUdeviceptr out = dptr(dst.ptr) + dst_offset;
+    unsigned plane32 = static_cast<unsigned>(plane);
+    unsigned channels = spec.channels;
+    unsigned nhwc = spec.layout == 2 ? 1 : 0;
+    unsigned half = out_size == 2 ? 1 : 0;
+    unsigned long long n = elems;
+    void* args[] = {&in, &out, &n, &plane32, &channels, &nhwc, &half, &table};
+    constexpr unsigned kThreads = 256, kPerThread = 4;  // as normalize_table.cu
+    const unsigned long long per_block = kThreads * kPerThread;
+    const unsigned blocks = static_cast<unsigned>(std::min<unsigned long long>((elems + per_block - 1) / per_block, 65535));
+    return check(api_.cuLaunchKernel(fn, blocks, 1, 1, kThreads, 1, 1, 0, stream(st), args, nullptr),
+                 "cuLaunchKernel(normalize)", why);
+  }
+
+  bool open_memory(int device, const IpcHandle& h, std::size_t bytes, void** ptr, std::string& why) override {
+    (void)bytes;
+    Scope s(*this, device, why);
+    CUipcMemHandle mh{};
+    std::memcpy(mh.reserved, h.data(), sizeof mh.reserved);
+    CUdeviceptr p = 0;
+    if (!s.ok || !check(api_.cuIpcOpenMemHandle(&p, mh, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), "cuIpcOpenMemHandle", why)) {
+      return false;
+    }
+    *ptr = reinterpret_cast<void*>(p);
+    return true;
+  }
+  void close_memory(int device, void* ptr) override {
+    std::string why;
+    if (Scope s(*this, device, why); s.ok) api_.cuIpcCloseMemHandle(dptr(ptr));
+  }
+  bool open_event(int device, const IpcHandle& h, EventId& out, std::string& why) override {
+    Scope s(*this, device, why);
+    CUipcEventHandle eh{};
+    std::memcpy(eh.reserved, h.data(), sizeof eh.reserved);
+    CUevent e = nullptr;
+    if (!s.ok || !check(api_.cuIpcOpenEventHandle(&e, eh), "cuIpcOpenEventHandle", why)) return false;
+    out = reinterpret_cast<EventId>(e);
+    return true;
+  }
+  void close_event(int device, EventId e) override {
+    std::string why;
+    if (Scope s(*this, device, why); s.ok) api_.cuEventDestroy(event(e));
+  }
+  bool copy_to_host(int device, StreamId st, void* dst, const void* src, std::size_t bytes, std::string& why) override {
+    Scope s(*this, device, why);
+    return s.ok && check(api_.cuMemcpyDtoHAsync(dst, dptr(src), bytes, stream(st)), "cuMemcpyDtoHAsync", why) &&
+           check(api_.cuStreamSynchronize(stream(st)), "cuStreamSynchronize", why);
+  }
+
+ private:
+  struct DeviceState {
+    CUdevice dev = 0;
+    CUcontext ctx = nullptr;
+    bool read_only_register = false;
+    CUmodule module = nullptr;  // the normalize kernel, loaded at first use
+    CUfunction normalize = nullptr;
+    std::map<std::string, CUdeviceptr> tables;  // normalize tables by content
+  };
+
+  // Makes a device's primary context current for the scope; the previous one is restored.
+  struct Scope {
+    Scope(CudaDriverBackend& b, int device, std::string& why) : api(b.api_) {
+      {
+        std::lock_guard lock(b.mu_);
+        auto it = b.devices_.find(device);
+        if (it == b.devices_.end()) {
+          why = "device " + std::to_string(device) + " was not opened (open_device first)";
+          return;
+        }
+        state = &it->second;
+      }
+      push(state->ctx, why);
+    }
+    Scope(CudaDriverBackend& b, CUcontext ctx) : api(b.api_) {
+      std::string why;
+      push(ctx, why);
+    }
+    void push(CUcontext ctx, std::string& why) {
+      const CUresult r = api.cuCtxPushCurrent(ctx);
+      ok = r == CUDA_SUCCESS;
+      if (!ok) why = error_text(api, "cuCtxPushCurrent", r);
+    }
+    ~Scope() {
+      if (ok) {
+        CUcontext popped = nullptr;
+        api.cuCtxPopCurrent(&popped);
+      }
+    }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+    const DriverApi& api;
+    DeviceState* state = nullptr;
+    bool ok = false;
+  };
+
+  // The kernel and a device copy of spec's table (uploaded once per distinct table; jobs
+  // have one each). Called inside the device's Scope.
+  bool kernel_for(DeviceState& st, const NormalizeSpec& spec, CUfunction& fn, CUdeviceptr& table, std::string& why) {
+    std::lock_guard lock(kernel_mu_);
+    if (st.module == nullptr) {
+      if (!check(api_.cuModuleLoadData(&st.module, kernel_image_), "cuModuleLoadData(normalize)", why)) {
+        st.module = nullptr;
+        return false;
+      }
+      if (!check(api_.cuModuleGetFunction(&st.normalize, st.module, kNormalizeKernel), "cuModuleGetFunction", why)) {
+        return false;
+      }
+    }
+    fn = st.normalize;
+    const std::string key(reinterpret_cast<const char*>(spec.table.data()), sizeof spec.table);
+    if (auto it = st.tables.find(key); it != st.tables.end()) {
+      table = it->second;
+      return true;
+    }
+    if (!check(api_.cuMemAlloc(&table, sizeof spec.table), "cuMemAlloc(table)", why)) return false;
+    if (!check(api_.cuMemcpyHtoD(table, spec.table.data(), sizeof spec.table), "cuMemcpyHtoD(table)", why)) {
+      api_.cuMemFree(table);
+      return false;
+    }
+    st.tables.emplace(key, table);
+    return true;
+  }
+
+  bool check(CUresult r, const char* call, std::string& why) const {
+    if (r == CUDA_SUCCESS) return true;
+    why = error_text(api_, call, r);
+    return false;
+  }
+  static CUstream stream(StreamId s) { return reinterpret_cast<CUstream>(s); }
+  static CUevent event(EventId e) { return reinterpret_cast<CUevent>(e); }
+  static CUdeviceptr dptr(const void* p) { return reinterpret_cast<CUdeviceptr>(p); }
+
+  const DriverApi& api_;
+  const void* kernel_image_;  // fatbin of stoker_normalize_table, or nullptr (libstoker)
+  std::mutex mu_;             // guards devices_ (the map, not the contexts) and registered_
+  std::mutex kernel_mu_;      // guards module loads and table uploads
+  std::map<int, DeviceState> devices_;
+  std::set<void*> registered_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_driver_backend_with_kernels(const void* kernel_image, std::string& why_not) {
+  const cu::DriverApi* api = cu::load_driver(why_not);
+  if (api == nullptr) return nullptr;
+  int n = 0;
+  if (const cu::CUresult r = api->cuDeviceGetCount(&n); r != cu::CUDA_SUCCESS || n == 0) {
+    why_not = r != cu::CUDA_SUCCESS ? cu::error_text(*api, "cuDeviceGetCount", r) : "the CUDA driver sees no GPU";
+    return nullptr;
+  }
+  return std::make_unique<CudaDriverBackend>(*api, kernel_image);
 }
+
+std::unique_ptr<Backend> make_cuda_driver_backend(std::string& why_not) {
+  return make_cuda_driver_backend_with_kernels(nullptr, why_not);
+}
+
 }  // namespace stoker::device

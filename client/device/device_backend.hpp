@@ -9,10 +9,10 @@
 //    (STOKER_HOSTSIM_DEVICES). It aborts on what CUDA leaves undefined: freeing memory or an
 //    event a live peer still has open, overwriting device memory a peer still reads (its
 //    release fence has not completed), closing a handle twice, touching a device nobody named.
-//  - "cuda" in stokerd (daemon/cuda/cuda_backend.cu): the CUDA runtime + the normalize kernel.
-//  - "cuda" in libstoker (client/device/cuda_driver_backend.cpp): the CUDA driver API loaded at
-//    run time (dlopen libcuda.so.1), so libstoker carries no CUDA runtime and works beside any
-//    torch build.
+//  - "cuda" (client/device/cuda_driver_backend.cpp): the CUDA driver API loaded at run time
+//    (dlopen libcuda.so.1), so libstoker carries no CUDA runtime and works beside any torch
+//    build. stokerd uses the same implementation, given the normalize kernel's image
+//    (daemon/cuda/cuda_backend.cpp, a fatbin built by nvcc when the toolkit is present).
 // STOKER_DEVICE_BACKEND=hostsim|cuda|none picks one in both processes (default: cuda).
 //
 // Rules every caller keeps (and hostsim checks):
@@ -83,6 +83,10 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual BackendKind kind() const = 0;
+  // What the daemon logs at start beside the device list ("CUDA driver 12.8").
+  virtual std::string version() const { return {}; }
+  // Whether normalize() can run here (a stokerd built without nvcc has no kernel); else why.
+  virtual bool can_normalize(std::string& why) const { (void)why; return true; }
 
   // --- both sides ---
   // Devices this process sees, without creating any context.
@@ -154,7 +158,9 @@ std::unique_ptr<Backend> make_backend(CudaFactory cuda, std::string& why_not);
 
 // Implementations (defined in their own files; factories above pick one).
 std::unique_ptr<Backend> make_hostsim_backend(std::string& why_not);
-std::unique_ptr<Backend> make_cuda_driver_backend(std::string& why_not);  // importer, dlopen
-std::unique_ptr<Backend> make_cuda_runtime_backend(std::string& why_not);  // exporter (daemon/cuda)
+std::unique_ptr<Backend> make_cuda_driver_backend(std::string& why_not);  // libstoker: no kernels
+// `kernel_image`: a fatbin holding stoker_normalize_table (nullptr: normalize unavailable).
+std::unique_ptr<Backend> make_cuda_driver_backend_with_kernels(const void* kernel_image, std::string& why_not);
+std::unique_ptr<Backend> make_cuda_daemon_backend(std::string& why_not);  // stokerd (daemon/cuda)
 
 }  // namespace stoker::device

@@ -46,6 +46,7 @@ std::string DeviceDelivery::describe() {
   std::string why;
   const auto devs = backend_->devices(why);
   std::string out = std::string(device::to_string(backend_->kind())) + ", " +
+                    (backend_->version().empty() ? "" : backend_->version() + ", ") +
                     std::to_string(devs.size()) + " device(s)";
   for (const auto& d : devs) out += (d.ordinal == 0 ? ": " : ", ") + d.name + " " + device::uuid_string(d.uuid);
   return out;
@@ -62,6 +63,10 @@ std::shared_ptr<DeviceRing> DeviceDelivery::open_ring(Job& job, const std::uint8
     why = std::string("device output was requested through the ") + device::to_string(kind) +
           " backend but stokerd runs the " + device::to_string(backend_->kind()) +
           " backend (set STOKER_DEVICE_BACKEND alike for both)";
+    return nullptr;
+  }
+  if (job.config().device_normalize && !backend_->can_normalize(why)) {
+    why = "job '" + job.name() + "' sets device_normalize, but " + why;
     return nullptr;
   }
   device::Uuid uuid;

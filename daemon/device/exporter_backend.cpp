@@ -1,11 +1,11 @@
-// stokerd's choice of device backend: STOKER_DEVICE_BACKEND, with the CUDA runtime as `cuda`.
+// stokerd's choice of device backend: STOKER_DEVICE_BACKEND, with the normalize kernel in its `cuda`.
 #include "device/device_backend.hpp"
 #include "device/hostsim_objects.hpp"
 
 namespace stoker::device {
 
 std::unique_ptr<Backend> make_exporter_backend(std::string& why_not) {
-  auto b = make_backend(&make_cuda_runtime_backend, why_not);
+  auto b = make_backend(&make_cuda_daemon_backend, why_not);
   // A killed stokerd's simulated allocations are removed like its stale segments.
   if (b && b->kind() == BackendKind::kHostSim) hostsim::remove_stale_objects();
   return b;

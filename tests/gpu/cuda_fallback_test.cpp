@@ -1,67 +1,63 @@
-// unit tier: device delivery without a device. Built twice: against the libraries of this
-// build (CUDA or stub), and against the stub sources alone (STOKER_TEST_STUB), so the stub is
-// compiled and checked even in CUDA builds. Runs everywhere; never needs a GPU.
+// unit tier (runs everywhere): what the `cuda` backend does on a machine without a GPU, and
+// that a build with nvcc embedded a loadable normalize kernel image.
 #include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
-#include "cuda/device_exporter.hpp"
-#include "cuda/device_importer.hpp"
+#include "device/cuda_driver_api.hpp"
+#include "device/device_backend.hpp"
+
+#ifdef STOKER_HAVE_NORMALIZE_FATBIN
+extern const unsigned char stoker_normalize_fatbin[];
+extern const std::size_t stoker_normalize_fatbin_size;
+#endif
 
 using namespace stoker;
 
-TEST_CASE("device delivery: create() explains itself when it returns nothing", "[unit][cuda]") {
-  std::string why_exporter, why_importer;
-  auto exporter = cuda::DeviceExporter::create(why_exporter);
-  auto importer = cuda::DeviceImporter::create(0, why_importer);
-#ifdef STOKER_TEST_STUB
-  CHECK_FALSE(cuda::DeviceExporter::built_with_cuda());
-  CHECK_FALSE(cuda::DeviceImporter::built_with_cuda());
-  REQUIRE(exporter == nullptr);
-  REQUIRE(importer == nullptr);
+TEST_CASE("without a usable driver the cuda backend is unavailable with a reason, on both sides") {
+  std::string why_driver;
+  const auto* api = device::cu::load_driver(why_driver);
+  std::string why_daemon, why_client;
+  auto daemon_side = device::make_cuda_daemon_backend(why_daemon);
+  auto client_side = device::make_cuda_driver_backend(why_client);
+  if (api != nullptr) {
+    // A driver is loaded: the backends exist exactly when it sees a GPU.
+    int n = 0;
+    api->cuDeviceGetCount(&n);
+    CHECK((daemon_side != nullptr) == (n > 0));
+    CHECK((client_side != nullptr) == (n > 0));
+    return;
+  }
+  CHECK(daemon_side == nullptr);
+  CHECK(client_side == nullptr);
+  CHECK(why_daemon == why_driver);
+  CHECK(why_daemon.find("CUDA driver") != std::string::npos);
+}
+
+TEST_CASE("STOKER_DEVICE_BACKEND chooses the backend on both sides, and an unknown name is refused") {
+  ::setenv("STOKER_DEVICE_BACKEND", "hostsim", 1);
+  std::string why;
+  auto sim = device::make_importer_backend(why);
+  REQUIRE(sim != nullptr);
+  CHECK(sim->kind() == device::BackendKind::kHostSim);
+  ::setenv("STOKER_DEVICE_BACKEND", "none", 1);
+  CHECK(device::make_importer_backend(why) == nullptr);
+  CHECK(why == "STOKER_DEVICE_BACKEND=none");
+  ::setenv("STOKER_DEVICE_BACKEND", "cdua", 1);
+  CHECK(device::make_exporter_backend(why) == nullptr);
+  CHECK(why.find("'cdua' is not one of cuda, hostsim, none") != std::string::npos);
+  ::unsetenv("STOKER_DEVICE_BACKEND");
+}
+
+#ifdef STOKER_HAVE_NORMALIZE_FATBIN
+TEST_CASE("the normalize kernel is embedded as a CUDA fatbin that names the kernel") {
+  REQUIRE(stoker_normalize_fatbin_size > 64);
+  std::uint32_t magic = 0;
+  std::memcpy(&magic, stoker_normalize_fatbin, 4);
+  CHECK(magic == 0xBA55ED50u);  // the fatbin container's magic
+  CHECK(reinterpret_cast<std::uintptr_t>(stoker_normalize_fatbin) % 8 == 0);
+  const std::string_view bytes(reinterpret_cast<const char*>(stoker_normalize_fatbin), stoker_normalize_fatbin_size);
+  CHECK(bytes.find("stoker_normalize_table") != std::string_view::npos);
+}
 #endif
-  if (!cuda::DeviceExporter::built_with_cuda()) {
-    REQUIRE(exporter == nullptr);
-    CHECK_THAT(why_exporter, Catch::Contains("built without CUDA"));
-  }
-  if (!cuda::DeviceImporter::built_with_cuda()) {
-    REQUIRE(importer == nullptr);
-    CHECK_THAT(why_importer, Catch::Contains("built without CUDA"));
-  }
-  // A CUDA build on a machine without a GPU (or driver) says so instead of failing later.
-  if (exporter == nullptr) {
-    CHECK_FALSE(why_exporter.empty());
-    UNSCOPED_INFO("exporter: " << why_exporter);
-  }
-  if (importer == nullptr) {
-    CHECK_FALSE(why_importer.empty());
-    UNSCOPED_INFO("importer: " << why_importer);
-  }
-  CHECK((exporter == nullptr) == (importer == nullptr));
-  std::uint8_t uuid[16] = {};
-  std::string why_uuid;
-  if (importer == nullptr) {
-    CHECK_FALSE(cuda::DeviceImporter::device_uuid(0, uuid, why_uuid));
-    CHECK_FALSE(why_uuid.empty());
-  }
-}
-
-TEST_CASE("a GPU UUID is spelled as nvidia-smi spells it", "[unit][cuda]") {
-  const std::uint8_t u[16] = {0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0,
-                              0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef};
-  CHECK(cuda::gpu_uuid_string(u) == "GPU-12345678-9abc-def0-0123-456789abcdef");
-}
-
-TEST_CASE("device bytes of a batch: verbatim, or uint8 widened by the output dtype", "[unit][cuda]") {
-  cuda::DeviceOutputSpec spec;
-  CHECK(cuda::device_bytes_for(spec, 1000) == 1000);
-  spec.normalize = true;
-  spec.out_dtype = proto::DType::kFloat32;
-  CHECK(cuda::device_bytes_for(spec, 1000) == 4000);
-  spec.out_dtype = proto::DType::kFloat16;
-  CHECK(cuda::device_bytes_for(spec, 1000) == 2000);
-}
-
-TEST_CASE("rings are keyed by job and rank", "[unit][cuda]") {
-  CHECK(cuda::RingKey{0, 1} < cuda::RingKey{1, 0});
-  CHECK(cuda::RingKey{1, 0} < cuda::RingKey{1, 2});
-  CHECK(cuda::RingKey{3, 4} == cuda::RingKey{3, 4});
-}

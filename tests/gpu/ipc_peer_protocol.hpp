@@ -1,44 +1,30 @@
-// Messages between ipc_test (the daemon's role: DeviceExporter) and stoker_gpu_ipc_peer (the
-// trainer's role: DeviceImporter), over an inherited SOCK_SEQPACKET socket. The peer is a
-// fresh exec'ed process: a process that forks after initializing CUDA cannot use CUDA in the
-// child, and a real trainer is a separate program anyway.
+// What cuda_backend_test and stoker_gpu_ipc_peer agree on: hex-encoded handles on argv and a
+// byte pattern the peer checks.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
-#include "stoker/proto/layout.hpp"
+#include "device/device_backend.hpp"
 
 namespace stoker::gputest {
 
-struct PeerHello {
-  std::int32_t ok;
-  std::uint8_t uuid[16];     // of the peer's device 0, as the Hello would carry it
-  char message[256];
-};
+inline std::uint8_t pattern_byte(std::size_t i) { return static_cast<std::uint8_t>((i * 131) ^ (i >> 9)); }
 
-enum class PeerOp : std::uint32_t { kCheck = 1, kQuit = 2 };
+inline std::string to_hex(const device::IpcHandle& h) {
+  static const char* d = "0123456789abcdef";
+  std::string s;
+  for (auto b : h) {
+    s += d[b >> 4];
+    s += d[b & 15];
+  }
+  return s;
+}
 
-struct PeerRequest {
-  PeerOp op;
-  std::uint32_t count;
-  proto::SlotHeader header;  // as the daemon filled it
-  std::uint64_t generation;  // daemon generation
-  std::uint64_t host_offset; // the host batch in the shared memfd, for comparison
-  std::uint64_t host_bytes;
-  std::uint32_t normalize;   // 0: device bytes must equal host bytes
-  std::uint32_t out_half;
-  std::uint32_t nhwc;
-  std::uint32_t channels, height, width;
-  float mean[4];
-  float stddev[4];
-};
-
-struct PeerReply {
-  std::int32_t ok;
-  double max_error;
-  std::uint64_t open_memory_handles;
-  std::uint64_t open_event_handles;
-  char message[256];
-};
+inline bool from_hex(const std::string& s, device::IpcHandle& h) {
+  if (s.size() != 2 * h.size()) return false;
+  for (std::size_t i = 0; i < h.size(); ++i) h[i] = static_cast<std::uint8_t>(std::stoul(s.substr(2 * i, 2), nullptr, 16));
+  return true;
+}
 
 }  // namespace stoker::gputest
