@@ -107,9 +107,45 @@ class Reader {
   }
   [[noreturn]] void fail(const Value& v, const std::string& msg) const { fail(v.at, v.path, msg); }
 
+  // A scalar's text with ${NAME} and ${NAME:-default} replaced from the environment, so one
+  // config serves every node of a multi-node job (torchrun's WORLD_SIZE / GROUP_RANK, SLURM's
+  // SLURM_NODEID...). A variable that is unset (and has no default) is refused, naming it.
+  std::string text(const Value& v) const {
+    const std::string raw = v.node.IsScalar() ? v.node.Scalar() : std::string();
+    std::string out;
+    for (std::size_t i = 0; i < raw.size();) {
+      if (raw.compare(i, 2, "${") != 0) {
+        out += raw[i++];
+        continue;
+      }
+      const std::size_t end = raw.find('}', i);
+      if (end == std::string::npos) fail(v, "unterminated ${ in '" + raw + "'");
+      std::string name = raw.substr(i + 2, end - i - 2), fallback;
+      const std::size_t dash = name.find(":-");
+      const bool has_default = dash != std::string::npos;
+      if (has_default) fallback = name.substr(dash + 2), name = name.substr(0, dash);
+      const bool name_ok = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+        return c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+      });
+      if (!name_ok) fail(v, "'${" + raw.substr(i + 2, end - i - 2) + "}' is not ${NAME} or ${NAME:-default}");
+      const char* env = std::getenv(name.c_str());
+      if (env == nullptr || (*env == '\0' && has_default)) {
+        if (!has_default) {
+          fail(v, "environment variable " + name + " is not set (the value is '" + raw +
+                      "'; set it, or write ${" + name + ":-default})");
+        }
+        out += fallback;
+      } else {
+        out += env;
+      }
+      i = end + 1;
+    }
+    return out;
+  }
+
   std::uint64_t integer(const Value& v, std::uint64_t lo, std::uint64_t hi) const {
     // Decimal only: yaml-cpp's own conversion reads "010" as octal 8, which no user means.
-    const std::string s = v.node.IsScalar() ? v.node.Scalar() : std::string();
+    const std::string s = text(v);
     std::string_view digits = s;
     const bool negative = !digits.empty() && digits.front() == '-';
     if (!digits.empty() && (digits.front() == '-' || digits.front() == '+')) digits.remove_prefix(1);
@@ -125,7 +161,7 @@ class Reader {
   }
 
   double number(const Value& v) const {
-    const std::string s = v.node.IsScalar() ? v.node.Scalar() : std::string();
+    const std::string s = text(v);
     std::string_view t = s;
     if (!t.empty() && t.front() == '+') t.remove_prefix(1);
     double x = 0;
@@ -139,7 +175,7 @@ class Reader {
 
   bool boolean(const Value& v) const {
     bool b = false;
-    if (!v.node.IsScalar() || !YAML::convert<bool>::decode(v.node, b)) {
+    if (!v.node.IsScalar() || !YAML::convert<bool>::decode(YAML::Node(text(v)), b)) {
       fail(v, "expected true or false, got " + describe(v.node));
     }
     return b;
@@ -147,7 +183,7 @@ class Reader {
 
   std::string string(const Value& v) const {
     if (!v.node.IsScalar()) fail(v, "expected a string, got " + describe(v.node));
-    return v.node.Scalar();
+    return text(v);
   }
 
   std::string choice(const Value& v, std::initializer_list<std::string_view> options) const {
@@ -368,6 +404,65 @@ fs::path resolve(const fs::path& p, const fs::path& base_dir) {
   return r;
 }
 
+// The global world a job belongs to and the ranks this daemon serves (multi-node: one stokerd
+// per node, each serving its own GPUs' global ranks; nothing is shared but config and seed).
+//   world_size: W, ranks: A-B        ranks A..B (inclusive) of a world of W
+//   world_size: W, node_rank: N, local_world_size: L     ranks N*L .. N*L+L-1
+//   neither                          ranks 0..consumers-1 of a world of `consumers`
+void parse_world(const Reader& r, const Fields& f, const Value& j, JobConfig& job) {
+  const Value* world = f.get("world_size");
+  const Value* ranks = f.get("ranks");
+  const Value* node = f.get("node_rank");
+  const Value* local = f.get("local_world_size");
+  if (world == nullptr) {
+    for (const Value* v : {ranks, node, local}) {
+      if (v != nullptr) r.fail(*v, "needs world_size beside it (the global number of ranks)");
+    }
+    job.world_size = job.consumers;
+    return;
+  }
+  job.world_size = static_cast<std::uint32_t>(r.integer(*world, 1, 1u << 20));
+  if (ranks != nullptr && (node != nullptr || local != nullptr)) {
+    r.fail(*ranks, "give either ranks: A-B or node_rank + local_world_size, not both");
+  }
+  std::uint64_t first = 0, last = job.world_size - 1;
+  if (ranks != nullptr) {
+    const std::string t = r.string(*ranks);
+    const std::size_t dash = t.find('-');
+    Value a{YAML::Node(t.substr(0, dash)), ranks->path, ranks->at};
+    Value b{YAML::Node(dash == std::string::npos ? t : t.substr(dash + 1)), ranks->path, ranks->at};
+    if (t.empty() || t.find('-', dash == std::string::npos ? 0 : dash + 1) != std::string::npos) {
+      r.fail(*ranks, "expected A-B (global ranks, inclusive) or one rank, got '" + t + "'");
+    }
+    first = r.integer(a, 0, job.world_size - 1);
+    last = r.integer(b, 0, job.world_size - 1);
+    if (last < first) r.fail(*ranks, "the range " + t + " is empty (A-B needs A <= B)");
+  } else if (node != nullptr || local != nullptr) {
+    if (node == nullptr || local == nullptr) {
+      r.fail(node ? *node : *local, "node_rank and local_world_size go together");
+    }
+    const std::uint64_t l = r.integer(*local, 1, 1024);
+    const std::uint64_t n = r.integer(*node, 0, job.world_size - 1);
+    first = n * l;
+    last = first + l - 1;
+    if (last >= job.world_size) {
+      r.fail(*node, "node " + std::to_string(n) + " with " + std::to_string(l) + " rank(s) per node needs ranks " +
+                        std::to_string(first) + ".." + std::to_string(last) + ", beyond world_size " +
+                        std::to_string(job.world_size));
+    }
+  }
+  if (last - first + 1 > 1024) r.fail(ranks ? *ranks : *world, "one daemon serves at most 1024 ranks");
+  const auto served = static_cast<std::uint32_t>(last - first + 1);
+  if (const Value* c = f.get("consumers"); c != nullptr && job.consumers != served) {
+    r.fail(*c, "consumers: " + std::to_string(job.consumers) + " disagrees with the " + std::to_string(served) +
+                   " rank(s) this daemon serves (" + std::to_string(first) + ".." + std::to_string(last) +
+                   "); leave consumers out");
+  }
+  (void)j;
+  job.first_rank = static_cast<std::uint32_t>(first);
+  job.consumers = served;
+}
+
 JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, const Value& j,
                     const fs::path& base_dir) {
   const bool name_ok = !name.empty() && name.size() <= 48 &&
@@ -378,8 +473,8 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
   if (!name_ok) {
     r.fail(name_at, j.path, "job names are 1..48 characters of A-Z a-z 0-9 _ . -");
   }
-  const Fields f(r, j, {"source", "batch_size", "shuffle", "seed", "drop_last", "consumers", "prefetch",
-                        "on_error", "quarantine", "device", "device_normalize", "pipeline", "output"});
+  const Fields f(r, j, {"source", "batch_size", "shuffle", "seed", "drop_last", "consumers", "world_size",
+                        "ranks", "node_rank", "local_world_size", "prefetch", "on_error", "quarantine", "device", "device_normalize", "pipeline", "output"});
   JobConfig job;
   job.name = name;
   job.mark = name_at;
@@ -402,6 +497,7 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
   if (auto* v = f.get("seed")) job.seed = r.integer(*v, 0, UINT64_MAX);
   if (auto* v = f.get("drop_last")) job.drop_last = r.boolean(*v);
   if (auto* v = f.get("consumers")) job.consumers = static_cast<std::uint32_t>(r.integer(*v, 1, 1024));
+  parse_world(r, f, j, job);
   if (auto* v = f.get("prefetch")) job.prefetch = static_cast<std::uint32_t>(r.integer(*v, 1, 64));
   if (auto* v = f.get("on_error")) {
     const std::string e = r.choice(*v, {"skip", "substitute", "fail"});

@@ -52,7 +52,11 @@ struct JobConfig {
   bool shuffle = true;
   std::uint64_t seed = 0;
   bool drop_last = false;
+  // Ranks this daemon serves: first_rank .. first_rank + consumers - 1 of a world of
+  // world_size (one ring each). Without world_size/ranks: 0..consumers-1 of `consumers`.
   std::uint32_t consumers = 1;
+  std::uint32_t world_size = 1;
+  std::uint32_t first_rank = 0;
   std::uint32_t prefetch = 4;  // ready batches buffered per consumer (ring slots)
   image::PipelineSpec pipeline;
   OnError on_error = OnError::kSkip;

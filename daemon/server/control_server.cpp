@@ -304,11 +304,14 @@ bool ControlServer::handle_hello(Session& s, const proto::HelloMsg& m) {
                "no job '" + job_name + "' in this stokerd; jobs: " + names);
     return false;
   }
-  if (m.rank >= job->consumers()) {
+  if (!job->serves(m.rank)) {
+    const std::uint32_t first = job->first_rank(), last = first + job->consumers() - 1;
     send_error(s, proto::ErrorCode::kBadRank,
-               "rank " + std::to_string(m.rank) + " is outside job '" + job_name + "' (consumers: " +
-                   std::to_string(job->consumers()) + ", ranks 0.." +
-                   std::to_string(job->consumers() - 1) + ")");
+               "rank " + std::to_string(m.rank) + " is outside job '" + job_name + "' (this stokerd serves ranks " +
+                   std::to_string(first) + ".." + std::to_string(last) + " of a world of " +
+                   std::to_string(job->world_size()) +
+                   (job->world_size() == job->consumers() ? "; consumers: " + std::to_string(job->consumers()) : "") +
+                   ")");
     return false;
   }
   if (auto f = job->failure()) {
@@ -362,7 +365,7 @@ bool ControlServer::handle_hello(Session& s, const proto::HelloMsg& m) {
   proto::copy_cstr(w.segment_name, job->segment().name().c_str());
   w.segment_size = job->segment().size();
   w.daemon_generation = daemon_generation_;
-  w.ring_index = m.rank;
+  w.ring_index = m.rank - job->first_rank();
   w.slot_count = job->config().prefetch;
   w.batches_per_epoch = job->batches_per_epoch();
   w.samples_per_rank = job->samples_per_rank();

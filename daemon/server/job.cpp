@@ -126,7 +126,7 @@ Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset datase
 Job::~Job() = default;
 
 std::uint64_t Job::samples_per_rank() const {
-  return sampler::samples_per_rank(dataset_.samples.size(), cfg_.consumers, cfg_.drop_last);
+  return sampler::samples_per_rank(dataset_.samples.size(), cfg_.world_size, cfg_.drop_last);
 }
 
 std::uint64_t Job::batches_per_epoch() const {
@@ -160,7 +160,7 @@ std::shared_ptr<Job::EpochStream> Job::make_stream(std::uint32_t rank, std::uint
   st->epoch = epoch;
   const auto perm = sampler::epoch_permutation(static_cast<std::uint32_t>(dataset_.samples.size()),
                                                cfg_.shuffle, cfg_.seed, epoch);
-  auto mine = sampler::rank_samples(perm, cfg_.consumers, rank, cfg_.drop_last);
+  auto mine = sampler::rank_samples(perm, cfg_.world_size, cfg_.first_rank + rank, cfg_.drop_last);
   if (quarantined_count_.load() > 0) {
     std::erase_if(mine, [&](std::uint32_t id) { return quarantined_[id].load() != 0; });
   }
@@ -415,7 +415,7 @@ void Job::publish(Ring& ring, std::uint32_t s) {
 
 bool Job::attach(std::uint32_t rank, std::uint64_t epoch, std::uint64_t batch,
                  std::shared_ptr<DeviceRing> device) {
-  Ring& ring = *rings_.at(rank);
+  Ring& ring = ring_of(rank);
   std::vector<WorkItem> items;
   {
     std::lock_guard lock(ring.mu);
@@ -434,7 +434,7 @@ bool Job::attach(std::uint32_t rank, std::uint64_t epoch, std::uint64_t batch,
         slot.stale = true;  // workers still write into it; freed when they finish
       }
     }
-    auto st = make_stream(rank, epoch);
+    auto st = make_stream(ring.rank, epoch);
     const std::uint64_t skip = std::min<std::uint64_t>(batch * cfg_.batch_size, st->ids.size());
     st->cursor = static_cast<std::size_t>(skip);
     st->next_batch = batch;
@@ -448,7 +448,7 @@ bool Job::attach(std::uint32_t rank, std::uint64_t epoch, std::uint64_t batch,
 }
 
 std::shared_ptr<DeviceRing> Job::detach(std::uint32_t rank) {
-  Ring& ring = *rings_.at(rank);
+  Ring& ring = ring_of(rank);
   std::vector<WorkItem> items;
   std::uint32_t reclaimed = 0;
   std::shared_ptr<DeviceRing> device;
@@ -472,7 +472,7 @@ std::shared_ptr<DeviceRing> Job::detach(std::uint32_t rank) {
 }
 
 std::optional<proto::BatchMsg> Job::take_ready(std::uint32_t rank) {
-  Ring& ring = *rings_.at(rank);
+  Ring& ring = ring_of(rank);
   std::lock_guard lock(ring.mu);
   for (std::uint32_t s = 0; s < ring.slots.size(); ++s) {
     Slot& slot = ring.slots[s];
@@ -503,7 +503,7 @@ std::optional<proto::BatchMsg> Job::take_ready(std::uint32_t rank) {
 }
 
 bool Job::release(std::uint32_t rank, std::uint32_t s, std::uint32_t generation) {
-  Ring& ring = *rings_.at(rank);
+  Ring& ring = ring_of(rank);
   std::vector<WorkItem> items;
   {
     std::lock_guard lock(ring.mu);
@@ -511,7 +511,7 @@ bool Job::release(std::uint32_t rank, std::uint32_t s, std::uint32_t generation)
     Slot& slot = ring.slots[s];
     if (slot.state != SlotState::kLeased || slot.generation != generation) return false;
     set_slot_state(ring, s, SlotState::kFree);
-    ring_header(rank)->batches_released++;
+    ring_header(ring.rank)->batches_released++;
     plan_free_slots(ring, items);
   }
   queue_.push(std::move(items));
@@ -533,7 +533,7 @@ std::vector<RingStatus> Job::ring_status() const {
   for (const auto& ring : rings_) {
     std::lock_guard lock(ring->mu);
     RingStatus r{};
-    r.rank = ring->rank;
+    r.rank = cfg_.first_rank + ring->rank;  // global
     r.attached = ring->attached;
     for (const auto& s : ring->slots) {
       switch (s.state) {

@@ -66,6 +66,10 @@ class Job {
   const image::PipelineSpec& pipeline() const { return cfg_.pipeline; }
   const source::Dataset& dataset() const { return dataset_; }
   std::uint32_t consumers() const { return cfg_.consumers; }
+  // Global ranks: this daemon serves first_rank()..first_rank()+consumers()-1 of world_size().
+  std::uint32_t first_rank() const { return cfg_.first_rank; }
+  std::uint32_t world_size() const { return cfg_.world_size; }
+  bool serves(std::uint32_t rank) const { return rank >= cfg_.first_rank && rank - cfg_.first_rank < cfg_.consumers; }
   std::uint64_t batches_per_epoch() const;
   std::uint64_t samples_per_rank() const;
   const ShmSegment& segment() const { return *segment_; }
@@ -102,7 +106,10 @@ class Job {
   struct Slot;
   struct Ring;
 
-  std::shared_ptr<EpochStream> make_stream(std::uint32_t rank, std::uint64_t epoch) const;
+  // `ring`: the ring's index (0..consumers-1); its samples are the global rank first_rank + ring's.
+  std::shared_ptr<EpochStream> make_stream(std::uint32_t ring, std::uint64_t epoch) const;
+  // The ring of a global rank the caller checked with serves().
+  Ring& ring_of(std::uint32_t rank) { return *rings_.at(rank - cfg_.first_rank); }
   void plan_free_slots(Ring& ring, std::vector<WorkItem>& out);      // ring.mu held
   void finish_batch(Ring& ring, std::uint32_t s, std::vector<WorkItem>& out);  // ring.mu held
   void publish(Ring& ring, std::uint32_t s);                          // ring.mu held

@@ -63,7 +63,8 @@ std::string ControlServer::status_json() const {
     if (i) o << ",";
     o << "{\"name\":" << quoted(j.name()) << ",\"samples\":" << j.dataset().samples.size()
       << ",\"classes\":" << j.dataset().classes.size() << ",\"batch_size\":" << j.config().batch_size
-      << ",\"batches_per_epoch\":" << j.batches_per_epoch()
+      << ",\"batches_per_epoch\":" << j.batches_per_epoch() << ",\"world_size\":" << j.world_size()
+      << ",\"ranks\":[" << j.first_rank() << "," << j.first_rank() + j.consumers() - 1 << "]"
       << ",\"images_per_s\":" << rates_[i] << ",\"samples_ok\":" << st.samples_ok
       << ",\"batches_published\":" << st.batches_published
       << ",\"decode_warnings\":" << st.decode_warnings << ",\"substituted\":" << st.substituted

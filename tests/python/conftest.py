@@ -60,7 +60,8 @@ def demo_root(tmp_path_factory):
 
 
 def write_config(path, root, *, job="demo", batch_size=8, prefetch=4, size=32, shuffle=True,
-                 consumers=1, seed=5, dtype="uint8", layout="NCHW", on_error="skip", flip=True):
+                 consumers=1, seed=5, dtype="uint8", layout="NCHW", on_error="skip", flip=True,
+                 extra=""):
     steps = [f"decode: {{}}", f"random_resized_crop: {{size: {size}}}"]
     if flip:
         steps.append("horizontal_flip: {p: 0.5}")
@@ -79,7 +80,7 @@ jobs:
     pipeline:
 {pipeline}
     output: {{dtype: {dtype}, layout: {layout}}}
-""")
+{extra}""")
     return path
 
 

@@ -1,5 +1,6 @@
 """python tier: every failure is a Python exception of its own class with the daemon's (or
 libstoker's) message, raised promptly: never a hang. Runs without torch."""
+import json
 import os
 import signal
 import socket as pysocket
@@ -34,7 +35,7 @@ def test_unknown_job_lists_the_jobs(daemon):
 
 def test_rank_outside_the_job(daemon_factory):
     d = daemon_factory(consumers=2)
-    with pytest.raises(stoker.RefusedError, match=r"rank 5 is outside job 'demo' \(consumers: 2"):
+    with pytest.raises(stoker.RefusedError, match=r"rank 5 is outside job 'demo' \(this stokerd serves ranks 0\.\.1 of a world of 2; consumers: 2"):
         stoker.Loader("demo", rank=5, socket=d.socket, framework="numpy")
     with pytest.raises(ValueError, match="rank must be >= 0"):
         stoker.Loader("demo", rank=-1, socket=d.socket, framework="numpy")
@@ -46,6 +47,22 @@ def test_rank_already_served(daemon):
         stoker.Loader("demo", socket=daemon.socket, framework="numpy")
     first.close()
     stoker.Loader("demo", socket=daemon.socket, framework="numpy")  # free again
+
+
+def test_a_node_of_a_multi_node_job_checks_the_global_world(daemon_factory):
+    # This daemon is node 1 of 2: global ranks 2-3 of a world of 4.
+    d = daemon_factory(consumers=2, extra="    world_size: 4\n    ranks: 2-3\n")
+    with pytest.raises(stoker.RefusedError, match="belongs to a world of 4"):
+        stoker.Loader("demo", rank=2, world_size=2, socket=d.socket, framework="numpy")
+    with pytest.raises(stoker.RefusedError, match=r"serves ranks 2\.\.3 of a world of 4"):
+        stoker.Loader("demo", rank=0, world_size=4, socket=d.socket, framework="numpy")
+    loader = stoker.Loader("demo", rank=3, world_size=4, socket=d.socket, framework="numpy")
+    status = json.loads(stoker._stoker.daemon_status(d.socket))
+    job = status["jobs"][0]
+    assert (job["world_size"], job["ranks"]) == (4, [2, 3])
+    ids = [i for b in loader.batches() for i in b.ids]
+    assert len(ids) == loader.info["samples_per_rank"]
+    loader.close()
 
 
 def test_world_size_must_match_the_consumers(daemon_factory):

@@ -542,3 +542,55 @@ TEST_CASE("config error: from a file, the message names that file", "[config]") 
     CHECK(e.key_path() == "jobs.imagenet-train.pipeline[1].random_resized_crop.scale");
   }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Multi-node jobs and ${VAR}
+
+TEST_CASE("config: a job's world and the ranks this daemon serves", "[config][multinode]") {
+  auto job = [](const std::string& lines) { return parse(train_job(lines)).jobs.at(0); };
+  auto j = job("");
+  CHECK((j.world_size == 1 && j.first_rank == 0 && j.consumers == 1));
+  j = job("    consumers: 4\n");
+  CHECK((j.world_size == 4 && j.first_rank == 0 && j.consumers == 4));
+  j = job("    world_size: 64\n    ranks: 8-15\n");
+  CHECK((j.world_size == 64 && j.first_rank == 8 && j.consumers == 8));
+  j = job("    world_size: 64\n    ranks: 63\n");
+  CHECK((j.world_size == 64 && j.first_rank == 63 && j.consumers == 1));
+  j = job("    world_size: 16\n    node_rank: 1\n    local_world_size: 8\n");
+  CHECK((j.world_size == 16 && j.first_rank == 8 && j.consumers == 8));
+  j = job("    world_size: 16\n    ranks: 8-15\n    consumers: 8\n");  // consistent: accepted
+  CHECK(j.consumers == 8);
+  j = job("    world_size: 8\n");  // a single node of the whole world
+  CHECK((j.first_rank == 0 && j.consumers == 8));
+}
+
+TEST_CASE("config: ${VAR} and ${VAR:-default} come from the environment", "[config][multinode]") {
+  ::setenv("STOKER_TEST_WORLD", "32", 1);
+  ::setenv("STOKER_TEST_NODE", "3", 1);
+  ::unsetenv("STOKER_TEST_UNSET");
+  auto j = parse(train_job("    world_size: ${STOKER_TEST_WORLD}\n    node_rank: ${STOKER_TEST_NODE}\n"
+                           "    local_world_size: ${STOKER_TEST_UNSET:-8}\n    seed: 1${STOKER_TEST_NODE}\n"))
+               .jobs.at(0);
+  CHECK((j.world_size == 32 && j.first_rank == 24 && j.consumers == 8 && j.seed == 13));
+  CHECK(refusal(train_job("    world_size: ${STOKER_TEST_UNSET}\n")) ==
+        "test.yaml:5:17: jobs.train.world_size: environment variable STOKER_TEST_UNSET is not set (the value "
+        "is '${STOKER_TEST_UNSET}'; set it, or write ${STOKER_TEST_UNSET:-default})");
+  CHECK_THAT(refusal(train_job("    world_size: ${STOKER_TEST_WORLD\n")), Contains("unterminated ${"));
+  CHECK_THAT(refusal(train_job("    world_size: ${A B}\n")), Contains("is not ${NAME} or ${NAME:-default}"));
+  ::unsetenv("STOKER_TEST_WORLD");
+  ::unsetenv("STOKER_TEST_NODE");
+}
+
+TEST_CASE("config error: impossible worlds and rank ranges", "[config][multinode]") {
+  CHECK(refusal(train_job("    ranks: 0-3\n")) == "test.yaml:5:12: jobs.train.ranks: needs world_size beside it (the global number of ranks)");
+  CHECK(refusal(train_job("    world_size: 8\n    ranks: 8-15\n")) == "test.yaml:6:12: jobs.train.ranks: must be between 0 and 7, got 8");
+  CHECK(refusal(train_job("    world_size: 8\n    ranks: 5-2\n")) == "test.yaml:6:12: jobs.train.ranks: the range 5-2 is empty (A-B needs A <= B)");
+  CHECK_THAT(refusal(train_job("    world_size: 8\n    ranks: 1-2-3\n")), Contains("expected A-B (global ranks, inclusive)"));
+  CHECK_THAT(refusal(train_job("    world_size: 8\n    ranks: a-b\n")), Contains("expected an integer, got 'a'"));
+  CHECK_THAT(refusal(train_job("    world_size: 8\n    node_rank: 1\n")), Contains("node_rank and local_world_size go together"));
+  CHECK_THAT(refusal(train_job("    world_size: 12\n    node_rank: 1\n    local_world_size: 8\n")),
+             Contains("node 1 with 8 rank(s) per node needs ranks 8..15, beyond world_size 12"));
+  CHECK_THAT(refusal(train_job("    world_size: 8\n    ranks: 0-3\n    consumers: 8\n")),
+             Contains("consumers: 8 disagrees with the 4 rank(s) this daemon serves (0..3); leave consumers out"));
+  CHECK_THAT(refusal(train_job("    world_size: 8\n    ranks: 0-3\n    node_rank: 0\n")), Contains("not both"));
+}

@@ -28,6 +28,17 @@ def _env_int(name: str) -> Optional[int]:
 _warned_hostsim = False
 
 
+def _distributed() -> Tuple[Optional[int], Optional[int]]:
+    """(rank, world size) from torch.distributed when it is initialized, else (None, None)."""
+    try:
+        import torch.distributed as dist  # noqa: PLC0415
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except ImportError:
+        pass
+    return None, None
+
+
 def _resolve_device(device: Any) -> Tuple[str, int]:
     """None -> host batches; "cuda" -> the current torch device (LOCAL_RANK, else 0, when
     torch has not chosen one); "cuda:N", N or torch.device("cuda", N) -> GPU N."""
@@ -161,8 +172,9 @@ class Loader:
     torch's current device, else LOCAL_RANK. pin_memory=True (host batches): the mapped ring
     is page-locked for that GPU, so images.cuda(non_blocking=True) is an asynchronous copy.
 
-    rank / world_size default to torchrun's RANK / WORLD_SIZE (else 0 / unchecked);
-    world_size must equal the job's `consumers`. timeout_s: longest wait for one batch
+    rank / world_size default to torch.distributed's when it is initialized, else torchrun's
+    RANK / WORLD_SIZE (else 0 / unchecked); rank is global and world_size must equal the job's
+    world (`consumers`, or `world_size` for a job spread over several nodes' daemons). timeout_s: longest wait for one batch
     (None: forever) before stoker.TimeoutError. hold_timeout_s: how long to wait when this
     process holds every slot of its ring before stoker.HoldError.
     """
@@ -176,8 +188,10 @@ class Loader:
         self.pin_memory = bool(pin_memory)
         if self.pin_memory and self.device:
             raise ValueError("pin_memory is for host batches; device batches are on the GPU already")
-        self.rank = rank if rank is not None else (_env_int("RANK") or 0)
-        self.world_size = world_size if world_size is not None else _env_int("WORLD_SIZE")
+        dist_rank, dist_world = _distributed()
+        self.rank = rank if rank is not None else (dist_rank if dist_rank is not None else (_env_int("RANK") or 0))
+        self.world_size = world_size if world_size is not None else (
+            dist_world if dist_world is not None else _env_int("WORLD_SIZE"))
         self.socket = socket or ""
         if framework is None:
             framework = "torch" if torch is not None else "numpy"
@@ -208,8 +222,8 @@ class Loader:
         self._check_world_size()
 
     def _check_world_size(self) -> None:
-        """world_size must match the job's consumers, or every rank would get a shard of the
-        wrong size. The handshake does not carry the count: the daemon's status does."""
+        """world_size must match the job's world (its consumers, or world_size for a
+        multi-node job), or every rank would get a shard of the wrong size. The handshake does not carry the count: the daemon's status does."""
         if self.world_size is None:
             return
         try:
@@ -217,14 +231,21 @@ class Loader:
         except (_stoker.StokerError, ValueError):
             return  # an older daemon or no status: nothing to check against
         for j in status.get("jobs", []):
-            if j.get("name") == self.job and isinstance(j.get("consumers"), list):
-                consumers = len(j["consumers"])
-                if consumers and consumers != self.world_size:
-                    self.close()
+            if j.get("name") != self.job:
+                continue
+            world = j.get("world_size")
+            if not isinstance(world, int) and isinstance(j.get("consumers"), list):
+                world = len(j["consumers"])  # a daemon from before multi-node jobs
+            if world and world != self.world_size:
+                self.close()
+                if world == len(j.get("consumers", [])):
                     raise _stoker.RefusedError(
-                        f"world size {self.world_size} but job '{self.job}' serves {consumers} "
+                        f"world size {self.world_size} but job '{self.job}' serves {world} "
                         f"consumer(s): set 'consumers: {self.world_size}' in the job's config "
-                        f"or run {consumers} rank(s)")
+                        f"or run {world} rank(s)")
+                raise _stoker.RefusedError(
+                    f"world size {self.world_size} but job '{self.job}' belongs to a world of "
+                    f"{world} (world_size in the job's config)")
 
     # --- connection -----------------------------------------------------------------------
     def _connect(self, epoch: int, batch: int) -> None:
