@@ -26,3 +26,11 @@ endif()
 add_executable(stoker_bench_gpu ${_gpu_dir}/bench_gpu.cpp)
 target_link_libraries(stoker_bench_gpu PRIVATE stoker_cuda_backend rt)
 target_include_directories(stoker_bench_gpu PRIVATE ${_gpu_dir})
+
+# libstoker and stokerd link no CUDA library (the driver is dlopen'ed; no cudart anywhere), so
+# a trainer's torch brings the only CUDA runtime in its process.
+foreach(t stoker_client stokerd)
+  add_test(NAME ${t}_links_no_cuda_library
+    COMMAND sh -c "readelf -d \"$1\" | grep NEEDED; ! readelf -d \"$1\" | grep -Ei 'NEEDED.*(cuda|cudart|nvidia)' && ! nm -D \"$1\" | grep -E ' U cuda'" sh $<TARGET_FILE:${t}>)
+  set_tests_properties(${t}_links_no_cuda_library PROPERTIES LABELS unit)
+endforeach()
