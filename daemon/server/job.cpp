@@ -160,11 +160,10 @@ std::shared_ptr<Job::EpochStream> Job::make_stream(std::uint32_t rank, std::uint
   st->epoch = epoch;
   const auto perm = sampler::epoch_permutation(static_cast<std::uint32_t>(dataset_.samples.size()),
                                                cfg_.shuffle, cfg_.seed, epoch);
-  auto mine = sampler::rank_samples(perm, cfg_.world_size, cfg_.first_rank + rank, cfg_.drop_last);
-  if (quarantined_count_.load() > 0) {
-    std::erase_if(mine, [&](std::uint32_t id) { return quarantined_[id].load() != 0; });
-  }
-  st->ids = std::move(mine);
+  // Quarantined samples stay in the stream: batch k is always positions [kB, (k+1)B) of the
+  // rank's share, whichever files are bad and whenever they were found (a restarted daemon
+  // with a bigger quarantine, a resume at batch k). Bad ones are dropped inside their batch.
+  st->ids = sampler::rank_samples(perm, cfg_.world_size, cfg_.first_rank + rank, cfg_.drop_last);
   return st;
 }
 
@@ -230,8 +229,8 @@ void Job::plan_free_slots(Ring& ring, std::vector<WorkItem>& out) {
     set_slot_state(ring, s, SlotState::kFilling);
 
     if (n == 0) {
-      // Nothing left in this epoch (all remaining samples went to refills): an empty batch
-      // still carries the end-of-epoch flag so the consumer's epoch ends.
+      // A rank with no samples this epoch (fewer samples than ranks with drop_last): an empty
+      // batch still carries the end-of-epoch flag so the consumer's epoch ends.
       publish(ring, s);
       continue;
     }
@@ -283,7 +282,11 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
   }
 
   image::SampleResult result;
-  if (!failed_.load()) {
+  if (quarantined_[id].load() != 0) {
+    // Known bad (this run or an earlier one's quarantine file): not read again, and dropped
+    // from (or substituted in) its batch like a newly found bad file, without counting again.
+    result.error = image::SampleErrorKind::kCorrupt;
+  } else if (!failed_.load()) {
     const auto& sample = dataset_.samples[id];
     std::string io_error = read_file(sample.path, file_buffer);
     if (!io_error.empty()) {
@@ -334,22 +337,9 @@ void Job::finish_batch(Ring& ring, std::uint32_t s, std::vector<WorkItem>& out) 
   for (std::uint32_t j = 0; j < slot.count; ++j) bad += slot.ok[j] == 0 ? 1 : 0;
 
   if (bad > 0 && cfg_.on_error == config::OnError::kSkip) {
-    // Refill bad positions from the same epoch's stream while it has samples left; the
-    // refilled items go through the workers like any other.
-    EpochStream& st = *slot.stream;
-    std::uint32_t refilled = 0;
-    for (std::uint32_t j = 0; j < slot.count && st.remaining() > 0; ++j) {
-      if (slot.ok[j] != 0) continue;
-      slot.ids[j] = st.ids[st.cursor++];
-      slot.ok[j] = -1;
-      out.push_back(WorkItem{this, ring.rank, s, j, slot.generation});
-      ++refilled;
-    }
-    if (refilled > 0) {
-      slot.pending = refilled;
-      return;
-    }
-    // Stream exhausted: compact the good samples to the front and ship a short batch.
+    // The batch keeps its place in the epoch and ships short: no refill from later samples,
+    // so batch boundaries never depend on which files are bad (exact resume, same batches
+    // across restarts). Good samples are compacted to the front.
     const std::uint64_t bytes = cfg_.pipeline.sample_bytes();
     std::uint32_t w = 0;
     for (std::uint32_t j = 0; j < slot.count; ++j) {
@@ -387,13 +377,6 @@ void Job::finish_batch(Ring& ring, std::uint32_t s, std::vector<WorkItem>& out) 
     stats_.substituted += substituted;
   }
 
-  // A refill may have taken the epoch's last samples after a later batch was planned without
-  // the flag; the highest planned batch then carries it.
-  EpochStream& st = *slot.stream;
-  if (!st.last_planned && st.remaining() == 0 && slot.batch_index + 1 == st.next_batch) {
-    slot.flags |= proto::kBatchLastInEpoch;
-    st.last_planned = true;
-  }
   publish(ring, s);
 }
 
