@@ -31,34 +31,6 @@ proto::BatchGeometry geometry_of(const config::JobConfig& cfg) {
   return g;
 }
 
-// Reads a whole file; returns an empty string on success, else the reason.
-std::string read_file(const std::string& path, std::vector<std::uint8_t>& out) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::string("cannot open: ") + std::strerror(errno);
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int e = errno;
-    ::close(fd);
-    return std::string("cannot stat: ") + std::strerror(e);
-  }
-  out.resize(static_cast<std::size_t>(st.st_size));
-  std::size_t got = 0;
-  while (got < out.size()) {
-    const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int e = errno;
-      ::close(fd);
-      return std::string("read failed: ") + std::strerror(e);
-    }
-    if (n == 0) break;  // file shrank while reading: decode what is there
-    got += static_cast<std::size_t>(n);
-  }
-  out.resize(got);
-  ::close(fd);
-  return {};
-}
-
 }  // namespace
 
 Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset dataset,
@@ -218,6 +190,7 @@ void Job::plan_free_slots(Ring& ring, std::vector<WorkItem>& out) {
       slot.ok[j] = -1;
     }
     st->cursor += n;
+    st->planned += n;
     if (last && cfg_.drop_last) st->cursor = st->ids.size();
 
     auto* h = slot_header(ring.rank, s);
@@ -288,11 +261,7 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
     result.error = image::SampleErrorKind::kCorrupt;
   } else if (!failed_.load()) {
     const auto& sample = dataset_.samples[id];
-    std::string io_error = read_file(sample.path, file_buffer);
-    if (!io_error.empty()) {
-      result.error = image::SampleErrorKind::kIo;
-      result.reason = std::move(io_error);
-    } else {
+    if (read_sample(id, file_buffer, result)) {
       std::uint8_t* out = payload(item.ring, item.slot) +
                           static_cast<std::uint64_t>(item.position) * cfg_.pipeline.sample_bytes();
       result = processor.process(file_buffer, cfg_.seed, epoch, id, out);
@@ -303,8 +272,8 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
       std::lock_guard lock(stats_mu_);
       stats_.samples_ok++;
       stats_.decode_warnings += result.warnings;
-    } else {
-      record_error(id, result);
+    } else if (result.error != image::SampleErrorKind::kIo) {
+      record_error(id, result);  // the bytes failed to decode: quarantined
     }
   } else {
     result.error = image::SampleErrorKind::kIo;  // job stopped: not decoded, not counted
@@ -315,6 +284,15 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
     std::lock_guard lock(ring.mu);
     Slot& slot = ring.slots[item.slot];
     slot.ok[item.position] = result.ok() ? 1 : 0;
+    if (EpochStream* st = slot.stream.get(); st != nullptr && !slot.stale) {
+      st->done++;
+      st->good += result.ok() ? 1 : 0;
+      if (!result.ok() && st->first_failures.size() < 3) {
+        st->first_failures.push_back(dataset_.samples[id].path + ": " +
+                                     (result.reason.empty() ? std::string("quarantined earlier") : result.reason));
+      }
+      check_epoch_failed(ring, *st);
+    }
     if (--slot.pending == 0) finish_batch(ring, item.slot, more);
   }
   queue_.push(std::move(more));
@@ -420,6 +398,7 @@ bool Job::attach(std::uint32_t rank, std::uint64_t epoch, std::uint64_t batch,
     auto st = make_stream(ring.rank, epoch);
     const std::uint64_t skip = std::min<std::uint64_t>(batch * cfg_.batch_size, st->ids.size());
     st->cursor = static_cast<std::size_t>(skip);
+    st->whole_epoch = skip == 0;
     st->next_batch = batch;
     ring.planning = std::move(st);
     ring.want_epoch = epoch;

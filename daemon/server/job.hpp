@@ -39,6 +39,8 @@ struct JobStats {
   std::uint64_t substituted = 0;
   std::uint64_t batches_published = 0;
   std::uint64_t quarantined = 0;
+  std::uint64_t transient_read_errors = 0;  // machine faults, retried (never quarantined)
+  std::uint64_t missing = 0;                // unreadable now, skipped this epoch (ENOENT, EACCES)
 };
 
 struct RingStatus {
@@ -115,6 +117,13 @@ class Job {
   void publish(Ring& ring, std::uint32_t s);                          // ring.mu held
   void set_slot_state(Ring& ring, std::uint32_t s, proto::SlotState st);  // ring.mu held
   void record_error(std::uint64_t id, const image::SampleResult& r);
+  // Reads sample `id` into `buffer`, retrying transient failures with bounded backoff (the
+  // batch waits). false with `result` set when the file is missing or the machine did not
+  // recover within the retry budget: skipped this epoch, never quarantined (job_read.cpp).
+  bool read_sample(std::uint32_t id, std::vector<std::uint8_t>& buffer, image::SampleResult& result);
+  // Ends the job when a whole epoch of a rank failed (every sample bad, missing or unreadable):
+  // better a clear error than empty batches forever. Called under the ring's lock.
+  void check_epoch_failed(const Ring& ring, const EpochStream& st);
   // Device delivery hooks (job_device.cpp), ring.mu held.
   bool copy_to_device(Ring& ring, std::uint32_t s);       // queue slot s's copy to ring.device
   void settle_device_copy(Ring& ring, std::uint32_t s);   // before slot s's host bytes change
@@ -143,6 +152,7 @@ class Job {
   JobStats stats_;                         // guarded by stats_mu_
   std::optional<std::string> failure_;     // guarded by stats_mu_
   std::atomic<bool> failed_{false};
+  std::atomic<std::uint32_t> transient_burst_{0};  // workers inside a transient-error burst
 };
 
 }  // namespace stoker::server

@@ -18,6 +18,11 @@ struct Job::EpochStream {
   std::size_t cursor = 0;          // next unclaimed position in ids
   std::uint64_t next_batch = 0;    // index the next planned batch gets
   bool last_planned = false;       // a batch flagged kBatchLastInEpoch exists
+  // Outcome of the samples planned from this stream (guarded by the ring's lock), to end the
+  // job when a whole epoch fails; only for streams that start at the epoch's beginning.
+  bool whole_epoch = true;
+  std::size_t planned = 0, done = 0, good = 0;
+  std::vector<std::string> first_failures;  // "path: reason", at most 3
 
   std::size_t remaining() const { return ids.size() - cursor; }
 };

@@ -68,7 +68,8 @@ std::string ControlServer::status_json() const {
       << ",\"images_per_s\":" << rates_[i] << ",\"samples_ok\":" << st.samples_ok
       << ",\"batches_published\":" << st.batches_published
       << ",\"decode_warnings\":" << st.decode_warnings << ",\"substituted\":" << st.substituted
-      << ",\"quarantined\":" << st.quarantined << ",\"errors\":{";
+      << ",\"quarantined\":" << st.quarantined << ",\"transient_read_errors\":" << st.transient_read_errors
+      << ",\"missing\":" << st.missing << ",\"errors\":{";
     for (int k = 1; k < 6; ++k) {
       if (k > 1) o << ",";
       o << quoted(image::to_string(static_cast<image::SampleErrorKind>(k))) << ":" << st.errors[k];

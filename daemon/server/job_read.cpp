@@ -1,0 +1,80 @@
+// How a job reads a sample's bytes: a fault of the machine is not a bad file.
+#include <chrono>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "server/job.hpp"
+#include "server/job_state.hpp"
+#include "source/file_reader.hpp"
+
+namespace stoker::server {
+namespace {
+
+// Backoff between attempts: 1 ms doubling to 1 s; the worker gives up on the sample for this
+// epoch after kRetryBudget of transient failures (the machine did not recover: descriptors
+// or memory still exhausted, the NFS server still away) rather than stall the job forever.
+constexpr auto kFirstDelay = std::chrono::milliseconds(1);
+constexpr auto kMaxDelay = std::chrono::milliseconds(1000);
+constexpr auto kRetryBudget = std::chrono::seconds(30);
+
+}  // namespace
+
+bool Job::read_sample(std::uint32_t id, std::vector<std::uint8_t>& buffer, image::SampleResult& result) {
+  const std::string& path = dataset_.samples[id].path;
+  source::ReadResult r = source::read_file(path, buffer);
+  if (r.status == source::ReadStatus::kTransient) {
+    // One warning per burst (the first worker to enter it), one line when it ends.
+    if (transient_burst_.fetch_add(1) == 0) {
+      spdlog::warn("job {}: transient read failure ({}) on {}; retrying with backoff, not blaming the file",
+                   cfg_.name, r.reason, path);
+    }
+    const auto give_up = std::chrono::steady_clock::now() + kRetryBudget;
+    auto delay = std::chrono::duration_cast<std::chrono::milliseconds>(kFirstDelay);
+    std::uint64_t failures = 0;
+    while (r.status == source::ReadStatus::kTransient && !failed_.load() &&
+           std::chrono::steady_clock::now() < give_up) {
+      ++failures;
+      std::this_thread::sleep_for(delay);
+      delay = std::min(delay * 2, std::chrono::duration_cast<std::chrono::milliseconds>(kMaxDelay));
+      r = source::read_file(path, buffer);
+    }
+    {
+      std::lock_guard lock(stats_mu_);
+      stats_.transient_read_errors += failures;
+    }
+    if (transient_burst_.fetch_sub(1) == 1 && r.ok()) {
+      spdlog::info("job {}: reads recovered", cfg_.name);
+    }
+    if (r.status == source::ReadStatus::kTransient) {
+      spdlog::warn("job {}: {}: still failing after {} s of retries ({}); skipped this epoch, not quarantined",
+                   cfg_.name, path, kRetryBudget.count(), r.reason);
+    }
+  }
+  if (r.ok()) return true;
+  if (r.status == source::ReadStatus::kMissing) {
+    spdlog::warn("job {}: {}: {}; skipped this epoch, tried again next epoch", cfg_.name, path, r.reason);
+  }
+  {
+    std::lock_guard lock(stats_mu_);
+    stats_.errors[static_cast<int>(image::SampleErrorKind::kIo)]++;
+    stats_.missing += r.status == source::ReadStatus::kMissing ? 1 : 0;
+  }
+  result.error = image::SampleErrorKind::kIo;
+  result.reason = r.reason;
+  return false;
+}
+
+void Job::check_epoch_failed(const Ring& ring, const EpochStream& st) {
+  if (!st.whole_epoch || !st.last_planned || st.planned == 0 || st.done != st.planned || st.good != 0) return;
+  std::string first;
+  for (const auto& f : st.first_failures) first += (first.empty() ? "" : "; ") + f;
+  std::lock_guard lock(stats_mu_);
+  if (failure_) return;
+  failure_ = "every sample of rank " + std::to_string(cfg_.first_rank + ring.rank) + " in epoch " +
+             std::to_string(st.epoch) + " failed (" + std::to_string(st.done) + " of them); first: " + first;
+  spdlog::error("job {} stopped: {}", cfg_.name, *failure_);
+  failed_.store(true);
+}
+
+}  // namespace stoker::server

@@ -1,0 +1,68 @@
+#include "source/file_reader.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace stoker::source {
+namespace {
+
+ReadResult failure(const char* what, int e) {
+  ReadResult r;
+  r.status = is_transient_errno(e) ? ReadStatus::kTransient : ReadStatus::kMissing;
+  r.error = e;
+  r.reason = std::string(what) + ": " + std::strerror(e);
+  return r;
+}
+
+// Closes on every path out of read_file.
+struct Fd {
+  int fd;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+bool is_transient_errno(int e) {
+  switch (e) {
+    case EMFILE: case ENFILE: case ENOMEM: case EAGAIN: case EINTR: case EIO:
+    case ENOBUFS: case ETIMEDOUT: case ESTALE: case EBUSY: case ENOLCK: case EDEADLK:
+      return true;
+    default:
+      return false;
+  }
+}
+
+ReadResult read_file(const std::string& path, std::vector<std::uint8_t>& out) {
+  int fd = -1;
+  do {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return failure("cannot open", errno);
+  Fd guard{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return failure("cannot stat", errno);
+  if (S_ISDIR(st.st_mode)) return failure("cannot read", EISDIR);
+  out.resize(static_cast<std::size_t>(st.st_size));
+  std::size_t got = 0;
+  while (got < out.size()) {
+    const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return failure("read failed", errno);
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  if (got < out.size()) {
+    ReadResult r;
+    r.status = ReadStatus::kTransient;
+    r.reason = "short read: " + std::to_string(got) + " of " + std::to_string(out.size()) + " bytes";
+    return r;
+  }
+  return {};
+}
+
+}  // namespace stoker::source

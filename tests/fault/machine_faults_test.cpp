@@ -1,0 +1,134 @@
+// Fault tier: a fault of the machine is not a bad file (issue #15). Failures are injected into
+// stokerd's open() by a preloaded shim (tests/support/fail_open.c) or by real limits.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <fstream>
+#include <set>
+
+#include "daemon_fixture.hpp"
+#include "stoker/stoker.hpp"
+
+using namespace stoker::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Sets environment variables for the daemons started in its scope.
+struct ScopedEnv {
+  std::vector<std::pair<std::string, std::string>> saved;
+  void set(const std::string& k, const std::string& v) {
+    const char* old = std::getenv(k.c_str());
+    saved.emplace_back(k, old ? old : std::string("\x01"));
+    ::setenv(k.c_str(), v.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    for (auto it = saved.rbegin(); it != saved.rend(); ++it) {
+      if (it->second == "\x01") ::unsetenv(it->first.c_str());
+      else ::setenv(it->first.c_str(), it->second.c_str(), 1);
+    }
+  }
+  // stokerd with open() failures injected: "SUBSTRING:COUNT:ERRNO".
+  void fail_open(const std::string& spec) {
+    set("LD_PRELOAD", STOKER_FAIL_OPEN_LIB);
+    set("STOKER_FAIL_OPEN", spec);
+    const char* asan = std::getenv("ASAN_OPTIONS");  // a sanitized stokerd accepts a preload
+    set("ASAN_OPTIONS", std::string(asan ? asan : "") + ":verify_asan_link_order=0");
+  }
+};
+
+stoker::ClientOptions at(const std::string& socket, std::uint64_t epoch = 0) {
+  stoker::ClientOptions o;
+  o.socket_path = socket;
+  o.start_epoch = epoch;
+  return o;
+}
+
+std::multiset<std::int64_t> epoch_ids(stoker::Client& c) {
+  std::multiset<std::int64_t> ids;
+  for (;;) {
+    stoker::Batch b = c.next(60000);
+    ids.insert(b.ids(), b.ids() + b.count());
+    if (b.last_in_epoch()) break;
+  }
+  return ids;
+}
+
+std::string status(const std::string& socket) {
+  std::string out;
+  REQUIRE(run_program({bin("stokerctl"), "status", "--socket", socket}, out) == 0);
+  return out;
+}
+
+constexpr int kDemoSamples = 64;
+
+}  // namespace
+
+TEST_CASE("transient open failures (EMFILE) are retried and never quarantine a good file",
+          "[fault][machine]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec j;
+  j.shuffle = false;
+  std::unique_ptr<Daemon> d;
+  {
+    ScopedEnv env;
+    env.fail_open("/flower/:12:24");  // the first 12 opens of flower photos: EMFILE
+    d = std::make_unique<Daemon>(write_config(dir.path(), {j}, 2), socket);
+  }
+  stoker::Client c("demo", 0, at(socket));
+  const auto ids = epoch_ids(c);
+  CHECK(ids.size() == kDemoSamples);
+  CHECK(std::set<std::int64_t>(ids.begin(), ids.end()).size() == kDemoSamples);
+  const std::string st = status(socket);
+  CHECK_THAT(st, Catch::Contains("\"quarantined\":0") && Catch::Contains("\"missing\":0") &&
+                     !Catch::Contains("\"transient_read_errors\":0"));
+  CHECK_THAT(d->log(), Catch::Contains("transient read failure (cannot open: Too many open files)") &&
+                           Catch::Contains("reads recovered") && !Catch::Contains("quarantine "));
+  CHECK(!fs::exists(dir.path() / "demo.quarantine"));
+}
+
+TEST_CASE("a file that cannot be opened now (EACCES) is skipped this epoch and delivered the next",
+          "[fault][machine]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec j;
+  j.shuffle = false;
+  j.prefetch = 1;
+  std::unique_ptr<Daemon> d;
+  {
+    ScopedEnv env;
+    env.fail_open("insect_15.jpg:1:13");  // once: permission denied
+    d = std::make_unique<Daemon>(write_config(dir.path(), {j}, 1), socket);
+  }
+  stoker::Client c("demo", 0, at(socket));
+  const auto first = epoch_ids(c);
+  CHECK(first.size() == kDemoSamples - 1);
+  CHECK_THAT(d->log(), Catch::Contains("insect_15.jpg: cannot open: Permission denied; skipped this epoch"));
+  const auto second = epoch_ids(c);
+  CHECK(second.size() == kDemoSamples);  // looked at again, and readable now
+  CHECK_THAT(status(socket), Catch::Contains("\"missing\":1") && Catch::Contains("\"quarantined\":0"));
+}
+
+TEST_CASE("an epoch in which every sample of a rank fails ends the job with the first failures named",
+          "[fault][machine]") {
+  TempDir dir;
+  const fs::path root = dir.path() / "data" / "only";
+  fs::create_directories(root);
+  for (int i = 0; i < 6; ++i) std::ofstream(root / ("junk_" + std::to_string(i) + ".jpg")) << "not an image\n";
+  JobSpec j;
+  j.root = (dir.path() / "data").string();
+  j.batch_size = 4;
+  const auto socket = (dir.path() / "s.sock").string();
+  Daemon d(write_config(dir.path(), {j}, 2), socket);
+  try {
+    // The job may fail before the handshake (refused) or while the consumer waits.
+    stoker::Client c("demo", 0, at(socket));
+    for (int i = 0; i < 10; ++i) c.next(30000);
+    FAIL("batches kept coming from a job whose every file is bad");
+  } catch (const stoker::Error& e) {
+    CHECK(e.status() == STOKER_ERR_JOB_FAILED);
+    CHECK_THAT(e.what(), Catch::Contains("every sample of rank 0 in epoch 0 failed (6 of them); first: ") &&
+                             Catch::Contains("junk_"));
+  }
+}
