@@ -86,7 +86,8 @@ void throw_daemon_error(const void* data, std::size_t n) {
     case proto::ErrorCode::kUnknownJob:
     case proto::ErrorCode::kBadRank:
     case proto::ErrorCode::kRankBusy:
-    case proto::ErrorCode::kNoDevice: st = STOKER_ERR_REFUSED; break;
+    case proto::ErrorCode::kNoDevice:
+    case proto::ErrorCode::kTooManyConnections: st = STOKER_ERR_REFUSED; break;
     case proto::ErrorCode::kJobFailed: st = STOKER_ERR_JOB_FAILED; break;
     default: break;
   }

@@ -554,7 +554,8 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
 }
 
 void parse_server(const Reader& r, const Value& s, const fs::path& base_dir, ServerConfig& out) {
-  const Fields f(r, s, {"workers", "socket", "log_level", "state_dir", "shm_mode", "handshake_timeout_s"});
+  const Fields f(r, s, {"workers", "socket", "log_level", "state_dir", "shm_mode", "handshake_timeout_s",
+                        "idle_timeout_s", "max_connections"});
   if (auto* v = f.get("workers")) out.workers = static_cast<std::uint32_t>(r.integer(*v, 0, 1024));
   if (auto* v = f.get("socket")) {
     out.socket = r.string(*v);
@@ -585,6 +586,11 @@ void parse_server(const Reader& r, const Value& s, const fs::path& base_dir, Ser
       r.fail(*v, "must be within (0, 3600] seconds");
     }
   }
+  if (auto* v = f.get("idle_timeout_s")) {
+    out.idle_timeout_s = r.number(*v);
+    if (!(out.idle_timeout_s > 0 && out.idle_timeout_s <= 3600)) r.fail(*v, "must be within (0, 3600] seconds");
+  }
+  if (auto* v = f.get("max_connections")) out.max_connections = static_cast<std::uint32_t>(r.integer(*v, 1, 1000000));
 }
 
 }  // namespace

@@ -74,6 +74,11 @@ struct ServerConfig {
   std::string log_level = "info";
   std::uint32_t shm_mode = 0600;
   double handshake_timeout_s = 10;  // a connection that says nothing for this long is closed
+  // A connection not attached to a job (status, top) is closed after this long without a
+  // message, so idle status callers cannot hold descriptors the workers need.
+  double idle_timeout_s = 5;
+  // Connections beyond this are refused with an error; 0: derived from the descriptor limit.
+  std::uint32_t max_connections = 0;
   std::filesystem::path state_dir;  // quarantine files; default: next to the socket
 };
 

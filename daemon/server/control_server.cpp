@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstring>
 #include <stdexcept>
+#include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
@@ -31,13 +32,14 @@ std::string errno_text() { return std::strerror(errno); }
 
 ControlServer::ControlServer(std::string socket_path, std::vector<Job*> jobs,
                              std::uint64_t daemon_generation, unsigned workers,
-                             DeviceDelivery& delivery, double handshake_timeout_s)
+                             DeviceDelivery& delivery, const Limits& limits)
     : socket_path_(std::move(socket_path)),
       jobs_(std::move(jobs)),
       daemon_generation_(daemon_generation),
       workers_(workers),
       delivery_(delivery),
-      handshake_timeout_s_(handshake_timeout_s) {
+      limits_(limits) {
+  spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (socket_path_.size() >= sizeof(addr.sun_path)) {
@@ -95,7 +97,7 @@ ControlServer::~ControlServer() {
     ::close(fd);
   }
   sessions_.clear();
-  for (int fd : {listen_fd_, epoll_fd_, event_fd_, signal_fd_}) {
+  for (int fd : {listen_fd_, epoll_fd_, event_fd_, signal_fd_, spare_fd_}) {
     if (fd >= 0) ::close(fd);
   }
   ::unlink(socket_path_.c_str());
@@ -140,7 +142,7 @@ void ControlServer::run() {
     sample_rates();
     delivery_.reap();
     close_silent_connections();
-    for (int fd : doomed_) evict(fd, "said nothing since connecting");
+    for (int fd : doomed_) evict(fd, nullptr);  // only unattached connections: nothing to log
     doomed_.clear();
     if (stop) return;
   }
@@ -149,7 +151,25 @@ void ControlServer::run() {
 void ControlServer::accept_clients() {
   for (;;) {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) return;  // EAGAIN: no more pending
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if ((errno == EMFILE || errno == ENFILE) && spare_fd_ >= 0) {
+        ::close(spare_fd_);
+        const int victim = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (victim >= 0) {
+          refuse(victim, "stokerd is out of file descriptors (" + std::to_string(sessions_.size()) +
+                             " connections open); raise LimitNOFILE or lower server.max_connections");
+        }
+        spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (victim >= 0) continue;
+      }
+      return;  // EAGAIN: no more pending (or nothing can be done now; retried next event)
+    }
+    if (sessions_.size() >= limits_.max_connections) {
+      refuse(fd, "stokerd has reached server.max_connections (" + std::to_string(limits_.max_connections) +
+                     " connections); close idle clients or raise the limit");
+      continue;
+    }
     ucred cred{};
     socklen_t len = sizeof cred;
     ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len);
@@ -157,7 +177,7 @@ void ControlServer::accept_clients() {
     s.fd = fd;
     s.pid = static_cast<std::uint32_t>(cred.pid);
     s.peer_pid = cred.pid;
-    s.connected_at = std::chrono::steady_clock::now();
+    s.connected_at = s.last_message = std::chrono::steady_clock::now();
     sessions_[fd] = s;
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
@@ -184,15 +204,42 @@ void ControlServer::on_readable(Session& s) {
       return;
     }
     s.spoke = true;
+    s.last_message = std::chrono::steady_clock::now();
   }
+}
+
+void ControlServer::refuse(int fd, const std::string& why) {
+  // Rate-limited by nature: one line per refused connection would flood the log under a storm.
+  static auto last_log = std::chrono::steady_clock::time_point{};
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_log > std::chrono::seconds(10)) {
+    spdlog::warn("refusing a connection: {}", why);
+    last_log = now;
+  }
+  auto e = proto::make_message<proto::ErrorMsg>(proto::MsgType::kError);
+  e.code = static_cast<std::int32_t>(proto::ErrorCode::kTooManyConnections);
+  proto::copy_cstr(e.message, why.c_str());
+  [[maybe_unused]] const ssize_t n = ::send(fd, &e, sizeof e, MSG_DONTWAIT | MSG_NOSIGNAL);
+  // Unread messages at close would reset the connection and the peer would lose the error.
+  alignas(8) static std::uint8_t sink[proto::kMaxMessageBytes];
+  while (::recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0) {
+  }
+  ::close(fd);
 }
 
 void ControlServer::close_silent_connections() {
   // A connection that never says anything would hold a descriptor forever: close it.
   const auto now = std::chrono::steady_clock::now();
+  // One that spoke but is attached to no job (status, top) is closed once idle for
+  // idle_timeout_s: a few hundred idle `status` callers must not hold descriptors forever.
   for (const auto& [fd, s] : sessions_) {
-    if (!s.spoke && std::chrono::duration<double>(now - s.connected_at).count() > handshake_timeout_s_) {
-      spdlog::warn("closing a connection from pid {} that sent nothing for {} s", s.pid, handshake_timeout_s_);
+    if (!s.spoke && std::chrono::duration<double>(now - s.connected_at).count() > limits_.handshake_timeout_s) {
+      spdlog::warn("closing a connection from pid {} that sent nothing for {} s", s.pid, limits_.handshake_timeout_s);
+      doomed_.push_back(fd);
+    } else if (s.spoke && s.job == nullptr &&
+               std::chrono::duration<double>(now - s.last_message).count() > limits_.idle_timeout_s) {
+      spdlog::debug("closing an idle connection from pid {} (no job, {} s without a message)", s.pid,
+                    limits_.idle_timeout_s);
       doomed_.push_back(fd);
     }
   }

@@ -23,10 +23,16 @@ class PeerProcess;
 
 class ControlServer {
  public:
+  // Timeouts and the connection cap (server.* in the config; max_connections already derived).
+  struct Limits {
+    double handshake_timeout_s = 10;
+    double idle_timeout_s = 5;
+    std::size_t max_connections = 256;
+  };
   // Binds the socket (mode 0600). Throws std::runtime_error naming the path on failure.
   // `delivery` serves consumers that ask for device batches (or says why it cannot).
   ControlServer(std::string socket_path, std::vector<Job*> jobs, std::uint64_t daemon_generation,
-                unsigned workers, DeviceDelivery& delivery, double handshake_timeout_s = 10);
+                unsigned workers, DeviceDelivery& delivery, const Limits& limits);
   ~ControlServer();  // closes every client and unlinks the socket
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;
@@ -49,6 +55,7 @@ class ControlServer {
     std::shared_ptr<DeviceRing> device;          // device consumers: the ring they map
     std::shared_ptr<PeerProcess> peer;           // device consumers: liveness of their process
     std::chrono::steady_clock::time_point connected_at;
+    std::chrono::steady_clock::time_point last_message;  // for the idle timeout
   };
 
   void accept_clients();
@@ -62,13 +69,20 @@ class ControlServer {
   std::string status_json() const;
   void sample_rates();
   void close_silent_connections();
+  // Accepts a connection beyond the cap (or with no descriptor to spare) only to tell it why
+  // and close it.
+  void refuse(int fd, const std::string& why);
 
   std::string socket_path_;
   std::vector<Job*> jobs_;
   std::uint64_t daemon_generation_;
   unsigned workers_;
   DeviceDelivery& delivery_;
-  double handshake_timeout_s_;
+  Limits limits_;
+  // A descriptor held in reserve: when accept() fails with EMFILE/ENFILE it is closed, the
+  // pending connection accepted, told why and closed, and the reserve reopened. Without it
+  // the listening socket stays readable and the loop would spin at 100% of a core.
+  int spare_fd_ = -1;
   int listen_fd_ = -1;
   int epoll_fd_ = -1;
   int event_fd_ = -1;

@@ -4,7 +4,9 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <memory>
+#include <sys/resource.h>
 #include <random>
 #include <thread>
 
@@ -31,6 +33,29 @@ constexpr const char* kUsage =
     "                     $XDG_RUNTIME_DIR/stoker/stoker.sock, /run/stoker/stoker.sock (root)\n"
     "  --workers N        decode threads (default: config server.workers, else all cores)\n"
     "  --log-level LEVEL  trace|debug|info|warn|error (default: config, else info)\n";
+
+// Raises the soft descriptor limit to the hard one (systemd's default soft limit is 1024, and
+// every connection and every read in flight takes one). Returns the limit now in force.
+std::uint64_t raise_open_files_limit() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return 1024;
+  const rlim_t before = rl.rlim_cur;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &rl) != 0) rl.rlim_cur = before;
+  }
+  if (rl.rlim_cur != before) spdlog::info("descriptor limit raised from {} to {}", before, rl.rlim_cur);
+  return rl.rlim_cur == RLIM_INFINITY ? (1u << 20) : static_cast<std::uint64_t>(rl.rlim_cur);
+}
+
+// Connections allowed when server.max_connections is not set: what the limit leaves after a
+// reserve for the daemon's own files (segments, log, epoll...), two per worker (a sample being
+// read, a spare) and per job, counting two per connection (a device consumer's pidfd too).
+std::size_t default_max_connections(std::uint64_t open_files, unsigned workers, std::size_t jobs) {
+  const std::uint64_t reserve = 32 + 2ull * workers + 4ull * jobs;
+  const std::uint64_t left = open_files > reserve ? open_files - reserve : 0;
+  return static_cast<std::size_t>(std::clamp<std::uint64_t>(left / 2, 4, 65536));
+}
 
 std::uint64_t new_generation() {
   std::random_device rd;
@@ -129,6 +154,7 @@ int run_daemon(const DaemonOptions& options) {
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
+  const std::uint64_t open_files = raise_open_files_limit();
 
   try {
     InstanceLock lock(socket);
@@ -175,8 +201,15 @@ int run_daemon(const DaemonOptions& options) {
       job_ptrs.push_back(jobs.back().get());
     }
     {
-      ControlServer server(socket, job_ptrs, generation, workers, delivery,
-                           cfg.server.handshake_timeout_s);
+      ControlServer::Limits limits;
+      limits.handshake_timeout_s = cfg.server.handshake_timeout_s;
+      limits.idle_timeout_s = cfg.server.idle_timeout_s;
+      limits.max_connections = cfg.server.max_connections != 0
+                                   ? cfg.server.max_connections
+                                   : default_max_connections(open_files, workers, job_ptrs.size());
+      spdlog::info("descriptors: limit {}, at most {} connections (server.max_connections{})", open_files,
+                   limits.max_connections, cfg.server.max_connections != 0 ? "" : " derived from the limit");
+      ControlServer server(socket, job_ptrs, generation, workers, delivery, limits);
       server_ptr.store(&server);
       {
         WorkerPool pool(workers, queue, job_ptrs);

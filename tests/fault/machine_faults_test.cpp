@@ -3,10 +3,18 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <poll.h>
 #include <set>
+#include <sstream>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <thread>
+#include <unistd.h>
 
 #include "daemon_fixture.hpp"
+#include "stoker/proto/control.hpp"
 #include "stoker/stoker.hpp"
 
 using namespace stoker::test;
@@ -131,4 +139,94 @@ TEST_CASE("an epoch in which every sample of a rank fails ends the job with the 
     CHECK_THAT(e.what(), Catch::Contains("every sample of rank 0 in epoch 0 failed (6 of them); first: ") &&
                              Catch::Contains("junk_"));
   }
+}
+
+namespace {
+
+int connect_raw(const std::string& socket) {
+  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, socket.c_str(), sizeof(addr.sun_path) - 1);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  return fd;
+}
+
+// utime + stime of a process, in seconds.
+double cpu_seconds(int pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::istringstream rest(text.substr(text.rfind(')') + 2));
+  std::string field;
+  unsigned long utime = 0, stime = 0;
+  for (int i = 3; i <= 15; ++i) {
+    rest >> field;
+    if (i == 14) utime = std::stoul(field);
+    if (i == 15) stime = std::stoul(field);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// What the daemon sends on `fd` within 2 s: "closed", an error's text, or "" (nothing yet).
+std::string next_event(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, 2000) != 1) return "";
+  alignas(8) char buf[65536];
+  const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+  if (n <= 0) return "closed";
+  const auto* h = reinterpret_cast<const stoker::proto::MessageHeader*>(buf);
+  if (h->type == static_cast<std::uint16_t>(stoker::proto::MsgType::kError)) {
+    return reinterpret_cast<const stoker::proto::ErrorMsg*>(buf)->message;
+  }
+  return "message";
+}
+
+}  // namespace
+
+TEST_CASE("out of descriptors: hundreds of status callers are capped and timed out, no good file is "
+          "quarantined, and the control loop does not spin", "[fault][machine]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec j;
+  j.prefetch = 2;
+  std::unique_ptr<Daemon> d;
+  {
+    ScopedEnv env;
+    env.set("STOKER_TEST_NOFILE", "128");  // hard and soft, as LimitNOFILE=128 would
+    d = std::make_unique<Daemon>(write_config(dir.path(), {j}, 2, "  idle_timeout_s: 1\n"), socket);
+  }
+  CHECK_THAT(d->log(), Catch::Contains("descriptors: limit 128, at most"));
+  stoker::Client c("demo", 0, at(socket));
+
+  // 200 callers that each ask for the status once and then stay connected.
+  std::vector<int> fds;
+  auto query = stoker::proto::make_message<stoker::proto::StatusQueryMsg>(stoker::proto::MsgType::kStatusQuery);
+  for (int i = 0; i < 200; ++i) {
+    const int fd = connect_raw(socket);
+    [[maybe_unused]] ssize_t n = ::send(fd, &query, sizeof query, MSG_NOSIGNAL);
+    fds.push_back(fd);
+  }
+  // The last ones were refused with a reason (the cap leaves descriptors for the workers).
+  CHECK_THAT(next_event(fds.back()), Catch::Contains("max_connections"));
+
+  // Every sample of two epochs arrives while they are connected; nothing is quarantined.
+  CHECK(epoch_ids(c).size() == kDemoSamples);
+  CHECK(epoch_ids(c).size() == kDemoSamples);
+
+  // Idle status connections are closed after idle_timeout_s; the loop is quiet meanwhile.
+  const double cpu0 = cpu_seconds(d->pid());
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  const double cpu = cpu_seconds(d->pid()) - cpu0;
+  CHECK(cpu < 0.5);  // a spinning loop would burn ~2.5 s here
+  int closed = 0;
+  for (int fd : fds) {
+    std::string e = next_event(fd);
+    while (!e.empty() && e != "closed") e = next_event(fd);  // the status reply, an error
+    closed += e == "closed" ? 1 : 0;
+    ::close(fd);
+  }
+  CHECK(closed == 200);
+  const std::string st = status(socket);
+  CHECK_THAT(st, Catch::Contains("\"quarantined\":0") && Catch::Contains("\"missing\":0"));
+  CHECK(!fs::exists(dir.path() / "demo.quarantine"));
 }

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <fstream>
 #include <poll.h>
 #include <sstream>
@@ -91,6 +92,12 @@ int spawn(const std::vector<std::string>& argv, const fs::path& log) {
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     ::dup2(fd, 1);
     ::dup2(fd, 2);
+    // Fault tests: STOKER_TEST_NOFILE=N runs the program with a hard descriptor limit of N
+    // (as a unit with LimitNOFILE=N would), in the child only.
+    if (const char* n = std::getenv("STOKER_TEST_NOFILE")) {
+      const rlimit rl{static_cast<rlim_t>(std::atol(n)), static_cast<rlim_t>(std::atol(n))};
+      ::setrlimit(RLIMIT_NOFILE, &rl);
+    }
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);

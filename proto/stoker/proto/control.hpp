@@ -89,6 +89,7 @@ enum class ErrorCode : std::int32_t {
   kBadRelease = 7,
   kInternal = 8,
   kJobFailed = 9,
+  kTooManyConnections = 10,  // server.max_connections reached, or no descriptor to spare
 };
 
 struct ErrorMsg {
