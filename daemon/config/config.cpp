@@ -304,9 +304,10 @@ void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec
     }
 
     if (name == "decode") {
-      const Fields f(r, body, {"exif_orientation", "strict", "max_pixels"});
+      const Fields f(r, body, {"exif_orientation", "strict", "max_pixels", "max_memory_mb"});
       if (auto* v = f.get("exif_orientation")) spec.apply_exif_orientation = r.boolean(*v);
       if (auto* v = f.get("strict")) spec.strict = r.boolean(*v);
+      if (auto* v = f.get("max_memory_mb")) spec.max_memory_bytes = r.integer(*v, 16, 1u << 20) << 20;
       if (auto* v = f.get("max_pixels")) spec.max_pixels = r.integer(*v, 1, std::uint64_t{1} << 40);
     } else if (name == "random_resized_crop") {
       if (geometry) r.fail(at_name, "only one of random_resized_crop / resize may be used");

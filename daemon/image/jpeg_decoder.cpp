@@ -1,5 +1,7 @@
 #include "image/jpeg_decoder.hpp"
 
+#include <algorithm>
+#include <climits>
 #include <csetjmp>
 #include <cstdio>
 #include <algorithm>
@@ -54,6 +56,12 @@ void on_error_exit(j_common_ptr c) {
     case JERR_IMAGE_TOO_BIG:
       e->kind = SampleErrorKind::kTooLarge;
       break;
+    case JERR_NO_BACKING_STORE:  // the decode would need more than max_memory_to_use
+      std::snprintf(e->message, sizeof e->message,
+                    "decoding needs more memory than decode.max_memory_mb allows (%ld MB)",
+                    static_cast<long>(c->mem->max_memory_to_use >> 20));
+      e->kind = SampleErrorKind::kTooLarge;
+      break;
     case JERR_INPUT_EMPTY:
     case JERR_INPUT_EOF:
       e->kind = SampleErrorKind::kTruncated;
@@ -93,6 +101,10 @@ JpegDecoder::JpegDecoder() : s_(new State) {
   jpeg_create_decompress(&s_->cinfo);
 }
 
+void JpegDecoder::set_max_memory(std::uint64_t bytes) {
+  s_->cinfo.mem->max_memory_to_use = static_cast<long>(std::min<std::uint64_t>(bytes, LONG_MAX));
+}
+
 JpegDecoder::~JpegDecoder() {
   jpeg_destroy_decompress(&s_->cinfo);
   delete s_;
@@ -106,6 +118,10 @@ bool JpegDecoder::read_header(std::span<const std::uint8_t> data, bool strict, J
   s.err.message[0] = '\0';
   s.err.warnings = 0;
   s.err.strict = strict;
+  // Back to the start state whatever the previous file left (a caller that refused a file
+  // after its header, for max_pixels, never decoded it): libjpeg would otherwise refuse the
+  // next file with "Improper call to JPEG library in state 202".
+  jpeg_abort_decompress(c);
   if (setjmp(s.err.jump)) {
     fail_from(s.err, result);
     jpeg_abort_decompress(c);

@@ -35,6 +35,9 @@ class JpegDecoder {
   JpegDecoder& operator=(const JpegDecoder&) = delete;
 
   // Reads the header; on failure returns false with `error` set.
+  // Bounds libjpeg's working memory (a progressive JPEG keeps every coefficient: ~425 MB for
+  // 12000x12000); a file that needs more fails cleanly as kTooLarge. 0: unbounded.
+  void set_max_memory(std::uint64_t bytes);
   bool read_header(std::span<const std::uint8_t> data, bool strict, JpegHeader& out,
                    SampleResult& error);
 

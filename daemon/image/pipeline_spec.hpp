@@ -20,6 +20,7 @@ struct PipelineSpec {
   bool apply_exif_orientation = true;
   bool strict = false;                 // every libjpeg warning is an error
   std::uint64_t max_pixels = 178956970;  // header w*h above this is refused before allocating
+  std::uint64_t max_memory_bytes = std::uint64_t{256} << 20;  // per worker's decoder; 0: unbounded
 
   // geometry
   Geometry geometry = Geometry::kResizeCenterCrop;

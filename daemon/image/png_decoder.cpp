@@ -57,9 +57,11 @@ bool decode_png(std::span<const std::uint8_t> data, std::vector<std::uint8_t>& r
     return false;
   }
   png_infop info = png_create_info_struct(png);
-  png_bytep* rows = nullptr;  // plain pointer: survives the longjmp, freed below
+  // Row pointers live in a vector declared before setjmp: it is an object of this frame, so
+  // a longjmp back here leaves it intact and it is freed on return. (A plain pointer assigned
+  // after setjmp has an indeterminate value after the jump: that leaked on every corrupt PNG.)
+  std::vector<png_bytep> rows;
   if (setjmp(png_jmpbuf(png))) {
-    png_free(png, rows);
     png_destroy_read_struct(&png, &info, nullptr);
     result.error = reader.truncated ? SampleErrorKind::kTruncated : SampleErrorKind::kCorrupt;
     result.reason = std::string("PNG: ") + reader.message;
@@ -81,10 +83,9 @@ bool decode_png(std::span<const std::uint8_t> data, std::vector<std::uint8_t>& r
   const std::size_t stride = png_get_rowbytes(png, info);
   if (stride != static_cast<std::size_t>(width) * 3) png_error(png, "unexpected row layout after conversion");
   rgb.resize(stride * height);
-  rows = static_cast<png_bytep*>(png_malloc(png, sizeof(png_bytep) * height));
+  rows.resize(height);
   for (std::uint32_t y = 0; y < height; ++y) rows[y] = rgb.data() + y * stride;
-  png_read_image(png, rows);
-  png_free(png, rows);
+  png_read_image(png, rows.data());
   png_destroy_read_struct(&png, &info, nullptr);
   return true;
 }

@@ -73,7 +73,7 @@ double seconds_since(Clock::time_point& t) {
 }  // namespace
 
 struct SampleProcessor::Impl {
-  explicit Impl(const PipelineSpec& s) : spec(s), writer(s) {}
+  explicit Impl(const PipelineSpec& s) : spec(s), writer(s) { jpeg.set_max_memory(s.max_memory_bytes); }
   PipelineSpec spec;
   JpegDecoder jpeg;
   OutputWriter writer;

@@ -350,3 +350,77 @@ TEST_CASE("a PNG header claiming 100000x100000 pixels is refused before any allo
   CHECK(o.result.error == SampleErrorKind::kTooLarge);
   CHECK_THAT(o.result.reason, Catch::Contains("100000x100000"));
 }
+
+// ---------------------------------------------------------------------------------------------
+// A refusal leaves the decoder usable (issue #15 §2): one processor, as one worker has.
+
+TEST_CASE("refused, then good, on one processor: every refusal leaves the decoder reusable", "[image]") {
+  PipelineSpec spec = val_spec(40, 32);
+  spec.max_pixels = 100000;
+  SampleProcessor p(spec);
+  std::vector<std::uint8_t> out(spec.sample_bytes());
+  std::vector<std::uint8_t> big_px(500 * 375 * 3, 90), small_px(200 * 200 * 3, 160);
+  const auto big = encode_jpeg(500, 375, 3, JCS_RGB, big_px);       // 187,500 pixels: too large
+  const auto small = encode_jpeg(200, 200, 3, JCS_RGB, small_px);   // 40,000: fine
+  const auto twelve_bit = read("corpus/jpeg-turbo-testimages/monkey12.jpg");
+  const std::vector<std::uint8_t> header_only(small.begin(), small.begin() + 120);
+  struct Refusal {
+    const char* what;
+    const std::vector<std::uint8_t>* file;
+    SampleErrorKind kind;
+  };
+  for (const Refusal& r : {Refusal{"too large", &big, SampleErrorKind::kTooLarge},
+                           Refusal{"12-bit", &twelve_bit, SampleErrorKind::kUnsupported},
+                           Refusal{"truncated header", &header_only, SampleErrorKind::kTruncated}}) {
+    INFO(r.what);
+    const SampleResult refused = p.process(*r.file, 1, 0, 0, out.data());
+    CHECK(refused.error == r.kind);
+    const SampleResult good = p.process(small, 1, 0, 1, out.data());
+    CHECK(good.ok());
+    CHECK(good.reason.empty());
+    CHECK(out[0] == 160);  // the good file's pixels, not a leftover
+  }
+}
+
+TEST_CASE("decode.max_memory_mb refuses a progressive JPEG that needs more, cleanly, and the next decodes",
+          "[image]") {
+  // A progressive JPEG keeps every DCT coefficient of the image while decoding:
+  // 2400 x 2400 x 3 components x 2 bytes = ~33 MB, above a 16 MB budget.
+  const int w = 2400, h = 2400;
+  std::vector<std::uint8_t> px(static_cast<std::size_t>(w) * h * 3);
+  for (std::size_t i = 0; i < px.size(); ++i) px[i] = static_cast<std::uint8_t>((i * 2654435761u) >> 24);
+  jpeg_compress_struct c;
+  jpeg_error_mgr err;
+  c.err = jpeg_std_error(&err);
+  jpeg_create_compress(&c);
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  jpeg_mem_dest(&c, &buf, &size);
+  c.image_width = w;
+  c.image_height = h;
+  c.input_components = 3;
+  c.in_color_space = JCS_RGB;
+  jpeg_set_defaults(&c);
+  jpeg_simple_progression(&c);
+  jpeg_start_compress(&c, TRUE);
+  while (c.next_scanline < c.image_height) {
+    JSAMPROW row = px.data() + static_cast<std::size_t>(c.next_scanline) * w * 3;
+    jpeg_write_scanlines(&c, &row, 1);
+  }
+  jpeg_finish_compress(&c);
+  const std::vector<std::uint8_t> progressive(buf, buf + size);
+  jpeg_destroy_compress(&c);
+  std::free(buf);
+
+  PipelineSpec spec = val_spec(40, 32);
+  spec.max_memory_bytes = std::uint64_t{16} << 20;
+  SampleProcessor p(spec);
+  std::vector<std::uint8_t> out(spec.sample_bytes());
+  const SampleResult refused = p.process(progressive, 1, 0, 0, out.data());
+  CHECK(refused.error == SampleErrorKind::kTooLarge);
+  CHECK_THAT(refused.reason, Catch::Contains("decode.max_memory_mb") && Catch::Contains("16 MB"));
+  std::vector<std::uint8_t> small_px(64 * 48 * 3, 200);
+  CHECK(p.process(encode_jpeg(64, 48, 3, JCS_RGB, small_px), 1, 0, 1, out.data()).ok());
+  // With the default budget (256 MB) the same file decodes.
+  CHECK(run(val_spec(40, 32), progressive).result.ok());
+}
