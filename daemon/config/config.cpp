@@ -604,22 +604,69 @@ ConfigError::ConfigError(const std::string& file, Mark mark, const std::string& 
       mark_(mark),
       key_path_(key_path) {}
 
+namespace {
+
+// Line (1-based) of the first line that is neither blank, a comment nor a document marker;
+// 0 when there is none.
+std::size_t first_content_line(const std::string& text) {
+  std::size_t line = 0, pos = 0;
+  while (pos <= text.size()) {
+    const std::size_t end = std::min(text.find('\n', pos), text.size());
+    ++line;
+    const std::string_view l(text.data() + pos, end - pos);
+    const std::size_t first = l.find_first_not_of(" \t\r");
+    if (first != std::string_view::npos && l[first] != '#' && l.substr(first, 3) != "---" &&
+        l.substr(first, 3) != "...") {
+      return line;
+    }
+    pos = end + 1;
+  }
+  return 0;
+}
+
+// Line of a `---` marker that starts a second document (one after content), or 0.
+std::size_t second_document(const std::string& text) {
+  std::size_t line = 0, pos = 0;
+  bool content = false;
+  while (pos <= text.size()) {
+    const std::size_t end = std::min(text.find('\n', pos), text.size());
+    ++line;
+    const std::string_view l(text.data() + pos, end - pos);
+    const bool marker = l.substr(0, 3) == "---" && (l.size() == 3 || l[3] == ' ' || l[3] == '\t' || l[3] == '\r');
+    if (marker && content) return line;
+    const std::size_t first = l.find_first_not_of(" \t\r");
+    if (!marker && first != std::string_view::npos && l[first] != '#') content = true;
+    pos = end + 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
 Config parse_config(const std::string& yaml_text, const std::string& file_name,
                     const fs::path& base_dir) {
   const Reader r(file_name);
-  std::vector<YAML::Node> docs;
+  // One document, read with YAML::Load: yaml-cpp 0.7's LoadAll never returns on some inputs
+  // (",a", "---\n---\n,,": it loops allocating ~1 GB/s), which would wedge a daemon reloading
+  // its config. A second document is found by its marker instead (second_document()).
+  if (const std::size_t line = second_document(yaml_text); line != 0) {
+    throw ConfigError(file_name, Mark{static_cast<int>(line), 1}, "(top)", "one YAML document expected, found a second one here");
+  }
+  YAML::Node doc;
   try {
-    docs = YAML::LoadAll(yaml_text);
+    doc = YAML::Load(yaml_text);
   } catch (const YAML::Exception& e) {
     throw ConfigError(file_name, mark_of(e.mark), "(yaml)", e.msg);
   }
-  if (docs.empty() || docs[0].IsNull()) throw ConfigError(file_name, Mark{1, 1}, "(top)", "the config is empty");
-  if (docs.size() > 1) {
-    throw ConfigError(file_name, mark_of(docs[1]), "(top)", "one YAML document expected, found " +
-                                                                 std::to_string(docs.size()));
+  if (doc.IsNull()) {
+    if (const std::size_t line = first_content_line(yaml_text); line != 0) {
+      throw ConfigError(file_name, Mark{static_cast<int>(line), 1}, "(top)",
+                        "expected a mapping with 'jobs' (and optionally 'server'); this line does not start one");
+    }
+    throw ConfigError(file_name, Mark{1, 1}, "(top)", "the config is empty");
   }
   try {
-    const Value top{docs[0], "", mark_of(docs[0])};
+    const Value top{doc, "", mark_of(doc)};
     if (!top.node.IsMap()) r.fail(top.at, "(top)", "expected a mapping with 'jobs' (and optionally 'server')");
     const Fields f(r, top, {"server", "jobs"});
 

@@ -1,6 +1,9 @@
 // Unit tier: the YAML config. Good configs fill every field; each kind of bad config is
 // refused with the exact "FILE:LINE:COL: key.path: " prefix that points at the culprit.
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <csignal>
+#include <sys/wait.h>
 
 #include <unistd.h>
 
@@ -502,7 +505,9 @@ TEST_CASE("config error: YAML that does not parse, or is not one mapping", "[con
   CHECK(refusal("") == "test.yaml:1:1: (top): the config is empty");
   CHECK(refusal("# only a comment\n") == "test.yaml:1:1: (top): the config is empty");
   CHECK_THAT(refusal("- a\n- b\n"), StartsWith("test.yaml:1:1: (top): expected a mapping"));
-  CHECK_THAT(refusal(train_job() + "---\n" + train_job()), StartsWith("test.yaml:10:1: (top): one YAML document expected, found 2"));
+  CHECK_THAT(refusal(train_job() + "---\n" + train_job()), StartsWith("test.yaml:9:1: (top): one YAML document expected, found a second one here"));
+  CHECK(refusal(",a") == "test.yaml:1:1: (top): expected a mapping with 'jobs' (and optionally 'server'); this line does not start one");
+  CHECK(refusal("---\njobs: {}\n") != "(accepted)");  // a leading marker is one document
 }
 
 TEST_CASE("config error: a file that cannot be read, at line 0", "[config]") {
@@ -593,4 +598,47 @@ TEST_CASE("config error: impossible worlds and rank ranges", "[config][multinode
   CHECK_THAT(refusal(train_job("    world_size: 8\n    ranks: 0-3\n    consumers: 8\n")),
              Contains("consumers: 8 disagrees with the 4 rank(s) this daemon serves (0..3); leave consumers out"));
   CHECK_THAT(refusal(train_job("    world_size: 8\n    ranks: 0-3\n    node_rank: 0\n")), Contains("not both"));
+}
+
+TEST_CASE("malformed configs: each is refused within a second with an error naming the file", "[config]") {
+  const fs::path dir = fs::path(STOKER_TEST_DATA_DIR) / "configs-malformed";
+  int seen = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".yaml") continue;
+    ++seen;
+    INFO(e.path().string());
+    // In a child process, so that a parser that never returns fails this test instead of
+    // hanging it (yaml-cpp 0.7's LoadAll did on two of these files).
+    int pipefd[2];
+    REQUIRE(::pipe(pipefd) == 0);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      std::string what = "(accepted)";
+      try {
+        stoker::config::load_config(e.path());
+      } catch (const ConfigError& err) {
+        what = err.what();
+      }
+      [[maybe_unused]] ssize_t n = ::write(pipefd[1], what.data(), what.size());
+      ::_exit(0);
+    }
+    ::close(pipefd[1]);
+    const auto t0 = std::chrono::steady_clock::now();
+    int status = 0;
+    while (::waitpid(pid, &status, WNOHANG) == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1)) {
+      ::usleep(2000);
+    }
+    const bool ended = ::waitpid(pid, &status, WNOHANG) == pid || WIFEXITED(status);
+    if (!ended) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+    }
+    CHECK(ended);
+    char buf[1024] = {};
+    const ssize_t n = ::read(pipefd[0], buf, sizeof buf - 1);
+    ::close(pipefd[0]);
+    const std::string what(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
+    CHECK_THAT(what, StartsWith(e.path().string() + ":"));
+  }
+  CHECK(seen >= 10);
 }

@@ -1,0 +1,27 @@
+# Fuzz harnesses (tests/fuzz). Two ways to build each:
+#  - always: `<name>_replay`, the harness with a plain main that runs the seed files once
+#    (ctest label unit; under the ASan build this is a sanitized regression run of every seed);
+#  - with -DSTOKER_FUZZ=ON and clang: `<name>`, a libFuzzer binary (scripts/fuzz.sh).
+set(_fuzz_dir ${CMAKE_CURRENT_LIST_DIR})
+set(_seed_images ${CMAKE_CURRENT_SOURCE_DIR}/data/demo ${CMAKE_CURRENT_SOURCE_DIR}/data/corpus)
+set(_seed_configs ${CMAKE_CURRENT_SOURCE_DIR}/data/configs-malformed ${PROJECT_SOURCE_DIR}/configs)
+
+foreach(h sample_processor config)
+  if(h STREQUAL "sample_processor")
+    set(_lib stoker_image)
+    set(_seeds ${_seed_images})
+  else()
+    set(_lib stoker_config)
+    set(_seeds ${_seed_configs})
+  endif()
+  add_executable(fuzz_${h}_replay ${_fuzz_dir}/fuzz_${h}.cpp ${_fuzz_dir}/replay_main.cpp)
+  target_link_libraries(fuzz_${h}_replay PRIVATE ${_lib})
+  add_test(NAME fuzz_${h}_seeds COMMAND fuzz_${h}_replay ${_seeds})
+  set_tests_properties(fuzz_${h}_seeds PROPERTIES LABELS unit TIMEOUT 300)
+  if(STOKER_FUZZ)
+    add_executable(fuzz_${h} ${_fuzz_dir}/fuzz_${h}.cpp)
+    target_link_libraries(fuzz_${h} PRIVATE ${_lib})
+    target_compile_options(fuzz_${h} PRIVATE -fsanitize=fuzzer)
+    target_link_options(fuzz_${h} PRIVATE -fsanitize=fuzzer)
+  endif()
+endforeach()
