@@ -14,7 +14,7 @@ run() {  # harness, seed folders...
   local h=$1; shift
   mkdir -p "build-fuzz/corpus/$h" "build-fuzz/crashes/$h"
   echo "== $h for ${secs}s"
-  "build-fuzz/tests/fuzz_$h" -max_total_time="$secs" -rss_limit_mb=2048 -timeout=5 \
+  "build-fuzz/bin/fuzz_$h" -max_total_time="$secs" -rss_limit_mb=2048 -timeout=5 \
     -artifact_prefix="build-fuzz/crashes/$h/" "build-fuzz/corpus/$h" "$@"
 }
 run sample_processor tests/data/demo tests/data/corpus

@@ -245,21 +245,27 @@ stoker_status stoker_daemon_status(const char* socket_path, char** json_out) {
     if (::send(fd, &q, sizeof q, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof q)) {
       throw Failure{STOKER_ERR_DISCONNECTED, "cannot send to stokerd at " + socket};
     }
+    // The JSON may span several replies (kStatusMoreFollows on all but the last).
     std::vector<std::uint8_t> buf(stoker::proto::kMaxMessageBytes);
-    const std::size_t n = stoker::client::recv_message(fd, buf.data(), buf.size(), 10000, socket);
-    stoker::proto::MessageHeader h;
-    std::memcpy(&h, buf.data(), sizeof h);
-    if (static_cast<stoker::proto::MsgType>(h.type) == stoker::proto::MsgType::kError) {
-      stoker::client::throw_daemon_error(buf.data(), n);
+    std::string json;
+    for (;;) {
+      const std::size_t n = stoker::client::recv_message(fd, buf.data(), buf.size(), 10000, socket);
+      stoker::proto::MessageHeader h;
+      std::memcpy(&h, buf.data(), sizeof h);
+      if (static_cast<stoker::proto::MsgType>(h.type) == stoker::proto::MsgType::kError) {
+        stoker::client::throw_daemon_error(buf.data(), n);
+      }
+      if (static_cast<stoker::proto::MsgType>(h.type) != stoker::proto::MsgType::kStatusReply) {
+        throw Failure{STOKER_ERR_PROTOCOL, "unexpected reply to a status query"};
+      }
+      json.append(reinterpret_cast<const char*>(buf.data()) + sizeof h, n - sizeof h);
+      if ((h.reserved & stoker::proto::kStatusMoreFollows) == 0) break;
+      if (json.size() > (std::size_t{256} << 20)) throw Failure{STOKER_ERR_PROTOCOL, "status reply too large"};
     }
-    if (static_cast<stoker::proto::MsgType>(h.type) != stoker::proto::MsgType::kStatusReply) {
-      throw Failure{STOKER_ERR_PROTOCOL, "unexpected reply to a status query"};
-    }
-    const std::size_t len = n - sizeof h;
-    char* s = static_cast<char*>(std::malloc(len + 1));
+    char* s = static_cast<char*>(std::malloc(json.size() + 1));
     if (s == nullptr) throw std::bad_alloc();
-    std::memcpy(s, buf.data() + sizeof h, len);
-    s[len] = '\0';
+    std::memcpy(s, json.data(), json.size());
+    s[json.size()] = '\0';
     *json_out = s;
     return STOKER_OK;
   });

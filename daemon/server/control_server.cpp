@@ -131,6 +131,7 @@ void ControlServer::run() {
       } else {
         auto it = sessions_.find(static_cast<int>(tag));
         if (it == sessions_.end()) continue;
+        if ((events[i].events & EPOLLOUT) && !flush(it->second)) doomed_.push_back(it->first);
         if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) on_readable(it->second);
       }
     }
@@ -236,7 +237,7 @@ void ControlServer::close_silent_connections() {
     if (!s.spoke && std::chrono::duration<double>(now - s.connected_at).count() > limits_.handshake_timeout_s) {
       spdlog::warn("closing a connection from pid {} that sent nothing for {} s", s.pid, limits_.handshake_timeout_s);
       doomed_.push_back(fd);
-    } else if (s.spoke && s.job == nullptr &&
+    } else if (s.spoke && s.job == nullptr && s.outbox.empty() &&
                std::chrono::duration<double>(now - s.last_message).count() > limits_.idle_timeout_s) {
       spdlog::debug("closing an idle connection from pid {} (no job, {} s without a message)", s.pid,
                     limits_.idle_timeout_s);
@@ -266,9 +267,11 @@ bool ControlServer::handle_message(Session& s, const std::uint8_t* data, std::si
   const auto type = static_cast<proto::MsgType>(h.type);
   auto expect = [&](std::size_t size) {
     if (h.size == size && n == size) return true;
-    send_error(s, proto::ErrorCode::kBadMessage, "message of type " + std::to_string(h.type) +
-                                                     " has size " + std::to_string(n) +
-                                                     ", expected " + std::to_string(size));
+    // Name the size received; the header's claim too when it differs (a lying header).
+    send_error(s, proto::ErrorCode::kBadMessage,
+               "message of type " + std::to_string(h.type) + " has size " + std::to_string(n) +
+                   (h.size != n ? " (its header claims " + std::to_string(h.size) + ")" : std::string()) +
+                   ", expected " + std::to_string(size));
     return false;
   };
   switch (type) {
@@ -323,14 +326,7 @@ bool ControlServer::handle_message(Session& s, const std::uint8_t* data, std::si
     }
     case proto::MsgType::kStatusQuery: {
       if (!expect(sizeof(proto::StatusQueryMsg))) return false;
-      const std::string json = status_json();
-      std::vector<std::uint8_t> out(sizeof(proto::MessageHeader) +
-                                    std::min(json.size(), proto::kMaxMessageBytes - 16));
-      auto hdr = proto::make_message<proto::StatusQueryMsg>(proto::MsgType::kStatusReply).header;
-      hdr.size = static_cast<std::uint32_t>(out.size());
-      std::memcpy(out.data(), &hdr, sizeof hdr);
-      std::memcpy(out.data() + sizeof hdr, json.data(), out.size() - sizeof hdr);
-      return send_all(s, out.data(), out.size());
+      return send_status(s);
     }
     default:
       send_error(s, proto::ErrorCode::kBadMessage, "unknown message type " + std::to_string(h.type));
@@ -452,10 +448,58 @@ void ControlServer::send_error(Session& s, proto::ErrorCode code, const std::str
 }
 
 bool ControlServer::send_all(Session& s, const void* data, std::size_t n) {
+  // Behind queued messages: keep the order.
+  if (!s.outbox.empty()) {
+    const auto* p = static_cast<const std::uint8_t*>(data);
+    s.outbox.emplace_back(p, p + n);
+    s.outbox_bytes += n;
+    return flush(s);
+  }
   // SEQPACKET sends are atomic; a full socket buffer means the client stopped reading,
   // which a well-behaved client never does (one reply per request).
   const ssize_t w = ::send(s.fd, data, n, MSG_NOSIGNAL | MSG_DONTWAIT);
   return w == static_cast<ssize_t>(n);
+}
+
+bool ControlServer::send_status(Session& s) {
+  // The JSON in as many messages as it takes, each flagged kStatusMoreFollows but the last;
+  // a reader concatenates them (stoker_daemon_status). Queued whole, then flushed.
+  const std::string json = status_json();
+  constexpr std::size_t kChunk = proto::kMaxMessageBytes - sizeof(proto::MessageHeader);
+  std::size_t at = 0;
+  do {
+    const std::size_t len = std::min(kChunk, json.size() - at);
+    std::vector<std::uint8_t> msg(sizeof(proto::MessageHeader) + len);
+    auto hdr = proto::make_message<proto::StatusQueryMsg>(proto::MsgType::kStatusReply).header;
+    hdr.size = static_cast<std::uint32_t>(msg.size());
+    hdr.reserved = at + len < json.size() ? proto::kStatusMoreFollows : 0;
+    std::memcpy(msg.data(), &hdr, sizeof hdr);
+    std::memcpy(msg.data() + sizeof hdr, json.data() + at, len);
+    s.outbox_bytes += msg.size();
+    s.outbox.push_back(std::move(msg));
+    at += len;
+  } while (at < json.size());
+  return flush(s);
+}
+
+bool ControlServer::flush(Session& s) {
+  // A client that asks and never reads would make the daemon hold its replies forever.
+  constexpr std::size_t kMaxBacklog = std::size_t{64} << 20;
+  if (s.outbox_bytes > kMaxBacklog) return false;
+  const bool watching = !s.outbox.empty();
+  while (!s.outbox.empty()) {
+    const auto& m = s.outbox.front();
+    const ssize_t w = ::send(s.fd, m.data(), m.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (w != static_cast<ssize_t>(m.size())) return false;
+    s.outbox_bytes -= m.size();
+    s.outbox.pop_front();
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP | (s.outbox.empty() ? 0u : static_cast<std::uint32_t>(EPOLLOUT));
+  ev.data.u64 = static_cast<std::uint64_t>(s.fd);
+  if (watching || !s.outbox.empty()) ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, s.fd, &ev);
+  return true;
 }
 
 void ControlServer::evict(int fd, const char* why) {

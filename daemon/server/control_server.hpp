@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -56,6 +57,10 @@ class ControlServer {
     std::shared_ptr<PeerProcess> peer;           // device consumers: liveness of their process
     std::chrono::steady_clock::time_point connected_at;
     std::chrono::steady_clock::time_point last_message;  // for the idle timeout
+    // Messages that did not fit the socket buffer yet (a status reply for thousands of
+    // consumers is many messages); sent in order as the socket drains (EPOLLOUT).
+    std::deque<std::vector<std::uint8_t>> outbox;
+    std::size_t outbox_bytes = 0;
   };
 
   void accept_clients();
@@ -65,6 +70,10 @@ class ControlServer {
   void deliver_ready();
   void send_error(Session& s, proto::ErrorCode code, const std::string& text);
   bool send_all(Session& s, const void* data, std::size_t n);
+  // Sends queued messages while the socket takes them; false when the peer is gone or its
+  // backlog exceeds the bound. Watches EPOLLOUT exactly while the outbox is not empty.
+  bool flush(Session& s);
+  bool send_status(Session& s);
   void evict(int fd, const char* why);
   std::string status_json() const;
   void sample_rates();

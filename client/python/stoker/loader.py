@@ -227,9 +227,10 @@ class Loader:
         if self.world_size is None:
             return
         try:
-            status = json.loads(_stoker.daemon_status(self.socket))
-        except (_stoker.StokerError, ValueError):
-            return  # an older daemon or no status: nothing to check against
+            text = _stoker.daemon_status(self.socket)
+        except _stoker.StokerError:
+            return  # no status from this daemon: nothing to check against
+        status = json.loads(text)  # a broken reply is an error, not a reason to skip the check
         for j in status.get("jobs", []):
             if j.get("name") != self.job:
                 continue

@@ -19,6 +19,10 @@ inline constexpr std::uint32_t kControlMagic = 0x4b4f5453u;  // "STOK"
 inline constexpr std::uint16_t kProtoMajor = 1;
 inline constexpr std::uint16_t kProtoMinor = 1;  // 1: device delivery (kDeviceRing, kUnmapped)
 inline constexpr std::size_t kMaxMessageBytes = 65536;       // status replies carry JSON
+// MessageHeader.reserved of a StatusReply: more StatusReply messages follow with the rest of
+// the JSON (a status for thousands of consumers spans several messages). Readers that do not
+// know it (protocol 1.1 clients) read the first part only.
+inline constexpr std::uint16_t kStatusMoreFollows = 1;
 
 enum class MsgType : std::uint16_t {
   kHello = 1,        // client -> daemon, first message
