@@ -165,26 +165,46 @@ Connection::Connection(const std::string& socket_path, const std::string& job, s
     if (region_.get_size() < sizeof(proto::SegmentHeader) || region_.get_size() < w.segment_size) {
       throw Failure{STOKER_ERR_PROTOCOL, "shared memory segment is smaller than announced"};
     }
-    header_ = static_cast<const proto::SegmentHeader*>(region_.get_address());
-    if (header_->magic != proto::kSegmentMagic || header_->layout_major != proto::kLayoutMajor) {
+    // The geometry is copied out of shared memory once, checked against the handshake, the
+    // layout rules (proto::plan_segment) and the mapping's real size, and every address is
+    // computed from this private copy from now on: nothing another process scribbles into
+    // the header later can make this process read outside its mapping.
+    proto::SegmentHeader hdr;
+    std::memcpy(&hdr, region_.get_address(), sizeof hdr);
+    if (hdr.magic != proto::kSegmentMagic || hdr.layout_major != proto::kLayoutMajor) {
       throw Failure{STOKER_ERR_VERSION,
-                    "shared memory layout " + std::to_string(header_->layout_major) + "." +
-                        std::to_string(header_->layout_minor) + " but this libstoker reads " +
+                    "shared memory layout " + std::to_string(hdr.layout_major) + "." +
+                        std::to_string(hdr.layout_minor) + " but this libstoker reads " +
                         std::to_string(proto::kLayoutMajor) + "." + std::to_string(proto::kLayoutMinor)};
     }
-    const auto& g = header_->geometry;
-    if (w.ring_index >= header_->ring_count) {
-      throw Failure{STOKER_ERR_PROTOCOL, "ring index outside the segment's ring table"};
+    const proto::BatchGeometry g = hdr.geometry;
+    const bool dtype_ok = g.dtype == proto::DType::kUInt8 || g.dtype == proto::DType::kFloat16 ||
+                          g.dtype == proto::DType::kFloat32;
+    const bool geometry_ok =
+        dtype_ok && (g.layout == proto::Layout::kNCHW || g.layout == proto::Layout::kNHWC) &&
+        g.batch_size >= 1 && g.batch_size <= 65536 && g.channels >= 1 && g.channels <= 4 && g.height >= 1 &&
+        g.height <= 16384 && g.width >= 1 && g.width <= 16384 &&
+        g.image_bytes == std::uint64_t{g.channels} * g.height * g.width * proto::dtype_size(g.dtype);
+    if (!geometry_ok || w.ring_index >= hdr.ring_count || hdr.ring_count > (1u << 20) ||
+        hdr.slots_per_ring != w.slot_count || w.slot_count == 0 || w.slot_count > 1024) {
+      throw Failure{STOKER_ERR_PROTOCOL, "shared memory header does not describe a valid segment for this handshake"};
     }
-    const auto* ring = reinterpret_cast<const proto::RingHeader*>(
-                           static_cast<const std::uint8_t*>(region_.get_address()) +
-                           header_->ring_table_offset) + w.ring_index;
-    first_slot_ = static_cast<const std::uint8_t*>(region_.get_address()) + ring->first_slot_offset;
-    const std::uint64_t end = ring->first_slot_offset + header_->slot_stride * ring->slot_count;
-    if (end > region_.get_size() ||
-        ring->slot_count != w.slot_count) {
+    const proto::SegmentPlan plan = proto::plan_segment(g, hdr.ring_count, hdr.slots_per_ring);
+    proto::RingHeader ring;
+    std::memcpy(&ring, static_cast<const std::uint8_t*>(region_.get_address()) + plan.ring_table_offset +
+                           sizeof(proto::RingHeader) * w.ring_index, sizeof ring);
+    const std::uint64_t first = plan.first_slot_offset + std::uint64_t{w.ring_index} * w.slot_count * plan.slot_stride;
+    if (hdr.ring_table_offset != plan.ring_table_offset || hdr.slot_stride != plan.slot_stride ||
+        hdr.payload_offset != plan.payload_offset || hdr.labels_offset != plan.labels_offset ||
+        hdr.ids_offset != plan.ids_offset || plan.segment_size > region_.get_size() ||
+        plan.segment_size != w.segment_size || ring.first_slot_offset != first || ring.slot_count != w.slot_count) {
       throw Failure{STOKER_ERR_PROTOCOL, "shared memory ring table does not match the handshake"};
     }
+    first_slot_ = static_cast<const std::uint8_t*>(region_.get_address()) + first;
+    slot_stride_ = plan.slot_stride;
+    payload_offset_ = plan.payload_offset;
+    labels_offset_ = plan.labels_offset;
+    ids_offset_ = plan.ids_offset;
     info_.batch_size = g.batch_size;
     info_.channels = g.channels;
     info_.height = g.height;
@@ -192,10 +212,10 @@ Connection::Connection(const std::string& socket_path, const std::string& job, s
     info_.dtype = static_cast<stoker_dtype>(g.dtype);
     info_.layout = static_cast<stoker_layout>(g.layout);
     info_.image_bytes = g.image_bytes;
-    info_.samples_per_epoch = header_->samples_per_epoch;
+    info_.samples_per_epoch = hdr.samples_per_epoch;
     info_.samples_per_rank = w.samples_per_rank;
     info_.batches_per_epoch = w.batches_per_epoch;
-    info_.num_classes = header_->num_classes;
+    info_.num_classes = hdr.num_classes;
     info_.slot_count = w.slot_count;
     info_.daemon_generation = w.daemon_generation;
     info_.device_ordinal = -1;
@@ -302,8 +322,9 @@ BatchView Connection::next(int timeout_ms) {
   if (m.slot >= info_.slot_count || m.count > info_.batch_size) {
     throw Failure{STOKER_ERR_PROTOCOL, "stokerd announced an invalid slot"};
   }
-  const std::uint8_t* slot = first_slot_ + header_->slot_stride * m.slot;
-  const std::uint8_t* payload = slot + header_->payload_offset;
+  // Addresses from the private geometry only (checked at attach; m.slot checked above).
+  const std::uint8_t* slot = first_slot_ + slot_stride_ * m.slot;
+  const std::uint8_t* payload = slot + payload_offset_;
   BatchView v{};
   v.slot = m.slot;
   v.generation = m.generation;
@@ -312,8 +333,8 @@ BatchView Connection::next(int timeout_ms) {
   v.epoch = m.epoch;
   v.index = m.batch_index;
   v.images = payload;
-  v.labels = reinterpret_cast<const std::int64_t*>(payload + header_->labels_offset);
-  v.ids = reinterpret_cast<const std::int64_t*>(payload + header_->ids_offset);
+  v.labels = reinterpret_cast<const std::int64_t*>(payload + labels_offset_);
+  v.ids = reinterpret_cast<const std::int64_t*>(payload + ids_offset_);
   v.on_device = device_ && (m.flags & proto::kBatchOnDevice) != 0;
   outstanding_++;
   return v;

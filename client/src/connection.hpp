@@ -64,8 +64,9 @@ class Connection {
   bool acquire_outstanding_ = false; // only the next() caller touches it
   boost::interprocess::shared_memory_object shm_;
   boost::interprocess::mapped_region region_;
-  const proto::SegmentHeader* header_ = nullptr;
+  // This ring's geometry, copied and checked at attach; never re-read from shared memory.
   const std::uint8_t* first_slot_ = nullptr;
+  std::uint64_t slot_stride_ = 0, payload_offset_ = 0, labels_offset_ = 0, ids_offset_ = 0;
   stoker_job_info info_{};
   std::shared_ptr<DeviceMapping> device_;  // guarded by send_mu_ after construction
   std::atomic<int> outstanding_{0};        // batches handed out and not released
