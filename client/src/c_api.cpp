@@ -1,6 +1,9 @@
 // The C API: every entry point converts failures to a status + thread-local message.
 // No exception crosses this boundary.
 #include <cstdlib>
+#include <chrono>
+#include <thread>
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -19,6 +22,14 @@ using stoker::client::Failure;
 
 struct stoker_client {
   std::shared_ptr<Connection> conn;
+  // What a reconnect needs (reconnect_timeout_ms > 0): the same request, at the position the
+  // stream stands (the batch after the last one handed out).
+  std::string socket, job;
+  std::uint32_t rank = 0;
+  int device_ordinal = -1;
+  bool writable = false;
+  int reconnect_timeout_ms = 0;
+  std::uint64_t next_epoch = 0, next_batch = 0;
 };
 
 struct stoker_batch {
@@ -96,6 +107,34 @@ void acquire_on_device(stoker_batch* b, stoker::device::StreamId stream) {
   b->stream = stream;
 }
 
+// The daemon went away under a client with reconnect_timeout_ms: wait for one on the same
+// socket and attach at the stream's position, so the caller sees exactly the batches an
+// uninterrupted run gives. Batches still held from the old daemon keep their mapping (their
+// own shared_ptr to the old Connection). Past the timeout, `lost` is rethrown.
+void reconnect(stoker_client& c, const Failure& lost) {
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + std::chrono::milliseconds(c.reconnect_timeout_ms);
+  std::string last = lost.message;
+  while (clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    try {
+      c.conn = std::make_shared<Connection>(c.socket, c.job, c.rank, c.next_epoch, c.next_batch, c.device_ordinal,
+                                            c.writable);
+      return;
+    } catch (const Failure& f) {
+      // No daemon yet, or the old one's rank not released yet: keep waiting. Anything else
+      // (a job that is gone from the new config, a version mismatch) is final.
+      if (f.status != STOKER_ERR_NO_DAEMON && f.status != STOKER_ERR_DISCONNECTED &&
+          f.status != STOKER_ERR_REFUSED) {
+        throw;
+      }
+      last = f.message;
+    }
+  }
+  throw Failure{STOKER_ERR_DISCONNECTED, lost.message + "; no daemon came back within " +
+                                             std::to_string(c.reconnect_timeout_ms) + " ms (" + last + ")"};
+}
+
 }  // namespace
 
 extern "C" {
@@ -112,8 +151,16 @@ stoker_status stoker_client_open(const stoker_options* o, stoker_client** out) {
   return guarded([&] {
     const std::string socket = stoker::proto::resolve_socket_path(o->socket_path ? o->socket_path : "");
     auto c = std::make_unique<stoker_client>();
+    c->socket = socket;
+    c->job = o->job;
+    c->rank = o->rank;
+    c->device_ordinal = parse_device(o->device, o->want_device);
+    c->writable = o->map_writable != 0;
+    c->reconnect_timeout_ms = std::max(0, o->reconnect_timeout_ms);
+    c->next_epoch = o->start_epoch;
+    c->next_batch = o->start_batch;
     c->conn = std::make_shared<Connection>(socket, o->job, o->rank, o->start_epoch, o->start_batch,
-                                           parse_device(o->device, o->want_device), o->map_writable != 0);
+                                           c->device_ordinal, c->writable);
     *out = c.release();
     return STOKER_OK;
   });
@@ -136,8 +183,21 @@ stoker_status stoker_client_next(stoker_client* c, int timeout_ms, stoker_batch*
   *out = nullptr;
   return guarded([&] {
     auto b = std::make_unique<stoker_batch>();
+    try {
+      b->view = c->conn->next(timeout_ms);
+    } catch (const Failure& f) {
+      if (f.status != STOKER_ERR_DISCONNECTED || c->reconnect_timeout_ms <= 0) throw;
+      reconnect(*c, f);  // a restarted daemon: carry on at the same position
+      b->view = c->conn->next(timeout_ms);
+    }
     b->conn = c->conn;
-    b->view = c->conn->next(timeout_ms);
+    if (b->view.flags & stoker::proto::kBatchLastInEpoch) {
+      c->next_epoch = b->view.epoch + 1;
+      c->next_batch = 0;
+    } else {
+      c->next_epoch = b->view.epoch;
+      c->next_batch = b->view.index + 1;
+    }
     *out = b.release();
     return STOKER_OK;
   });

@@ -230,3 +230,66 @@ TEST_CASE("out of descriptors: hundreds of status callers are capped and timed o
   CHECK_THAT(st, Catch::Contains("\"quarantined\":0") && Catch::Contains("\"missing\":0"));
   CHECK(!fs::exists(dir.path() / "demo.quarantine"));
 }
+
+TEST_CASE("a daemon restart is a pause: with reconnect_timeout_ms the consumer waits, reconnects at "
+          "its position and gets exactly the uninterrupted batches", "[fault][machine]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec j;
+  j.prefetch = 2;
+  const auto cfg = write_config(dir.path(), {j}, 2);
+  using Seq = std::vector<std::vector<std::int64_t>>;
+  auto take = [](stoker::Client& c, Seq& seq, int n) {
+    for (int i = 0; i < n; ++i) {
+      stoker::Batch b = c.next(30000);
+      seq.emplace_back(b.ids(), b.ids() + b.count());
+    }
+  };
+  Seq reference;
+  {
+    Daemon d(cfg, socket);
+    stoker::Client c("demo", 0, at(socket));
+    take(c, reference, 16);  // two epochs of 8 batches
+  }
+  auto d = std::make_unique<Daemon>(cfg, socket);
+  stoker::ClientOptions o = at(socket);
+  o.reconnect_timeout_ms = 20000;
+  stoker::Client c("demo", 0, o);
+  Seq got;
+  take(c, got, 3);
+  stoker::Batch held = c.next(30000);  // held across the restart
+  got.emplace_back(held.ids(), held.ids() + held.count());
+  const std::vector<std::int64_t> held_ids = got.back();
+  d->kill9();
+  std::thread restart([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    d = std::make_unique<Daemon>(cfg, socket);
+  });
+  take(c, got, 12);  // waits through the restart
+  restart.join();
+  CHECK(got == reference);
+  // The batch held from the old daemon is still readable, unchanged.
+  CHECK(std::vector<std::int64_t>(held.ids(), held.ids() + held.count()) == held_ids);
+}
+
+TEST_CASE("without a daemon coming back, reconnect_timeout_ms ends in a clear error", "[fault][machine]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec j;
+  j.prefetch = 1;
+  Daemon d(write_config(dir.path(), {j}, 1), socket);
+  stoker::ClientOptions o = at(socket);
+  o.reconnect_timeout_ms = 500;
+  stoker::Client c("demo", 0, o);
+  { stoker::Batch b = c.next(30000); }
+  d.kill9();
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    for (int i = 0; i < 20; ++i) c.next(30000);
+    FAIL("batches from a dead daemon");
+  } catch (const stoker::Error& e) {
+    CHECK(e.status() == STOKER_ERR_DISCONNECTED);
+    CHECK_THAT(e.what(), Catch::Contains("no daemon came back within 500 ms"));
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+}

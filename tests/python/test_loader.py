@@ -2,6 +2,7 @@
 Batches are checked against what `stokerctl consume --dump` receives for the same positions."""
 import gc
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -254,6 +255,26 @@ def test_iteration_continues_exactly_after_the_daemon_restarts_under_it(fw, daem
     b = next(loader.batches())  # same Loader: reconnects at the position it stood at
     assert (b.epoch, b.index) == (0, 4)
     assert np.array_equal(to_numpy(b.ids), ref[(0, 4)][0])
+
+
+def test_with_reconnect_timeout_a_daemon_killed_and_restarted_is_only_a_pause(fw, daemon):
+    ref = run_uninterrupted(daemon.socket, fw, 1)
+    loader = stoker.Loader("demo", socket=daemon.socket, framework=fw, reconnect_timeout_s=20)
+    got, held = [], None
+    restarter = None
+    for b in loader.batches():
+        got.append((b.epoch, b.index, to_numpy(b.ids).copy()))
+        if b.index == 2:
+            held = b  # kept across the restart
+            held_ids = to_numpy(b.ids).copy()
+            daemon.stop(signal.SIGKILL)
+            restarter = threading.Timer(0.5, daemon.start)
+            restarter.start()
+    restarter.join()
+    assert [(e, i) for e, i, _ in got] == sorted(k for k in ref if k[0] == 0)
+    for e, i, ids in got:
+        assert np.array_equal(ids, ref[(e, i)][0])
+    assert np.array_equal(to_numpy(held.ids), held_ids)  # still readable, unchanged
 
 
 def rss_kib():

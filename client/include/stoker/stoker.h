@@ -58,6 +58,11 @@ typedef struct stoker_options {
                               (0 when unset); "cuda:N": on GPU N as this process numbers them.
                               The daemon copies each batch to that GPU (CUDA IPC; matched by
                               UUID whatever CUDA_VISIBLE_DEVICES each side has). */
+  int reconnect_timeout_ms; /* > 0: when the daemon goes away (restart, upgrade), next() waits
+                              up to this long for one on the same socket, reconnects at the
+                              stream's position and goes on with exactly the batches an
+                              uninterrupted run gives; batches still held stay readable.
+                              0: next() fails with STOKER_ERR_DISCONNECTED at once. */
 } stoker_options;
 
 typedef struct stoker_job_info {

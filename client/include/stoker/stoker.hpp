@@ -96,6 +96,7 @@ struct ClientOptions {
   std::uint64_t start_batch = 0;
   bool want_device = false;  // same as device = "cuda"
   std::string device;        // "" host batches; "cuda" ($LOCAL_RANK) or "cuda:N"
+  int reconnect_timeout_ms = 0;  // > 0: wait this long for a restarted daemon (stoker.h)
 };
 
 class Client {
@@ -110,6 +111,7 @@ class Client {
     opts.start_batch = o.start_batch;
     opts.want_device = o.want_device ? 1 : 0;
     opts.device = o.device.empty() ? nullptr : o.device.c_str();
+    opts.reconnect_timeout_ms = o.reconnect_timeout_ms;
     check(stoker_client_open(&opts, &c_));
     check(stoker_client_info(c_, &info_));
   }

@@ -176,14 +176,21 @@ class Loader:
     RANK / WORLD_SIZE (else 0 / unchecked); rank is global and world_size must equal the job's
     world (`consumers`, or `world_size` for a job spread over several nodes' daemons). timeout_s: longest wait for one batch
     (None: forever) before stoker.TimeoutError. hold_timeout_s: how long to wait when this
-    process holds every slot of its ring before stoker.HoldError.
+    process holds every slot of its ring before stoker.HoldError. reconnect_timeout_s: when
+    the daemon goes away (a restart under systemd's Restart=, a package upgrade), wait up to
+    this long for one on the same socket and continue at the same position with the same
+    batches (default: raise stoker.DisconnectedError at once).
     """
 
     def __init__(self, job: str, rank: Optional[int] = None, world_size: Optional[int] = None,
                  socket: Optional[str] = None, framework: Optional[str] = None, copy: bool = False,
                  timeout_s: Optional[float] = None, hold_timeout_s: float = 60.0,
-                 device: Any = None, pin_memory: bool = False):
+                 device: Any = None, pin_memory: bool = False,
+                 reconnect_timeout_s: Optional[float] = None):
         self.job = job
+        if reconnect_timeout_s is not None and reconnect_timeout_s < 0:
+            raise ValueError("reconnect_timeout_s must be >= 0")
+        self.reconnect_timeout_s = reconnect_timeout_s or 0.0
         self.device, self._device_index = _resolve_device(device)
         self.pin_memory = bool(pin_memory)
         if self.pin_memory and self.device:
@@ -300,9 +307,29 @@ class Loader:
                 return self._client.next(slice_ms)
             except _stoker.TimeoutError:
                 continue
-            except _stoker.DisconnectedError:
+            except _stoker.DisconnectedError as lost:
                 self._client = None
-                raise
+                if not self.reconnect_timeout_s:
+                    raise
+                self._reconnect(lost)
+                start = time.monotonic()
+
+    def _reconnect(self, lost: Exception) -> None:
+        """The daemon went away (restart, upgrade): wait up to reconnect_timeout_s for one on
+        the same socket and attach where the stream stands, so iteration goes on with exactly
+        the batches an uninterrupted run gives. Batches still held stay readable (each keeps
+        its own mapping of the old daemon's segment)."""
+        deadline = time.monotonic() + self.reconnect_timeout_s
+        last: Exception = lost
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            try:
+                self._connect(*self._stream)
+                return
+            except (_stoker.NoDaemonError, _stoker.DisconnectedError, _stoker.RefusedError) as e:
+                last = e  # not back yet, or its predecessor's rank not yet free
+        raise _stoker.DisconnectedError(
+            f"{lost}; no stokerd came back on the socket within {self.reconnect_timeout_s} s ({last})")
 
     # --- DataLoader conventions -----------------------------------------------------------
     def __len__(self) -> int:
