@@ -3,13 +3,14 @@
 #include <cerrno>
 #include <cstring>
 #include <poll.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <boost/interprocess/exceptions.hpp>
 
-namespace bip = boost::interprocess;
 
 namespace stoker::client {
 namespace {
@@ -52,7 +53,8 @@ int connect_control_socket(const std::string& socket_path) {
 }
 
 std::size_t recv_message(int fd, void* buf, std::size_t cap, int timeout_ms,
-                         const std::string& socket_path) {
+                         const std::string& socket_path, int* fd_out) {
+  if (fd_out != nullptr) *fd_out = -1;
   pollfd p{fd, POLLIN, 0};
   for (;;) {
     const int r = ::poll(&p, 1, timeout_ms);
@@ -61,7 +63,31 @@ std::size_t recv_message(int fd, void* buf, std::size_t cap, int timeout_ms,
                                                       std::to_string(timeout_ms) + " ms"};
     break;
   }
-  const ssize_t n = ::recv(fd, buf, cap, MSG_TRUNC);
+  // recvmsg: a Welcome carries the job's segment as a descriptor. One that was not asked
+  // for is closed at once (a descriptor in this process is a resource the daemon chose).
+  iovec iov{buf, cap};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  const ssize_t n = ::recvmsg(fd, &msg, MSG_TRUNC | MSG_CMSG_CLOEXEC);
+  if (n > 0) {
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (std::size_t i = 0; i < count; ++i) {
+        int received = -1;
+        std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof received);
+        if (fd_out != nullptr && *fd_out < 0) {
+          *fd_out = received;
+        } else {
+          ::close(received);
+        }
+      }
+    }
+  }
   if (n == 0 || (n < 0 && (errno == ECONNRESET || errno == EPIPE))) {
     throw Failure{STOKER_ERR_DISCONNECTED,
                   "stokerd at " + socket_path +
@@ -136,7 +162,14 @@ Connection::Connection(const std::string& socket_path, const std::string& job, s
     send_message(fd_, &hello, sizeof hello, socket_path_);
 
     alignas(8) std::uint8_t buf[1024];
-    const std::size_t n = recv_message(fd_, buf, sizeof buf, kHandshakeTimeoutMs, socket_path_);
+    int segment_fd = -1;
+    const std::size_t n = recv_message(fd_, buf, sizeof buf, kHandshakeTimeoutMs, socket_path_, &segment_fd);
+    struct FdCloser {
+      int& fd;
+      ~FdCloser() {
+        if (fd >= 0) ::close(fd);
+      }
+    } close_segment_fd{segment_fd};
     proto::MessageHeader h;
     std::memcpy(&h, buf, sizeof h);
     if (h.magic != proto::kControlMagic) throw Failure{STOKER_ERR_PROTOCOL, "not a stokerd socket"};
@@ -154,17 +187,25 @@ Connection::Connection(const std::string& socket_path, const std::string& job, s
     std::memcpy(&w, buf, sizeof w);
     w.segment_name[sizeof w.segment_name - 1] = '\0';
 
-    try {
-      const auto mode = map_writable ? bip::read_write : bip::read_only;
-      shm_ = bip::shared_memory_object(bip::open_only, w.segment_name, mode);
-      region_ = bip::mapped_region(shm_, mode);
-    } catch (const bip::interprocess_exception& e) {
-      throw Failure{STOKER_ERR_PROTOCOL, std::string("cannot map shared memory '") + w.segment_name +
-                                             "': " + e.what()};
-    }
-    if (region_.get_size() < sizeof(proto::SegmentHeader) || region_.get_size() < w.segment_size) {
+    // The segment is a sealed memfd (its size can never change, so no access within it can
+    // fault): checked with fstat before mapping.
+    if (segment_fd < 0) throw Failure{STOKER_ERR_PROTOCOL, "stokerd sent no shared memory with its welcome"};
+    struct stat st {};
+    if (::fstat(segment_fd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) < w.segment_size ||
+        w.segment_size < sizeof(proto::SegmentHeader)) {
       throw Failure{STOKER_ERR_PROTOCOL, "shared memory segment is smaller than announced"};
     }
+    const int seals = ::fcntl(segment_fd, F_GET_SEALS);
+    if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+      throw Failure{STOKER_ERR_PROTOCOL, "stokerd's shared memory is not sealed against shrinking"};
+    }
+    void* base = ::mmap(nullptr, w.segment_size, PROT_READ | (map_writable ? PROT_WRITE : 0), MAP_SHARED,
+                        segment_fd, 0);
+    if (base == MAP_FAILED) {
+      throw Failure{STOKER_ERR_INTERNAL, std::string("cannot map shared memory '") + w.segment_name +
+                                             "': " + std::strerror(errno)};
+    }
+    region_.reset(base, w.segment_size);
     // The geometry is copied out of shared memory once, checked against the handshake, the
     // layout rules (proto::plan_segment) and the mapping's real size, and every address is
     // computed from this private copy from now on: nothing another process scribbles into
@@ -240,6 +281,12 @@ Connection::Connection(const std::string& socket_path, const std::string& job, s
     fd_ = -1;
     throw;
   }
+}
+
+void Connection::Mapping::reset(void* addr, std::size_t len) {
+  if (addr_ != nullptr) ::munmap(addr_, len_);
+  addr_ = addr;
+  len_ = len;
 }
 
 namespace {

@@ -9,8 +9,6 @@
 #include <mutex>
 #include <string>
 
-#include <boost/interprocess/mapped_region.hpp>
-#include <boost/interprocess/shared_memory_object.hpp>
 
 #include "device_mapping.hpp"
 #include "stoker/proto/control.hpp"
@@ -62,8 +60,22 @@ class Connection {
   int fd_ = -1;                      // guarded by send_mu_ for send/close
   std::mutex send_mu_;
   bool acquire_outstanding_ = false; // only the next() caller touches it
-  boost::interprocess::shared_memory_object shm_;
-  boost::interprocess::mapped_region region_;
+  // This connection's mapping of the job's segment (a sealed memfd received with the Welcome).
+  class Mapping {
+   public:
+    Mapping() = default;
+    ~Mapping() { reset(nullptr, 0); }
+    Mapping(const Mapping&) = delete;
+    Mapping& operator=(const Mapping&) = delete;
+    void reset(void* addr, std::size_t len);
+    void* get_address() const { return addr_; }
+    std::size_t get_size() const { return len_; }
+
+   private:
+    void* addr_ = nullptr;
+    std::size_t len_ = 0;
+  };
+  Mapping region_;
   // This ring's geometry, copied and checked at attach; never re-read from shared memory.
   const std::uint8_t* first_slot_ = nullptr;
   std::uint64_t slot_stride_ = 0, payload_offset_ = 0, labels_offset_ = 0, ids_offset_ = 0;
@@ -77,8 +89,9 @@ class Connection {
 // Connects a SOCK_SEQPACKET socket; throws Failure with a hint when no daemon listens.
 int connect_control_socket(const std::string& socket_path);
 // Receives one message with a timeout (<0: forever); throws Failure on EOF/timeout/error.
+// `fd_out`: receives a descriptor sent with the message (-1 if none); others are closed.
 std::size_t recv_message(int fd, void* buf, std::size_t cap, int timeout_ms,
-                         const std::string& socket_path);
+                         const std::string& socket_path, int* fd_out = nullptr);
 // Throws Failure for an ErrorMsg, mapping daemon error codes to stoker_status.
 [[noreturn]] void throw_daemon_error(const void* msg, std::size_t n);
 

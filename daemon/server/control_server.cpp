@@ -414,7 +414,8 @@ bool ControlServer::handle_hello(Session& s, const proto::HelloMsg& m) {
   w.samples_per_rank = job->samples_per_rank();
   spdlog::info("consumer pid {} attached to job {} rank {} at epoch {} batch {}{}", s.pid, job_name,
                m.rank, m.start_epoch, m.start_batch, device ? " (device batches)" : "");
-  if (!send_all(s, &w, sizeof w)) return false;
+  // The segment travels with the Welcome, as a descriptor (SCM_RIGHTS): it has no name.
+  if (!send_with_fd(s, &w, sizeof w, job->segment().fd())) return false;
   if (device) {
     s.device = device;
     s.peer = std::make_shared<PeerProcess>(s.peer_pid);
@@ -458,6 +459,23 @@ bool ControlServer::send_all(Session& s, const void* data, std::size_t n) {
   // SEQPACKET sends are atomic; a full socket buffer means the client stopped reading,
   // which a well-behaved client never does (one reply per request).
   const ssize_t w = ::send(s.fd, data, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+  return w == static_cast<ssize_t>(n);
+}
+
+bool ControlServer::send_with_fd(Session& s, const void* data, std::size_t n, int fd) {
+  iovec iov{const_cast<void*>(data), n};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  const ssize_t w = ::sendmsg(s.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
   return w == static_cast<ssize_t>(n);
 }
 

@@ -74,6 +74,8 @@ class ControlServer {
   // backlog exceeds the bound. Watches EPOLLOUT exactly while the outbox is not empty.
   bool flush(Session& s);
   bool send_status(Session& s);
+  // One message with a descriptor attached (the Welcome and its job's segment).
+  bool send_with_fd(Session& s, const void* data, std::size_t n, int fd);
   void evict(int fd, const char* why);
   std::string status_json() const;
   void sample_rates();

@@ -42,7 +42,8 @@ Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset datase
       plan_(proto::plan_segment(geometry_of(cfg), cfg.consumers, cfg.prefetch)),
       queue_(queue),
       notify_ready_(std::move(notify_ready)) {
-  segment_ = std::make_unique<ShmSegment>(segment_name, plan_.segment_size, shm_mode);
+  (void)shm_mode;  // access to a sealed memfd is the control socket's (see ShmSegment)
+  segment_ = std::make_unique<ShmSegment>(segment_name, plan_.segment_size);
 
   auto* h = reinterpret_cast<proto::SegmentHeader*>(segment_->base());
   h->magic = proto::kSegmentMagic;

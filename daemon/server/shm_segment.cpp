@@ -1,48 +1,39 @@
 #include "server/shm_segment.hpp"
 
-#include <stdexcept>
+#include <cerrno>
 #include <cstring>
 #include <fcntl.h>
+#include <stdexcept>
+#include <sys/mman.h>
+#include <unistd.h>
 
-#include <boost/interprocess/exceptions.hpp>
-#include <boost/interprocess/permissions.hpp>
-
-namespace bip = boost::interprocess;
+#include <boost/interprocess/shared_memory_object.hpp>
 
 namespace stoker::server {
-namespace {
 
-bip::shared_memory_object create_fresh(const std::string& name, unsigned mode) {
-  bip::shared_memory_object::remove(name.c_str());  // stale from a killed daemon
-  bip::permissions perms(mode);
-  try {
-    return bip::shared_memory_object(bip::create_only, name.c_str(), bip::read_write, perms);
-  } catch (const bip::interprocess_exception& e) {
-    throw std::runtime_error("cannot create shared memory segment '" + name + "': " + e.what());
-  }
+ShmSegment::ShmSegment(std::string name, std::uint64_t size) : name_(std::move(name)), size_(size) {
+  // A named segment left by a stokerd before sealed memfds: remove it.
+  boost::interprocess::shared_memory_object::remove(name_.c_str());
+  fd_ = ::memfd_create(name_.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd_ < 0) throw std::runtime_error("cannot create shared memory segment '" + name_ + "': " + std::strerror(errno));
+  auto fail = [&](const char* what, int e) {
+    ::close(fd_);
+    throw std::runtime_error("cannot " + std::string(what) + " shared memory segment '" + name_ + "' of " +
+                             std::to_string(size) + " bytes (is there enough memory?): " + std::strerror(e));
+  };
+  if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) fail("size", errno);
+  // Reserve every page now: too little memory must fail here, at start, with a message, not
+  // later as SIGBUS inside a worker writing a batch.
+  if (const int rc = ::posix_fallocate(fd_, 0, static_cast<off_t>(size)); rc != 0) fail("reserve", rc);
+  if (::fcntl(fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) fail("seal", errno);
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+  if (p == MAP_FAILED) fail("map", errno);
+  base_ = static_cast<std::uint8_t*>(p);
 }
 
-}  // namespace
-
-ShmSegment::ShmSegment(std::string name, std::uint64_t size, unsigned mode)
-    : name_(std::move(name)), shm_(create_fresh(name_, mode)) {
-  try {
-    shm_.truncate(static_cast<bip::offset_t>(size));
-    // Reserve every page now: a /dev/shm that is too small must fail here, at start, with a
-    // message, not later as SIGBUS inside a worker writing a batch.
-    if (int rc = ::posix_fallocate(shm_.get_mapping_handle().handle, 0, static_cast<off_t>(size));
-        rc != 0) {
-      throw bip::interprocess_exception(std::strerror(rc));
-    }
-    region_ = bip::mapped_region(shm_, bip::read_write, 0, size);
-  } catch (const bip::interprocess_exception& e) {
-    bip::shared_memory_object::remove(name_.c_str());
-    throw std::runtime_error("cannot size shared memory segment '" + name_ + "' to " +
-                             std::to_string(size) + " bytes (is /dev/shm large enough?): " +
-                             e.what());
-  }
+ShmSegment::~ShmSegment() {
+  if (base_ != nullptr) ::munmap(base_, size_);
+  if (fd_ >= 0) ::close(fd_);
 }
-
-ShmSegment::~ShmSegment() { bip::shared_memory_object::remove(name_.c_str()); }
 
 }  // namespace stoker::server

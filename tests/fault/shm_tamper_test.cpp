@@ -1,5 +1,5 @@
-// Fault tier: another process of the same user scribbles over a job's segment header after a
-// consumer attached (issue #15 §3). The consumer computes every address from the geometry it
+// Fault tier: another process of the same user tries to shrink a job's segment and scribbles
+// over its header after a consumer attached (issue #15 §3). The consumer computes every address from the geometry it
 // copied and checked at attach, so it keeps receiving correct batches; the daemon, which
 // never reads its layout back from shared memory, keeps serving.
 #include <catch2/catch.hpp>
@@ -33,10 +33,13 @@ TEST_CASE("garbage written into the segment header after attach crashes no one",
     REQUIRE(b.count() == 8);
   }
 
-  // What a stray process could do: open the segment by name and overwrite the offsets.
-  const std::string name = "/" + stoker::proto::segment_name(socket, "demo");
-  const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
+  // What a stray process of the same user could do: open the daemon's segment through /proc,
+  // try to truncate it (refused: sealed) and overwrite the offsets in its header.
+  const std::string path = memfd_of(d.pid(), stoker::proto::segment_name(socket, "demo"));
+  REQUIRE(!path.empty());
+  const int fd = ::open(path.c_str(), O_RDWR);
   REQUIRE(fd >= 0);
+  CHECK(::ftruncate(fd, 4096) != 0);  // the SIGBUS a shrunk segment would cause cannot happen
   void* base = ::mmap(nullptr, sizeof(stoker::proto::SegmentHeader), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
   REQUIRE(base != MAP_FAILED);

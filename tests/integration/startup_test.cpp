@@ -1,6 +1,9 @@
 // Integration tier: what happens at start — refused configs, a second daemon, stale leftovers,
 // and a client that speaks another protocol version.
 #include <catch2/catch.hpp>
+#include <cerrno>
+#include <sys/stat.h>
+#include <fcntl.h>
 
 #include <cstring>
 #include <fstream>
@@ -71,7 +74,7 @@ TEST_CASE("a second stokerd on the same socket refuses to start", "[integration]
   CHECK(c.next(30000).count() == 8);
 }
 
-TEST_CASE("stale socket and segment from a killed daemon are cleaned at the next start",
+TEST_CASE("a killed daemon leaves no segment behind; its stale socket is cleaned at the next start",
           "[integration]") {
   TempDir dir;
   const auto socket = (dir.path() / "s.sock").string();
@@ -81,7 +84,7 @@ TEST_CASE("stale socket and segment from a killed daemon are cleaned at the next
     d.kill9();
   }
   CHECK(fs::exists(socket));  // left behind by the crash
-  CHECK(shm_objects_containing(stoker::proto::segment_name(socket, "demo")).size() == 1);
+  CHECK(shm_objects_containing(stoker::proto::segment_name(socket, "demo")).empty());
   Daemon d(cfg, socket);
   stoker::ClientOptions o;
   o.socket_path = socket;
@@ -91,15 +94,27 @@ TEST_CASE("stale socket and segment from a killed daemon are cleaned at the next
   CHECK(shm_objects_containing(stoker::proto::segment_name(socket, "demo")).empty());
 }
 
-TEST_CASE("segments are private to the daemon's user (mode 0600)", "[integration]") {
+TEST_CASE("a segment has no name and nobody can resize it, not even through /proc", "[integration]") {
   TempDir dir;
   const auto socket = (dir.path() / "s.sock").string();
   Daemon d(write_config(dir.path(), {JobSpec{}}, 1), socket);
-  const auto seg = fs::path("/dev/shm") / stoker::proto::segment_name(socket, "demo");
-  const auto perms = fs::status(seg).permissions();
-  CHECK((perms & fs::perms::all) == (fs::perms::owner_read | fs::perms::owner_write));
-  CHECK((fs::status(socket).permissions() & (fs::perms::group_all | fs::perms::others_all)) ==
-        fs::perms::none);
+  const std::string seg = stoker::proto::segment_name(socket, "demo");
+  CHECK_FALSE(fs::exists(fs::path("/dev/shm") / seg));
+  const std::string path = memfd_of(d.pid(), seg);
+  REQUIRE(!path.empty());
+  const int fd = ::open(path.c_str(), O_RDWR);  // what a same-user process could do
+  REQUIRE(fd >= 0);
+  struct stat st {};
+  REQUIRE(::fstat(fd, &st) == 0);
+  CHECK(::ftruncate(fd, 0) != 0);
+  CHECK(errno == EPERM);
+  CHECK(::ftruncate(fd, st.st_size * 2) != 0);
+  CHECK(errno == EPERM);
+  ::close(fd);
+  stoker::ClientOptions o;
+  o.socket_path = socket;
+  stoker::Client c("demo", 0, o);
+  CHECK(c.next(30000).count() == 8);
 }
 
 TEST_CASE("a client of another protocol version is refused naming both versions",

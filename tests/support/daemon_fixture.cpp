@@ -183,6 +183,16 @@ int run_program(const std::vector<std::string>& argv, std::string& output, int t
   return rc;
 }
 
+std::string memfd_of(int pid, const std::string& name) {
+  std::error_code ec;
+  const fs::path dir = "/proc/" + std::to_string(pid) + "/fd";
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const fs::path target = fs::read_symlink(e.path(), ec);
+    if (!ec && target.string().rfind("/memfd:" + name + " ", 0) == 0) return e.path().string();
+  }
+  return {};
+}
+
 std::vector<std::string> shm_objects_containing(const std::string& part) {
   std::vector<std::string> out;
   std::error_code ec;

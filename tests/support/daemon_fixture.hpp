@@ -71,6 +71,9 @@ int wait_program(int pid, int timeout_s);
 // Runs a program to completion; returns exit code, fills output (stdout+stderr).
 int run_program(const std::vector<std::string>& argv, std::string& output, int timeout_s = 60);
 
+// "/proc/PID/fd/N" of process `pid`'s memfd named `name` (a job's segment), or "" if none.
+std::string memfd_of(int pid, const std::string& name);
+
 // Shared-memory objects in /dev/shm whose name contains `part`.
 std::vector<std::string> shm_objects_containing(const std::string& part);
 

@@ -16,8 +16,10 @@
 namespace stoker::proto {
 
 inline constexpr std::uint32_t kControlMagic = 0x4b4f5453u;  // "STOK"
-inline constexpr std::uint16_t kProtoMajor = 1;
-inline constexpr std::uint16_t kProtoMinor = 1;  // 1: device delivery (kDeviceRing, kUnmapped)
+// 2: the segment travels with the Welcome as a sealed memfd (SCM_RIGHTS) instead of by name,
+// so a 1.x client could not map it; status replies may span several messages.
+inline constexpr std::uint16_t kProtoMajor = 2;
+inline constexpr std::uint16_t kProtoMinor = 0;
 inline constexpr std::size_t kMaxMessageBytes = 65536;       // status replies carry JSON
 // MessageHeader.reserved of a StatusReply: more StatusReply messages follow with the rest of
 // the JSON (a status for thousands of consumers spans several messages). Readers that do not
