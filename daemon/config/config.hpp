@@ -60,7 +60,7 @@ struct JobConfig {
   std::uint32_t prefetch = 4;  // ready batches buffered per consumer (ring slots)
   image::PipelineSpec pipeline;
   OnError on_error = OnError::kSkip;
-  std::filesystem::path quarantine;  // default: <state_dir>/<job>.quarantine
+  std::filesystem::path quarantine;  // default: <state_dir>/<job>-<dataset hash>.quarantine
   bool device_output = false;        // serve batches on the consumer's GPU (CUDA IPC)
   // device_normalize: `pipeline` then writes uint8 on the CPU (what host consumers get) and
   // `device_pipeline` holds the float output the GPU makes of it for device consumers.

@@ -57,6 +57,18 @@ std::size_t default_max_connections(std::uint64_t open_files, unsigned workers, 
   return static_cast<std::size_t>(std::clamp<std::uint64_t>(left / 2, 4, 65536));
 }
 
+// <job>-<16 hex>.quarantine: keyed by the dataset's identity (source type and root), so the
+// same job name pointed at another dataset does not read this one's list.
+std::string default_quarantine_name(const config::JobConfig& jc) {
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+  for (const char c : jc.source.type + ":" + jc.source.root.lexically_normal().string()) {
+    h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return jc.name + "-" + hex + ".quarantine";
+}
+
 std::uint64_t new_generation() {
   std::random_device rd;
   return (static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^
@@ -190,7 +202,7 @@ int run_daemon(const DaemonOptions& options) {
     std::vector<Job*> job_ptrs;
     for (std::size_t i = 0; i < cfg.jobs.size(); ++i) {
       config::JobConfig jc = cfg.jobs[i];
-      if (jc.quarantine.empty()) jc.quarantine = state_dir / (jc.name + ".quarantine");
+      if (jc.quarantine.empty()) jc.quarantine = state_dir / default_quarantine_name(jc);
       const auto& ds = datasets[i];
       spdlog::info("job {}: {} samples in {} classes from {}, batch {}, {} consumer(s), {} slots each",
                    jc.name, ds.samples.size(), ds.classes.size(), jc.source.root.string(),

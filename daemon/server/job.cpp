@@ -65,16 +65,21 @@ Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset datase
 
   quarantine_ = std::make_unique<Quarantine>(cfg.quarantine);
   quarantined_ = std::make_unique<std::atomic<std::uint8_t>[]>(dataset_.samples.size());
-  std::size_t skipped = 0;
+  std::size_t skipped = 0, changed = 0;
   if (quarantine_->size() > 0) {
     for (std::size_t i = 0; i < dataset_.samples.size(); ++i) {
-      if (quarantine_->contains(dataset_.samples[i].path)) {
+      const std::string& path = dataset_.samples[i].path;
+      if (!quarantine_->contains(path)) continue;
+      if (quarantine_->still_bad(path)) {
         quarantined_[i] = 1;
         ++skipped;
+      } else {
+        ++changed;  // replaced since it was found bad: decoded again
       }
     }
-    spdlog::info("job {}: {} file(s) skipped, listed in quarantine {}", cfg.name, skipped,
-                 cfg.quarantine.string());
+    spdlog::info("job {}: {} file(s) skipped, listed in quarantine {}{}", cfg.name, skipped,
+                 cfg.quarantine.string(),
+                 changed ? "; " + std::to_string(changed) + " listed file(s) changed since and are tried again" : "");
   }
   stats_.quarantined = skipped;
   quarantined_count_ = skipped;

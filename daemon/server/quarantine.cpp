@@ -1,6 +1,8 @@
 #include "server/quarantine.hpp"
 
 #include <fstream>
+#include <sys/stat.h>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -10,9 +12,16 @@ Quarantine::Quarantine(std::filesystem::path file) : file_(std::move(file)) {
   std::ifstream in(file_);
   std::string line;
   while (std::getline(in, line)) {
-    const auto tab = line.find('\t');
-    std::string path = line.substr(0, tab);
-    if (!path.empty()) paths_.insert(std::move(path));
+    // path, kind, reason[, size, mtime_ns]
+    std::vector<std::string> f;
+    for (std::size_t at = 0;;) {
+      const auto tab = line.find('\t', at);
+      f.push_back(line.substr(at, tab == std::string::npos ? std::string::npos : tab - at));
+      if (tab == std::string::npos) break;
+      at = tab + 1;
+    }
+    if (f[0].empty()) continue;
+    paths_[f[0]] = f.size() >= 5 ? f[3] + ":" + f[4] : std::string();
   }
 }
 
@@ -20,9 +29,32 @@ Quarantine::~Quarantine() {
   if (out_ != nullptr) std::fclose(out_);
 }
 
+namespace {
+
+// "size:mtime_ns" of a file now, or "" when it cannot be read.
+std::string fingerprint(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return {};
+  return std::to_string(st.st_size) + ":" +
+         std::to_string(static_cast<long long>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec);
+}
+
+}  // namespace
+
 bool Quarantine::contains(const std::string& path) const {
   std::lock_guard lock(mu_);
   return paths_.count(path) != 0;
+}
+
+bool Quarantine::still_bad(const std::string& path) const {
+  std::string recorded;
+  {
+    std::lock_guard lock(mu_);
+    auto it = paths_.find(path);
+    if (it == paths_.end()) return false;
+    recorded = it->second;
+  }
+  return recorded.empty() || recorded == fingerprint(path);
 }
 
 std::size_t Quarantine::size() const {
@@ -32,7 +64,9 @@ std::size_t Quarantine::size() const {
 
 bool Quarantine::add(const std::string& path, const char* kind, const std::string& reason) {
   std::lock_guard lock(mu_);
-  if (!paths_.insert(path).second) return false;
+  const std::string fp = fingerprint(path);
+  if (auto it = paths_.find(path); it != paths_.end() && (it->second.empty() || it->second == fp)) return false;
+  paths_[path] = fp;
   if (out_ == nullptr) {
     std::error_code ec;
     if (file_.has_parent_path()) std::filesystem::create_directories(file_.parent_path(), ec);
@@ -47,7 +81,10 @@ bool Quarantine::add(const std::string& path, const char* kind, const std::strin
   for (char& c : clean) {
     if (c == '\t' || c == '\n') c = ' ';
   }
-  std::fprintf(out_, "%s\t%s\t%s\n", path.c_str(), kind, clean.c_str());
+  const auto colon = fp.find(':');
+  std::fprintf(out_, "%s\t%s\t%s\t%s\t%s\n", path.c_str(), kind, clean.c_str(),
+               colon == std::string::npos ? "" : fp.substr(0, colon).c_str(),
+               colon == std::string::npos ? "" : fp.substr(colon + 1).c_str());
   std::fflush(out_);
   return true;
 }

@@ -1,13 +1,18 @@
-// Files found bad are listed, one per line ("path<TAB>kind<TAB>reason"), in a quarantine
-// file that the next start reads so it does not decode them again. Appends are flushed line
-// by line so a killed daemon loses nothing already reported.
+// Files found bad are listed, one per line ("path<TAB>kind<TAB>reason<TAB>size<TAB>mtime_ns"),
+// in a quarantine file that the next start reads so it does not decode them again. Appends
+// are flushed line by line so a killed daemon loses nothing already reported.
+//
+// An entry holds only while the file is the one that was found bad: a file replaced since
+// (another size or modification time) is tried again. The default file is keyed by the
+// dataset's identity (job name + a hash of the source root), so a job pointed at another
+// dataset starts with its own list.
 #pragma once
 
 #include <cstdio>
 #include <filesystem>
 #include <mutex>
 #include <string>
-#include <unordered_set>
+#include <unordered_map>
 
 namespace stoker::server {
 
@@ -20,6 +25,9 @@ class Quarantine {
   Quarantine& operator=(const Quarantine&) = delete;
 
   bool contains(const std::string& path) const;
+  // Listed, and still the same file (size and mtime as when it was found bad; an entry of
+  // the older format without them matches by path alone).
+  bool still_bad(const std::string& path) const;
   // Returns false if the path was already listed (so the caller logs each file once).
   bool add(const std::string& path, const char* kind, const std::string& reason);
   std::size_t size() const;
@@ -28,7 +36,7 @@ class Quarantine {
  private:
   std::filesystem::path file_;
   mutable std::mutex mu_;
-  std::unordered_set<std::string> paths_;  // guarded by mu_
+  std::unordered_map<std::string, std::string> paths_;  // path -> "size:mtime_ns" or ""; guarded by mu_
   std::FILE* out_ = nullptr;               // guarded by mu_; opened on first add
 };
 

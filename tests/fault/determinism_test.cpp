@@ -112,3 +112,39 @@ TEST_CASE("batches depend only on (config, seed, epoch, rank), not on which file
   CHECK(consume_epoch(socket, 1) == want1);
   CHECK(consume_epoch(socket, 1, 3) == Batches(want1.begin() + 3, want1.end()));
 }
+
+TEST_CASE("the quarantine is keyed by the dataset, and a bad file replaced by a good one is tried again",
+          "[fault][quarantine]") {
+  TempDir dir;
+  std::uint32_t n = 0;
+  const auto bad = make_dataset(dir.path() / "data", n);
+  JobSpec j;
+  j.root = (dir.path() / "data").string();
+  j.batch_size = kBatch;
+  const auto socket = (dir.path() / "s.sock").string();
+  {
+    Daemon d(write_config(dir.path(), {j}, 2), socket);
+    consume_epoch(socket, 0);
+    CHECK(d.stop() == 0);
+  }
+  REQUIRE(quarantine_files(dir.path(), "demo").size() == 1);
+  // The same job name on another dataset: its own (empty) list, nothing skipped.
+  JobSpec other = j;
+  other.root = data_dir() + "/demo";
+  {
+    Daemon d(write_config(dir.path(), {other}, 2), socket);
+    CHECK_THAT(d.log(), !Catch::Contains("file(s) skipped"));
+    CHECK(d.stop() == 0);
+  }
+  // Back on the first dataset, with one bad file replaced by a good photo: it is decoded
+  // again and delivered; the others stay quarantined.
+  fs::copy_file(data_dir() + "/demo/flower/flower_00.jpg", dir.path() / "data" / "a" / "img_02.jpg",
+                fs::copy_options::overwrite_existing);
+  Daemon d(write_config(dir.path(), {j}, 2), socket);
+  CHECK_THAT(d.log(), Catch::Contains("3 file(s) skipped") &&
+                          Catch::Contains("1 listed file(s) changed since and are tried again"));
+  std::set<std::int64_t> got;
+  for (const auto& b : consume_epoch(socket, 0)) got.insert(b.begin(), b.end());
+  CHECK(got.size() == n - 3);
+  CHECK(got.count(*bad.begin()) == 1);  // a/img_02.jpg is the first bad id
+}

@@ -249,7 +249,9 @@ TEST_CASE("broken images are skipped, counted, quarantined, and every good one a
     CHECK(d.stop() == 0);
   }
   // The quarantine file lists them; the next start skips them without decoding.
-  std::ifstream q(dir.path() / "demo.quarantine");
+  const auto qfiles = quarantine_files(dir.path(), "demo");
+  REQUIRE(qfiles.size() == 1);
+  std::ifstream q(qfiles[0]);
   std::string text((std::istreambuf_iterator<char>(q)), std::istreambuf_iterator<char>());
   for (const auto& p : bad) CHECK_THAT(text, Catch::Contains(p));
   Daemon d2(cfg, socket);

@@ -183,6 +183,16 @@ int run_program(const std::vector<std::string>& argv, std::string& output, int t
   return rc;
 }
 
+std::vector<fs::path> quarantine_files(const fs::path& state_dir, const std::string& job) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(state_dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind(job + "-", 0) == 0 && n.size() > job.size() + 12 && n.ends_with(".quarantine")) out.push_back(e.path());
+  }
+  return out;
+}
+
 std::string memfd_of(int pid, const std::string& name) {
   std::error_code ec;
   const fs::path dir = "/proc/" + std::to_string(pid) + "/fd";

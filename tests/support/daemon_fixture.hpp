@@ -74,6 +74,9 @@ int run_program(const std::vector<std::string>& argv, std::string& output, int t
 // "/proc/PID/fd/N" of process `pid`'s memfd named `name` (a job's segment), or "" if none.
 std::string memfd_of(int pid, const std::string& name);
 
+// Quarantine files of `job` in `state_dir` (<job>-<dataset hash>.quarantine).
+std::vector<std::filesystem::path> quarantine_files(const std::filesystem::path& state_dir, const std::string& job);
+
 // Shared-memory objects in /dev/shm whose name contains `part`.
 std::vector<std::string> shm_objects_containing(const std::string& part);
 
