@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command (also what .ci/run calls): install test dependencies, build, run the
 # unit / integration / fault / gpu / python tiers, then the unit / integration / fault tiers
-# again in an AddressSanitizer + UndefinedBehaviorSanitizer build. Fails on any failure or
-# sanitizer report. The last line is "test: N passed, N failed, N skipped".
+# again in an AddressSanitizer + UndefinedBehaviorSanitizer build, the integration / fault
+# tiers in a ThreadSanitizer build, and the fuzz tier (each harness for a bounded time).
+# Fails on any failure or sanitizer report. The last line is "test: N passed, N failed, N skipped".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -40,6 +41,33 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 tally build-asan/ctest.log
 if grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' build-asan/ctest.log; then
   echo "test: sanitizer report found" >&2
+  failures=$((failures + 1))
+fi
+
+echo "== build (ThreadSanitizer, clang)"
+# Reports of every process (stokerd and stokerctl write theirs to their own logs otherwise)
+# go to build-tsan/tsan-reports/; any file there fails the run.
+CC=clang CXX=clang++ STOKER_BUILD_DIR=build-tsan scripts/build.sh -DSTOKER_TSAN=ON -DSTOKER_CUDA=OFF \
+  -DSTOKER_PYTHON=OFF || exit 1
+rm -rf build-tsan/tsan-reports && mkdir -p build-tsan/tsan-reports
+echo "== ctest under ThreadSanitizer: integration, fault"
+TSAN_OPTIONS="halt_on_error=0 log_path=$PWD/build-tsan/tsan-reports/report" \
+  ctest --test-dir build-tsan -j "$jobs" -L 'integration|fault' --output-on-failure --timeout 900 \
+  2>&1 | tee build-tsan/ctest.log
+[[ ${PIPESTATUS[0]} -eq 0 ]] || failures=$((failures + 1))
+tally build-tsan/ctest.log
+if [[ -n "$(ls -A build-tsan/tsan-reports)" ]]; then
+  echo "test: ThreadSanitizer reports in build-tsan/tsan-reports:" >&2
+  head -50 build-tsan/tsan-reports/* >&2
+  failures=$((failures + 1))
+fi
+
+echo "== fuzz tier: each libFuzzer harness for ${STOKER_FUZZ_SECONDS:-45} s (scripts/fuzz.sh)"
+if scripts/fuzz.sh "${STOKER_FUZZ_SECONDS:-45}" > build/fuzz.log 2>&1; then
+  grep -E '^==|Done [0-9]+ runs|cov:' build/fuzz.log | grep -E '^==|Done' || true
+else
+  tail -40 build/fuzz.log >&2
+  echo "test: the fuzz tier found a crash (build-fuzz/crashes/)" >&2
   failures=$((failures + 1))
 fi
 

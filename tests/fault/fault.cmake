@@ -8,3 +8,16 @@ add_library(stoker_fail_open SHARED support/fail_open.c)
 target_link_libraries(stoker_fail_open PRIVATE ${CMAKE_DL_LIBS})
 add_dependencies(fault_test stoker_fail_open)
 target_compile_definitions(fault_test PRIVATE STOKER_FAIL_OPEN_LIB="$<TARGET_FILE:stoker_fail_open>")
+
+# Soak (issue #13): 20 epochs, 4 consumers, one SIGKILLed and restarted every 1.5 s, bad files;
+# daemon RSS and descriptors must stay flat after the first epoch and the consumers that stayed
+# must get exactly an undisturbed run's batches. Not in sanitizer builds (ASan's quarantine of
+# freed memory grows RSS by design).
+if(NOT STOKER_SANITIZE AND NOT STOKER_TSAN)
+  find_program(STOKER_SOAK_PYTHON NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
+  if(STOKER_SOAK_PYTHON)
+    add_test(NAME soak_20_epochs_flat_memory COMMAND ${STOKER_SOAK_PYTHON} ${PROJECT_SOURCE_DIR}/scripts/soak.py
+             ${CMAKE_BINARY_DIR} 20)
+    set_tests_properties(soak_20_epochs_flat_memory PROPERTIES LABELS fault TIMEOUT 900)
+  endif()
+endif()

@@ -17,7 +17,7 @@ set_tests_properties(c_api_compiled_as_c PROPERTIES LABELS integration)
 # `cmake --install` into a temporary prefix, then a trainer-like project finds the package
 # with find_package(stoker) and with pkg-config, and links it. (Not in sanitizer builds: the
 # plain consumer cannot load an ASan-instrumented libstoker.)
-if(NOT STOKER_SANITIZE)
+if(NOT STOKER_SANITIZE AND NOT STOKER_TSAN)
 add_test(NAME installed_package_is_usable
   COMMAND ${CMAKE_COMMAND} -DBUILD_DIR=${CMAKE_BINARY_DIR} -DSOURCE_DIR=${CMAKE_CURRENT_SOURCE_DIR}/install
           -DWORK_DIR=${CMAKE_CURRENT_BINARY_DIR}/install-check -P ${CMAKE_CURRENT_SOURCE_DIR}/install/check.cmake)
