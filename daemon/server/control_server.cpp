@@ -404,6 +404,9 @@ bool ControlServer::handle_hello(Session& s, const proto::HelloMsg& m) {
   s.rank = m.rank;
   s.pid = m.pid != 0 ? m.pid : s.pid;
 
+  if (job->restore_layout()) {
+    spdlog::warn("job {}: its segment's header had been overwritten by another process; restored", job_name);
+  }
   auto w = proto::make_message<proto::WelcomeMsg>(proto::MsgType::kWelcome);
   proto::copy_cstr(w.segment_name, job->segment().name().c_str());
   w.segment_size = job->segment().size();

@@ -62,6 +62,7 @@ Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset datase
   h->samples_per_epoch = dataset_.samples.size();
   h->num_classes = static_cast<std::uint32_t>(dataset_.classes.size());
   proto::copy_cstr(h->job_name, cfg.name.c_str());
+  header_copy_ = *h;  // what the header must say for the life of the segment
 
   quarantine_ = std::make_unique<Quarantine>(cfg.quarantine);
   quarantined_ = std::make_unique<std::atomic<std::uint8_t>[]>(dataset_.samples.size());
@@ -102,6 +103,28 @@ Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset datase
 }
 
 Job::~Job() = default;
+
+bool Job::restore_layout() {
+  // Only the daemon writes the segment's layout; a process of the same user can still open
+  // the memfd through /proc and scribble on it. Consumers check the layout at attach and
+  // refuse a wrong one, so put it back before each attach: other jobs are unaffected and the
+  // job recovers without a restart.
+  auto* h = reinterpret_cast<proto::SegmentHeader*>(segment_->base());
+  bool repaired = std::memcmp(h, &header_copy_, sizeof header_copy_) != 0;
+  if (repaired) std::memcpy(h, &header_copy_, sizeof header_copy_);
+  for (std::uint32_t r = 0; r < cfg_.consumers; ++r) {
+    auto* rh = ring_header(r);
+    const std::uint64_t first =
+        plan_.first_slot_offset + static_cast<std::uint64_t>(r) * cfg_.prefetch * plan_.slot_stride;
+    if (rh->rank != r || rh->slot_count != cfg_.prefetch || rh->first_slot_offset != first) {
+      rh->rank = r;
+      rh->slot_count = cfg_.prefetch;
+      rh->first_slot_offset = first;
+      repaired = true;
+    }
+  }
+  return repaired;
+}
 
 std::uint64_t Job::samples_per_rank() const {
   return sampler::samples_per_rank(dataset_.samples.size(), cfg_.world_size, cfg_.drop_last);

@@ -71,6 +71,9 @@ class Job {
   // Global ranks: this daemon serves first_rank()..first_rank()+consumers()-1 of world_size().
   std::uint32_t first_rank() const { return cfg_.first_rank; }
   std::uint32_t world_size() const { return cfg_.world_size; }
+  // Rewrites the segment's header and ring table if another process overwrote them; true
+  // when it had to (called before each attach).
+  bool restore_layout();
   bool serves(std::uint32_t rank) const { return rank >= cfg_.first_rank && rank - cfg_.first_rank < cfg_.consumers; }
   std::uint64_t batches_per_epoch() const;
   std::uint64_t samples_per_rank() const;
@@ -152,6 +155,7 @@ class Job {
   JobStats stats_;                         // guarded by stats_mu_
   std::optional<std::string> failure_;     // guarded by stats_mu_
   std::atomic<bool> failed_{false};
+  proto::SegmentHeader header_copy_{};  // the header as written at start
   std::atomic<std::uint32_t> transient_burst_{0};  // workers inside a transient-error burst
 };
 
