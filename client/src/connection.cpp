@@ -25,8 +25,19 @@ std::string version_text(std::uint16_t major, std::uint16_t minor) {
 void send_message(int fd, const void* msg, std::size_t n, const std::string& socket_path) {
   const ssize_t w = ::send(fd, msg, n, MSG_NOSIGNAL);
   if (w != static_cast<ssize_t>(n)) {
-    throw Failure{STOKER_ERR_DISCONNECTED,
-                  "lost the connection to stokerd at " + socket_path + ": " + std::strerror(errno)};
+    const int e = errno;
+    // The daemon may have said why before it hung up (an eviction, a lease timeout): that
+    // message is still queued here and says more than "broken pipe".
+    alignas(8) std::uint8_t buf[sizeof(proto::ErrorMsg)];
+    const ssize_t r = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (r >= static_cast<ssize_t>(sizeof(proto::MessageHeader))) {
+      proto::MessageHeader h;
+      std::memcpy(&h, buf, sizeof h);
+      if (h.magic == proto::kControlMagic && static_cast<proto::MsgType>(h.type) == proto::MsgType::kError) {
+        throw_daemon_error(buf, static_cast<std::size_t>(r));
+      }
+    }
+    throw Failure{STOKER_ERR_DISCONNECTED, "lost the connection to stokerd at " + socket_path + ": " + std::strerror(e)};
   }
 }
 
@@ -115,6 +126,7 @@ void throw_daemon_error(const void* data, std::size_t n) {
     case proto::ErrorCode::kNoDevice:
     case proto::ErrorCode::kTooManyConnections: st = STOKER_ERR_REFUSED; break;
     case proto::ErrorCode::kJobFailed: st = STOKER_ERR_JOB_FAILED; break;
+    case proto::ErrorCode::kLeaseTimeout: st = STOKER_ERR_DISCONNECTED; break;
     default: break;
   }
   throw Failure{st, std::string("stokerd: ") + m.message};

@@ -58,6 +58,9 @@ struct JobConfig {
   std::uint32_t world_size = 1;
   std::uint32_t first_rank = 0;
   std::uint32_t prefetch = 4;  // ready batches buffered per consumer (ring slots)
+  // A consumer holding a batch longer than this (alive but stuck) is disconnected so its
+  // ring's slots come back; 0: never (status still reports it as stuck).
+  double lease_timeout_s = 0;
   image::PipelineSpec pipeline;
   OnError on_error = OnError::kSkip;
   std::filesystem::path quarantine;  // default: <state_dir>/<job>-<dataset hash>.quarantine

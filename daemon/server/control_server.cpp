@@ -143,7 +143,8 @@ void ControlServer::run() {
     sample_rates();
     delivery_.reap();
     close_silent_connections();
-    for (int fd : doomed_) evict(fd, nullptr);  // only unattached connections: nothing to log
+    evict_stuck_consumers();
+    for (int fd : doomed_) evict(fd, nullptr);  // silent, idle or stuck: logged when found
     doomed_.clear();
     if (stop) return;
   }
@@ -206,6 +207,22 @@ void ControlServer::on_readable(Session& s) {
     }
     s.spoke = true;
     s.last_message = std::chrono::steady_clock::now();
+  }
+}
+
+void ControlServer::evict_stuck_consumers() {
+  // Alive but stuck (it stopped releasing): only its own ring starves, and with the job's
+  // lease_timeout_s it is told why and disconnected so its slots come back.
+  for (auto& [fd, s] : sessions_) {
+    if (s.job == nullptr || s.job->config().lease_timeout_s <= 0) continue;
+    const double held = s.job->oldest_lease_s(s.rank);
+    if (held <= s.job->config().lease_timeout_s) continue;
+    const std::string why = "held a batch for " + std::to_string(static_cast<int>(held)) +
+                            " s, longer than the job's lease_timeout_s (" +
+                            std::to_string(s.job->config().lease_timeout_s) + " s)";
+    spdlog::warn("job {} rank {}: consumer pid {} {}; disconnecting it", s.job->name(), s.rank, s.pid, why);
+    send_error(s, proto::ErrorCode::kLeaseTimeout, "stokerd: this consumer " + why);
+    doomed_.push_back(fd);
   }
 }
 

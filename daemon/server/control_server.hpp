@@ -80,6 +80,7 @@ class ControlServer {
   std::string status_json() const;
   void sample_rates();
   void close_silent_connections();
+  void evict_stuck_consumers();
   // Accepts a connection beyond the cap (or with no descriptor to spare) only to tell it why
   // and close it.
   void refuse(int fd, const std::string& why);

@@ -475,6 +475,7 @@ std::optional<proto::BatchMsg> Job::take_ready(std::uint32_t rank) {
     // copied now; the consumer's stream waits for it on the GPU.
     const bool on_device = ring.device && (slot.copied_to == ring.device || copy_to_device(ring, s));
     set_slot_state(ring, s, SlotState::kLeased);
+    slot.leased_at = std::chrono::steady_clock::now();
     auto msg = proto::make_message<proto::BatchMsg>(proto::MsgType::kBatch);
     msg.slot = s;
     msg.generation = slot.generation;
@@ -519,6 +520,22 @@ JobStats Job::stats() const {
   return stats_;
 }
 
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+}  // namespace
+
+double Job::oldest_lease_s(std::uint32_t rank) {
+  Ring& ring = ring_of(rank);
+  std::lock_guard lock(ring.mu);
+  double oldest = 0;
+  for (const auto& s : ring.slots) {
+    if (s.state == SlotState::kLeased) oldest = std::max(oldest, seconds_since(s.leased_at));
+  }
+  return oldest;
+}
+
 std::vector<RingStatus> Job::ring_status() const {
   std::vector<RingStatus> out;
   for (const auto& ring : rings_) {
@@ -531,7 +548,10 @@ std::vector<RingStatus> Job::ring_status() const {
         case SlotState::kFree: r.free++; break;
         case SlotState::kFilling: r.filling++; break;
         case SlotState::kReady: r.ready++; break;
-        case SlotState::kLeased: r.leased++; break;
+        case SlotState::kLeased:
+          r.leased++;
+          r.oldest_lease_s = std::max(r.oldest_lease_s, seconds_since(s.leased_at));
+          break;
       }
     }
     r.next_epoch = ring->want_epoch;

@@ -50,6 +50,7 @@ struct RingStatus {
   std::uint64_t next_epoch, next_batch;  // next batch the consumer will be given
   std::uint64_t published, released;
   std::string device_uuid;  // device consumers: the GPU their batches go to
+  double oldest_lease_s = 0;  // age of the batch held longest (0: none held)
 };
 
 class Job {
@@ -74,6 +75,8 @@ class Job {
   // Rewrites the segment's header and ring table if another process overwrote them; true
   // when it had to (called before each attach).
   bool restore_layout();
+  // Seconds the longest-held batch of global `rank` has been leased (0: none).
+  double oldest_lease_s(std::uint32_t rank);
   bool serves(std::uint32_t rank) const { return rank >= cfg_.first_rank && rank - cfg_.first_rank < cfg_.consumers; }
   std::uint64_t batches_per_epoch() const;
   std::uint64_t samples_per_rank() const;

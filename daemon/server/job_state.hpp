@@ -1,6 +1,8 @@
 // Job's per-ring and per-slot state, shared by job.cpp and job_device.cpp only.
 #pragma once
 
+#include <chrono>
+
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -42,6 +44,7 @@ struct Job::Slot {
   // The device ring whose copy of this slot may still be reading its host bytes; cleared
   // (after waiting) before the slot is planned again.
   std::shared_ptr<DeviceRing> copied_to;
+  std::chrono::steady_clock::time_point leased_at;  // when it became LEASED (stuck consumers)
 };
 
 struct Job::Ring {

@@ -11,6 +11,10 @@
 namespace stoker::server {
 namespace {
 
+// A consumer counts as stuck once it holds a batch this long: its lease_timeout_s, else 10 s
+// (far beyond any training step that keeps up with its data).
+double stuck_after(const config::JobConfig& c) { return c.lease_timeout_s > 0 ? c.lease_timeout_s : 10.0; }
+
 std::string quoted(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
@@ -86,6 +90,8 @@ std::string ControlServer::status_json() const {
         << ",\"next\":{\"epoch\":" << rs.next_epoch << ",\"batch\":" << rs.next_batch << "}"
         << ",\"published\":" << rs.published << ",\"released\":" << rs.released
         << ",\"device\":" << (rs.device_uuid.empty() ? std::string("null") : quoted(rs.device_uuid))
+        << ",\"oldest_lease_s\":" << rs.oldest_lease_s
+        << ",\"stuck\":" << (rs.oldest_lease_s >= stuck_after(j.config()) ? "true" : "false")
         << "}";
     }
     o << "]}";

@@ -293,3 +293,33 @@ TEST_CASE("without a daemon coming back, reconnect_timeout_ms ends in a clear er
   }
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
 }
+
+TEST_CASE("a consumer that stops releasing starves only its ring, shows as stuck, and lease_timeout_s "
+          "disconnects it with the reason", "[fault][machine]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec j;
+  j.consumers = 2;
+  j.prefetch = 2;
+  j.extra = "    lease_timeout_s: 1.5\n";
+  Daemon d(write_config(dir.path(), {j}, 2), socket);
+  stoker::Client stuck("demo", 0, at(socket));
+  stoker::Batch a = stuck.next(30000), b = stuck.next(30000);  // holds both slots, then stops
+  stoker::Client healthy("demo", 1, at(socket));
+  for (int i = 0; i < 6; ++i) CHECK(healthy.next(30000).count() > 0);  // rank 1 keeps flowing
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  CHECK_THAT(status(socket), Catch::Contains("\"rank\":0,\"connected\":true") && Catch::Contains("\"stuck\":false"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  try {
+    stuck.next(2000);
+    FAIL("a stuck consumer was not disconnected");
+  } catch (const stoker::Error& e) {
+    CHECK(e.status() == STOKER_ERR_DISCONNECTED);
+    CHECK_THAT(e.what(), Catch::Contains("longer than the job's lease_timeout_s"));
+  }
+  CHECK_THAT(d.log(), Catch::Contains("longer than the job's lease_timeout_s") && Catch::Contains("disconnecting it"));
+  // Its slots came back: a new consumer of rank 0 gets batches.
+  stoker::Client again("demo", 0, at(socket));
+  CHECK(again.next(30000).count() > 0);
+  CHECK(healthy.next(30000).count() > 0);
+}

@@ -96,6 +96,7 @@ enum class ErrorCode : std::int32_t {
   kInternal = 8,
   kJobFailed = 9,
   kTooManyConnections = 10,  // server.max_connections reached, or no descriptor to spare
+  kLeaseTimeout = 11,        // the consumer held a batch longer than the job's lease_timeout_s
 };
 
 struct ErrorMsg {
