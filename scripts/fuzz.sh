@@ -17,6 +17,6 @@ run() {  # harness, seed folders...
   "build-fuzz/bin/fuzz_$h" -max_total_time="$secs" -rss_limit_mb=2048 -timeout=5 \
     -artifact_prefix="build-fuzz/crashes/$h/" "build-fuzz/corpus/$h" "$@"
 }
-run sample_processor tests/data/demo tests/data/corpus
+run sample_processor tests/data/demo tests/data/corpus tests/data/formats
 run config tests/data/configs-malformed configs
 echo "fuzz: no crash in ${secs}s per harness"

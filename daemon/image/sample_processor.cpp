@@ -11,6 +11,7 @@
 #include "image/geometry.hpp"
 #include "image/jpeg_decoder.hpp"
 #include "image/output_writer.hpp"
+#include "image/other_decoders.hpp"
 #include "image/png_decoder.hpp"
 #include "image/resample.hpp"
 
@@ -30,20 +31,19 @@ const char* to_string(SampleErrorKind k) {
 
 namespace {
 
-enum class Format { kJpeg, kPng, kOther };
+enum class Format { kJpeg, kPng, kWebpTiffBmpPnm, kOther };
 
 // Names what a non-decodable file is, from its first bytes, for the error message.
 std::string describe_unknown(std::span<const std::uint8_t> d) {
   auto starts = [&](const char* magic, std::size_t n) {
     return d.size() >= n && std::memcmp(d.data(), magic, n) == 0;
   };
-  if (starts("BM", 2)) return "BMP images are not supported";
+  // Formats that reach here are not decoded (the others were sniffed before).
+  if (starts("BM", 2)) return "BMP file too short or malformed";
   if (starts("GIF8", 4)) return "GIF images are not supported";
-  if (d.size() >= 12 && starts("RIFF", 4) && std::memcmp(d.data() + 8, "WEBP", 4) == 0) {
-    return "WebP images are not supported";
+  if (d.size() >= 2 && d[0] == 'P' && d[1] >= '1' && d[1] <= '7') {
+    return "PNM variant P" + std::string(1, static_cast<char>(d[1])) + " is not supported (only binary P5/P6)";
   }
-  if (starts("II*\0", 4) || starts("MM\0*", 4)) return "TIFF images are not supported";
-  if (d.size() >= 2 && d[0] == 'P' && d[1] >= '1' && d[1] <= '7') return "PNM images are not supported";
   std::size_t printable = 0;
   const std::size_t n = std::min<std::size_t>(d.size(), 512);
   for (std::size_t i = 0; i < n; ++i) {
@@ -51,13 +51,15 @@ std::string describe_unknown(std::span<const std::uint8_t> d) {
     printable += (c >= 0x20 && c < 0x7f) || c == '\n' || c == '\r' || c == '\t' ? 1 : 0;
   }
   if (printable == n) return "text, not an image";
-  return "unknown format (neither JPEG nor PNG)";
+  return "unknown format (not JPEG, PNG, WebP, TIFF, BMP or PPM/PGM)";
 }
 
 Format sniff(std::span<const std::uint8_t> d) {
   if (d.size() >= 3 && d[0] == 0xff && d[1] == 0xd8 && d[2] == 0xff) return Format::kJpeg;
   static const std::uint8_t kPng[8] = {0x89, 'P', 'N', 'G', 0x0d, 0x0a, 0x1a, 0x0a};
   if (d.size() >= 8 && std::memcmp(d.data(), kPng, 8) == 0) return Format::kPng;
+  OtherFormat other;
+  if (sniff_other(d, other)) return Format::kWebpTiffBmpPnm;
   return Format::kOther;
 }
 
@@ -158,7 +160,7 @@ SampleResult SampleProcessor::process(std::span<const std::uint8_t> encoded, std
     if (breakdown) breakdown->decode_s += seconds_since(t);
     m.resampled.resize(static_cast<std::size_t>(rw) * rh * 3);
     resample_rgb(m.pixels.data(), stride, win_x, win_y, m.xt, m.yt, m.resampled.data(), m.scratch);
-  } else {
+  } else if (format == Format::kPng) {
     if (!png_dimensions(encoded, W, H)) {
       r.error = SampleErrorKind::kCorrupt;
       r.reason = "PNG: missing or invalid IHDR";
@@ -173,6 +175,15 @@ SampleResult SampleProcessor::process(std::span<const std::uint8_t> encoded, std
     if (breakdown) breakdown->header_s += seconds_since(t);
     if (!decode_png(encoded, m.pixels, W, H, r)) return r;
     if (breakdown) breakdown->decode_s += seconds_since(t);
+  }
+  if (format == Format::kWebpTiffBmpPnm) {
+    // Whole-image decoders (other_decoders.hpp), then the same path as PNG.
+    OtherFormat other = OtherFormat::kBmp;
+    sniff_other(encoded, other);
+    if (!decode_other(other, encoded, spec.max_pixels, m.pixels, W, H, r)) return r;
+    if (breakdown) breakdown->decode_s += seconds_since(t);
+  }
+  if (format != Format::kJpeg) {
     plan = plan_sample(spec, W, H, rng);
     rw = static_cast<int>(spec.out_width);
     rh = static_cast<int>(spec.out_height);

@@ -152,9 +152,16 @@ TEST_CASE("unsupported formats are refused with a reason", "[image]") {
   Out o = run(spec, read("corpus/jpeg-turbo-testimages/monkey12.jpg"));
   CHECK(o.result.error == SampleErrorKind::kUnsupported);
   CHECK_THAT(o.result.reason, Catch::Contains("12-bit"));
+  // An 8-bit palette BMP of libjpeg-turbo's test images decodes (issue #16); GIF does not.
   o = run(spec, read("corpus/jpeg-turbo-testimages/shira_bird8.bmp"));
+  CHECK(o.result.ok());
+  const std::string gif = "GIF89a\x01\x00\x01\x00";
+  o = run(spec, std::vector<std::uint8_t>(gif.begin(), gif.end()));
   CHECK(o.result.error == SampleErrorKind::kUnsupported);
-  CHECK_THAT(o.result.reason, Catch::Contains("BMP"));
+  CHECK_THAT(o.result.reason, Catch::Contains("GIF"));
+  const std::string ascii_pnm = "P3\n1 1\n255\n0 0 0\n";
+  o = run(spec, std::vector<std::uint8_t>(ascii_pnm.begin(), ascii_pnm.end()));
+  CHECK_THAT(o.result.reason, Catch::Contains("P3 is not supported"));
   o = run(spec, {});
   CHECK(o.result.error == SampleErrorKind::kUnsupported);
   CHECK_THAT(o.result.reason, Catch::Contains("empty"));

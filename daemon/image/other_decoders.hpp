@@ -1,0 +1,54 @@
+// Decoders for the formats of torchvision's IMG_EXTENSIONS beyond JPEG and PNG: WebP (lossy,
+// lossless, alpha; libwebp), TIFF (libtiff: 8/16-bit RGB, gray, palette; LZW, Deflate,
+// PackBits; first page), BMP (8-bit palette, 24, 32-bit; bottom-up and top-down) and binary
+// PPM/PGM (P6/P5, maxval up to 65535). Each is chosen by the file's content, never its name,
+// and decodes the whole image to interleaved RGB8, which then takes the same resample path as
+// PNG.
+//
+// Pixels follow PIL's `.convert("RGB")` (what torchvision's default loader does): alpha is
+// dropped (not composited), palettes and gray are expanded. Deliberate difference: samples of
+// more than 8 bits are *scaled* to 8 (v * 255 / maxval, rounded), where PIL clips 16-bit
+// values to white.
+//
+// Every size is checked against `max_pixels` from the header, before any allocation.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "image/sample_processor.hpp"
+
+namespace stoker::image {
+
+enum class OtherFormat : std::uint8_t { kWebp, kTiff, kBmp, kPnm };
+
+// The format `data` starts like, if one of these.
+bool sniff_other(std::span<const std::uint8_t> data, OtherFormat& out);
+
+// Decodes to `rgb` (w * h * 3 bytes). false with `r` set (corrupt, truncated, unsupported,
+// too large) otherwise; never throws for bad input.
+bool decode_other(OtherFormat f, std::span<const std::uint8_t> data, std::uint64_t max_pixels,
+                  std::vector<std::uint8_t>& rgb, std::uint32_t& w, std::uint32_t& h, SampleResult& r);
+
+// One decoder each (other_decoders.cpp dispatches).
+bool decode_webp(std::span<const std::uint8_t> data, std::uint64_t max_pixels, std::vector<std::uint8_t>& rgb,
+                 std::uint32_t& w, std::uint32_t& h, SampleResult& r);
+bool decode_tiff(std::span<const std::uint8_t> data, std::uint64_t max_pixels, std::vector<std::uint8_t>& rgb,
+                 std::uint32_t& w, std::uint32_t& h, SampleResult& r);
+bool decode_bmp(std::span<const std::uint8_t> data, std::uint64_t max_pixels, std::vector<std::uint8_t>& rgb,
+                std::uint32_t& w, std::uint32_t& h, SampleResult& r);
+bool decode_pnm(std::span<const std::uint8_t> data, std::uint64_t max_pixels, std::vector<std::uint8_t>& rgb,
+                std::uint32_t& w, std::uint32_t& h, SampleResult& r);
+
+// Sets `r` to an error of `kind` with `reason` and returns false (for the decoders).
+inline bool refuse(SampleResult& r, SampleErrorKind kind, std::string reason) {
+  r.error = kind;
+  r.reason = std::move(reason);
+  return false;
+}
+
+// The "too large" refusal, shared wording with the JPEG and PNG paths.
+bool too_large(SampleResult& r, const char* format, std::uint64_t w, std::uint64_t h, std::uint64_t max_pixels);
+
+}  // namespace stoker::image

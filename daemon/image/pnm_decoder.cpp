@@ -1,0 +1,68 @@
+// Binary PGM (P5) and PPM (P6), written by hand: header tokens with comments, maxval 1..65535
+// (two big-endian bytes per sample above 255). Samples are scaled to 8 bits when maxval is
+// not 255 (round(v * 255 / maxval)); gray is expanded to RGB.
+#include <string>
+
+#include "image/other_decoders.hpp"
+
+namespace stoker::image {
+namespace {
+
+// Next whitespace-separated decimal token of the header, skipping '#' comments; false if none.
+bool next_number(std::span<const std::uint8_t> d, std::size_t& at, std::uint64_t& out) {
+  while (at < d.size()) {
+    if (d[at] == '#') {
+      while (at < d.size() && d[at] != '\n' && d[at] != '\r') ++at;
+    } else if (d[at] == ' ' || d[at] == '\t' || d[at] == '\n' || d[at] == '\r' || d[at] == '\v' || d[at] == '\f') {
+      ++at;
+    } else {
+      break;
+    }
+  }
+  std::size_t digits = 0;
+  out = 0;
+  while (at < d.size() && d[at] >= '0' && d[at] <= '9' && digits < 10) {
+    out = out * 10 + (d[at] - '0');
+    ++at;
+    ++digits;
+  }
+  return digits > 0;
+}
+
+}  // namespace
+
+bool decode_pnm(std::span<const std::uint8_t> d, std::uint64_t max_pixels, std::vector<std::uint8_t>& rgb,
+                std::uint32_t& w, std::uint32_t& h, SampleResult& r) {
+  const bool color = d[1] == '6';
+  std::size_t at = 2;
+  std::uint64_t width = 0, height = 0, maxval = 0;
+  if (!next_number(d, at, width) || !next_number(d, at, height) || !next_number(d, at, maxval)) {
+    return refuse(r, at >= d.size() ? SampleErrorKind::kTruncated : SampleErrorKind::kCorrupt, "PNM: invalid header");
+  }
+  if (width == 0 || height == 0 || width > 0xffffffffu || height > 0xffffffffu) {
+    return refuse(r, SampleErrorKind::kCorrupt, "PNM: invalid size");
+  }
+  if (maxval == 0 || maxval > 65535) return refuse(r, SampleErrorKind::kCorrupt, "PNM: maxval must be 1..65535");
+  if (at >= d.size()) return refuse(r, SampleErrorKind::kTruncated, "PNM: premature end of header");
+  ++at;  // exactly one whitespace byte ends the header
+  w = static_cast<std::uint32_t>(width);
+  h = static_cast<std::uint32_t>(height);
+  if (width * height > max_pixels) return too_large(r, "PNM", width, height, max_pixels);
+  const std::uint64_t channels = color ? 3 : 1, bytes = maxval > 255 ? 2 : 1;
+  const std::uint64_t need = width * height * channels * bytes;
+  if (d.size() - at < need) return refuse(r, SampleErrorKind::kTruncated, "PNM: premature end of pixel data");
+  rgb.resize(std::size_t{w} * h * 3);
+  const std::uint8_t* p = d.data() + at;
+  for (std::uint64_t i = 0; i < width * height; ++i) {
+    for (std::uint64_t c = 0; c < 3; ++c) {
+      const std::uint64_t k = (i * channels + (color ? c : 0)) * bytes;
+      std::uint32_t v = bytes == 2 ? (p[k] << 8) | p[k + 1] : p[k];
+      if (v > maxval) v = static_cast<std::uint32_t>(maxval);
+      rgb[3 * i + c] = maxval == 255 ? static_cast<std::uint8_t>(v)
+                                     : static_cast<std::uint8_t>((v * 255 + maxval / 2) / maxval);
+    }
+  }
+  return true;
+}
+
+}  // namespace stoker::image
