@@ -1,6 +1,6 @@
 // `stokerctl status` reads this JSON: jobs, consumers, ring occupancy, images/s, errors.
 #include <chrono>
-#include <sstream>
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include "image/sample_processor.hpp"
@@ -14,27 +14,6 @@ namespace {
 // A consumer counts as stuck once it holds a batch this long: its lease_timeout_s, else 10 s
 // (far beyond any training step that keeps up with its data).
 double stuck_after(const config::JobConfig& c) { return c.lease_timeout_s > 0 ? c.lease_timeout_s : 10.0; }
-
-std::string quoted(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
 
 }  // namespace
 
@@ -51,53 +30,64 @@ void ControlServer::sample_rates() {
 }
 
 std::string ControlServer::status_json() const {
-  std::ostringstream o;
-  const double uptime =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-  o << "{\"pid\":" << ::getpid() << ",\"socket\":" << quoted(socket_path_)
-    << ",\"generation\":" << daemon_generation_ << ",\"workers\":" << workers_
-    << ",\"uptime_s\":" << uptime << ",\"clients\":" << sessions_.size()
-    << ",\"device\":{\"backend\":" << quoted(delivery_.describe())
-    << ",\"rings_awaiting_free\":" << delivery_.live_rings()
-    << ",\"rings_freed\":" << delivery_.rings_freed() << "}"
-    << ",\"jobs\":[";
+  // Built with a JSON library (ordered: keys in this order, which people read and scripts
+  // rely on), so every string is escaped and the document is valid however many consumers.
+  using Json = nlohmann::ordered_json;
+  const double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  Json doc;
+  doc["pid"] = ::getpid();
+  doc["socket"] = socket_path_;
+  doc["generation"] = daemon_generation_;
+  doc["workers"] = workers_;
+  doc["uptime_s"] = uptime;
+  doc["clients"] = sessions_.size();
+  doc["device"] = {{"backend", delivery_.describe()},
+                   {"rings_awaiting_free", delivery_.live_rings()},
+                   {"rings_freed", delivery_.rings_freed()}};
+  Json jobs = Json::array();
   for (std::size_t i = 0; i < jobs_.size(); ++i) {
     const Job& j = *jobs_[i];
     const JobStats st = j.stats();
-    if (i) o << ",";
-    o << "{\"name\":" << quoted(j.name()) << ",\"samples\":" << j.dataset().samples.size()
-      << ",\"classes\":" << j.dataset().classes.size() << ",\"batch_size\":" << j.config().batch_size
-      << ",\"batches_per_epoch\":" << j.batches_per_epoch() << ",\"world_size\":" << j.world_size()
-      << ",\"ranks\":[" << j.first_rank() << "," << j.first_rank() + j.consumers() - 1 << "]"
-      << ",\"images_per_s\":" << rates_[i] << ",\"samples_ok\":" << st.samples_ok
-      << ",\"batches_published\":" << st.batches_published
-      << ",\"decode_warnings\":" << st.decode_warnings << ",\"substituted\":" << st.substituted
-      << ",\"quarantined\":" << st.quarantined << ",\"transient_read_errors\":" << st.transient_read_errors
-      << ",\"missing\":" << st.missing << ",\"errors\":{";
-    for (int k = 1; k < 6; ++k) {
-      if (k > 1) o << ",";
-      o << quoted(image::to_string(static_cast<image::SampleErrorKind>(k))) << ":" << st.errors[k];
+    Json job;
+    job["name"] = j.name();
+    job["samples"] = j.dataset().samples.size();
+    job["classes"] = j.dataset().classes.size();
+    job["batch_size"] = j.config().batch_size;
+    job["batches_per_epoch"] = j.batches_per_epoch();
+    job["world_size"] = j.world_size();
+    job["ranks"] = {j.first_rank(), j.first_rank() + j.consumers() - 1};
+    job["images_per_s"] = rates_[i];
+    job["samples_ok"] = st.samples_ok;
+    job["batches_published"] = st.batches_published;
+    job["decode_warnings"] = st.decode_warnings;
+    job["substituted"] = st.substituted;
+    job["quarantined"] = st.quarantined;
+    job["transient_read_errors"] = st.transient_read_errors;
+    job["missing"] = st.missing;
+    Json errors = Json::object();
+    for (int k = 1; k < 6; ++k) errors[image::to_string(static_cast<image::SampleErrorKind>(k))] = st.errors[k];
+    job["errors"] = std::move(errors);
+    job["failure"] = j.failure() ? Json(*j.failure()) : Json(nullptr);
+    Json consumers = Json::array();
+    for (const auto& rs : j.ring_status()) {
+      Json c;
+      c["rank"] = rs.rank;
+      c["connected"] = rs.attached;
+      c["slots"] = {{"free", rs.free}, {"filling", rs.filling}, {"ready", rs.ready}, {"leased", rs.leased}};
+      c["next"] = {{"epoch", rs.next_epoch}, {"batch", rs.next_batch}};
+      c["published"] = rs.published;
+      c["released"] = rs.released;
+      c["device"] = rs.device_uuid.empty() ? Json(nullptr) : Json(rs.device_uuid);
+      c["oldest_lease_s"] = rs.oldest_lease_s;
+      c["stuck"] = rs.oldest_lease_s >= stuck_after(j.config());
+      consumers.push_back(std::move(c));
     }
-    o << "},\"failure\":" << (j.failure() ? quoted(*j.failure()) : std::string("null"))
-      << ",\"consumers\":[";
-    const auto rings = j.ring_status();
-    for (std::size_t r = 0; r < rings.size(); ++r) {
-      const auto& rs = rings[r];
-      if (r) o << ",";
-      o << "{\"rank\":" << rs.rank << ",\"connected\":" << (rs.attached ? "true" : "false")
-        << ",\"slots\":{\"free\":" << rs.free << ",\"filling\":" << rs.filling
-        << ",\"ready\":" << rs.ready << ",\"leased\":" << rs.leased << "}"
-        << ",\"next\":{\"epoch\":" << rs.next_epoch << ",\"batch\":" << rs.next_batch << "}"
-        << ",\"published\":" << rs.published << ",\"released\":" << rs.released
-        << ",\"device\":" << (rs.device_uuid.empty() ? std::string("null") : quoted(rs.device_uuid))
-        << ",\"oldest_lease_s\":" << rs.oldest_lease_s
-        << ",\"stuck\":" << (rs.oldest_lease_s >= stuck_after(j.config()) ? "true" : "false")
-        << "}";
-    }
-    o << "]}";
+    job["consumers"] = std::move(consumers);
+    jobs.push_back(std::move(job));
   }
-  o << "]}";
-  return o.str();
+  doc["jobs"] = std::move(jobs);
+  // Invalid UTF-8 in a path (a file name from a scraped dataset) is replaced, not fatal.
+  return doc.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 }  // namespace stoker::server

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +29,18 @@ except ImportError as e:  # reported as skipped by ctest (SKIP_RETURN_CODE 77)
     sys.exit(77)
 
 LIMIT = 2.0
+
+
+def listening(path):
+    """True once stokerd accepts connections (the file exists a moment before listen())."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        s.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
 
 
 def make_variants(photo, out_dir):
@@ -83,7 +96,7 @@ jobs:
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             for _ in range(400):
-                if os.path.exists(sock):
+                if listening(sock):
                     break
                 time.sleep(0.05)
             dump = os.path.join(tmp, "dump")

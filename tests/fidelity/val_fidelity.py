@@ -12,6 +12,7 @@ usage: val_fidelity.py BIN_DIR DATA_DIR
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,18 @@ except ImportError as e:  # reported as skipped by ctest (SKIP_RETURN_CODE 77)
     sys.exit(77)
 
 LIMIT = 2.0
+
+
+def listening(path):
+    """True once stokerd accepts connections (the file exists a moment before listen())."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        s.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
 
 
 def main(bin_dir: str, data_dir: str) -> int:
@@ -50,7 +63,7 @@ jobs:
         daemon = subprocess.Popen([os.path.join(bin_dir, "stokerd"), "--config", cfg, "--socket", sock])
         try:
             for _ in range(400):
-                if os.path.exists(sock):
+                if listening(sock):
                     break
                 time.sleep(0.05)
             dump = os.path.join(tmp, "dump")

@@ -3,6 +3,7 @@ shared-memory names), stopped with SIGTERM after the test and its segments remov
 a test killed it."""
 import json
 import os
+import socket
 import shutil
 import signal
 import subprocess
@@ -85,6 +86,18 @@ jobs:
     return path
 
 
+def accepts(path):
+    """True when something listens on the Unix socket `path`."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        s.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
 class Daemon:
     """`stokerd --config C --socket S`; start() waits for the socket, stop() sends SIGTERM."""
 
@@ -97,8 +110,10 @@ class Daemon:
             self.proc = subprocess.Popen([os.path.join(BIN, "stokerd"), "--config", self.config,
                                           "--socket", self.socket],
                                          stdout=log, stderr=subprocess.STDOUT)
+        # Ready when it accepts a connection: the socket file appears at bind(), a moment
+        # before listen(), and a killed predecessor may have left its file behind.
         deadline = time.monotonic() + 20
-        while not os.path.exists(self.socket):
+        while not accepts(self.socket):
             if self.proc.poll() is not None:
                 pytest.fail(f"stokerd exited during start:\n{open(self.log).read()}")
             if time.monotonic() > deadline:
