@@ -4,19 +4,30 @@
 # build-fuzz/crashes/<harness>/. Copy a crash into tests/data/fuzz-regressions/ (replayed by
 # ctest) once it is fixed.
 #   scripts/fuzz.sh [SECONDS]
+#   scripts/fuzz.sh --runs N      N inputs per harness, fixed seed, fresh corpus: the same
+#                                 inputs every time (what the test tier runs, so CI is
+#                                 reproducible)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
+limit=(-max_total_time="$secs")
+corpus_root=build-fuzz/corpus
+if [[ "${1:-}" == "--runs" ]]; then
+  limit=(-runs="$2" -seed=1)
+  secs="$2 runs"
+  corpus_root=build-fuzz/corpus-fixed
+  rm -rf "$corpus_root"
+fi
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTOKER_FUZZ=ON \
   -DSTOKER_SANITIZE=ON -DSTOKER_CUDA=OFF -DSTOKER_PYTHON=OFF >/dev/null
 cmake --build build-fuzz -j "$(nproc)" --target fuzz_sample_processor fuzz_config
 run() {  # harness, seed folders...
   local h=$1; shift
-  mkdir -p "build-fuzz/corpus/$h" "build-fuzz/crashes/$h"
-  echo "== $h for ${secs}s"
-  "build-fuzz/bin/fuzz_$h" -max_total_time="$secs" -rss_limit_mb=2048 -timeout=5 \
-    -artifact_prefix="build-fuzz/crashes/$h/" "build-fuzz/corpus/$h" "$@"
+  mkdir -p "$corpus_root/$h" "build-fuzz/crashes/$h"
+  echo "== $h for $secs"
+  "build-fuzz/bin/fuzz_$h" "${limit[@]}" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+    -artifact_prefix="build-fuzz/crashes/$h/" "$corpus_root/$h" "$@"
 }
-run sample_processor tests/data/demo tests/data/corpus tests/data/formats
+run sample_processor tests/data/demo tests/data/corpus tests/data/formats tests/data/fuzz-regressions
 run config tests/data/configs-malformed configs
-echo "fuzz: no crash in ${secs}s per harness"
+echo "fuzz: no crash in $secs per harness"

@@ -4,7 +4,7 @@
 #  - with -DSTOKER_FUZZ=ON and clang: `<name>`, a libFuzzer binary (scripts/fuzz.sh).
 set(_fuzz_dir ${CMAKE_CURRENT_LIST_DIR})
 set(_seed_images ${CMAKE_CURRENT_SOURCE_DIR}/data/demo ${CMAKE_CURRENT_SOURCE_DIR}/data/corpus
-                 ${CMAKE_CURRENT_SOURCE_DIR}/data/formats)
+                 ${CMAKE_CURRENT_SOURCE_DIR}/data/formats ${CMAKE_CURRENT_SOURCE_DIR}/data/fuzz-regressions)
 set(_seed_configs ${CMAKE_CURRENT_SOURCE_DIR}/data/configs-malformed ${PROJECT_SOURCE_DIR}/configs)
 
 foreach(h sample_processor config)

@@ -3,6 +3,9 @@
 // dropped, as PIL's convert("RGB") does. The PNGs are written here with libpng's simplified
 // API: one flat colour each, so the expected output is that colour everywhere.
 #include <catch2/catch.hpp>
+#include <fstream>
+#include <string>
+#include <sys/resource.h>
 
 #include <cstdint>
 #include <vector>
@@ -116,4 +119,22 @@ TEST_CASE("truncated and corrupt PNGs fail cleanly", "[image]") {
   auto bad = png;
   for (std::size_t i = 40; i < bad.size() - 20; i += 5) bad[i] ^= 0xa5;
   CHECK_FALSE(p.process(bad, 1, 0, 0, out.data()).ok());
+}
+
+TEST_CASE("a PNG chunk claiming 1.6 GB is refused without allocating it (fuzzer regression)", "[image]") {
+  std::ifstream in(std::string(STOKER_TEST_DATA_DIR) + "/fuzz-regressions/png-huge-text-chunk-oom", std::ios::binary);
+  REQUIRE(in.good());
+  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  bytes.erase(bytes.begin());  // the harness's selector byte
+  rusage before{};
+  ::getrusage(RUSAGE_SELF, &before);
+  stoker::image::PipelineSpec spec;
+  spec.out_height = spec.out_width = 24;
+  stoker::image::SampleProcessor p(spec);
+  std::vector<std::uint8_t> out(spec.sample_bytes());
+  const auto r = p.process(bytes, 1, 0, 0, out.data());
+  CHECK_FALSE(r.ok());
+  rusage after{};
+  ::getrusage(RUSAGE_SELF, &after);
+  CHECK(after.ru_maxrss - before.ru_maxrss < 200 * 1024);  // KiB: far below the 1.6 GB claimed
 }
