@@ -335,6 +335,12 @@ void stoker_free(void* p) { std::free(p); }
 
 const char* stoker_last_error(void) { return g_last_error.c_str(); }
 
+const char* stoker_version(void) {
+  static const std::string v = std::string(STOKER_VERSION) + " (protocol " + std::to_string(stoker::proto::kProtoMajor) +
+                               "." + std::to_string(stoker::proto::kProtoMinor) + ")";
+  return v.c_str();
+}
+
 const char* stoker_status_name(stoker_status s) {
   switch (s) {
     case STOKER_OK: return "ok";

@@ -9,7 +9,7 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: stokerctl <command> [options]\n"
+    "usage: stokerctl <command> [options]     (stokerctl --version, stokerctl COMMAND --help)\n"
     "  consume --job NAME [--rank R] [--batches N | --epochs E] [--ids] [--dump DIR]\n"
     "          [--start-epoch E] [--start-batch B] [--hold-ms MS] [--timeout-ms MS] [--socket PATH]\n"
     "          [--device cuda[:N]]  take device batches; --dump then reads them back from the GPU\n"
@@ -24,7 +24,23 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
+  if (std::strcmp(argv[1], "--version") == 0) {
+    std::printf("stokerctl %s (libstoker %s)\n", STOKER_VERSION, stoker_version());  // libstoker: the loaded one
+    return 0;
+  }
   const std::string cmd = argv[1];
+  if (argc == 3 && (std::strcmp(argv[2], "--help") == 0 || std::strcmp(argv[2], "-h") == 0)) {
+    // The part of the usage that names this command.
+    const std::string usage = kUsage;
+    const auto at = usage.find("  " + cmd + " ");
+    if (at == std::string::npos) {
+      std::fprintf(stderr, "stokerctl: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+      return 2;
+    }
+    const auto next = usage.find("\n  ", usage.find("\n      ", at));
+    std::printf("usage: stokerctl%s\n", usage.substr(at + 1, next == std::string::npos ? std::string::npos : next - at - 1).c_str());
+    return 0;
+  }
   if (cmd == "consume") return stoker::ctl::consume_main(argc - 1, argv + 1);
   if (cmd == "status") return stoker::ctl::status_main(argc - 1, argv + 1);
   std::fprintf(stderr, "stokerctl: unknown command '%s'\n%s", cmd.c_str(), kUsage);

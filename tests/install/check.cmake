@@ -26,3 +26,36 @@ execute_process(COMMAND pkg-config --libs --cflags stoker RESULT_VARIABLE rc OUT
 if(NOT rc EQUAL 0 OR NOT flags MATCHES "-lstoker")
   message(FATAL_ERROR "pkg-config does not know stoker: ${flags}")
 endif()
+
+# The installed programs run from the prefix without LD_LIBRARY_PATH (run path $ORIGIN/../lib),
+# and the .pc file points at the prefix it was installed into, not the configure-time one.
+unset(ENV{LD_LIBRARY_PATH})
+execute_process(COMMAND ${WORK_DIR}/prefix/bin/stokerctl --version RESULT_VARIABLE rc OUTPUT_VARIABLE out
+                ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "^stokerctl [0-9]+\\.[0-9]+\\.[0-9]+ \\(libstoker ")
+  message(FATAL_ERROR "installed stokerctl --version failed (${rc}): ${out}${err}")
+endif()
+execute_process(COMMAND ${WORK_DIR}/prefix/bin/stokerd --version RESULT_VARIABLE rc OUTPUT_VARIABLE out)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "^stokerd ")
+  message(FATAL_ERROR "installed stokerd --version failed (${rc}): ${out}")
+endif()
+execute_process(COMMAND pkg-config --variable=libdir stoker OUTPUT_VARIABLE libdir OUTPUT_STRIP_TRAILING_WHITESPACE)
+get_filename_component(libdir "${libdir}" REALPATH)
+get_filename_component(want "${WORK_DIR}/prefix" REALPATH)
+if(NOT libdir MATCHES "^${want}/")
+  message(FATAL_ERROR "pkg-config's libdir ${libdir} is not inside the install prefix ${want}")
+endif()
+# A C program built with pkg-config's flags only, run without LD_LIBRARY_PATH but with the
+# run path pkg-config's libdir gives.
+execute_process(COMMAND pkg-config --cflags --libs stoker OUTPUT_VARIABLE flags OUTPUT_STRIP_TRAILING_WHITESPACE)
+separate_arguments(flags UNIX_COMMAND "${flags}")
+file(WRITE ${WORK_DIR}/version.c "#include <stdio.h>\n#include <stoker/stoker.h>\nint main(void) { puts(stoker_version()); return 0; }\n")
+execute_process(COMMAND cc ${WORK_DIR}/version.c ${flags} -Wl,-rpath,${libdir} -o ${WORK_DIR}/version_c RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "compiling a C program with pkg-config --cflags --libs stoker failed")
+endif()
+execute_process(COMMAND ${WORK_DIR}/version_c RESULT_VARIABLE rc OUTPUT_VARIABLE out)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "protocol")
+  message(FATAL_ERROR "the C program linked through pkg-config did not run: ${out}")
+endif()
+message(STATUS "installed: stokerctl and stokerd run, pkg-config points into the prefix, C via pkg-config runs")

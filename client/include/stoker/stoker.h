@@ -140,6 +140,8 @@ STOKER_API void stoker_free(void* p);
 
 /* Message of the last failed call on this thread ("" if none). */
 STOKER_API const char* stoker_last_error(void);
+/* Version of the loaded libstoker and the protocol it speaks: "0.1.0 (protocol 2.0)". */
+STOKER_API const char* stoker_version(void);
 STOKER_API const char* stoker_status_name(stoker_status status);
 
 #ifdef __cplusplus
