@@ -37,8 +37,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "stokerctl: unknown command '%s'\n%s", cmd.c_str(), kUsage);
       return 2;
     }
-    const auto next = usage.find("\n  ", usage.find("\n      ", at));
-    std::printf("usage: stokerctl%s\n", usage.substr(at + 1, next == std::string::npos ? std::string::npos : next - at - 1).c_str());
+    // Its first line and the more indented lines under it, up to the next command.
+    std::size_t end = usage.find('\n', at);
+    while (end != std::string::npos && usage.compare(end + 1, 3, "   ") == 0) end = usage.find('\n', end + 1);
+    std::printf("usage: stokerctl%s\n", usage.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1).c_str());
     return 0;
   }
   if (cmd == "consume") return stoker::ctl::consume_main(argc - 1, argv + 1);

@@ -140,3 +140,19 @@ TEST_CASE("a client of another protocol version is refused naming both versions"
   CHECK(::recv(fd, &b, 1, 0) == 0);  // and the connection is closed
   ::close(fd);
 }
+
+TEST_CASE("both binaries answer --version, and stokerctl COMMAND --help shows that command", "[integration]") {
+  std::string out;
+  CHECK(run_program({bin("stokerctl"), "--version"}, out) == 0);
+  CHECK_THAT(out, Catch::StartsWith("stokerctl ") && Catch::Contains("(protocol " + std::to_string(stoker::proto::kProtoMajor)));
+  CHECK(run_program({bin("stokerd"), "--version"}, out) == 0);
+  CHECK_THAT(out, Catch::StartsWith("stokerd ") && Catch::Contains("protocol"));
+  CHECK(run_program({bin("stokerctl"), "consume", "--help"}, out) == 0);
+  CHECK_THAT(out, Catch::StartsWith("usage: stokerctl consume --job NAME") && Catch::Contains("--device cuda[:N]") &&
+                      !Catch::Contains("status [--socket"));
+  CHECK(run_program({bin("stokerctl"), "status", "--help"}, out) == 0);
+  CHECK_THAT(out, Catch::StartsWith("usage: stokerctl status"));
+  CHECK(run_program({bin("stokerd"), "--help"}, out) == 0);
+  CHECK_THAT(out, Catch::Contains("$STOKER_SOCKET") && Catch::Contains("$XDG_RUNTIME_DIR/stoker/stoker.sock") &&
+                      Catch::Contains("/run/stoker/stoker.sock"));
+}
