@@ -1,6 +1,6 @@
 stoker_add_test(fault_test LABEL fault
   SOURCES fault/fault_test.cpp fault/determinism_test.cpp fault/machine_faults_test.cpp fault/shm_tamper_test.cpp
-  LIBS stoker_daemon_fixture stoker::client stoker::proto stoker_sampler)
+  LIBS stoker_daemon_fixture stoker::client stoker::proto stoker_sampler JPEG::JPEG)
 add_dependencies(fault_test stokerd stokerctl)
 
 # Preloaded into stokerd by tests that inject open() failures (see the file's comment).

@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "daemon_fixture.hpp"
+#include <jpeglib.h>
+
 #include "stoker/proto/control.hpp"
 #include "stoker/stoker.hpp"
 
@@ -322,4 +324,77 @@ TEST_CASE("a consumer that stops releasing starves only its ring, shows as stuck
   stoker::Client again("demo", 0, at(socket));
   CHECK(again.next(30000).count() > 0);
   CHECK(healthy.next(30000).count() > 0);
+}
+
+namespace {
+
+// A progressive JPEG of w x h noise-free gradient: libjpeg keeps all its coefficients while
+// decoding (w * h * 3 * 2 bytes), whatever the output size.
+void write_progressive_jpeg(const fs::path& path, int w, int h) {
+  std::vector<std::uint8_t> px(static_cast<std::size_t>(w) * h * 3);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      std::uint8_t* p = &px[(static_cast<std::size_t>(y) * w + x) * 3];
+      p[0] = static_cast<std::uint8_t>(x * 255 / w);
+      p[1] = static_cast<std::uint8_t>(y * 255 / h);
+      p[2] = static_cast<std::uint8_t>((x + y) & 0xff);
+    }
+  }
+  jpeg_compress_struct c;
+  jpeg_error_mgr err;
+  c.err = jpeg_std_error(&err);
+  jpeg_create_compress(&c);
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  REQUIRE(f != nullptr);
+  jpeg_stdio_dest(&c, f);
+  c.image_width = static_cast<JDIMENSION>(w);
+  c.image_height = static_cast<JDIMENSION>(h);
+  c.input_components = 3;
+  c.in_color_space = JCS_RGB;
+  jpeg_set_defaults(&c);
+  jpeg_simple_progression(&c);
+  jpeg_start_compress(&c, TRUE);
+  while (c.next_scanline < c.image_height) {
+    JSAMPROW row = px.data() + static_cast<std::size_t>(c.next_scanline) * w * 3;
+    jpeg_write_scanlines(&c, &row, 1);
+  }
+  jpeg_finish_compress(&c);
+  jpeg_destroy_compress(&c);
+  std::fclose(f);
+}
+
+std::uint64_t peak_rss_kib(int pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6));
+  }
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("decode.max_memory_mb bounds the daemon's peak memory: huge progressive JPEGs are refused "
+          "as too large, the others delivered", "[fault][machine]") {
+  TempDir dir;
+  const fs::path root = dir.path() / "data";
+  fs::create_directories(root / "a");
+  for (const auto& e : fs::directory_iterator(data_dir() + "/demo/flower")) fs::copy_file(e.path(), root / "a" / e.path().filename());
+  for (int i = 0; i < 4; ++i) write_progressive_jpeg(root / "a" / ("panorama_" + std::to_string(i) + ".jpg"), 4500, 4500);
+  JobSpec j;
+  j.root = root.string();
+  j.batch_size = 4;
+  j.pipeline_yaml = "    pipeline:\n      - decode: {max_memory_mb: 24}\n      - random_resized_crop: {size: 32}\n";
+  const auto socket = (dir.path() / "s.sock").string();
+  Daemon d(write_config(dir.path(), {j}, 2), socket);
+  stoker::Client c("demo", 0, at(socket));
+  const auto ids = epoch_ids(c);
+  CHECK(ids.size() == 16);  // the 16 photos; the 4 panoramas (~61 MB of 4:2:0 coefficients each) refused
+  const std::string st = status(socket);
+  CHECK_THAT(st, Catch::Contains("\"too_large\":4"));
+  // Two workers x 24 MB budget + the ring + the daemon itself; without the budget two
+  // panoramas decoding at once take ~120 MB on their own (checked: this bound fails then).
+  const std::uint64_t peak = peak_rss_kib(d.pid());
+  INFO("stokerd peak RSS " << peak << " KiB");
+  CHECK(peak < 2 * 24 * 1024 + 40 * 1024);
 }
