@@ -194,3 +194,33 @@ def test_ctrl_c_interrupts_a_wait(daemon_factory):
 
 def test_version():
     assert stoker.__version__.count(".") == 2
+
+
+def test_a_segment_scribbled_or_truncated_by_another_process_crashes_no_one(daemon_factory):
+    import mmap
+    d = daemon_factory(prefetch=2, shuffle=False)
+    loader = stoker.Loader("demo", socket=d.socket, framework="numpy", copy=True)
+    it = loader.batches()
+    first = next(it)
+    fd_dir = f"/proc/{d.proc.pid}/fd"
+    seg = [os.path.join(fd_dir, n) for n in os.listdir(fd_dir)
+           if os.readlink(os.path.join(fd_dir, n)).startswith("/memfd:stoker-")]
+    assert len(seg) == 1
+    fd = os.open(seg[0], os.O_RDWR)
+    try:
+        with pytest.raises(PermissionError):
+            os.ftruncate(fd, 4096)  # sealed: the SIGBUS a shrunk segment would cause cannot happen
+        m = mmap.mmap(fd, 256)
+        m[48:80] = b"\xff" * 32  # slot_stride, payload_offset, labels_offset, ids_offset
+        m.close()
+    finally:
+        os.close(fd)
+    rest = [b for b in it]  # the attached consumer reads on with the geometry it checked
+    ids = list(first.ids) + [i for b in rest for i in b.ids]
+    assert sorted(ids) == list(range(len(ids)))
+    loader.close()
+    # A new consumer works too: the daemon restored the header before its attach.
+    again = stoker.Loader("demo", socket=d.socket, framework="numpy")
+    assert len(next(again.batches()).ids) > 0
+    again.close()
+    assert "header had been overwritten by another process; restored" in open(d.log).read()
