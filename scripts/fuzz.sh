@@ -20,7 +20,7 @@ if [[ "${1:-}" == "--runs" ]]; then
 fi
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTOKER_FUZZ=ON \
   -DSTOKER_SANITIZE=ON -DSTOKER_CUDA=OFF -DSTOKER_PYTHON=OFF >/dev/null
-cmake --build build-fuzz -j "$(nproc)" --target fuzz_sample_processor fuzz_config
+cmake --build build-fuzz -j "$(nproc)" --target fuzz_sample_processor fuzz_config fuzz_control
 run() {  # harness, seed folders...
   local h=$1; shift
   mkdir -p "$corpus_root/$h" "build-fuzz/crashes/$h"
@@ -30,4 +30,5 @@ run() {  # harness, seed folders...
 }
 run sample_processor tests/data/demo tests/data/corpus tests/data/formats tests/data/fuzz-regressions
 run config tests/data/configs-malformed configs
+run control tests/data/control-messages
 echo "fuzz: no crash in $secs per harness"

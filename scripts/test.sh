@@ -62,7 +62,7 @@ if [[ -n "$(ls -A build-tsan/tsan-reports)" ]]; then
   failures=$((failures + 1))
 fi
 
-echo "== fuzz tier: each libFuzzer harness for ${STOKER_FUZZ_RUNS:=400000} inputs, fixed seed (scripts/fuzz.sh)"
+echo "== fuzz tier: each libFuzzer harness for ${STOKER_FUZZ_RUNS:=200000} inputs, fixed seed (scripts/fuzz.sh)"
 if scripts/fuzz.sh --runs "$STOKER_FUZZ_RUNS" > build/fuzz.log 2>&1; then
   grep -E '^==|DONE' build/fuzz.log || true
 else

@@ -109,9 +109,14 @@ void ControlServer::notify() {
 }
 
 void ControlServer::run() {
+  while (run_once(1000)) {
+  }
+}
+
+bool ControlServer::run_once(int timeout_ms) {
   epoll_event events[64];
-  for (;;) {
-    const int n = ::epoll_wait(epoll_fd_, events, 64, 1000);
+  {
+    const int n = ::epoll_wait(epoll_fd_, events, 64, timeout_ms);
     if (n < 0 && errno != EINTR) throw std::runtime_error("epoll_wait: " + errno_text());
     bool stop = false;
     for (int i = 0; i < n; ++i) {
@@ -146,7 +151,7 @@ void ControlServer::run() {
     evict_stuck_consumers();
     for (int fd : doomed_) evict(fd, nullptr);  // silent, idle or stuck: logged when found
     doomed_.clear();
-    if (stop) return;
+    return !stop;
   }
 }
 

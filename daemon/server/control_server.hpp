@@ -43,6 +43,9 @@ class ControlServer {
 
   // Runs until SIGINT or SIGTERM (blocked by the caller in every thread beforehand).
   void run();
+  // One turn of the loop: waits up to timeout_ms for events and handles them; false once a
+  // stop signal arrived. (run() is this in a loop; the control-message fuzz harness drives it.)
+  bool run_once(int timeout_ms);
 
  private:
   struct Session {
