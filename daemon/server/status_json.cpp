@@ -52,6 +52,11 @@ std::string ControlServer::status_json() const {
     job["name"] = j.name();
     job["samples"] = j.dataset().samples.size();
     job["classes"] = j.dataset().classes.size();
+    job["class_names"] = j.dataset().classes;
+    job["root"] = j.config().source.root.string();
+    job["shuffle"] = j.config().shuffle;
+    job["seed"] = j.config().seed;
+    job["drop_last"] = j.config().drop_last;
     job["batch_size"] = j.config().batch_size;
     job["batches_per_epoch"] = j.batches_per_epoch();
     job["world_size"] = j.world_size();

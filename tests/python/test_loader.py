@@ -364,3 +364,25 @@ def test_an_empty_last_batch_ends_the_epoch_without_being_yielded(fw, daemon_fac
         assert got == [(epoch, 0, 2)]
         assert loader.state_dict()["epoch"] == epoch + 1
     assert loader._client.outstanding == 0
+
+
+def test_the_attributes_dataloader_scripts_read(fw, daemon_factory, demo_root):
+    import torchvision.datasets
+    d = daemon_factory(consumers=2, batch_size=4)
+    loader = stoker.Loader("demo", rank=1, world_size=2, socket=d.socket, framework=fw)
+    ref = torchvision.datasets.ImageFolder(demo_root)
+    assert loader.batch_size == 4 and loader.drop_last is False
+    assert loader.dataset.classes == ref.classes
+    assert loader.dataset.class_to_idx == ref.class_to_idx
+    assert len(loader.dataset) == len(ref)
+    # samples[id] is the file the daemon numbers id (paths as the daemon resolved the root)
+    assert loader.dataset.samples == [(os.path.normpath(p), c) for p, c in ref.samples]
+    assert len(loader.sampler) == loader.info["samples_per_rank"]
+    loader.sampler.set_epoch(1)
+    assert loader.sampler.epoch == 1
+    b = next(loader.batches())
+    assert b.epoch == 1
+    for i, label in zip(b.ids, b.labels):
+        assert loader.dataset.samples[int(i)][1] == int(label)
+    assert len(loader) == loader.info["batches_per_epoch"]
+    loader.close()

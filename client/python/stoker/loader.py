@@ -208,6 +208,8 @@ class Loader:
             raise ImportError("framework='torch' but torch is not installed")
         self.framework = framework
         self.copy = copy
+        self._status: Optional[Dict[str, Any]] = None  # the job's entry of the daemon's status
+        self._dataset: Optional["_Dataset"] = None
         self.timeout_s = timeout_s
         self.hold_timeout_s = hold_timeout_s
         self._epoch = 0          # where the next iteration starts
@@ -227,6 +229,34 @@ class Loader:
             self.close()
             raise ValueError("device batches on a GPU need framework='torch'")
         self._check_world_size()
+
+    # --- what scripts written for torch.utils.data.DataLoader read -------------------------
+    @property
+    def batch_size(self) -> int:
+        return int(self.info["batch_size"])
+
+    @property
+    def drop_last(self) -> bool:
+        return bool(self._job_status().get("drop_last", False))
+
+    @property
+    def sampler(self) -> "_Sampler":
+        """DistributedSampler's interface: set_epoch(e), len() (samples of this rank per epoch)."""
+        return _Sampler(self)
+
+    @property
+    def dataset(self) -> "_Dataset":
+        """ImageFolder's interface: classes, class_to_idx, samples ((path, class) in id order,
+        the order the daemon numbers samples), targets, len()."""
+        if self._dataset is None:
+            self._dataset = _Dataset(self._job_status())
+        return self._dataset
+
+    def _job_status(self) -> Dict[str, Any]:
+        if self._status is None:
+            status = json.loads(_stoker.daemon_status(self.socket))
+            self._status = next((j for j in status.get("jobs", []) if j.get("name") == self.job), {})
+        return self._status
 
     def _check_world_size(self) -> None:
         """world_size must match the job's world (its consumers, or world_size for a
@@ -415,3 +445,59 @@ class Loader:
     def __del__(self) -> None:
         # Only drop the reference: the native client hangs up when its last batch is released.
         self._client = None
+
+
+class _Sampler:
+    """loader.sampler: what training scripts call on a DistributedSampler."""
+
+    def __init__(self, loader: "Loader"):
+        self._loader = loader
+
+    def set_epoch(self, epoch: int) -> None:
+        self._loader.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        return int(self._loader.info["samples_per_rank"])
+
+    @property
+    def epoch(self) -> int:
+        return self._loader._epoch
+
+
+_IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+
+class _Dataset:
+    """loader.dataset: torchvision ImageFolder's attributes for the job's source. Class names
+    come from the daemon; `samples` is listed on first use with ImageFolder's rules (sorted
+    class folders, files below each, recursively, sorted, by extension), which is how stokerd
+    numbers its samples: samples[id] is the file of sample id."""
+
+    def __init__(self, job: Dict[str, Any]):
+        self.root = job.get("root", "")
+        self.classes = list(job.get("class_names", []))
+        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+        self._len = int(job.get("samples", 0))
+        self._samples = None
+
+    def __len__(self) -> int:
+        return self._len
+
+    @property
+    def samples(self):
+        if self._samples is None:
+            out = []
+            for c in self.classes:
+                for dirpath, dirnames, names in sorted(os.walk(os.path.join(self.root, c), followlinks=True)):
+                    dirnames.sort()
+                    for n in sorted(names):
+                        if n.lower().endswith(_IMG_EXTENSIONS) and not n.startswith("."):
+                            out.append((os.path.join(dirpath, n), self.class_to_idx[c]))
+            self._samples = out
+        return self._samples
+
+    @property
+    def targets(self):
+        return [t for _, t in self.samples]
+
+    imgs = samples
