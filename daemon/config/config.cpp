@@ -480,13 +480,31 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
   job.name = name;
   job.mark = name_at;
 
-  const Fields src(r, f.need("source"), {"type", "root"});
-  if (auto* v = src.get("type")) job.source.type = r.choice(*v, {"imagefolder"});
-  const Value& root = src.need("root");
-  const fs::path given = r.string(root);
-  if (given.empty()) r.fail(root, "must not be empty");
-  job.source.root = resolve(given, base_dir);
-  job.source.root_mark = root.at;
+  const Fields src(r, f.need("source"), {"type", "root", "file"});
+  if (auto* v = src.get("type")) job.source.type = r.choice(*v, {"imagefolder", "filelist"});
+  if (job.source.type == "filelist") {
+    // file: the list; root: what relative paths in it are relative to (default: its folder).
+    const Value& file = src.need("file");
+    const fs::path list = r.string(file);
+    if (list.empty()) r.fail(file, "must not be empty");
+    job.source.file = resolve(list, base_dir);
+    job.source.root_mark = file.at;
+    std::error_code fec;
+    if (!fs::is_regular_file(job.source.file, fec)) r.fail(file, job.source.file.string() + " is not an existing file");
+  } else if (src.get("file") != nullptr) {
+    r.fail(*src.get("file"), "only for type: filelist");
+  }
+  const Value* root_v = src.get("root");
+  if (root_v == nullptr && job.source.type == "filelist") {
+    job.source.root = job.source.file.parent_path();
+  } else {
+    const Value& root = root_v != nullptr ? *root_v : src.need("root");
+    const fs::path given = r.string(root);
+    if (given.empty()) r.fail(root, "must not be empty");
+    job.source.root = resolve(given, base_dir);
+    if (job.source.type != "filelist") job.source.root_mark = root.at;
+  }
+  const Value& root = root_v != nullptr ? *root_v : src.need(job.source.type == "filelist" ? "file" : "root");
   std::error_code ec;
   if (!fs::is_directory(job.source.root, ec)) {
     r.fail(root, job.source.root.string() + " is not an existing directory" +

@@ -39,8 +39,9 @@ enum class OnError : std::uint8_t {
 };
 
 struct SourceConfig {
-  std::string type = "imagefolder";
+  std::string type = "imagefolder";  // or "filelist"
   std::filesystem::path root;  // absolute or relative to the config file's folder
+  std::filesystem::path file;  // filelist: the list (root defaults to its folder)
   Mark root_mark;              // so a scan failure (no images) can name the key
 };
 

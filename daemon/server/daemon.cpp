@@ -61,7 +61,8 @@ std::size_t default_max_connections(std::uint64_t open_files, unsigned workers, 
 // same job name pointed at another dataset does not read this one's list.
 std::string default_quarantine_name(const config::JobConfig& jc) {
   std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
-  for (const char c : jc.source.type + ":" + jc.source.root.lexically_normal().string()) {
+  for (const char c : jc.source.type + ":" + jc.source.root.lexically_normal().string() + ":" +
+                          jc.source.file.lexically_normal().string()) {
     h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
   }
   char hex[17];
@@ -137,10 +138,12 @@ int run_daemon(const DaemonOptions& options) {
     cfg = config::load_config(options.config_path);
     for (const auto& job : cfg.jobs) {
       try {
-        datasets.push_back(source::scan_image_folder(job.source.root));
+        datasets.push_back(job.source.type == "filelist" ? source::read_file_list(job.source.file, job.source.root)
+                                                         : source::scan_image_folder(job.source.root));
       } catch (const source::SourceError& e) {
         throw config::ConfigError(cfg.file.string(), job.source.root_mark,
-                                  "jobs." + job.name + ".source.root", e.what());
+                                  "jobs." + job.name + (job.source.type == "filelist" ? ".source.file" : ".source.root"),
+                                  e.what());
       }
     }
   } catch (const config::ConfigError& e) {

@@ -32,4 +32,14 @@ class SourceError : public std::runtime_error {
 // Throws SourceError when root is missing, unreadable, or holds no images.
 Dataset scan_image_folder(const std::filesystem::path& root);
 
+// A text file list, one sample per line in the file's order: `path`, `path,label` or
+// `path<TAB>label` (CSV/TSV); blank lines and lines starting with '#' are skipped; relative
+// paths are relative to `root`. Labels are given on every line or on none: integers are used
+// as they are (classes "0".."max"), names become classes (sorted, as ImageFolder sorts its
+// folders); without labels the class is the file's parent folder name, as in ImageFolder.
+// Files are not opened here (a million-line list indexes in about a second); one that is
+// missing is skipped at read time like any missing file. Throws SourceError naming
+// "FILE:LINE" for a malformed line, mixed labelled/unlabelled lines, or an empty list.
+Dataset read_file_list(const std::filesystem::path& list, const std::filesystem::path& root);
+
 }  // namespace stoker::source

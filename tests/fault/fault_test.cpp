@@ -52,7 +52,7 @@ bool closed_by_peer(int fd) {
 
 }  // namespace
 
-TEST_CASE("a consumer SIGKILLed while holding batches loses its leases; others keep flowing",
+TEST_CASE("a consumer SIGKILLed while holding batches loses its leases - others keep flowing",
           "[fault]") {
   TempDir dir;
   const auto socket = (dir.path() / "s.sock").string();
@@ -358,7 +358,7 @@ TEST_CASE("a file that vanished after the scan is counted and skipped this epoch
   CHECK_THAT(d.log(), Catch::Contains(victim.string()) && Catch::Contains("cannot open"));
 }
 
-TEST_CASE("a connection that never says anything is closed; consumers keep flowing", "[fault]") {
+TEST_CASE("a connection that never says anything is closed - consumers keep flowing", "[fault]") {
   TempDir dir;
   const auto socket = (dir.path() / "s.sock").string();
   Daemon d(write_config(dir.path(), {JobSpec{}}, 1, "  handshake_timeout_s: 0.5\n"), socket);

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <fstream>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -234,7 +235,7 @@ TEST_CASE("errors a client can meet name what went wrong", "[integration]") {
   }
 }
 
-TEST_CASE("stokerctl consume dumps what a trainer receives; status reports the rings",
+TEST_CASE("stokerctl consume dumps what a trainer receives - status reports the rings",
           "[integration]") {
   TempDir dir;
   const auto socket = (dir.path() / "s.sock").string();
@@ -257,7 +258,7 @@ TEST_CASE("stokerctl consume dumps what a trainer receives; status reports the r
                       Catch::Contains("\"consumers\":[{\"rank\":0"));
 }
 
-TEST_CASE("stop removes the socket; segments are unnamed memfds that go with the daemon", "[integration]") {
+TEST_CASE("stop removes the socket - segments are unnamed memfds that go with the daemon", "[integration]") {
   TempDir dir;
   const auto socket = (dir.path() / "s.sock").string();
   const std::string seg = stoker::proto::segment_name(socket, "demo");
@@ -325,4 +326,53 @@ TEST_CASE("a consumer whose process cannot use a device is told why before conne
     CHECK(e.status() == STOKER_ERR_INVALID_ARGUMENT);
     CHECK_THAT(e.what(), Catch::Contains("'gpu0' is not \"cuda\" or \"cuda:N\""));
   }
+}
+
+TEST_CASE("a file-list job serves its list's order and labels - a listed file that is missing is skipped",
+          "[integration][filelist]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  // Every demo photo, in reverse order, labelled by hand; one line names a file that does not exist.
+  std::vector<std::string> files;
+  for (const char* cls : {"flower", "insect", "landscape", "texture"}) {
+    for (int i = 0; i < 16; ++i) files.push_back(std::string(cls) + "/" + cls + "_" + (i < 10 ? "0" : "") + std::to_string(i) + ".jpg");
+  }
+  std::reverse(files.begin(), files.end());
+  {
+    std::ofstream list(dir.path() / "train.csv");
+    list << "# path,label\n";
+    for (std::size_t i = 0; i < files.size(); ++i) list << files[i] << "," << (i % 5) << "\n";
+    list << "flower/not_there.jpg,4\n";
+  }
+  JobSpec j;
+  j.shuffle = false;
+  j.batch_size = 5;
+  j.extra = "";
+  auto cfg = write_config(dir.path(), {j}, 2);
+  {
+    std::ifstream in(cfg);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string from = "source: {type: imagefolder, root: \"" + data_dir() + "/demo\"}";
+    REQUIRE(text.find(from) != std::string::npos);
+    text.replace(text.find(from), from.size(),
+                 "source: {type: filelist, file: train.csv, root: \"" + data_dir() + "/demo\"}");
+    std::ofstream(cfg) << text;
+  }
+  Daemon d(cfg, socket);
+  stoker::ClientOptions o;
+  o.socket_path = socket;
+  stoker::Client c("demo", 0, o);
+  std::vector<std::int64_t> ids, labels;
+  for (;;) {
+    stoker::Batch b = c.next(30000);
+    ids.insert(ids.end(), b.ids(), b.ids() + b.count());
+    labels.insert(labels.end(), b.labels(), b.labels() + b.count());
+    if (b.last_in_epoch()) break;
+  }
+  REQUIRE(ids.size() == 64);  // the missing 65th line is skipped
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    CHECK(ids[i] == static_cast<std::int64_t>(i));   // the list's order
+    CHECK(labels[i] == static_cast<std::int64_t>(i % 5));
+  }
+  CHECK_THAT(d.log(), Catch::Contains("not_there.jpg: cannot open: No such file or directory"));
 }

@@ -74,7 +74,7 @@ TEST_CASE("a second stokerd on the same socket refuses to start", "[integration]
   CHECK(c.next(30000).count() == 8);
 }
 
-TEST_CASE("a killed daemon leaves no segment behind; its stale socket is cleaned at the next start",
+TEST_CASE("a killed daemon leaves no segment behind - its stale socket is cleaned at the next start",
           "[integration]") {
   TempDir dir;
   const auto socket = (dir.path() / "s.sock").string();

@@ -240,7 +240,7 @@ TEST_CASE("config: validation pipelines (resize + center_crop, exact resize)", "
   }
 }
 
-TEST_CASE("config: several jobs keep their file order; integers are decimal", "[config]") {
+TEST_CASE("config: several jobs keep their file order - integers are decimal", "[config]") {
   const Config cfg = parse(
       "jobs:\n"
       "  b: {source: {root: .}, batch_size: 010, seed: 007, pipeline: [decode, resize: {size: [8, 8]}]}\n"

@@ -54,7 +54,7 @@ std::pair<int, std::string> in_child(const std::function<void()>& body) {
 
 }  // namespace
 
-TEST_CASE("hostsim: memory and events cross processes; waits order work", "[unit][hostsim]") {
+TEST_CASE("hostsim: memory and events cross processes - waits order work", "[unit][hostsim]") {
   ::setenv("STOKER_HOSTSIM_DEVICES", "2", 1);
   auto b = sim();
   std::string why;

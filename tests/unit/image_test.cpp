@@ -132,7 +132,7 @@ TEST_CASE("baseline, progressive and arithmetic JPEGs of one picture decode alik
   }
 }
 
-TEST_CASE("PNG: 8-bit gray and 16-bit RGB decode; a PNG named .jpg is decoded by content", "[image]") {
+TEST_CASE("PNG: 8-bit gray and 16-bit RGB decode - a PNG named .jpg is decoded by content", "[image]") {
   const auto spec = val_spec(120, 112);
   const Out gray = run(spec, read("corpus/jpeg-turbo-testimages/testorig.png"));
   REQUIRE(gray.result.ok());

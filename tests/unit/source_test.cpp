@@ -109,7 +109,7 @@ TEST_CASE("source: classes, labels and order are torchvision's", "[source]") {
   for (const auto& s : ds.samples) CHECK(fs::path(s.path).is_absolute());
 }
 
-TEST_CASE("source: symlinks are followed; what cannot be read as a file is not a sample", "[source]") {
+TEST_CASE("source: symlinks are followed - what cannot be read as a file is not a sample", "[source]") {
   TempTree t;
   TempTree elsewhere;
   elsewhere.file("cats/c1.jpg");
@@ -175,4 +175,69 @@ TEST_CASE("source: unreadable folders and symlink loops are refused naming the f
   fs::permissions(t.root(), fs::perms::owner_write);  // not readable
   CHECK(refusal(t.root()) == t.root().string() + ": cannot list: Permission denied");
   fs::permissions(t.root(), fs::perms::owner_all);
+}
+
+// ---------------------------------------------------------------------------------------------
+// File lists (type: filelist)
+
+namespace {
+
+fs::path write_list(const fs::path& dir, const std::string& text) {
+  const fs::path p = dir / "list.txt";
+  std::ofstream(p) << text;
+  return p;
+}
+
+std::string list_error(const fs::path& list, const fs::path& root) {
+  try {
+    stoker::source::read_file_list(list, root);
+  } catch (const SourceError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+}  // namespace
+
+TEST_CASE("file list: the file's order, integer labels as given, paths relative to the root", "[source]") {
+  const fs::path dir = fs::temp_directory_path() / ("stoker-list-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const auto d = stoker::source::read_file_list(
+      write_list(dir, "# comment\nb/2.jpg,7\n\n  a/1.jpg\t3  \n/abs/x.png,0\n"), "/data");
+  REQUIRE(d.samples.size() == 3);
+  CHECK(d.samples[0].path == "/data/b/2.jpg");
+  CHECK(d.samples[0].label == 7);
+  CHECK(d.samples[1].path == "/data/a/1.jpg");
+  CHECK(d.samples[1].label == 3);
+  CHECK(d.samples[2].path == "/abs/x.png");
+  CHECK(d.classes.size() == 8);  // "0".."7"
+  fs::remove_all(dir);
+}
+
+TEST_CASE("file list: class names sorted as ImageFolder sorts folders - without labels the parent folder",
+          "[source]") {
+  const fs::path dir = fs::temp_directory_path() / ("stoker-list2-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto named = stoker::source::read_file_list(write_list(dir, "x.jpg,zebra\ny.jpg,ant\nz.jpg,zebra\n"), dir);
+  CHECK(named.classes == std::vector<std::string>{"ant", "zebra"});
+  CHECK((named.samples[0].label == 1 && named.samples[1].label == 0 && named.samples[2].label == 1));
+  auto folders = stoker::source::read_file_list(write_list(dir, "dog/1.jpg\ncat/2.jpg\ndog/3.jpg\n"), dir);
+  CHECK(folders.classes == std::vector<std::string>{"cat", "dog"});
+  CHECK((folders.samples[0].label == 1 && folders.samples[1].label == 0));
+  CHECK(folders.samples[0].path == (dir / "dog/1.jpg").string());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("file list errors name the file and line", "[source]") {
+  const fs::path dir = fs::temp_directory_path() / ("stoker-list3-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string f = (dir / "list.txt").string();
+  CHECK(list_error(write_list(dir, "a/1.jpg,1\na/2.jpg\n"), dir) ==
+        f + ":2: labels must be given on every line or on none (this line has none, earlier ones do not agree)");
+  CHECK(list_error(write_list(dir, "a/1.jpg,1,extra\n"), dir) == f + ":1: expected 'path' or 'path,label', found more fields");
+  CHECK(list_error(write_list(dir, "ok.jpg,1\n ,2\n"), dir) == f + ":2: empty path");
+  CHECK(list_error(write_list(dir, "a.jpg,\n"), dir) == f + ":1: empty label after the separator");
+  CHECK(list_error(write_list(dir, "# nothing\n\n"), dir) == f + ": the file list holds no samples");
+  CHECK(list_error(write_list(dir, "top.jpg\n"), dir) == f + ":1: no label and no parent folder to take the class from");
+  fs::remove_all(dir);
 }
