@@ -18,6 +18,7 @@
 
 #include "device/device_delivery.hpp"
 #include "server/job.hpp"
+#include "server/sd_notify.hpp"
 
 namespace stoker::server {
 namespace {
@@ -108,9 +109,16 @@ void ControlServer::notify() {
   [[maybe_unused]] ssize_t n = ::write(event_fd_, &one, sizeof one);
 }
 
-void ControlServer::run() {
-  while (run_once(1000)) {
+void ControlServer::run(SdNotify* notify) {
+  // The watchdog is fed from this loop, so a wedged control thread gets the daemon restarted.
+  int turn_ms = 1000;  // the loop wakes at least this often
+  if (notify != nullptr && notify->watchdog_enabled()) {
+    turn_ms = static_cast<int>(std::clamp<long long>(notify->interval().count() / 4000, 10, 1000));
   }
+  while (run_once(turn_ms)) {
+    if (notify != nullptr) notify->keepalive();
+  }
+  if (notify != nullptr) notify->send("STOPPING=1");
 }
 
 bool ControlServer::run_once(int timeout_ms) {

@@ -22,6 +22,8 @@ class DeviceDelivery;
 class DeviceRing;
 class PeerProcess;
 
+class SdNotify;
+
 class ControlServer {
  public:
   // Timeouts and the connection cap (server.* in the config; max_connections already derived).
@@ -42,7 +44,8 @@ class ControlServer {
   void notify();
 
   // Runs until SIGINT or SIGTERM (blocked by the caller in every thread beforehand).
-  void run();
+  // `notify`: systemd's watchdog is fed from the loop and STOPPING=1 sent at the end.
+  void run(SdNotify* notify = nullptr);
   // One turn of the loop: waits up to timeout_ms for events and handles them; false once a
   // stop signal arrived. (run() is this in a loop; the control-message fuzz harness drives it.)
   bool run_once(int timeout_ms);

@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 #include <random>
 #include <thread>
+#include <unistd.h>
 
 #include <spdlog/spdlog.h>
 
@@ -17,6 +18,7 @@
 #include "server/control_server.hpp"
 #include "server/instance_lock.hpp"
 #include "server/job.hpp"
+#include "server/sd_notify.hpp"
 #include "server/worker_pool.hpp"
 #include "source/dataset.hpp"
 #include "stoker/proto/names.hpp"
@@ -230,7 +232,12 @@ int run_daemon(const DaemonOptions& options) {
         WorkerPool pool(workers, queue, job_ptrs);
         for (Job* j : job_ptrs) j->start();
         spdlog::info("stokerd ready on {} with {} worker(s)", socket, workers);
-        server.run();
+        SdNotify systemd;  // Type=notify: ready once every job is planned and the socket listens
+        std::string names;
+        for (Job* j : job_ptrs) names += (names.empty() ? "" : ", ") + j->name();
+        systemd.send("READY=1\nSTATUS=serving " + std::to_string(job_ptrs.size()) + " job(s) (" + names + ") on " +
+                     socket + " with " + std::to_string(workers) + " worker(s)\nMAINPID=" + std::to_string(::getpid()));
+        server.run(&systemd);
       }  // workers joined: nothing writes the segments any more
       server_ptr.store(nullptr);
     }  // socket closed and unlinked

@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 #include <fcntl.h>
 
+#include <chrono>
 #include <cstring>
+#include <memory>
 #include <fstream>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -155,4 +157,42 @@ TEST_CASE("both binaries answer --version, and stokerctl COMMAND --help shows th
   CHECK(run_program({bin("stokerd"), "--help"}, out) == 0);
   CHECK_THAT(out, Catch::Contains("$STOKER_SOCKET") && Catch::Contains("$XDG_RUNTIME_DIR/stoker/stoker.sock") &&
                       Catch::Contains("/run/stoker/stoker.sock"));
+}
+
+TEST_CASE("under systemd (Type=notify) stokerd reports READY=1 with a status line and feeds the watchdog",
+          "[integration][systemd]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  const std::string notify = (dir.path() / "notify.sock").string();
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, notify.c_str(), sizeof addr.sun_path - 1);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  ::setenv("NOTIFY_SOCKET", notify.c_str(), 1);
+  ::setenv("WATCHDOG_USEC", "400000", 1);  // fed every 0.2 s
+  auto d = std::make_unique<Daemon>(write_config(dir.path(), {JobSpec{}}, 1), socket);
+  ::unsetenv("NOTIFY_SOCKET");
+  ::unsetenv("WATCHDOG_USEC");
+  std::string all;
+  int watchdogs = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  timeval tv{0, 200000};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  while (std::chrono::steady_clock::now() < until && watchdogs < 3) {
+    char buf[512];
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) continue;
+    const std::string m(buf, static_cast<std::size_t>(n));
+    all += m + "|";
+    watchdogs += m == "WATCHDOG=1" ? 1 : 0;
+  }
+  CHECK_THAT(all, Catch::Contains("READY=1\nSTATUS=serving 1 job(s) (demo) on " + socket));
+  CHECK(watchdogs >= 3);
+  CHECK(d->stop() == 0);
+  char buf[512];
+  std::string last;
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) last = std::string(buf, static_cast<std::size_t>(n));
+  CHECK(last == "STOPPING=1");
+  ::close(fd);
 }
