@@ -21,14 +21,14 @@ fi
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTOKER_FUZZ=ON \
   -DSTOKER_SANITIZE=ON -DSTOKER_CUDA=OFF -DSTOKER_PYTHON=OFF >/dev/null
 cmake --build build-fuzz -j "$(nproc)" --target fuzz_sample_processor fuzz_config fuzz_control
-run() {  # harness, seed folders...
-  local h=$1; shift
+run() {  # harness, dictionary, seed folders...
+  local h=$1 dict=$2; shift 2
   mkdir -p "$corpus_root/$h" "build-fuzz/crashes/$h"
   echo "== $h for $secs"
   "build-fuzz/bin/fuzz_$h" "${limit[@]}" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
-    -artifact_prefix="build-fuzz/crashes/$h/" "$corpus_root/$h" "$@"
+    -dict="$dict" -artifact_prefix="build-fuzz/crashes/$h/" "$corpus_root/$h" "$@"
 }
-run sample_processor tests/data/demo tests/data/corpus tests/data/formats tests/data/fuzz-regressions
-run config tests/data/configs-malformed configs
-run control tests/data/control-messages
+run sample_processor tests/fuzz/image.dict tests/data/demo tests/data/corpus tests/data/formats tests/data/fuzz-regressions
+run config tests/fuzz/config.dict tests/data/configs-malformed configs
+run control tests/fuzz/control.dict tests/data/control-messages
 echo "fuzz: no crash in $secs per harness"
