@@ -53,7 +53,9 @@ std::string ControlServer::status_json() const {
     job["samples"] = j.dataset().samples.size();
     job["classes"] = j.dataset().classes.size();
     job["class_names"] = j.dataset().classes;
+    job["source"] = j.config().source.type;
     job["root"] = j.config().source.root.string();
+    if (!j.config().source.file.empty()) job["file"] = j.config().source.file.string();
     job["shuffle"] = j.config().shuffle;
     job["seed"] = j.config().seed;
     job["drop_last"] = j.config().drop_last;

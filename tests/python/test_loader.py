@@ -386,3 +386,32 @@ def test_the_attributes_dataloader_scripts_read(fw, daemon_factory, demo_root):
         assert loader.dataset.samples[int(i)][1] == int(label)
     assert len(loader) == loader.info["batches_per_epoch"]
     loader.close()
+
+
+def test_dataset_samples_of_a_file_list_job(fw, tmp_path, demo_root):
+    import glob
+    files = sorted(glob.glob(os.path.join(demo_root, "*", "*.jpg")))[::-1][:12]
+    lst = tmp_path / "list.csv"
+    lst.write_text("".join(f"{f},{i % 3}\n" for i, f in enumerate(files)))
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(f"""server: {{workers: 2, log_level: warn}}
+jobs:
+  demo:
+    source: {{type: filelist, file: "{lst}"}}
+    batch_size: 4
+    shuffle: false
+    pipeline:
+      - decode: {{}}
+      - random_resized_crop: {{size: 16}}
+""")
+    from conftest import Daemon
+    d = Daemon(str(cfg), str(tmp_path / "s.sock"), str(tmp_path / "d.log"), "demo")
+    try:
+        loader = stoker.Loader("demo", socket=d.socket, framework=fw)
+        assert loader.dataset.classes == ["0", "1", "2"]
+        assert loader.dataset.samples == [(os.path.normpath(f), i % 3) for i, f in enumerate(files)]
+        b = next(loader.batches())
+        assert [loader.dataset.samples[int(i)][1] for i in b.ids] == [int(x) for x in b.labels]
+        loader.close()
+    finally:
+        d.stop()

@@ -479,12 +479,31 @@ class _Dataset:
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
         self._len = int(job.get("samples", 0))
         self._samples = None
+        self._file = job.get("file") if job.get("source") == "filelist" else None
+
+    def _read_list(self):
+        """A file-list source's samples, by the daemon's rules (see configs/README.md)."""
+        rows = []
+        with open(self._file) as f:
+            for line in f:
+                t = line.strip()
+                if not t or t.startswith("#"):
+                    continue
+                sep = min((i for i in (t.find(","), t.find("\t")) if i >= 0), default=-1)
+                path, label = (t, None) if sep < 0 else (t[:sep].strip(), t[sep + 1:].strip())
+                rows.append((os.path.normpath(os.path.join(self.root, path)), label))
+        if rows and rows[0][1] is not None and all(l.isdigit() for _, l in rows):
+            return [(p, int(l)) for p, l in rows]
+        names = [l if l is not None else os.path.basename(os.path.dirname(p)) for p, l in rows]
+        return [(p, self.class_to_idx[n]) for (p, _), n in zip(rows, names)]
 
     def __len__(self) -> int:
         return self._len
 
     @property
     def samples(self):
+        if self._samples is None and self._file:
+            self._samples = self._read_list()
         if self._samples is None:
             out = []
             for c in self.classes:
