@@ -360,6 +360,53 @@ void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec
         spec.flip_probability = r.number(*v);
         if (spec.flip_probability < 0 || spec.flip_probability > 1) r.fail(*v, "must be within [0, 1]");
       }
+    } else if (name == "color_jitter" || name == "random_grayscale" || name == "random_solarize" ||
+               name == "random_posterize" || name == "random_autocontrast") {
+      if (normalize) r.fail(at_name, "colour steps work on uint8 pixels: put them before normalize");
+      if (!geometry) r.fail(at_name, "colour steps come after the geometry step");
+      stage = kAfterGeometry;
+      image::AugmentStep a;
+      if (name == "color_jitter") {
+        // A number x means [max(0, 1 - x), 1 + x]; a pair [lo, hi] is used as it is (torchvision).
+        const Fields f(r, body, {"brightness", "contrast", "saturation", "hue"});
+        a.kind = image::AugmentStep::Kind::kColorJitter;
+        auto range = [&](const char* key, std::array<double, 2>& out) {
+          const Value* v = f.get(key);
+          if (v == nullptr) return;
+          if (v->node.IsSequence()) {
+            const auto q = r.numbers(*v, 2);
+            if (!(q[0] >= 0 && q[0] <= q[1])) r.fail(*v, "must be [min, max] with 0 <= min <= max");
+            out = {q[0], q[1]};
+          } else {
+            const double x = r.number(*v);
+            if (x < 0) r.fail(*v, "must be >= 0");
+            out = {std::max(0.0, 1 - x), 1 + x};
+          }
+        };
+        range("brightness", a.brightness);
+        range("contrast", a.contrast);
+        range("saturation", a.saturation);
+        if (const Value* h = f.get("hue"); h != nullptr && !(h->node.IsScalar() && r.number(*h) == 0)) {
+          r.fail(*h, "hue jitter is not supported yet (brightness, contrast and saturation are)");
+        }
+      } else {
+        const bool solar = name == "random_solarize", poster = name == "random_posterize";
+        const Fields f(r, body, solar ? std::initializer_list<std::string_view>{"threshold", "p"}
+                                : poster ? std::initializer_list<std::string_view>{"bits", "p"}
+                                         : std::initializer_list<std::string_view>{"p"});
+        a.kind = name == "random_grayscale" ? image::AugmentStep::Kind::kGrayscale
+                 : solar                     ? image::AugmentStep::Kind::kSolarize
+                 : poster                    ? image::AugmentStep::Kind::kPosterize
+                                             : image::AugmentStep::Kind::kAutocontrast;
+        a.p = name == "random_grayscale" ? 0.1 : 0.5;  // torchvision's defaults
+        if (auto* v = f.get("p")) {
+          a.p = r.number(*v);
+          if (a.p < 0 || a.p > 1) r.fail(*v, "must be within [0, 1]");
+        }
+        if (solar) a.threshold = static_cast<int>(r.integer(f.need("threshold"), 0, 256));
+        if (poster) a.bits = static_cast<int>(r.integer(f.need("bits"), 0, 8));
+      }
+      spec.augment.push_back(a);
     } else if (name == "normalize") {
       if (normalize) r.fail(at_name, "normalize appears twice");
       normalize = true;
@@ -375,9 +422,11 @@ void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec
       spec.normalize = true;
     } else {
       const std::string near = closest(name, {"decode", "random_resized_crop", "resize", "center_crop",
-                                              "horizontal_flip", "normalize"});
+                                              "horizontal_flip", "normalize", "color_jitter", "random_grayscale",
+                                              "random_solarize", "random_posterize", "random_autocontrast"});
       r.fail(at_name, near.empty() ? "unknown step (known: decode, random_resized_crop, resize, "
-                                     "center_crop, horizontal_flip, normalize)"
+                                     "center_crop, horizontal_flip, color_jitter, random_grayscale, "
+                                     "random_solarize, random_posterize, random_autocontrast, normalize)"
                                    : "unknown step; did you mean '" + near + "'?");
     }
     if (name == "horizontal_flip" || name == "normalize") {

@@ -43,5 +43,6 @@ class CounterRng {
 // Streams in use; append, never renumber (renumbering changes every user's batches).
 inline constexpr std::uint64_t kStreamPermutation = 1;
 inline constexpr std::uint64_t kStreamAugment = 2;
+inline constexpr std::uint64_t kStreamColor = 3;  // colour steps (color_ops.hpp)
 
 }  // namespace stoker

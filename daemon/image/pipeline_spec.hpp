@@ -4,6 +4,9 @@
 
 #include <array>
 #include <cstdint>
+#include <vector>
+
+#include "image/color_ops.hpp"
 
 #include "stoker/proto/layout.hpp"
 
@@ -32,6 +35,7 @@ struct PipelineSpec {
 
   // augment
   double flip_probability = 0.0;
+  std::vector<AugmentStep> augment;  // colour steps after the geometry, in config order
 
   // output: uint8 never touches floats; float16/float32 is (x/255 - mean)/stddev in one pass,
   // with mean 0 and stddev 1 when `normalize` is absent (i.e. ToTensor's [0,1] scaling).

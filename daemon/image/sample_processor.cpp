@@ -75,11 +75,22 @@ double seconds_since(Clock::time_point& t) {
 }  // namespace
 
 struct SampleProcessor::Impl {
-  explicit Impl(const PipelineSpec& s) : spec(s), writer(s) { jpeg.set_max_memory(s.max_memory_bytes); }
+  explicit Impl(const PipelineSpec& s) : spec(s), writer(s), upright_writer(upright_spec(s)) {
+    jpeg.set_max_memory(s.max_memory_bytes);
+  }
+  // The same geometry written as packed RGB uint8 (NHWC, no normalize): the colour steps' input.
+  static PipelineSpec upright_spec(PipelineSpec s) {
+    s.dtype = proto::DType::kUInt8;
+    s.layout = proto::Layout::kNHWC;
+    s.normalize = false;
+    s.augment.clear();
+    return s;
+  }
   PipelineSpec spec;
   JpegDecoder jpeg;
   OutputWriter writer;
-  std::vector<std::uint8_t> pixels, resampled;
+  OutputWriter upright_writer;  // only used with colour steps
+  std::vector<std::uint8_t> pixels, resampled, upright;
   ResampleScratch scratch;
   AxisTaps xt, yt;
 
@@ -192,7 +203,18 @@ SampleResult SampleProcessor::process(std::span<const std::uint8_t> encoded, std
     resample_rgb(m.pixels.data(), static_cast<int>(W) * 3, 0, 0, m.xt, m.yt, m.resampled.data(), m.scratch);
   }
   if (breakdown) breakdown->resize_s += seconds_since(t);
-  m.writer.write(m.resampled.data(), rw, rh, orientation, plan.flip, out);
+  if (spec.augment.empty()) {
+    m.writer.write(m.resampled.data(), rw, rh, orientation, plan.flip, out);
+  } else {
+    // Colour steps work on the upright image: orient and flip into HWC uint8 first, apply
+    // them, then write that with nothing left to orient. Their randomness has its own stream,
+    // so adding a colour step does not change the crops.
+    m.upright.resize(static_cast<std::size_t>(spec.out_width) * spec.out_height * 3);
+    m.upright_writer.write(m.resampled.data(), rw, rh, orientation, plan.flip, m.upright.data());
+    CounterRng color_rng(seed, epoch, sample_id, kStreamColor);
+    apply_augment(spec.augment, m.upright.data(), std::size_t{spec.out_width} * spec.out_height, color_rng);
+    m.writer.write(m.upright.data(), static_cast<int>(spec.out_width), static_cast<int>(spec.out_height), 1, false, out);
+  }
   if (breakdown) {
     breakdown->write_s += seconds_since(t);
     breakdown->samples++;

@@ -642,3 +642,26 @@ TEST_CASE("malformed configs: each is refused within a second with an error nami
   }
   CHECK(seen >= 10);
 }
+
+TEST_CASE("config: colour steps, their torchvision defaults and their errors", "[config][augment]") {
+  auto job = [](const std::string& steps) {
+    return parse(train_job("", "      - random_resized_crop: {size: 224}\n" + steps)).jobs.at(0);
+  };
+  const auto j = job("      - color_jitter: {brightness: 0.4, contrast: [0.5, 1.5]}\n      - random_grayscale\n"
+                     "      - random_solarize: {threshold: 128}\n");
+  REQUIRE(j.pipeline.augment.size() == 3);
+  CHECK(j.pipeline.augment[0].brightness == std::array<double, 2>{0.6, 1.4});
+  CHECK(j.pipeline.augment[0].contrast == std::array<double, 2>{0.5, 1.5});
+  CHECK(j.pipeline.augment[0].saturation == std::array<double, 2>{1, 1});
+  CHECK(j.pipeline.augment[1].p == 0.1);   // RandomGrayscale's default
+  CHECK(j.pipeline.augment[2].p == 0.5);   // RandomSolarize's default
+  CHECK(j.pipeline.augment[2].threshold == 128);
+  CHECK_THAT(refusal(train_job("", "      - random_resized_crop: {size: 8}\n      - color_jitter: {hue: 0.1}\n")),
+             Contains("color_jitter.hue: hue jitter is not supported yet"));
+  CHECK_THAT(refusal(train_job("", "      - random_resized_crop: {size: 8}\n      - random_posterize: {p: 1}\n")),
+             Contains("random_posterize.bits: required key is missing"));
+  CHECK_THAT(refusal(train_job("", "      - random_resized_crop: {size: 8}\n      - normalize: {mean: [0,0,0], std: [1,1,1]}\n"
+                                   "      - random_grayscale\n", "    output: {dtype: float32}\n")),
+             Contains("put them before normalize"));
+  CHECK_THAT(refusal(train_job("", "      - color_jiter: {}\n")), Contains("did you mean 'color_jitter'?"));
+}

@@ -1,0 +1,35 @@
+// stoker_augment_probe OP PARAM W H < in.rgb > out.rgb: one colour operation of color_ops.hpp
+// with an explicit parameter on a packed RGB image (for tests/fidelity/augment_fidelity.py).
+// OP: brightness | contrast | saturation (PARAM: factor), grayscale, solarize (threshold),
+// posterize (bits), autocontrast.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "image/color_ops.hpp"
+
+using namespace stoker::image;
+
+int main(int argc, char** argv) {
+  if (argc != 5) {
+    std::fprintf(stderr, "usage: stoker_augment_probe OP PARAM W H < in.rgb > out.rgb\n");
+    return 2;
+  }
+  const std::string op = argv[1];
+  const double param = std::atof(argv[2]);
+  const std::size_t pixels = std::strtoull(argv[3], nullptr, 10) * std::strtoull(argv[4], nullptr, 10);
+  std::vector<std::uint8_t> rgb(pixels * 3);
+  if (std::fread(rgb.data(), 1, rgb.size(), stdin) != rgb.size()) return 1;
+  if (op == "brightness") adjust_brightness(rgb.data(), pixels, param);
+  else if (op == "contrast") adjust_contrast(rgb.data(), pixels, param);
+  else if (op == "saturation") adjust_saturation(rgb.data(), pixels, param);
+  else if (op == "grayscale") to_grayscale(rgb.data(), pixels);
+  else if (op == "solarize") solarize(rgb.data(), pixels, static_cast<int>(param));
+  else if (op == "posterize") posterize(rgb.data(), pixels, static_cast<int>(param));
+  else if (op == "autocontrast") autocontrast(rgb.data(), pixels);
+  else return 2;
+  std::fwrite(rgb.data(), 1, rgb.size(), stdout);
+  return 0;
+}

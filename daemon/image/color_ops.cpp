@@ -1,0 +1,123 @@
+#include "image/color_ops.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace stoker::image {
+namespace {
+
+// torchvision's `.clamp(0, 255).to(torch.uint8)` of a float32: clamp, then truncate.
+inline std::uint8_t to_u8(float v) { return static_cast<std::uint8_t>(std::min(255.0f, std::max(0.0f, v))); }
+
+// rgb_to_grayscale for uint8: (0.2989 r + 0.587 g + 0.114 b) in float32, in that order,
+// truncated to uint8.
+inline std::uint8_t gray_of(const std::uint8_t* p) {
+  const float g = 0.2989f * static_cast<float>(p[0]) + 0.587f * static_cast<float>(p[1]);
+  return static_cast<std::uint8_t>(g + 0.114f * static_cast<float>(p[2]));
+}
+
+// _blend(img1, img2, ratio): ratio * img1 + (1 - ratio) * img2, both products in float32
+// (the Python float ratio and 1.0 - ratio each rounded to float32 once).
+inline std::uint8_t blend(std::uint8_t a, float b, float r, float one_minus_r) {
+  const volatile float x = r * static_cast<float>(a);  // volatile: no fused multiply-add
+  const volatile float y = one_minus_r * b;
+  return to_u8(x + y);
+}
+
+}  // namespace
+
+void adjust_brightness(std::uint8_t* rgb, std::size_t pixels, double factor) {
+  const float r = static_cast<float>(factor), s = static_cast<float>(1.0 - factor);
+  for (std::size_t i = 0; i < pixels * 3; ++i) rgb[i] = blend(rgb[i], 0.0f, r, s);
+}
+
+void adjust_contrast(std::uint8_t* rgb, std::size_t pixels, double factor) {
+  // The blend target is the mean of the grayscale image (uint8 values, averaged as float).
+  double sum = 0;
+  for (std::size_t i = 0; i < pixels; ++i) sum += gray_of(rgb + 3 * i);
+  const float mean = static_cast<float>(sum / static_cast<double>(pixels));
+  const float r = static_cast<float>(factor), s = static_cast<float>(1.0 - factor);
+  for (std::size_t i = 0; i < pixels * 3; ++i) rgb[i] = blend(rgb[i], mean, r, s);
+}
+
+void adjust_saturation(std::uint8_t* rgb, std::size_t pixels, double factor) {
+  const float r = static_cast<float>(factor), s = static_cast<float>(1.0 - factor);
+  for (std::size_t i = 0; i < pixels; ++i) {
+    std::uint8_t* p = rgb + 3 * i;
+    const float g = gray_of(p);
+    for (int c = 0; c < 3; ++c) p[c] = blend(p[c], g, r, s);
+  }
+}
+
+void to_grayscale(std::uint8_t* rgb, std::size_t pixels) {
+  for (std::size_t i = 0; i < pixels; ++i) {
+    std::uint8_t* p = rgb + 3 * i;
+    p[0] = p[1] = p[2] = gray_of(p);
+  }
+}
+
+void solarize(std::uint8_t* rgb, std::size_t pixels, int threshold) {
+  for (std::size_t i = 0; i < pixels * 3; ++i) {
+    if (rgb[i] >= threshold) rgb[i] = static_cast<std::uint8_t>(255 - rgb[i]);
+  }
+}
+
+void posterize(std::uint8_t* rgb, std::size_t pixels, int bits) {
+  const auto mask = static_cast<std::uint8_t>(0xff << (8 - bits));
+  for (std::size_t i = 0; i < pixels * 3; ++i) rgb[i] &= mask;
+}
+
+void autocontrast(std::uint8_t* rgb, std::size_t pixels) {
+  for (int c = 0; c < 3; ++c) {
+    std::uint8_t lo = 255, hi = 0;
+    for (std::size_t i = 0; i < pixels; ++i) {
+      lo = std::min(lo, rgb[3 * i + c]);
+      hi = std::max(hi, rgb[3 * i + c]);
+    }
+    // torch evaluates `255 / (max - min)` as reciprocal(max - min) * 255, two roundings in
+    // float32: done the same way here, or values at the top of the range differ by one.
+    const volatile float reciprocal = 1.0f / (static_cast<float>(hi) - static_cast<float>(lo));
+    float minimum = lo, scale = reciprocal * 255.0f;
+    if (!std::isfinite(scale)) minimum = 0, scale = 1;  // a flat channel stays as it is
+    for (std::size_t i = 0; i < pixels; ++i) {
+      const volatile float d = static_cast<float>(rgb[3 * i + c]) - minimum;
+      rgb[3 * i + c] = to_u8(d * scale);
+    }
+  }
+}
+
+void apply_augment(const std::vector<AugmentStep>& steps, std::uint8_t* rgb, std::size_t pixels, CounterRng& rng) {
+  for (const AugmentStep& s : steps) {
+    switch (s.kind) {
+      case AugmentStep::Kind::kColorJitter: {
+        // As ColorJitter.get_params: a random order of the four, then each factor drawn.
+        int order[4] = {0, 1, 2, 3};
+        for (int i = 3; i > 0; --i) std::swap(order[i], order[rng.below(static_cast<std::uint64_t>(i) + 1)]);
+        const double b = rng.uniform(s.brightness[0], s.brightness[1]);
+        const double c = rng.uniform(s.contrast[0], s.contrast[1]);
+        const double t = rng.uniform(s.saturation[0], s.saturation[1]);
+        for (int k : order) {
+          if (k == 0 && s.brightness != std::array<double, 2>{1, 1}) adjust_brightness(rgb, pixels, b);
+          if (k == 1 && s.contrast != std::array<double, 2>{1, 1}) adjust_contrast(rgb, pixels, c);
+          if (k == 2 && s.saturation != std::array<double, 2>{1, 1}) adjust_saturation(rgb, pixels, t);
+          // k == 3: hue (not offered yet; the config refuses it)
+        }
+        break;
+      }
+      case AugmentStep::Kind::kGrayscale:
+        if (rng.uniform() < s.p) to_grayscale(rgb, pixels);
+        break;
+      case AugmentStep::Kind::kSolarize:
+        if (rng.uniform() < s.p) solarize(rgb, pixels, s.threshold);
+        break;
+      case AugmentStep::Kind::kPosterize:
+        if (rng.uniform() < s.p) posterize(rgb, pixels, s.bits);
+        break;
+      case AugmentStep::Kind::kAutocontrast:
+        if (rng.uniform() < s.p) autocontrast(rgb, pixels);
+        break;
+    }
+  }
+}
+
+}  // namespace stoker::image

@@ -1,0 +1,39 @@
+// Colour augmentations of today's training recipes, on the upright uint8 HWC image after the
+// geometry step, with torchvision 0.14's semantics for uint8 tensors (functional_tensor.py):
+// the same float32 arithmetic in the same order and the same truncation back to uint8, so a
+// step given the same parameters gives torchvision's pixels (tests/fidelity/augment_fidelity.py).
+// Randomness comes from the sample's CounterRng, never from which worker ran first.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "core/rng.hpp"
+
+namespace stoker::image {
+
+struct AugmentStep {
+  enum class Kind : std::uint8_t { kColorJitter, kGrayscale, kSolarize, kPosterize, kAutocontrast };
+  Kind kind = Kind::kColorJitter;
+  double p = 1.0;  // probability the step applies (random_* steps)
+  // color_jitter: factor ranges as torchvision builds them ([max(0, 1-x), 1+x] for a number x);
+  // an empty range (lo == hi == 1) leaves that property out.
+  std::array<double, 2> brightness{1, 1}, contrast{1, 1}, saturation{1, 1};
+  int threshold = 128;  // solarize: pixels >= threshold are inverted
+  int bits = 8;         // posterize: bits kept per channel
+};
+
+// The individual operations (exposed for the fidelity probe and tests).
+void adjust_brightness(std::uint8_t* rgb, std::size_t pixels, double factor);
+void adjust_contrast(std::uint8_t* rgb, std::size_t pixels, double factor);
+void adjust_saturation(std::uint8_t* rgb, std::size_t pixels, double factor);
+void to_grayscale(std::uint8_t* rgb, std::size_t pixels);
+void solarize(std::uint8_t* rgb, std::size_t pixels, int threshold);
+void posterize(std::uint8_t* rgb, std::size_t pixels, int bits);
+void autocontrast(std::uint8_t* rgb, std::size_t pixels);
+
+// Applies `steps` in order to the packed RGB image, drawing from `rng`.
+void apply_augment(const std::vector<AugmentStep>& steps, std::uint8_t* rgb, std::size_t pixels, CounterRng& rng);
+
+}  // namespace stoker::image
