@@ -110,6 +110,11 @@ int consume_main(int argc, char** argv) {
 
   const auto t0 = std::chrono::steady_clock::now();
   std::uint64_t batches = 0, samples = 0, epochs_done = 0;
+  // The steady rate excludes what the ring held before this consumer asked (up to slot_count
+  // batches prefetched at connect): it is timed from the arrival of the batch after those.
+  const std::uint64_t prefetched = info.slot_count;
+  std::chrono::steady_clock::time_point steady_from{};
+  std::uint64_t steady_samples = 0;
   int rc = 0;
   while ((a.batches == 0 || batches < a.batches) && (a.epochs == 0 || epochs_done < a.epochs)) {
     stoker_batch* b = nullptr;
@@ -118,6 +123,8 @@ int consume_main(int argc, char** argv) {
       break;
     }
     const std::uint32_t n = stoker_batch_count(b);
+    if (batches == prefetched) steady_from = std::chrono::steady_clock::now();
+    if (batches > prefetched) steady_samples += n;
     const std::uint64_t epoch = stoker_batch_epoch(b), index = stoker_batch_index(b);
     const bool last = stoker_batch_last_in_epoch(b) != 0;
     // Device mode: the batch is used from its device copy (ordered on the default stream), and
@@ -188,11 +195,18 @@ int consume_main(int argc, char** argv) {
     samples += n;
     if (last) ++epochs_done;
   }
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto t_end = std::chrono::steady_clock::now();
+  const double s = std::chrono::duration<double>(t_end - t0).count();
+  const double steady_s = batches > prefetched ? std::chrono::duration<double>(t_end - steady_from).count() : 0.0;
+  const std::string steady = steady_s > 0 ? std::to_string(steady_samples / steady_s) : std::string("null");
+  // images_per_s counts everything since connect (prefetched batches included: flattering);
+  // steady_images_per_s leaves out the batches the ring held at connect, which is the rate the
+  // daemon sustains (null when too few batches were taken to tell).
   std::printf("{\"summary\":true,\"batches\":%llu,\"samples\":%llu,\"epochs\":%llu,\"seconds\":%.3f,"
-              "\"images_per_s\":%.1f}\n",
+              "\"images_per_s\":%.1f,\"prefetched_batches_excluded\":%llu,\"steady_images_per_s\":%s}\n",
               static_cast<unsigned long long>(batches), static_cast<unsigned long long>(samples),
-              static_cast<unsigned long long>(epochs_done), s, s > 0 ? samples / s : 0.0);
+              static_cast<unsigned long long>(epochs_done), s, s > 0 ? samples / s : 0.0,
+              static_cast<unsigned long long>(prefetched), steady.c_str());
   stoker_client_close(c);
   return rc;
 }

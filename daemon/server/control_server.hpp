@@ -112,6 +112,8 @@ class ControlServer {
   std::chrono::steady_clock::time_point started_;
   std::chrono::steady_clock::time_point last_sample_;
   std::vector<std::uint64_t> last_samples_ok_;
+  // (time, samples_ok per job), one a second, oldest first, spanning the rate window.
+  std::deque<std::pair<std::chrono::steady_clock::time_point, std::vector<std::uint64_t>>> rate_history_;
   std::vector<double> rates_;
 };
 

@@ -18,15 +18,21 @@ double stuck_after(const config::JobConfig& c) { return c.lease_timeout_s > 0 ? 
 }  // namespace
 
 void ControlServer::sample_rates() {
+  // One snapshot of samples_ok per job a second, kept for kRateWindow: the reported rate is
+  // over that window, so it means something between two status calls and decays to 0 over the
+  // window after the last consumer leaves instead of dropping at once.
+  constexpr auto kRateWindow = std::chrono::seconds(10);
   const auto now = std::chrono::steady_clock::now();
-  const double dt = std::chrono::duration<double>(now - last_sample_).count();
-  if (dt < 1.0) return;
-  for (std::size_t i = 0; i < jobs_.size(); ++i) {
-    const std::uint64_t ok = jobs_[i]->stats().samples_ok;
-    rates_[i] = static_cast<double>(ok - last_samples_ok_[i]) / dt;
-    last_samples_ok_[i] = ok;
-  }
+  if (now - last_sample_ < std::chrono::seconds(1)) return;
   last_sample_ = now;
+  rate_history_.emplace_back(now, std::vector<std::uint64_t>());
+  for (Job* j : jobs_) rate_history_.back().second.push_back(j->stats().samples_ok);
+  while (rate_history_.size() > 2 && now - rate_history_[1].first >= kRateWindow) rate_history_.pop_front();
+  const auto& [t_old, ok_old] = rate_history_.front();
+  const double dt = std::chrono::duration<double>(now - t_old).count();
+  for (std::size_t i = 0; i < jobs_.size(); ++i) {
+    rates_[i] = dt > 0 ? static_cast<double>(rate_history_.back().second[i] - ok_old[i]) / dt : 0.0;
+  }
 }
 
 std::string ControlServer::status_json() const {
@@ -63,7 +69,7 @@ std::string ControlServer::status_json() const {
     job["batches_per_epoch"] = j.batches_per_epoch();
     job["world_size"] = j.world_size();
     job["ranks"] = {j.first_rank(), j.first_rank() + j.consumers() - 1};
-    job["images_per_s"] = rates_[i];
+    job["images_per_s"] = rates_[i];  // over the last 10 s
     job["samples_ok"] = st.samples_ok;
     job["batches_published"] = st.batches_published;
     job["decode_warnings"] = st.decode_warnings;

@@ -411,3 +411,28 @@ TEST_CASE("colour steps: same batches whatever the worker count, and they really
   for (std::size_t i = 0; i < plain.size(); ++i) same_high_bits += (plain[i] & 0xc0) == poster[i] ? 1 : 0;
   CHECK(same_high_bits == plain.size());
 }
+
+TEST_CASE("status reports the rate over the last seconds, not 0 as soon as the consumer leaves",
+          "[integration][status]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec j;
+  j.prefetch = 2;
+  Daemon d(write_config(dir.path(), {j}, 2), socket);
+  {
+    stoker::ClientOptions o;
+    o.socket_path = socket;
+    stoker::Client c("demo", 0, o);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2500);
+    while (std::chrono::steady_clock::now() < until) {
+      take(c);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // the consumer is gone
+  std::string out;
+  REQUIRE(run_program({bin("stokerctl"), "status", "--socket", socket}, out) == 0);
+  const auto at = out.find("\"images_per_s\":");
+  REQUIRE(at != std::string::npos);
+  CHECK(std::stod(out.substr(at + 15)) > 10.0);  // ~8 images per 20 ms batch while it ran
+}
