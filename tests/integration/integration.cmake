@@ -21,7 +21,10 @@ if(NOT STOKER_SANITIZE AND NOT STOKER_TSAN)
 add_test(NAME installed_package_is_usable
   COMMAND ${CMAKE_COMMAND} -DBUILD_DIR=${CMAKE_BINARY_DIR} -DSOURCE_DIR=${CMAKE_CURRENT_SOURCE_DIR}/install
           -DWORK_DIR=${CMAKE_CURRENT_BINARY_DIR}/install-check -P ${CMAKE_CURRENT_SOURCE_DIR}/install/check.cmake)
-set_tests_properties(installed_package_is_usable PROPERTIES LABELS integration TIMEOUT 300)
+# RESOURCE_LOCK: the python tier also runs `cmake --install` of this build folder, and two
+# installs of one build at once race on its install_manifest.txt.
+set_tests_properties(installed_package_is_usable PROPERTIES LABELS integration TIMEOUT 300
+  RESOURCE_LOCK cmake_install_of_the_build)
 endif()
 
 # The device path against the backend STOKER_TEST_DEVICE_BACKEND names (default hostsim, so it
