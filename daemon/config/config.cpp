@@ -361,7 +361,8 @@ void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec
         if (spec.flip_probability < 0 || spec.flip_probability > 1) r.fail(*v, "must be within [0, 1]");
       }
     } else if (name == "color_jitter" || name == "random_grayscale" || name == "random_solarize" ||
-               name == "random_posterize" || name == "random_autocontrast") {
+               name == "random_posterize" || name == "random_autocontrast" || name == "random_equalize" ||
+               name == "random_adjust_sharpness") {
       if (normalize) r.fail(at_name, "colour steps work on uint8 pixels: put them before normalize");
       if (!geometry) r.fail(at_name, "colour steps come after the geometry step");
       stage = kAfterGeometry;
@@ -390,14 +391,23 @@ void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec
           r.fail(*h, "hue jitter is not supported yet (brightness, contrast and saturation are)");
         }
       } else {
-        const bool solar = name == "random_solarize", poster = name == "random_posterize";
-        const Fields f(r, body, solar ? std::initializer_list<std::string_view>{"threshold", "p"}
+        const bool solar = name == "random_solarize", poster = name == "random_posterize",
+                   sharp = name == "random_adjust_sharpness";
+        const Fields f(r, body, solar    ? std::initializer_list<std::string_view>{"threshold", "p"}
                                 : poster ? std::initializer_list<std::string_view>{"bits", "p"}
+                                : sharp  ? std::initializer_list<std::string_view>{"sharpness_factor", "p"}
                                          : std::initializer_list<std::string_view>{"p"});
-        a.kind = name == "random_grayscale" ? image::AugmentStep::Kind::kGrayscale
-                 : solar                     ? image::AugmentStep::Kind::kSolarize
-                 : poster                    ? image::AugmentStep::Kind::kPosterize
-                                             : image::AugmentStep::Kind::kAutocontrast;
+        a.kind = name == "random_grayscale"  ? image::AugmentStep::Kind::kGrayscale
+                 : solar                      ? image::AugmentStep::Kind::kSolarize
+                 : poster                     ? image::AugmentStep::Kind::kPosterize
+                 : sharp                      ? image::AugmentStep::Kind::kSharpness
+                 : name == "random_equalize" ? image::AugmentStep::Kind::kEqualize
+                                              : image::AugmentStep::Kind::kAutocontrast;
+        if (sharp) {
+          const Value& v = f.need("sharpness_factor");
+          a.sharpness = r.number(v);
+          if (a.sharpness < 0) r.fail(v, "must be >= 0");
+        }
         a.p = name == "random_grayscale" ? 0.1 : 0.5;  // torchvision's defaults
         if (auto* v = f.get("p")) {
           a.p = r.number(*v);
@@ -423,10 +433,12 @@ void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec
     } else {
       const std::string near = closest(name, {"decode", "random_resized_crop", "resize", "center_crop",
                                               "horizontal_flip", "normalize", "color_jitter", "random_grayscale",
-                                              "random_solarize", "random_posterize", "random_autocontrast"});
+                                              "random_solarize", "random_posterize", "random_autocontrast",
+                                              "random_equalize", "random_adjust_sharpness"});
       r.fail(at_name, near.empty() ? "unknown step (known: decode, random_resized_crop, resize, "
                                      "center_crop, horizontal_flip, color_jitter, random_grayscale, "
-                                     "random_solarize, random_posterize, random_autocontrast, normalize)"
+                                     "random_solarize, random_posterize, random_autocontrast, random_equalize, "
+                                     "random_adjust_sharpness, normalize)"
                                    : "unknown step; did you mean '" + near + "'?");
     }
     if (name == "horizontal_flip" || name == "normalize") {

@@ -86,7 +86,55 @@ void autocontrast(std::uint8_t* rgb, std::size_t pixels) {
   }
 }
 
-void apply_augment(const std::vector<AugmentStep>& steps, std::uint8_t* rgb, std::size_t pixels, CounterRng& rng) {
+void equalize(std::uint8_t* rgb, std::size_t pixels) {
+  // torchvision's _scale_channel: integer histogram arithmetic, exactly.
+  for (int c = 0; c < 3; ++c) {
+    std::int64_t hist[256] = {};
+    for (std::size_t i = 0; i < pixels; ++i) ++hist[rgb[3 * i + c]];
+    // step = sum of the non-zero bins but the last non-zero one, // 255
+    int last = 255;
+    while (last > 0 && hist[last] == 0) --last;
+    std::int64_t sum = 0;
+    for (int v = 0; v < last; ++v) sum += hist[v];
+    const std::int64_t step = sum / 255;
+    if (step == 0) continue;
+    std::uint8_t lut[256];
+    std::int64_t cum = 0;
+    lut[0] = 0;
+    for (int v = 0; v < 255; ++v) {  // lut shifted by one: lut[v + 1] from the cumsum up to v
+      cum += hist[v];
+      lut[v + 1] = static_cast<std::uint8_t>(std::min<std::int64_t>(255, (cum + step / 2) / step));
+    }
+    for (std::size_t i = 0; i < pixels; ++i) rgb[3 * i + c] = lut[rgb[3 * i + c]];
+  }
+}
+
+void adjust_sharpness(std::uint8_t* rgb, int width, int height, double factor) {
+  if (width <= 2 || height <= 2) return;  // torchvision: nothing inside the border to blur
+  // The degenerate image: the 3x3 kernel [1 1 1; 1 5 1; 1 1 1] / 13 in float32, rounded to
+  // uint8 inside the border; the border keeps the original pixels.
+  std::vector<std::uint8_t> blurred(rgb, rgb + std::size_t(width) * height * 3);
+  const float k_side = 1.0f / 13.0f, k_mid = 5.0f / 13.0f;
+  for (int y = 1; y < height - 1; ++y) {
+    for (int x = 1; x < width - 1; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        float acc = 0;
+        for (int dy = -1; dy <= 1; ++dy) {
+          for (int dx = -1; dx <= 1; ++dx) {
+            const float v = rgb[(std::size_t(y + dy) * width + (x + dx)) * 3 + c];
+            acc += v * (dx == 0 && dy == 0 ? k_mid : k_side);
+          }
+        }
+        blurred[(std::size_t(y) * width + x) * 3 + c] = static_cast<std::uint8_t>(std::min(255.0f, std::nearbyint(acc)));
+      }
+    }
+  }
+  const float r = static_cast<float>(factor), s = static_cast<float>(1.0 - factor);
+  for (std::size_t i = 0; i < blurred.size(); ++i) rgb[i] = blend(rgb[i], blurred[i], r, s);
+}
+
+void apply_augment(const std::vector<AugmentStep>& steps, std::uint8_t* rgb, int width, int height, CounterRng& rng) {
+  const std::size_t pixels = std::size_t(width) * height;
   for (const AugmentStep& s : steps) {
     switch (s.kind) {
       case AugmentStep::Kind::kColorJitter: {
@@ -115,6 +163,12 @@ void apply_augment(const std::vector<AugmentStep>& steps, std::uint8_t* rgb, std
         break;
       case AugmentStep::Kind::kAutocontrast:
         if (rng.uniform() < s.p) autocontrast(rgb, pixels);
+        break;
+      case AugmentStep::Kind::kEqualize:
+        if (rng.uniform() < s.p) equalize(rgb, pixels);
+        break;
+      case AugmentStep::Kind::kSharpness:
+        if (rng.uniform() < s.p) adjust_sharpness(rgb, width, height, s.sharpness);
         break;
     }
   }

@@ -14,7 +14,7 @@
 namespace stoker::image {
 
 struct AugmentStep {
-  enum class Kind : std::uint8_t { kColorJitter, kGrayscale, kSolarize, kPosterize, kAutocontrast };
+  enum class Kind : std::uint8_t { kColorJitter, kGrayscale, kSolarize, kPosterize, kAutocontrast, kEqualize, kSharpness };
   Kind kind = Kind::kColorJitter;
   double p = 1.0;  // probability the step applies (random_* steps)
   // color_jitter: factor ranges as torchvision builds them ([max(0, 1-x), 1+x] for a number x);
@@ -22,6 +22,7 @@ struct AugmentStep {
   std::array<double, 2> brightness{1, 1}, contrast{1, 1}, saturation{1, 1};
   int threshold = 128;  // solarize: pixels >= threshold are inverted
   int bits = 8;         // posterize: bits kept per channel
+  double sharpness = 1;  // adjust_sharpness: the factor (0 blurred, 1 unchanged, 2 sharper)
 };
 
 // The individual operations (exposed for the fidelity probe and tests).
@@ -32,8 +33,11 @@ void to_grayscale(std::uint8_t* rgb, std::size_t pixels);
 void solarize(std::uint8_t* rgb, std::size_t pixels, int threshold);
 void posterize(std::uint8_t* rgb, std::size_t pixels, int bits);
 void autocontrast(std::uint8_t* rgb, std::size_t pixels);
+void equalize(std::uint8_t* rgb, std::size_t pixels);
+// Needs the image's shape (a 3x3 smoothing filter; the border keeps its pixels, as torchvision).
+void adjust_sharpness(std::uint8_t* rgb, int width, int height, double factor);
 
 // Applies `steps` in order to the packed RGB image, drawing from `rng`.
-void apply_augment(const std::vector<AugmentStep>& steps, std::uint8_t* rgb, std::size_t pixels, CounterRng& rng);
+void apply_augment(const std::vector<AugmentStep>& steps, std::uint8_t* rgb, int width, int height, CounterRng& rng);
 
 }  // namespace stoker::image

@@ -399,7 +399,8 @@ TEST_CASE("colour steps: same batches whatever the worker count, and they really
   const std::string colour =
       "      - color_jitter: {brightness: 0.4, contrast: 0.4, saturation: 0.4}\n"
       "      - random_grayscale: {p: 0.2}\n      - random_solarize: {threshold: 192, p: 0.3}\n"
-      "      - random_posterize: {bits: 4, p: 0.3}\n      - random_autocontrast: {p: 0.3}\n";
+      "      - random_posterize: {bits: 4, p: 0.3}\n      - random_autocontrast: {p: 0.3}\n"
+      "      - random_equalize: {p: 0.3}\n      - random_adjust_sharpness: {sharpness_factor: 2, p: 0.3}\n";
   const auto one = run_job(1, colour), two = run_job(2, colour), plain = run_job(2, "");
   REQUIRE(one.size() == plain.size());
   CHECK(one == two);    // randomness from (seed, epoch, sample id), not from which worker ran

@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
   else if (op == "solarize") solarize(rgb.data(), pixels, static_cast<int>(param));
   else if (op == "posterize") posterize(rgb.data(), pixels, static_cast<int>(param));
   else if (op == "autocontrast") autocontrast(rgb.data(), pixels);
+  else if (op == "equalize") equalize(rgb.data(), pixels);
+  else if (op == "sharpness") adjust_sharpness(rgb.data(), std::atoi(argv[3]), std::atoi(argv[4]), param);
   else return 2;
   std::fwrite(rgb.data(), 1, rgb.size(), stdout);
   return 0;
