@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
 # Starts stokerd in the background for a training script and waits until it serves.
-#   eval "$(scripts/stokerd-launch.sh configs/imagenet-train.yaml)"   # exports STOKER_SOCKET
+#   eval "$(scripts/stokerd-launch.sh configs/imagenet-train.yaml)"   # sets STOKERD_PID (and
+#                                       STOKER_SOCKET, which clients need only for a custom socket)
 #   torchrun ... train.py
 #   kill "$STOKERD_PID"
 set -euo pipefail
 config=${1:?usage: stokerd-launch.sh CONFIG [SOCKET]}
-socket=${2:-${STOKER_SOCKET:-${XDG_RUNTIME_DIR:-/tmp/stoker-$(id -u)}/stoker/stoker.sock}}
+# Default: where clients look when nothing is set (proto/names.hpp), so a trainer started
+# from any shell of this user finds it without the export line.
+if [[ -n "${2:-}" ]]; then socket=$2
+elif [[ -n "${STOKER_SOCKET:-}" ]]; then socket=$STOKER_SOCKET
+elif [[ -n "${XDG_RUNTIME_DIR:-}" ]]; then socket=$XDG_RUNTIME_DIR/stoker/stoker.sock
+elif [[ $(id -u) -eq 0 ]]; then socket=/run/stoker/stoker.sock
+else socket=/tmp/stoker-$(id -u)/stoker.sock
+fi
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${STOKERD:-$here/build/bin/stokerd}
 log=${STOKER_LOG:-$(dirname "$socket")/stokerd.log}
