@@ -224,3 +224,24 @@ def test_a_segment_scribbled_or_truncated_by_another_process_crashes_no_one(daem
     assert len(next(again.batches()).ids) > 0
     again.close()
     assert "header had been overwritten by another process; restored" in open(d.log).read()
+
+
+def test_wait_for_daemon_waits_for_one_that_starts_late(tmp_path, demo_root):
+    from conftest import Daemon, write_config
+    sock = str(tmp_path / "late.sock")
+    cfg = write_config(str(tmp_path / "late.yaml"), demo_root)
+    started = []
+    timer = threading.Timer(0.7, lambda: started.append(Daemon(cfg, sock, str(tmp_path / "late.log"), "demo")))
+    timer.start()
+    t0 = time.monotonic()
+    try:
+        loader = stoker.Loader("demo", socket=sock, framework="numpy", wait_for_daemon=20)
+        assert time.monotonic() - t0 >= 0.6
+        assert len(next(loader.batches()).ids) > 0
+        loader.close()
+    finally:
+        timer.join()
+        for d in started:
+            d.stop()
+    with pytest.raises(stoker.NoDaemonError):
+        stoker.Loader("demo", socket=str(tmp_path / "never.sock"), framework="numpy", wait_for_daemon=0.3)

@@ -179,14 +179,15 @@ class Loader:
     process holds every slot of its ring before stoker.HoldError. reconnect_timeout_s: when
     the daemon goes away (a restart under systemd's Restart=, a package upgrade), wait up to
     this long for one on the same socket and continue at the same position with the same
-    batches (default: raise stoker.DisconnectedError at once).
+    batches (default: raise stoker.DisconnectedError at once). wait_for_daemon: seconds to wait
+    at construction for a daemon that has not started yet (default: fail at once).
     """
 
     def __init__(self, job: str, rank: Optional[int] = None, world_size: Optional[int] = None,
                  socket: Optional[str] = None, framework: Optional[str] = None, copy: bool = False,
                  timeout_s: Optional[float] = None, hold_timeout_s: float = 60.0,
                  device: Any = None, pin_memory: bool = False,
-                 reconnect_timeout_s: Optional[float] = None):
+                 reconnect_timeout_s: Optional[float] = None, wait_for_daemon: float = 0.0):
         self.job = job
         if reconnect_timeout_s is not None and reconnect_timeout_s < 0:
             raise ValueError("reconnect_timeout_s must be >= 0")
@@ -221,7 +222,17 @@ class Loader:
             raise ValueError("world_size must be >= 1")
         if self.rank < 0:
             raise ValueError(f"rank must be >= 0, not {self.rank}")
-        self._connect(0, 0)
+        # A trainer started beside its daemon (a launch script, a SLURM step) may come up first:
+        # wait_for_daemon seconds of "no daemon yet" are waited out before giving up.
+        deadline = time.monotonic() + max(0.0, float(wait_for_daemon))
+        while True:
+            try:
+                self._connect(0, 0)
+                break
+            except _stoker.NoDaemonError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)
         info = self._client.info()
         self.info: Dict[str, Any] = info
         self._device_backend = info.get("device_backend", "")
