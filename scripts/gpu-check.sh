@@ -84,6 +84,14 @@ case $bench in
   *) echo "benchmark FAILED (exit $bench)"; status=1 ;;
 esac
 
+step "Loader on the GPU: ready -> tensor latency, images/s vs DataLoader (scripts/bench-gpu-loader.py)"
+/usr/bin/python3 scripts/bench-gpu-loader.py "$build" "${BENCH_IMAGES:-tests/data/demo}" --batches 400
+case $? in
+  0) ;;
+  77) echo "SKIPPED: this interpreter's torch has no CUDA" ;;
+  *) echo "bench-gpu-loader FAILED"; status=1 ;;
+esac
+
 if [[ "${GPU_CHECK_ALL_TIERS:-0}" == 1 ]]; then
   step "everything else on this machine (CUDA build, device present)"
   ctest --test-dir "$build" -L 'unit|integration|fault' -j "$jobs" --output-on-failure || status=1

@@ -1,0 +1,147 @@
+#!/usr/bin/python3
+"""GPU delivery end to end (issue #8), for scripts/gpu-check.sh: the two figures that need a
+trainer process and torch.
+
+ 1. ready -> usable torch tensor: for each batch, the time from asking the Loader for it to
+    a CUDA tensor whose stream waits on the daemon's copy (the control hop: a message on the
+    socket, the IPC event wait queued on the current stream). Median and p99 in microseconds,
+    with the daemon always ahead (prefetch full). Target: median <= 50 us.
+ 2. images/s delivered as torch.cuda tensors, stoker.Loader(device="cuda", device_normalize)
+    against torchvision's DataLoader (all cores, pin_memory=True, .cuda(non_blocking=True),
+    RandomResizedCrop + flip + ToTensor + Normalize) on the same files, same run.
+
+It needs a torch built with CUDA; with `--simulate` it runs the same code paths on the host
+simulation (STOKER_DEVICE_BACKEND=hostsim, CPU tensors) so the script itself is checked on
+machines without a GPU (the figures then mean nothing).
+
+usage: bench-gpu-loader.py BUILD_DIR IMAGES_DIR [--batches N] [--simulate]
+"""
+import argparse
+import os
+import signal
+import socket as pysocket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def wait_listening(path, proc, log):
+    for _ in range(400):
+        s = pysocket.socket(pysocket.AF_UNIX, pysocket.SOCK_SEQPACKET)
+        try:
+            s.connect(path)
+            return
+        except OSError:
+            if proc.poll() is not None:
+                sys.exit("stokerd exited: " + open(log).read())
+            time.sleep(0.05)
+        finally:
+            s.close()
+    sys.exit("stokerd did not start")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("build")
+    ap.add_argument("images")
+    ap.add_argument("--batches", type=int, default=200)
+    ap.add_argument("--simulate", action="store_true")
+    a = ap.parse_args()
+    if a.simulate:
+        os.environ["STOKER_DEVICE_BACKEND"] = "hostsim"
+    sys.path.insert(0, os.path.join(a.build, "python"))
+    import torch
+    import stoker
+    if not a.simulate and not torch.cuda.is_available():
+        print("SKIP: this interpreter's torch has no CUDA (Debian's python3-torch is CPU-only)")
+        return 77
+    tmp = tempfile.mkdtemp(prefix="stoker-gpu-bench-")
+    cfg = os.path.join(tmp, "bench.yaml")
+    with open(cfg, "w") as f:
+        f.write(f"""server: {{log_level: warn}}
+jobs:
+  bench:
+    source: {{root: "{os.path.abspath(a.images)}"}}
+    batch_size: 64
+    prefetch: 8
+    device_normalize: true
+    pipeline:
+      - decode: {{}}
+      - random_resized_crop: {{size: 224}}
+      - horizontal_flip: {{p: 0.5}}
+      - normalize: {{mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}}
+    output: {{dtype: float32, layout: NCHW}}
+""")
+    sock = os.path.join(tmp, "s.sock")
+    log = os.path.join(tmp, "stokerd.log")
+    daemon = subprocess.Popen([os.path.join(a.build, "bin", "stokerd"), "--config", cfg, "--socket", sock],
+                              stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    try:
+        wait_listening(sock, daemon, log)
+        loader = stoker.Loader("bench", socket=sock, device="cuda", framework="torch")
+        it = iter(loader)
+        lat, n, t_start = [], 0, None
+        epoch = 0
+        while n < a.batches:
+            loader.set_epoch(epoch)
+            it = iter(loader)
+            for images, labels in it:
+                if t_start is None:
+                    t_start = time.perf_counter()  # after the first batch: prefetch excluded
+                n += 1
+                if n >= a.batches:
+                    break
+                # Latency with the ring full: let the daemon get ahead, then time one request.
+                if n % 10 == 0 and not a.simulate:
+                    torch.cuda.current_stream().synchronize()
+                    time.sleep(0.05)
+                    t0 = time.perf_counter()
+                    images, labels = next(it)
+                    lat.append((time.perf_counter() - t0) * 1e6)
+                    n += 1
+                del images, labels
+            epoch += 1
+        if not a.simulate:
+            torch.cuda.synchronize()
+        stoker_rate = (n - 1) * 64 / (time.perf_counter() - t_start)
+        loader.close()
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(30)
+
+    import torchvision.datasets as D
+    import torchvision.transforms as T
+    tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
+                    T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+    dl = torch.utils.data.DataLoader(D.ImageFolder(a.images, tf), batch_size=64, shuffle=True,
+                                     num_workers=os.cpu_count(), pin_memory=not a.simulate,
+                                     persistent_workers=True)
+    n, t_start = 0, None
+    while n < a.batches:
+        for images, labels in dl:
+            if not a.simulate:
+                images, labels = images.cuda(non_blocking=True), labels.cuda(non_blocking=True)
+            if t_start is None:
+                t_start = time.perf_counter()
+            n += 1
+            if n >= a.batches:
+                break
+    if not a.simulate:
+        torch.cuda.synchronize()
+    tv_rate = (n - 1) * 64 / (time.perf_counter() - t_start)
+
+    print(f"device: {'hostsim (figures meaningless)' if a.simulate else torch.cuda.get_device_name()}, "
+          f"{os.cpu_count()} cores")
+    if lat:
+        lat.sort()
+        print(f"ready -> usable torch.cuda tensor: median {statistics.median(lat):.1f} us, "
+              f"p99 {lat[int(len(lat) * 0.99) - 1]:.1f} us over {len(lat)} batches (target median <= 50 us)")
+    print(f"images/s as torch.cuda tensors: stoker {stoker_rate:.0f}, torchvision DataLoader "
+          f"({os.cpu_count()} workers, pin_memory) {tv_rate:.0f}, ratio {stoker_rate / tv_rate:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
