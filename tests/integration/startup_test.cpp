@@ -196,3 +196,10 @@ TEST_CASE("under systemd (Type=notify) stokerd reports READY=1 with a status lin
   CHECK(last == "STOPPING=1");
   ::close(fd);
 }
+
+TEST_CASE("the start log says which file extensions the scan found", "[integration]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  Daemon d(write_config(dir.path(), {JobSpec{}}, 1), socket);
+  CHECK_THAT(d.log(), Catch::Contains("job demo: files by extension: jpg 64"));
+}

@@ -2,6 +2,7 @@
 // memory. Prints one line per measurement: "<name> <images/s> x_full_decode=<ratio>
 // [breakdown]", images/s being the median of ROUNDS interleaved rounds. The reference ceiling is
 // libjpeg-turbo's plain full decode of the same files (RGB, all rows, no scaling).
+#include <cctype>
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -25,8 +26,10 @@ namespace {
 std::vector<std::vector<std::uint8_t>> load(const fs::path& dir) {
   std::vector<fs::path> paths;
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
-    const auto ext = e.path().extension().string();
-    if (e.is_regular_file() && (ext == ".jpg" || ext == ".jpeg" || ext == ".JPG")) paths.push_back(e.path());
+    std::string ext = e.path().extension().string();
+    for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    // Any case: ImageNet's own files are ".JPEG".
+    if (e.is_regular_file() && (ext == ".jpg" || ext == ".jpeg")) paths.push_back(e.path());
   }
   std::sort(paths.begin(), paths.end());
   std::vector<std::vector<std::uint8_t>> files;
