@@ -9,17 +9,13 @@ difference is above 2.0 (0-255 scale).
 
 usage: formats_fidelity.py BIN_DIR DATA_DIR
 """
-import json
 import os
-import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
+
+from val_job import dump_val_epoch
 
 try:
     from PIL import Image
@@ -29,18 +25,6 @@ except ImportError as e:  # reported as skipped by ctest (SKIP_RETURN_CODE 77)
     sys.exit(77)
 
 LIMIT = 2.0
-
-
-def listening(path):
-    """True once stokerd accepts connections (the file exists a moment before listen())."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    try:
-        s.connect(path)
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
 
 
 def make_variants(photo, out_dir):
@@ -77,52 +61,19 @@ def main(bin_dir: str, data_dir: str) -> int:
         os.makedirs(os.path.join(root, "all"))
         for photo in ("flower/flower_00.jpg", "landscape/landscape_03.jpg"):
             make_variants(os.path.join(data_dir, "demo", photo), os.path.join(root, "all"))
-        cfg = os.path.join(tmp, "val.yaml")
-        with open(cfg, "w") as f:
-            f.write(f"""server: {{workers: 2, log_level: warn}}
-jobs:
-  val:
-    source: {{root: "{root}"}}
-    batch_size: 8
-    shuffle: false
-    pipeline:
-      - decode: {{}}
-      - resize: {{size: 256}}
-      - center_crop: {{size: 224}}
-    output: {{dtype: uint8, layout: NCHW}}
-""")
-        sock = os.path.join(tmp, "s.sock")
-        daemon = subprocess.Popen([os.path.join(bin_dir, "stokerd"), "--config", cfg, "--socket", sock],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        try:
-            for _ in range(400):
-                if listening(sock):
-                    break
-                time.sleep(0.05)
-            dump = os.path.join(tmp, "dump")
-            out = subprocess.run([os.path.join(bin_dir, "stokerctl"), "consume", "--job", "val",
-                                  "--socket", sock, "--epochs", "1", "--dump", dump],
-                                 check=True, capture_output=True, text=True).stdout
-        finally:
-            daemon.send_signal(signal.SIGINT)
-            log = daemon.communicate(timeout=30)[0]
+        samples, log = dump_val_epoch(bin_dir, root, tmp, batch_size=8)
 
         files = sorted(os.path.join(root, "all", n) for n in os.listdir(os.path.join(root, "all")))
         tv = T.Compose([T.Resize(256), T.CenterCrop(224), T.PILToTensor()])
         seen, worst, failed = set(), 0.0, False
-        for line in out.splitlines():
-            b = json.loads(line)
-            if b.get("summary"):
-                continue
-            stem = os.path.join(dump, f"e{b['epoch']}_b{b['index']}")
-            for img, sid in zip(np.load(stem + ".images.npy"), np.load(stem + ".ids.npy")):
-                ref = tv(Image.open(files[sid]).convert("RGB")).numpy()
-                d = float(np.abs(img.astype(np.int16) - ref.astype(np.int16)).mean())
-                seen.add(int(sid))
-                worst = max(worst, d)
-                flag = "" if d <= LIMIT else "   ABOVE LIMIT"
-                failed |= d > LIMIT
-                print(f"{os.path.basename(files[sid])}: mean abs diff {d:.3f}{flag}")
+        for img, sid in samples:
+            ref = tv(Image.open(files[sid]).convert("RGB")).numpy()
+            d = float(np.abs(img.astype(np.int16) - ref.astype(np.int16)).mean())
+            seen.add(sid)
+            worst = max(worst, d)
+            flag = "" if d <= LIMIT else "   ABOVE LIMIT"
+            failed |= d > LIMIT
+            print(f"{os.path.basename(files[sid])}: mean abs diff {d:.3f}{flag}")
         missing = [os.path.basename(files[i]) for i in range(len(files)) if i not in seen]
         if missing:
             print("NOT DELIVERED: " + ", ".join(missing))

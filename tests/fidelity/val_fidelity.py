@@ -9,16 +9,13 @@ and fails when any image is above 2.0.
 
 usage: val_fidelity.py BIN_DIR DATA_DIR
 """
-import json
 import os
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
+
+from val_job import dump_val_epoch
 
 try:
     from PIL import Image
@@ -30,50 +27,10 @@ except ImportError as e:  # reported as skipped by ctest (SKIP_RETURN_CODE 77)
 LIMIT = 2.0
 
 
-def listening(path):
-    """True once stokerd accepts connections (the file exists a moment before listen())."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    try:
-        s.connect(path)
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
-
-
 def main(bin_dir: str, data_dir: str) -> int:
     root = os.path.join(data_dir, "demo")
     with tempfile.TemporaryDirectory(prefix="stoker-fidelity-") as tmp:
-        cfg = os.path.join(tmp, "val.yaml")
-        with open(cfg, "w") as f:
-            f.write(f"""server: {{workers: 2, log_level: warn}}
-jobs:
-  val:
-    source: {{root: "{root}"}}
-    batch_size: 16
-    shuffle: false
-    pipeline:
-      - decode: {{}}
-      - resize: {{size: 256}}
-      - center_crop: {{size: 224}}
-    output: {{dtype: uint8, layout: NCHW}}
-""")
-        sock = os.path.join(tmp, "s.sock")
-        daemon = subprocess.Popen([os.path.join(bin_dir, "stokerd"), "--config", cfg, "--socket", sock])
-        try:
-            for _ in range(400):
-                if listening(sock):
-                    break
-                time.sleep(0.05)
-            dump = os.path.join(tmp, "dump")
-            out = subprocess.run([os.path.join(bin_dir, "stokerctl"), "consume", "--job", "val",
-                                  "--socket", sock, "--epochs", "1", "--dump", dump],
-                                 check=True, capture_output=True, text=True).stdout
-        finally:
-            daemon.send_signal(signal.SIGINT)
-            daemon.wait(30)
-
+        samples, _ = dump_val_epoch(bin_dir, root, tmp)
         files = []
         for cls in sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d))):
             for dirpath, _, names in sorted(os.walk(os.path.join(root, cls))):
@@ -81,19 +38,12 @@ jobs:
 
         tv = T.Compose([T.Resize(256), T.CenterCrop(224), T.PILToTensor()])
         worst, diffs = 0.0, []
-        for line in out.splitlines():
-            b = json.loads(line)
-            if b.get("summary"):
-                continue
-            stem = os.path.join(dump, f"e{b['epoch']}_b{b['index']}")
-            images = np.load(stem + ".images.npy")
-            ids = np.load(stem + ".ids.npy")
-            for img, sid in zip(images, ids):
-                ref = tv(Image.open(files[sid]).convert("RGB")).numpy()
-                d = float(np.abs(img.astype(np.int16) - ref.astype(np.int16)).mean())
-                diffs.append(d)
-                worst = max(worst, d)
-                print(f"{os.path.relpath(files[sid], root)}: mean abs diff {d:.3f}")
+        for img, sid in samples:
+            ref = tv(Image.open(files[sid]).convert("RGB")).numpy()
+            d = float(np.abs(img.astype(np.int16) - ref.astype(np.int16)).mean())
+            diffs.append(d)
+            worst = max(worst, d)
+            print(f"{os.path.relpath(files[sid], root)}: mean abs diff {d:.3f}")
         print(f"val fidelity vs torchvision: {len(diffs)} images, mean {np.mean(diffs):.3f}, "
               f"max {worst:.3f} (limit {LIMIT})")
         if len(diffs) != len(files):
