@@ -13,8 +13,9 @@ namespace stoker::image {
 // Header only: dimensions, for the max_pixels check before any allocation.
 bool png_dimensions(std::span<const std::uint8_t> data, std::uint32_t& width, std::uint32_t& height);
 
-// Full decode to packed RGB.
-bool decode_png(std::span<const std::uint8_t> data, std::vector<std::uint8_t>& rgb,
+// Full decode to packed RGB; an image above max_pixels is refused (kTooLarge) before its
+// pixels or row pointers are allocated.
+bool decode_png(std::span<const std::uint8_t> data, std::uint64_t max_pixels, std::vector<std::uint8_t>& rgb,
                 std::uint32_t& width, std::uint32_t& height, SampleResult& result);
 
 }  // namespace stoker::image

@@ -184,7 +184,7 @@ SampleResult SampleProcessor::process(std::span<const std::uint8_t> encoded, std
       return r;
     }
     if (breakdown) breakdown->header_s += seconds_since(t);
-    if (!decode_png(encoded, m.pixels, W, H, r)) return r;
+    if (!decode_png(encoded, spec.max_pixels, m.pixels, W, H, r)) return r;
     if (breakdown) breakdown->decode_s += seconds_since(t);
   }
   if (format == Format::kWebpTiffBmpPnm) {

@@ -328,9 +328,9 @@ TEST_CASE("a consumer that stops releasing starves only its ring, shows as stuck
 
 namespace {
 
-// A progressive JPEG of w x h noise-free gradient: libjpeg keeps all its coefficients while
-// decoding (w * h * 3 * 2 bytes), whatever the output size.
-void write_progressive_jpeg(const fs::path& path, int w, int h) {
+// A JPEG of w x h noise-free gradient. Progressive (the default), libjpeg keeps all its
+// coefficients while decoding (w * h * 3 * 2 bytes), whatever the output size.
+void write_progressive_jpeg(const fs::path& path, int w, int h, bool progressive = true) {
   std::vector<std::uint8_t> px(static_cast<std::size_t>(w) * h * 3);
   for (int y = 0; y < h; ++y) {
     for (int x = 0; x < w; ++x) {
@@ -352,7 +352,7 @@ void write_progressive_jpeg(const fs::path& path, int w, int h) {
   c.input_components = 3;
   c.in_color_space = JCS_RGB;
   jpeg_set_defaults(&c);
-  jpeg_simple_progression(&c);
+  if (progressive) jpeg_simple_progression(&c);
   jpeg_start_compress(&c, TRUE);
   while (c.next_scanline < c.image_height) {
     JSAMPROW row = px.data() + static_cast<std::size_t>(c.next_scanline) * w * 3;
@@ -397,4 +397,31 @@ TEST_CASE("decode.max_memory_mb bounds the daemon's peak memory: huge progressiv
   const std::uint64_t peak = peak_rss_kib(d.pid());
   INFO("stokerd peak RSS " << peak << " KiB");
   CHECK(peak < 2 * 24 * 1024 + 40 * 1024);
+}
+
+TEST_CASE("a JPEG refused for max_pixels does not cost the next one its decode: one worker, "
+          "too large then good, every good file delivered", "[fault][machine]") {
+  // Issue #15 section 2: a max_pixels refusal left that worker's libjpeg in state 202 and the
+  // next good JPEG was quarantined as corrupt ("Improper call to JPEG library in state 202").
+  // One worker and no shuffle, so every good file is decoded right after a refused one.
+  TempDir dir;
+  const fs::path root = dir.path() / "data";
+  fs::create_directories(root / "a");
+  for (int i = 0; i < 3; ++i) {
+    write_progressive_jpeg(root / "a" / (std::to_string(i) + "_big.jpg"), 500, 375, false);  // 187,500 px
+    write_progressive_jpeg(root / "a" / (std::to_string(i) + "_small.jpg"), 200, 200, false);  // 40,000 px
+  }
+  JobSpec j;
+  j.root = root.string();
+  j.batch_size = 2;
+  j.shuffle = false;
+  j.pipeline_yaml = "    pipeline:\n      - decode: {max_pixels: 100000}\n      - random_resized_crop: {size: 32}\n";
+  const auto socket = (dir.path() / "s.sock").string();
+  Daemon d(write_config(dir.path(), {j}, 1), socket);
+  stoker::Client c("demo", 0, at(socket));
+  // Sorted names: 0_big 0_small 1_big 1_small 2_big 2_small -> the good ones are 1, 3, 5.
+  CHECK(epoch_ids(c) == std::multiset<std::int64_t>{1, 3, 5});
+  const std::string st = status(socket);
+  CHECK_THAT(st, Catch::Contains("\"too_large\":3") && Catch::Contains("\"corrupt\":0"));
+  CHECK_THAT(d.log(), !Catch::Contains("state 202"));
 }

@@ -12,6 +12,7 @@
 
 #include <png.h>
 
+#include "image/png_decoder.hpp"
 #include "image/sample_processor.hpp"
 
 using namespace stoker::image;
@@ -137,4 +138,77 @@ TEST_CASE("a PNG chunk claiming 1.6 GB is refused without allocating it (fuzzer 
   rusage after{};
   ::getrusage(RUSAGE_SELF, &after);
   CHECK(after.ru_maxrss - before.ru_maxrss < 200 * 1024);  // KiB: far below the 1.6 GB claimed
+}
+
+// ---------------------------------------------------------------------------------------------
+// Refusals (issue #15 section 2, #13): bounded before allocating, and the processor is usable after.
+
+namespace {
+
+std::vector<std::uint8_t> write_gray_png(png_uint_32 w, png_uint_32 h, std::uint8_t value) {
+  png_image image{};
+  image.version = PNG_IMAGE_VERSION;
+  image.width = w;
+  image.height = h;
+  image.format = PNG_FORMAT_GRAY;
+  const std::vector<std::uint8_t> px(static_cast<std::size_t>(w) * h, value);
+  png_alloc_size_t size = 0;
+  REQUIRE(png_image_write_get_memory_size(image, size, 0, px.data(), 0, nullptr));
+  std::vector<std::uint8_t> out(size);
+  REQUIRE(png_image_write_to_memory(&image, out.data(), &size, 0, px.data(), 0, nullptr));
+  out.resize(size);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("decode_png refuses an image above max_pixels before allocating its pixels or row pointers",
+          "[image]") {
+  const auto png = write_png(PNG_FORMAT_RGB, flat<std::uint8_t>({10, 200, 30}).data());
+  std::vector<std::uint8_t> rgb;
+  std::uint32_t w = 0, h = 0;
+  SampleResult r;
+  CHECK_FALSE(decode_png(png, 1000, rgb, w, h, r));  // 40 x 30 = 1200 pixels
+  CHECK(r.error == SampleErrorKind::kTooLarge);
+  CHECK_THAT(r.reason, Catch::Contains("40x30") && Catch::Contains("max_pixels 1000"));
+  CHECK(rgb.capacity() == 0);
+  SampleResult fine;
+  CHECK(decode_png(png, 1200, rgb, w, h, fine));
+  CHECK(rgb.size() == 40u * 30 * 3);
+}
+
+TEST_CASE("refused, then good, on one processor: every PNG refusal leaves it usable", "[image]") {
+  PipelineSpec spec;
+  spec.resize_shorter = 24;
+  spec.out_height = spec.out_width = 20;
+  spec.layout = stoker::proto::Layout::kNHWC;
+  spec.max_pixels = 100000;
+  SampleProcessor p(spec);
+  std::vector<std::uint8_t> out(spec.sample_bytes());
+  const auto good = write_png(PNG_FORMAT_RGB, flat<std::uint8_t>({10, 200, 30}).data());
+  // 1 x 1,000,000: 1M pixels in a few KB; its row pointers alone would be 8 MB (the
+  // decode_png test above checks nothing is allocated for a refused size).
+  const auto tall = write_gray_png(1, 1000000, 77);
+  const std::vector<std::uint8_t> header_only(good.begin(), good.begin() + 40);
+  const std::vector<std::uint8_t> half(good.begin(), good.begin() + static_cast<long>(good.size() / 2));
+  auto scribbled = good;
+  for (std::size_t i = 45; i < scribbled.size() - 20; i += 3) scribbled[i] ^= 0x5a;
+  struct Refusal {
+    const char* what;
+    const std::vector<std::uint8_t>* file;
+    SampleErrorKind kind;
+  };
+  for (const Refusal& f : {Refusal{"1 x 1,000,000 above max_pixels", &tall, SampleErrorKind::kTooLarge},
+                           Refusal{"header only", &header_only, SampleErrorKind::kTruncated},
+                           Refusal{"cut in the pixel data", &half, SampleErrorKind::kTruncated},
+                           Refusal{"scribbled pixel data", &scribbled, SampleErrorKind::kCorrupt}}) {
+    INFO(f.what);
+    const SampleResult refused = p.process(*f.file, 1, 0, 0, out.data());
+    CHECK(refused.error == f.kind);
+    CHECK_FALSE(refused.reason.empty());
+    std::fill(out.begin(), out.end(), 0);
+    const SampleResult ok = p.process(good, 1, 0, 1, out.data());
+    CHECK(ok.ok());
+    CHECK((out[0] == 10 && out[1] == 200 && out[2] == 30));
+  }
 }
