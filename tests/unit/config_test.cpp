@@ -665,3 +665,20 @@ TEST_CASE("config: colour steps, their torchvision defaults and their errors", "
              Contains("put them before normalize"));
   CHECK_THAT(refusal(train_job("", "      - color_jiter: {}\n")), Contains("did you mean 'color_jitter'?"));
 }
+
+TEST_CASE("config: decode.max_memory_mb sets each worker's libjpeg budget and out of range is refused at its "
+          "file:line", "[config]") {
+  CHECK(parse(train_job()).jobs.at(0).pipeline.max_memory_bytes == std::uint64_t{256} << 20);  // default
+  std::string yaml = train_job();
+  replace_all(yaml, "decode: {}", "decode: {max_memory_mb: 48}");
+  CHECK(parse(yaml).jobs.at(0).pipeline.max_memory_bytes == std::uint64_t{48} << 20);
+  for (const char* bad : {"0", "15", "1048577", "-1"}) {
+    INFO(bad);
+    std::string y = train_job();
+    replace_all(y, "decode: {}", std::string("decode: {max_memory_mb: ") + bad + "}");
+    CHECK(refusal(y) == std::string("test.yaml:6:33: jobs.train.pipeline[0].decode.max_memory_mb: must be "
+                                     "between 16 and 1048576, got ") + bad);
+  }
+  replace_all(yaml, "max_memory_mb: 48", "max_memory_mb: lots");
+  CHECK(refusal(yaml) == "test.yaml:6:33: jobs.train.pipeline[0].decode.max_memory_mb: expected an integer, got 'lots'");
+}
