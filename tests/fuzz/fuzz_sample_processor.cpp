@@ -1,6 +1,10 @@
 // libFuzzer harness: SampleProcessor::process on arbitrary bytes, in the four geometry x dtype x
-// layout combinations the first input byte picks, with small limits so that huge claimed sizes
-// are refused quickly. Must never crash, leak, hang or touch memory outside `out`.
+// layout combinations, with small limits so that huge claimed sizes are refused quickly. Must
+// never crash, leak, hang or touch memory outside `out`.
+// The combination: a first byte below 4 is a selector and is not part of the image (the files
+// in tests/data/fuzz-regressions start with one); any other first byte begins the image itself
+// (no format starts below 4: JPEG 0xff, PNG 0x89, RIFF, II/MM, BM, P5/P6), and the input's
+// length picks the combination. So the plain images of tests/data seed the fuzzer as images.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -15,7 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   static std::unique_ptr<SampleProcessor> processors[4];
   static std::vector<std::uint8_t> out;
   if (size < 1) return 0;
-  const int which = data[0] & 3;
+  const bool selector = data[0] < 4;
+  const int which = selector ? data[0] : static_cast<int>(size & 3);
   if (!processors[which]) {
     PipelineSpec s;
     s.max_pixels = 4'000'000;
@@ -33,6 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     out.resize(std::max<std::size_t>(out.size(), s.sample_bytes()));
   }
   // The same processor is reused across inputs, as a worker's is: a refusal must leave it usable.
-  processors[which]->process(std::span<const std::uint8_t>(data + 1, size - 1), 7, 0, size, out.data());
+  const std::span<const std::uint8_t> image = selector ? std::span(data + 1, size - 1) : std::span(data, size);
+  processors[which]->process(image, 7, 0, size, out.data());
   return 0;
 }
