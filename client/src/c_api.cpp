@@ -26,6 +26,7 @@ struct stoker_client {
   // stream stands (the batch after the last one handed out).
   std::string socket, job;
   std::uint32_t rank = 0;
+  std::uint32_t reader = 0;
   int device_ordinal = -1;
   bool writable = false;
   int reconnect_timeout_ms = 0;
@@ -118,7 +119,7 @@ void reconnect(stoker_client& c, const Failure& lost) {
   while (clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     try {
-      c.conn = std::make_shared<Connection>(c.socket, c.job, c.rank, c.next_epoch, c.next_batch, c.device_ordinal,
+      c.conn = std::make_shared<Connection>(c.socket, c.job, c.rank, c.reader, c.next_epoch, c.next_batch, c.device_ordinal,
                                             c.writable);
       return;
     } catch (const Failure& f) {
@@ -154,12 +155,13 @@ stoker_status stoker_client_open(const stoker_options* o, stoker_client** out) {
     c->socket = socket;
     c->job = o->job;
     c->rank = o->rank;
+    c->reader = o->reader;
     c->device_ordinal = parse_device(o->device, o->want_device);
     c->writable = o->map_writable != 0;
     c->reconnect_timeout_ms = std::max(0, o->reconnect_timeout_ms);
     c->next_epoch = o->start_epoch;
     c->next_batch = o->start_batch;
-    c->conn = std::make_shared<Connection>(socket, o->job, o->rank, o->start_epoch, o->start_batch,
+    c->conn = std::make_shared<Connection>(socket, o->job, o->rank, o->reader, o->start_epoch, o->start_batch,
                                            c->device_ordinal, c->writable);
     *out = c.release();
     return STOKER_OK;

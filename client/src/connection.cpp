@@ -1,5 +1,6 @@
 #include "connection.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <poll.h>
@@ -123,6 +124,7 @@ void throw_daemon_error(const void* data, std::size_t n) {
     case proto::ErrorCode::kUnknownJob:
     case proto::ErrorCode::kBadRank:
     case proto::ErrorCode::kRankBusy:
+    case proto::ErrorCode::kOutOfStep:
     case proto::ErrorCode::kNoDevice:
     case proto::ErrorCode::kTooManyConnections: st = STOKER_ERR_REFUSED; break;
     case proto::ErrorCode::kJobFailed: st = STOKER_ERR_JOB_FAILED; break;
@@ -133,8 +135,8 @@ void throw_daemon_error(const void* data, std::size_t n) {
 }
 
 Connection::Connection(const std::string& socket_path, const std::string& job, std::uint32_t rank,
-                       std::uint64_t start_epoch, std::uint64_t start_batch, int device_ordinal,
-                       bool map_writable)
+                       std::uint32_t reader, std::uint64_t start_epoch, std::uint64_t start_batch,
+                       int device_ordinal, bool map_writable)
     : socket_path_(socket_path) {
   if (job.empty() || job.size() >= 64) {
     throw Failure{STOKER_ERR_INVALID_ARGUMENT, "job name must be 1..63 characters"};
@@ -163,6 +165,7 @@ Connection::Connection(const std::string& socket_path, const std::string& job, s
     auto hello = proto::make_message<proto::HelloMsg>(proto::MsgType::kHello);
     proto::copy_cstr(hello.job, job.c_str());
     hello.rank = rank;
+    hello.reader = reader;
     hello.flags = backend ? proto::kHelloWantDevice : 0;
     if (backend) {
       std::memcpy(hello.device_uuid, uuid.data(), 16);
@@ -211,6 +214,8 @@ Connection::Connection(const std::string& socket_path, const std::string& job, s
     if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
       throw Failure{STOKER_ERR_PROTOCOL, "stokerd's shared memory is not sealed against shrinking"};
     }
+    // Fan-out: the readers of a rank share each batch's bytes, so none may write them.
+    if (w.readers > 1) map_writable = false;
     void* base = ::mmap(nullptr, w.segment_size, PROT_READ | (map_writable ? PROT_WRITE : 0), MAP_SHARED,
                         segment_fd, 0);
     if (base == MAP_FAILED) {
@@ -270,6 +275,9 @@ Connection::Connection(const std::string& socket_path, const std::string& job, s
     info_.batches_per_epoch = w.batches_per_epoch;
     info_.num_classes = hdr.num_classes;
     info_.slot_count = w.slot_count;
+    info_.readers = std::max<std::uint32_t>(w.readers, 1);  // 0 from a 2.0 daemon
+    info_.reader = w.reader;
+    info_.writable = map_writable ? 1 : 0;
     info_.daemon_generation = w.daemon_generation;
     info_.device_ordinal = -1;
     if (backend) {

@@ -19,6 +19,7 @@ namespace {
 struct ConsumeArgs {
   std::string socket, job, dump, device;
   std::uint32_t rank = 0;
+  std::uint32_t reader = 0;
   std::uint64_t batches = 0, epochs = 0, start_epoch = 0, start_batch = 0;
   bool ids = false;
   int hold_ms = 0;
@@ -53,6 +54,7 @@ bool parse_consume(int argc, char** argv, ConsumeArgs& a) {
     else if (k == "--dump") a.dump = v;
     else if (k == "--device") a.device = v;
     else if (k == "--rank" && num && n < (1ull << 32)) a.rank = static_cast<std::uint32_t>(n);
+    else if (k == "--reader" && num && n < (1ull << 32)) a.reader = static_cast<std::uint32_t>(n);
     else if (k == "--batches" && num) a.batches = n;
     else if (k == "--epochs" && num) a.epochs = n;
     else if (k == "--start-epoch" && num) a.start_epoch = n;
@@ -100,6 +102,7 @@ int consume_main(int argc, char** argv) {
   o.socket_path = a.socket.empty() ? nullptr : a.socket.c_str();
   o.job = a.job.c_str();
   o.rank = a.rank;
+  o.reader = a.reader;
   o.start_epoch = a.start_epoch;
   o.start_batch = a.start_batch;
   o.device = a.device.empty() ? nullptr : a.device.c_str();

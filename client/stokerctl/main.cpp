@@ -10,10 +10,11 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: stokerctl <command> [options]     (stokerctl --version, stokerctl COMMAND --help)\n"
-    "  consume --job NAME [--rank R] [--batches N | --epochs E] [--ids] [--dump DIR]\n"
+    "  consume --job NAME [--rank R] [--reader I] [--batches N | --epochs E] [--ids] [--dump DIR]\n"
     "          [--start-epoch E] [--start-batch B] [--hold-ms MS] [--timeout-ms MS] [--socket PATH]\n"
     "          [--device cuda[:N]]  take device batches; --dump then reads them back from the GPU\n"
     "      connect as a real consumer; one JSON line per batch, then a throughput line\n"
+    "      (--reader I: reader I of the rank, for jobs with `readers: K`)\n"
     "  status [--socket PATH]\n"
     "      jobs, consumers, ring occupancy, images/s and error counts as JSON\n";
 

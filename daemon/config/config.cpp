@@ -25,6 +25,7 @@ namespace fs = std::filesystem;
 
 constexpr std::uint64_t kMaxSide = 16384;      // pixels, per output side
 constexpr std::uint64_t kMaxBatch = 65536;
+constexpr std::uint64_t kMaxReaders = 64;  // a slot's readers are bits of one 64-bit word
 constexpr std::uint64_t kMaxSlotBytes = std::uint64_t{4} << 30;
 constexpr std::size_t kMaxSocketPath = 107;    // sizeof(sockaddr_un::sun_path) - 1 on Linux
 
@@ -158,6 +159,29 @@ class Reader {
     if (ec == std::errc::result_out_of_range) fail(v, range + ", got " + s);
     if ((negative && x != 0) || x < lo || x > hi) fail(v, range + ", got " + s);
     return x;
+  }
+
+  // A size in bytes: an integer, or an integer with a binary unit ("8GiB", "512 MiB").
+  std::uint64_t bytes(const Value& v, std::uint64_t lo, std::uint64_t hi) const {
+    const std::string s = string(v);
+    std::size_t n = 0;
+    while (n < s.size() && s[n] >= '0' && s[n] <= '9') ++n;
+    std::string unit = s.substr(n);
+    unit.erase(0, unit.find_first_not_of(' '));
+    static constexpr std::pair<std::string_view, int> kUnits[] = {{"", 0}, {"B", 0}, {"KiB", 10}, {"MiB", 20}, {"GiB", 30}, {"TiB", 40}};
+    int shift = -1;
+    for (const auto& [name, sh] : kUnits) if (unit == name) shift = sh;
+    std::uint64_t x = 0;
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + n, x);
+    if (n == 0 || shift < 0 || ec != std::errc()) {
+      fail(v, "expected a size in bytes: an integer, or one with KiB, MiB, GiB or TiB (e.g. 8GiB), got '" + s + "'");
+    }
+    const bool overflow = shift > 0 && x > (UINT64_MAX >> shift);
+    const std::uint64_t total = overflow ? UINT64_MAX : x << shift;
+    if (total < lo || total > hi) {
+      fail(v, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + " bytes, got " + s);
+    }
+    return total;
   }
 
   double number(const Value& v) const {
@@ -525,6 +549,23 @@ void parse_world(const Reader& r, const Fields& f, const Value& j, JobConfig& jo
   job.consumers = served;
 }
 
+// cache: {bytes: N} keeps finished samples of a deterministic pipeline in RAM, so later
+// epochs skip read and decode. A random step would make a cached sample differ from what the
+// pipeline gives for (seed, epoch, sample): refused, naming the step.
+void parse_cache(const Reader& r, const Value& v, JobConfig& job) {
+  const Fields c(r, v, {"bytes"});
+  job.cache_bytes = r.bytes(c.need("bytes"), 0, std::uint64_t{1} << 50);
+  const image::PipelineSpec& p = job.pipeline;
+  const char* random = p.geometry == image::Geometry::kRandomResizedCrop ? "random_resized_crop"
+                       : p.flip_probability > 0                           ? "horizontal_flip"
+                       : !p.augment.empty()                               ? "its colour augmentations"
+                                                                          : nullptr;
+  if (job.cache_bytes > 0 && random != nullptr) {
+    r.fail(v, std::string("only for deterministic pipelines (e.g. resize + center_crop), but this pipeline has ") +
+                  random + ": every epoch gives a sample different pixels, so a cached one would be wrong");
+  }
+}
+
 JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, const Value& j,
                     const fs::path& base_dir) {
   const bool name_ok = !name.empty() && name.size() <= 48 &&
@@ -536,7 +577,7 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
     r.fail(name_at, j.path, "job names are 1..48 characters of A-Z a-z 0-9 _ . -");
   }
   const Fields f(r, j, {"source", "batch_size", "shuffle", "seed", "drop_last", "consumers", "world_size",
-                        "ranks", "node_rank", "local_world_size", "prefetch", "lease_timeout_s", "on_error", "quarantine", "device", "device_normalize", "pipeline", "output"});
+                        "ranks", "node_rank", "local_world_size", "readers", "prefetch", "lease_timeout_s", "cache", "on_error", "quarantine", "device", "device_normalize", "pipeline", "output"});
   JobConfig job;
   job.name = name;
   job.mark = name_at;
@@ -578,6 +619,7 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
   if (auto* v = f.get("drop_last")) job.drop_last = r.boolean(*v);
   if (auto* v = f.get("consumers")) job.consumers = static_cast<std::uint32_t>(r.integer(*v, 1, 1024));
   parse_world(r, f, j, job);
+  if (auto* v = f.get("readers")) job.readers = static_cast<std::uint32_t>(r.integer(*v, 1, kMaxReaders));
   if (auto* v = f.get("prefetch")) job.prefetch = static_cast<std::uint32_t>(r.integer(*v, 1, 64));
   if (auto* v = f.get("lease_timeout_s")) {
     job.lease_timeout_s = r.number(*v);
@@ -629,6 +671,7 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
     job.pipeline.dtype = proto::DType::kUInt8;
     job.pipeline.normalize = false;
   }
+  if (auto* v = f.get("cache")) parse_cache(r, *v, job);
   const std::uint64_t slot_bytes = job.pipeline.sample_bytes() * job.batch_size;
   if (slot_bytes > kMaxSlotBytes) {
     r.fail(name_at, j.path, "one batch would take " + std::to_string(slot_bytes >> 20) +

@@ -58,7 +58,12 @@ struct JobConfig {
   std::uint32_t consumers = 1;
   std::uint32_t world_size = 1;
   std::uint32_t first_rank = 0;
+  // Processes reading each rank (fan-out): all get the same batches from the same slots.
+  std::uint32_t readers = 1;
   std::uint32_t prefetch = 4;  // ready batches buffered per consumer (ring slots)
+  // RAM for finished samples of a deterministic pipeline (0: no cache); later epochs copy
+  // them instead of reading and decoding.
+  std::uint64_t cache_bytes = 0;
   // A consumer holding a batch longer than this (alive but stuck) is disconnected so its
   // ring's slots come back; 0: never (status still reports it as stuck).
   double lease_timeout_s = 0;

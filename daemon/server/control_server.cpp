@@ -23,6 +23,11 @@
 namespace stoker::server {
 namespace {
 
+// " reader K" in log lines of fan-out jobs (nothing for a job with one reader per rank).
+std::string reader_suffix(const Job* job, std::uint32_t reader) {
+  return job != nullptr && job->readers() > 1 ? " reader " + std::to_string(reader) : std::string();
+}
+
 constexpr std::uint64_t kListenTag = ~0ull;
 constexpr std::uint64_t kEventTag = ~0ull - 1;
 constexpr std::uint64_t kSignalTag = ~0ull - 2;
@@ -94,7 +99,7 @@ ControlServer::ControlServer(std::string socket_path, std::vector<Job*> jobs,
 
 ControlServer::~ControlServer() {
   for (auto& [fd, s] : sessions_) {
-    if (s.job != nullptr) delivery_.retire(s.job->detach(s.rank), s.peer);
+    if (s.job != nullptr) delivery_.retire(s.job->detach(s.rank, s.reader), s.peer);
     ::close(fd);
   }
   sessions_.clear();
@@ -228,12 +233,12 @@ void ControlServer::evict_stuck_consumers() {
   // lease_timeout_s it is told why and disconnected so its slots come back.
   for (auto& [fd, s] : sessions_) {
     if (s.job == nullptr || s.job->config().lease_timeout_s <= 0) continue;
-    const double held = s.job->oldest_lease_s(s.rank);
+    const double held = s.job->oldest_lease_s(s.rank, s.reader);
     if (held <= s.job->config().lease_timeout_s) continue;
     const std::string why = "held a batch for " + std::to_string(static_cast<int>(held)) +
                             " s, longer than the job's lease_timeout_s (" +
                             std::to_string(s.job->config().lease_timeout_s) + " s)";
-    spdlog::warn("job {} rank {}: consumer pid {} {}; disconnecting it", s.job->name(), s.rank, s.pid, why);
+    spdlog::warn("job {} rank {}{}: consumer pid {} {}; disconnecting it", s.job->name(), s.rank, reader_suffix(s.job, s.reader), s.pid, why);
     send_error(s, proto::ErrorCode::kLeaseTimeout, "stokerd: this consumer " + why);
     doomed_.push_back(fd);
   }
@@ -327,7 +332,7 @@ bool ControlServer::handle_message(Session& s, const std::uint8_t* data, std::si
       if (!expect(sizeof(proto::ReleaseMsg))) return false;
       proto::ReleaseMsg m;
       std::memcpy(&m, data, sizeof m);
-      if (s.job == nullptr || !s.job->release(s.rank, m.slot, m.generation)) {
+      if (s.job == nullptr || !s.job->release(s.rank, s.reader, m.slot, m.generation)) {
         send_error(s, proto::ErrorCode::kBadRelease,
                    "release of slot " + std::to_string(m.slot) + " generation " +
                        std::to_string(m.generation) + " that this client does not hold");
@@ -405,33 +410,47 @@ bool ControlServer::handle_hello(Session& s, const proto::HelloMsg& m) {
     if (device) device->unmapped.store(true);
     delivery_.retire(std::move(device), nullptr);
   };
-  bool attached = job->attach(m.rank, m.start_epoch, m.start_batch, device);
-  if (!attached) {
+  if (m.reader >= job->readers()) {
+    drop_unsent();
+    send_error(s, proto::ErrorCode::kBadRank,
+               "reader " + std::to_string(m.reader) + " is outside job '" + job_name + "' (readers: " +
+                   std::to_string(job->readers()) + ", so 0.." + std::to_string(job->readers() - 1) + ")");
+    return false;
+  }
+  std::string why;
+  AttachResult attached = job->attach(m.rank, m.reader, m.start_epoch, m.start_batch, device, why);
+  if (attached == AttachResult::kBusy) {
     // A trainer that reconnects right after closing may get here before its old connection's
     // hang-up was processed: if the holder of the rank is gone, finish it off and retry.
     // Draining its queued messages (releases, then the hang-up) settles it either way.
     for (auto& [fd, other] : sessions_) {
-      if (&other == &s || other.job != job || other.rank != m.rank) continue;
+      if (&other == &s || other.job != job || other.rank != m.rank || other.reader != m.reader) continue;
       const int other_fd = fd;
       on_readable(other);
       if (std::find(doomed_.begin(), doomed_.end(), other_fd) != doomed_.end()) {
         // Evicted now, so its number may be reused by the next accept: forget it here.
         std::erase(doomed_, other_fd);
         evict(other_fd, "hung up");
-        attached = job->attach(m.rank, m.start_epoch, m.start_batch, device);
+        attached = job->attach(m.rank, m.reader, m.start_epoch, m.start_batch, device, why);
       }
       break;
     }
   }
-  if (!attached) {
+  if (attached == AttachResult::kOutOfStep) {
+    drop_unsent();
+    send_error(s, proto::ErrorCode::kOutOfStep, why);
+    return false;
+  }
+  if (attached == AttachResult::kBusy) {
     drop_unsent();
     send_error(s, proto::ErrorCode::kRankBusy,
-               "rank " + std::to_string(m.rank) + " of job '" + job_name +
-                   "' already has a consumer connected");
+               "rank " + std::to_string(m.rank) + (job->readers() > 1 ? " reader " + std::to_string(m.reader) : "") +
+                   " of job '" + job_name + "' already has a consumer connected");
     return false;
   }
   s.job = job;
   s.rank = m.rank;
+  s.reader = m.reader;
   s.pid = m.pid != 0 ? m.pid : s.pid;
 
   if (job->restore_layout()) {
@@ -445,8 +464,10 @@ bool ControlServer::handle_hello(Session& s, const proto::HelloMsg& m) {
   w.slot_count = job->config().prefetch;
   w.batches_per_epoch = job->batches_per_epoch();
   w.samples_per_rank = job->samples_per_rank();
-  spdlog::info("consumer pid {} attached to job {} rank {} at epoch {} batch {}{}", s.pid, job_name,
-               m.rank, m.start_epoch, m.start_batch, device ? " (device batches)" : "");
+  w.readers = job->readers();
+  w.reader = m.reader;
+  spdlog::info("consumer pid {} attached to job {} rank {}{} at epoch {} batch {}{}", s.pid, job_name,
+               m.rank, reader_suffix(s.job, s.reader), m.start_epoch, m.start_batch, device ? " (device batches)" : "");
   // The segment travels with the Welcome, as a descriptor (SCM_RIGHTS): it has no name.
   if (!send_with_fd(s, &w, sizeof w, job->segment().fd())) return false;
   if (device) {
@@ -466,7 +487,7 @@ void ControlServer::deliver_ready() {
       doomed_.push_back(fd);
       continue;
     }
-    if (auto msg = s.job->take_ready(s.rank)) {
+    if (auto msg = s.job->take_ready(s.rank, s.reader)) {
       s.acquire_pending = false;
       if (!send_all(s, &*msg, sizeof *msg)) doomed_.push_back(fd);
     }
@@ -558,9 +579,9 @@ void ControlServer::evict(int fd, const char* why) {
   if (it == sessions_.end()) return;
   Session& s = it->second;
   if (s.job != nullptr) {
-    spdlog::info("consumer pid {} of job {} rank {} disconnected{}{}", s.pid, s.job->name(), s.rank,
-                 why ? ": " : "", why ? why : "");
-    delivery_.retire(s.job->detach(s.rank), s.peer);
+    spdlog::info("consumer pid {} of job {} rank {}{} disconnected{}{}", s.pid, s.job->name(), s.rank,
+                 reader_suffix(s.job, s.reader), why ? ": " : "", why ? why : "");
+    delivery_.retire(s.job->detach(s.rank, s.reader), s.peer);
   }
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
   ::close(fd);

@@ -55,6 +55,7 @@ class ControlServer {
     int fd = -1;
     Job* job = nullptr;       // set once Hello is accepted
     std::uint32_t rank = 0;
+    std::uint32_t reader = 0;  // of the rank's `readers` (fan-out)
     bool acquire_pending = false;
     std::uint32_t pid = 0;
     bool spoke = false;  // sent at least one valid message

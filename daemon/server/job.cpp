@@ -83,15 +83,24 @@ Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset datase
                  changed ? "; " + std::to_string(changed) + " listed file(s) changed since and are tried again" : "");
   }
   stats_.quarantined = skipped;
+  if (cfg.cache_bytes > 0) {
+    cache_ = std::make_unique<SampleCache>(cfg.cache_bytes, dataset_.samples.size(), cfg.pipeline.sample_bytes());
+    const std::uint64_t fit = cfg.cache_bytes / cfg.pipeline.sample_bytes();
+    spdlog::info("job {}: cache of {} MiB for finished samples: {} of {} sample(s) fit{}", cfg.name,
+                 cfg.cache_bytes >> 20, std::min<std::uint64_t>(fit, dataset_.samples.size()), dataset_.samples.size(),
+                 fit < dataset_.samples.size() ? " (the first ones decoded are kept; nothing is evicted)" : "");
+  }
   quarantined_count_ = skipped;
 
   for (std::uint32_t r = 0; r < cfg.consumers; ++r) {
     auto ring = std::make_unique<Ring>();
     ring->rank = r;
     ring->slots.resize(cfg.prefetch);
+    ring->readers.resize(cfg.readers);
     for (auto& s : ring->slots) {
       s.ids.resize(cfg.batch_size);
       s.ok.resize(cfg.batch_size);
+      s.leased_at.resize(cfg.readers);
     }
     auto* rh = ring_header(r);
     rh->rank = r;
@@ -290,10 +299,13 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
     result.error = image::SampleErrorKind::kCorrupt;
   } else if (!failed_.load()) {
     const auto& sample = dataset_.samples[id];
-    if (read_sample(id, file_buffer, result)) {
-      std::uint8_t* out = payload(item.ring, item.slot) +
-                          static_cast<std::uint64_t>(item.position) * cfg_.pipeline.sample_bytes();
+    std::uint8_t* out = payload(item.ring, item.slot) +
+                        static_cast<std::uint64_t>(item.position) * cfg_.pipeline.sample_bytes();
+    if (cache_ && cache_->get(id, out)) {
+      // Finished earlier (a deterministic pipeline gives the same bytes every epoch).
+    } else if (read_sample(id, file_buffer, result)) {
       result = processor.process(file_buffer, cfg_.seed, epoch, id, out);
+      if (result.ok() && cache_) cache_->put(id, out);
     }
     if (result.ok()) {
       labels(item.ring, item.slot)[item.position] = sample.label;
@@ -385,6 +397,8 @@ void Job::finish_batch(Ring& ring, std::uint32_t s, std::vector<WorkItem>& out) 
   }
 
   publish(ring, s);
+  // Planned before its readers moved past it (a reader joined further on): nobody takes it.
+  if (consumed(ring, slot)) free_consumed(ring, out);
 }
 
 void Job::publish(Ring& ring, std::uint32_t s) {
@@ -393,7 +407,9 @@ void Job::publish(Ring& ring, std::uint32_t s) {
   h->count = slot.count;
   h->flags = slot.flags;
   slot.stream.reset();
-  if (ring.device) copy_to_device(ring, s);  // ahead of the consumer's request
+  for (const Reader& r : ring.readers) {
+    if (r.attached && r.device) copy_to_device(ring, s, r.device);  // ahead of the reader's request
+  }
   set_slot_state(ring, s, SlotState::kReady);
   ring_header(ring.rank)->batches_published++;
   {
@@ -401,113 +417,6 @@ void Job::publish(Ring& ring, std::uint32_t s) {
     stats_.batches_published++;
   }
   notify_ready_();
-}
-
-bool Job::attach(std::uint32_t rank, std::uint64_t epoch, std::uint64_t batch,
-                 std::shared_ptr<DeviceRing> device) {
-  Ring& ring = ring_of(rank);
-  std::vector<WorkItem> items;
-  {
-    std::lock_guard lock(ring.mu);
-    if (ring.attached) return false;
-    ring.attached = true;
-    ring.device = std::move(device);
-    if (ring.want_epoch == epoch && ring.want_batch == batch) return true;
-
-    spdlog::info("job {} rank {}: consumer starts at epoch {} batch {}; re-planning", cfg_.name,
-                 rank, epoch, batch);
-    for (std::uint32_t s = 0; s < ring.slots.size(); ++s) {
-      Slot& slot = ring.slots[s];
-      if (slot.state == SlotState::kReady) {
-        set_slot_state(ring, s, SlotState::kFree);
-      } else if (slot.state == SlotState::kFilling) {
-        slot.stale = true;  // workers still write into it; freed when they finish
-      }
-    }
-    auto st = make_stream(ring.rank, epoch);
-    const std::uint64_t skip = std::min<std::uint64_t>(batch * cfg_.batch_size, st->ids.size());
-    st->cursor = static_cast<std::size_t>(skip);
-    st->whole_epoch = skip == 0;
-    st->next_batch = batch;
-    ring.planning = std::move(st);
-    ring.want_epoch = epoch;
-    ring.want_batch = batch;
-    plan_free_slots(ring, items);
-  }
-  queue_.push(std::move(items));
-  return true;
-}
-
-std::shared_ptr<DeviceRing> Job::detach(std::uint32_t rank) {
-  Ring& ring = ring_of(rank);
-  std::vector<WorkItem> items;
-  std::uint32_t reclaimed = 0;
-  std::shared_ptr<DeviceRing> device;
-  {
-    std::lock_guard lock(ring.mu);
-    ring.attached = false;
-    device = drop_device(ring);
-    for (std::uint32_t s = 0; s < ring.slots.size(); ++s) {
-      if (ring.slots[s].state == SlotState::kLeased) {
-        set_slot_state(ring, s, SlotState::kFree);
-        ++reclaimed;
-      }
-    }
-    plan_free_slots(ring, items);
-  }
-  if (reclaimed > 0) {
-    spdlog::info("job {} rank {}: reclaimed {} leased slot(s)", cfg_.name, rank, reclaimed);
-  }
-  queue_.push(std::move(items));
-  return device;
-}
-
-std::optional<proto::BatchMsg> Job::take_ready(std::uint32_t rank) {
-  Ring& ring = ring_of(rank);
-  std::lock_guard lock(ring.mu);
-  for (std::uint32_t s = 0; s < ring.slots.size(); ++s) {
-    Slot& slot = ring.slots[s];
-    if (slot.state != SlotState::kReady || slot.epoch != ring.want_epoch ||
-        slot.batch_index != ring.want_batch) {
-      continue;
-    }
-    // A batch prefetched before this consumer attached (or copied for an earlier one) is
-    // copied now; the consumer's stream waits for it on the GPU.
-    const bool on_device = ring.device && (slot.copied_to == ring.device || copy_to_device(ring, s));
-    set_slot_state(ring, s, SlotState::kLeased);
-    slot.leased_at = std::chrono::steady_clock::now();
-    auto msg = proto::make_message<proto::BatchMsg>(proto::MsgType::kBatch);
-    msg.slot = s;
-    msg.generation = slot.generation;
-    msg.epoch = slot.epoch;
-    msg.batch_index = slot.batch_index;
-    msg.count = slot.count;
-    msg.flags = slot.flags | (on_device ? proto::kBatchOnDevice : 0u);
-    if (slot.flags & proto::kBatchLastInEpoch) {
-      ring.want_epoch++;
-      ring.want_batch = 0;
-    } else {
-      ring.want_batch++;
-    }
-    return msg;
-  }
-  return std::nullopt;
-}
-
-bool Job::release(std::uint32_t rank, std::uint32_t s, std::uint32_t generation) {
-  Ring& ring = ring_of(rank);
-  std::vector<WorkItem> items;
-  {
-    std::lock_guard lock(ring.mu);
-    if (s >= ring.slots.size()) return false;
-    Slot& slot = ring.slots[s];
-    if (slot.state != SlotState::kLeased || slot.generation != generation) return false;
-    set_slot_state(ring, s, SlotState::kFree);
-    ring_header(ring.rank)->batches_released++;
-    plan_free_slots(ring, items);
-  }
-  queue_.push(std::move(items));
-  return true;
 }
 
 std::optional<std::string> Job::failure() const {
@@ -518,50 +427,6 @@ std::optional<std::string> Job::failure() const {
 JobStats Job::stats() const {
   std::lock_guard lock(stats_mu_);
   return stats_;
-}
-
-namespace {
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-}  // namespace
-
-double Job::oldest_lease_s(std::uint32_t rank) {
-  Ring& ring = ring_of(rank);
-  std::lock_guard lock(ring.mu);
-  double oldest = 0;
-  for (const auto& s : ring.slots) {
-    if (s.state == SlotState::kLeased) oldest = std::max(oldest, seconds_since(s.leased_at));
-  }
-  return oldest;
-}
-
-std::vector<RingStatus> Job::ring_status() const {
-  std::vector<RingStatus> out;
-  for (const auto& ring : rings_) {
-    std::lock_guard lock(ring->mu);
-    RingStatus r{};
-    r.rank = cfg_.first_rank + ring->rank;  // global
-    r.attached = ring->attached;
-    for (const auto& s : ring->slots) {
-      switch (s.state) {
-        case SlotState::kFree: r.free++; break;
-        case SlotState::kFilling: r.filling++; break;
-        case SlotState::kReady: r.ready++; break;
-        case SlotState::kLeased:
-          r.leased++;
-          r.oldest_lease_s = std::max(r.oldest_lease_s, seconds_since(s.leased_at));
-          break;
-      }
-    }
-    r.next_epoch = ring->want_epoch;
-    r.next_batch = ring->want_batch;
-    r.published = ring_header(ring->rank)->batches_published;
-    r.released = ring_header(ring->rank)->batches_released;
-    if (ring->device) r.device_uuid = device::uuid_string(ring->device->uuid());
-    out.push_back(r);
-  }
-  return out;
 }
 
 }  // namespace stoker::server

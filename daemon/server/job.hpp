@@ -24,6 +24,7 @@
 #include "device/device_ring.hpp"
 #include "image/sample_processor.hpp"
 #include "server/quarantine.hpp"
+#include "server/sample_cache.hpp"
 #include "server/shm_segment.hpp"
 #include "server/worker_pool.hpp"
 #include "source/dataset.hpp"
@@ -43,15 +44,28 @@ struct JobStats {
   std::uint64_t missing = 0;                // unreadable now, skipped this epoch (ENOENT, EACCES)
 };
 
+struct ReaderStatus {
+  std::uint32_t reader;
+  bool attached;
+  std::uint64_t next_epoch, next_batch;  // next batch this reader will be given
+  std::uint32_t leased;
+  double oldest_lease_s = 0;  // age of the batch it has held longest (0: none held)
+  std::uint64_t behind = 0;   // batches behind the rank's most advanced reader
+  std::string device_uuid;    // device readers: the GPU their batches go to
+};
+
 struct RingStatus {
   std::uint32_t rank;
-  bool attached;
+  bool attached;                         // any reader
   std::uint32_t free, filling, ready, leased;
-  std::uint64_t next_epoch, next_batch;  // next batch the consumer will be given
+  std::uint64_t next_epoch, next_batch;  // the slowest expected reader's next batch
   std::uint64_t published, released;
-  std::string device_uuid;  // device consumers: the GPU their batches go to
+  std::string device_uuid;  // reader 0's GPU, when it takes device batches
   double oldest_lease_s = 0;  // age of the batch held longest (0: none held)
+  std::vector<ReaderStatus> readers;
 };
+
+enum class AttachResult { kAttached, kBusy, kOutOfStep };
 
 class Job {
  public:
@@ -75,8 +89,9 @@ class Job {
   // Rewrites the segment's header and ring table if another process overwrote them; true
   // when it had to (called before each attach).
   bool restore_layout();
-  // Seconds the longest-held batch of global `rank` has been leased (0: none).
-  double oldest_lease_s(std::uint32_t rank);
+  // Seconds the longest-held batch of global `rank`'s `reader` has been leased (0: none).
+  double oldest_lease_s(std::uint32_t rank, std::uint32_t reader);
+  std::uint32_t readers() const { return cfg_.readers; }
   bool serves(std::uint32_t rank) const { return rank >= cfg_.first_rank && rank - cfg_.first_rank < cfg_.consumers; }
   std::uint64_t batches_per_epoch() const;
   std::uint64_t samples_per_rank() const;
@@ -85,24 +100,30 @@ class Job {
   // Plans every slot of every ring from epoch 0, batch 0 (prefetch before anyone connects).
   void start();
 
-  // --- control thread ---
-  // The consumer of `rank` connected and wants (epoch, batch) next. Ready batches that do
-  // not match are dropped and the ring is re-planned from there. Returns false if the rank
-  // already has a consumer. `device`: the consumer takes its batches on the GPU through this
-  // ring (batches prefetched before it attached are copied when they are taken).
-  bool attach(std::uint32_t rank, std::uint64_t epoch, std::uint64_t batch,
-              std::shared_ptr<DeviceRing> device = nullptr);
-  // The consumer is gone: its leased slots are reclaimed; ready batches are kept. Returns its
-  // device ring (no slot refers to it any more), for DeviceDelivery to free when it may.
-  std::shared_ptr<DeviceRing> detach(std::uint32_t rank);
-  // The next batch in order for `rank`, if ready: it becomes LEASED.
-  std::optional<proto::BatchMsg> take_ready(std::uint32_t rank);
-  // Validates untrusted (slot, generation) from the consumer; false means a bad release.
-  bool release(std::uint32_t rank, std::uint32_t slot, std::uint32_t generation);
+  // --- control thread (reader groups: job_readers.cpp) ---
+  // Reader `reader` (< readers()) of global `rank` connected and wants (epoch, batch) next.
+  // The first reader of an idle rank sets the position: ready batches that do not fit are
+  // dropped and the ring is re-planned from there. A later reader must ask for a batch its
+  // rank still holds or plans next (kOutOfStep with `why` otherwise); kBusy: that reader is
+  // already connected. `device`: the reader takes its batches on the GPU through this ring
+  // (batches prefetched before it attached are copied when they are taken).
+  AttachResult attach(std::uint32_t rank, std::uint32_t reader, std::uint64_t epoch, std::uint64_t batch,
+                      std::shared_ptr<DeviceRing> device, std::string& why);
+  // The reader is gone: its leases are reclaimed; batches its rank's other readers still need
+  // are kept. Returns its device ring (no slot refers to it any more), for DeviceDelivery.
+  std::shared_ptr<DeviceRing> detach(std::uint32_t rank, std::uint32_t reader);
+  // The reader's next batch in order, if ready: it becomes LEASED (by this reader too).
+  std::optional<proto::BatchMsg> take_ready(std::uint32_t rank, std::uint32_t reader);
+  // Validates untrusted (slot, generation) from the reader; false means a bad release.
+  bool release(std::uint32_t rank, std::uint32_t reader, std::uint32_t slot, std::uint32_t generation);
   // Set when on_error: fail met a bad sample: "path: reason".
   std::optional<std::string> failure() const;
 
   JobStats stats() const;
+  // The finished-sample cache's figures (`cache: {bytes}`), when the job has one.
+  std::optional<SampleCacheStats> cache_stats() const {
+    return cache_ ? std::optional<SampleCacheStats>(cache_->stats()) : std::nullopt;
+  }
   std::vector<RingStatus> ring_status() const;
 
   // --- worker threads ---
@@ -113,6 +134,7 @@ class Job {
   struct EpochStream;
   struct Slot;
   struct Ring;
+  struct Reader;
 
   // `ring`: the ring's index (0..consumers-1); its samples are the global rank first_rank + ring's.
   std::shared_ptr<EpochStream> make_stream(std::uint32_t ring, std::uint64_t epoch) const;
@@ -122,6 +144,12 @@ class Job {
   void finish_batch(Ring& ring, std::uint32_t s, std::vector<WorkItem>& out);  // ring.mu held
   void publish(Ring& ring, std::uint32_t s);                          // ring.mu held
   void set_slot_state(Ring& ring, std::uint32_t s, proto::SlotState st);  // ring.mu held
+  // Every expected reader has taken and released the slot (or will never take it).
+  static bool consumed(const Ring& ring, const Slot& slot);
+  // READY/LEASED slots no reader needs any more become FREE and are planned again.
+  void free_consumed(Ring& ring, std::vector<WorkItem>& out);          // ring.mu held
+  // Drops every planned batch and plans from `from` on (a group starting elsewhere).
+  void replan(Ring& ring, std::uint64_t epoch, std::uint64_t batch, std::vector<WorkItem>& out);  // ring.mu held
   void record_error(std::uint64_t id, const image::SampleResult& r);
   // Reads sample `id` into `buffer`, retrying transient failures with bounded backoff (the
   // batch waits). false with `result` set when the file is missing or the machine did not
@@ -131,9 +159,9 @@ class Job {
   // better a clear error than empty batches forever. Called under the ring's lock.
   void check_epoch_failed(const Ring& ring, const EpochStream& st);
   // Device delivery hooks (job_device.cpp), ring.mu held.
-  bool copy_to_device(Ring& ring, std::uint32_t s);       // queue slot s's copy to ring.device
+  bool copy_to_device(Ring& ring, std::uint32_t s, const std::shared_ptr<DeviceRing>& to);  // queue slot s's copy
   void settle_device_copy(Ring& ring, std::uint32_t s);   // before slot s's host bytes change
-  std::shared_ptr<DeviceRing> drop_device(Ring& ring);    // detach: settle every slot
+  std::shared_ptr<DeviceRing> drop_device(Ring& ring, Reader& reader);  // detach: settle its copies
 
   std::uint8_t* payload(std::uint32_t ring, std::uint32_t slot) const;
   proto::SlotHeader* slot_header(std::uint32_t ring, std::uint32_t slot) const;
@@ -147,6 +175,7 @@ class Job {
   const proto::SegmentPlan plan_;
   std::unique_ptr<ShmSegment> segment_;
   std::unique_ptr<Quarantine> quarantine_;
+  std::unique_ptr<SampleCache> cache_;  // null without `cache:`
   // By sample id: files listed at start or found bad while running; later epochs skip them.
   std::unique_ptr<std::atomic<std::uint8_t>[]> quarantined_;
   std::atomic<std::size_t> quarantined_count_{0};

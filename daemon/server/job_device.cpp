@@ -1,5 +1,7 @@
-// Job's hooks into device delivery: which slot is copied to which consumer's device ring, and
+// Job's hooks into device delivery: which slot is copied to which reader's device ring, and
 // the host-side fence before workers rewrite a slot a copy may still be reading.
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 #include "server/job.hpp"
@@ -7,34 +9,37 @@
 
 namespace stoker::server {
 
-bool Job::copy_to_device(Ring& ring, std::uint32_t s) {
+bool Job::copy_to_device(Ring& ring, std::uint32_t s, const std::shared_ptr<DeviceRing>& to) {
   Slot& slot = ring.slots[s];
-  // An earlier ring's copy of this slot must have read the host bytes before they are read
-  // again (harmless) - and, more to the point, before that ring can be freed.
-  if (slot.copied_to && slot.copied_to != ring.device) settle_device_copy(ring, s);
   std::string why;
-  if (!ring.device->copy_slot(s, payload(ring.rank, s), slot.count, labels(ring.rank, s), why)) {
+  if (!to->copy_slot(s, payload(ring.rank, s), slot.count, labels(ring.rank, s), why)) {
     spdlog::error("job {} rank {}: batch {}:{} not copied to the device: {}", cfg_.name, ring.rank,
                   slot.epoch, slot.batch_index, why);
     return false;
   }
-  slot.copied_to = ring.device;
+  // Each reader's ring is copied at most once per planning of the slot; several readers on
+  // several GPUs each have their own copy reading the same host bytes.
+  if (std::find(slot.copied_to.begin(), slot.copied_to.end(), to) == slot.copied_to.end()) {
+    slot.copied_to.push_back(to);
+  }
   return true;
 }
 
 void Job::settle_device_copy(Ring& ring, std::uint32_t s) {
   Slot& slot = ring.slots[s];
-  if (!slot.copied_to) return;
-  slot.copied_to->wait_host_read(s);
-  slot.copied_to.reset();
+  for (const auto& ring_copy : slot.copied_to) ring_copy->wait_host_read(s);
+  slot.copied_to.clear();
 }
 
-std::shared_ptr<DeviceRing> Job::drop_device(Ring& ring) {
-  if (!ring.device) return nullptr;
+std::shared_ptr<DeviceRing> Job::drop_device(Ring& ring, Reader& reader) {
+  if (!reader.device) return nullptr;
   for (std::uint32_t s = 0; s < ring.slots.size(); ++s) {
-    if (ring.slots[s].copied_to == ring.device) settle_device_copy(ring, s);
+    auto& copies = ring.slots[s].copied_to;
+    if (std::find(copies.begin(), copies.end(), reader.device) == copies.end()) continue;
+    reader.device->wait_host_read(s);
+    std::erase(copies, reader.device);
   }
-  return std::move(ring.device);
+  return std::move(reader.device);
 }
 
 }  // namespace stoker::server

@@ -13,6 +13,26 @@ namespace stoker::server {
 
 using proto::SlotState;
 
+// A place in a rank's stream of batches, ordered epoch first.
+struct BatchPos {
+  std::uint64_t epoch = 0;
+  std::uint64_t batch = 0;
+  auto operator<=>(const BatchPos&) const = default;
+};
+
+// One process reading a rank's batches; with `readers: K` the K readers of a rank get the
+// same batches from the same slots (fan-out).
+struct Job::Reader {
+  bool attached = false;
+  // An expected reader holds every batch from `next` on until it has taken and released it.
+  // Attached readers are expected; so is every reader of a group that is (re)starting
+  // (none attached yet), so the first to connect cannot run ahead of the others. A reader
+  // that disconnects while others read is dropped: not expected until it attaches again.
+  bool expected = true;
+  BatchPos next;                          // the next batch it takes
+  std::shared_ptr<DeviceRing> device;     // its device ring, when it takes device batches
+};
+
 // The rank's samples of one epoch and how far planning has taken them.
 struct Job::EpochStream {
   std::uint64_t epoch = 0;
@@ -41,10 +61,16 @@ struct Job::Slot {
   std::shared_ptr<EpochStream> stream;
   std::vector<std::uint32_t> ids;  // sample id per position
   std::vector<std::int8_t> ok;     // per position: 1 good, 0 bad, -1 pending
-  // The device ring whose copy of this slot may still be reading its host bytes; cleared
+  // The device rings whose copies of this slot may still be reading its host bytes; cleared
   // (after waiting) before the slot is planned again.
-  std::shared_ptr<DeviceRing> copied_to;
-  std::chrono::steady_clock::time_point leased_at;  // when it became LEASED (stuck consumers)
+  std::vector<std::shared_ptr<DeviceRing>> copied_to;
+  // Readers holding it (bit k: reader k). Invariant: state is LEASED iff leased_by != 0,
+  // once READY; it goes FREE only when every expected reader is past it (Job::consumed).
+  std::uint64_t leased_by = 0;
+  std::vector<std::chrono::steady_clock::time_point> leased_at;  // per reader (stuck readers)
+
+  BatchPos pos() const { return {epoch, batch_index}; }
+  bool live() const { return (state == SlotState::kFilling && !stale) || state == SlotState::kReady || state == SlotState::kLeased; }
 };
 
 struct Job::Ring {
@@ -52,10 +78,12 @@ struct Job::Ring {
   std::uint32_t rank = 0;
   std::vector<Slot> slots;                 // guarded by mu
   std::shared_ptr<EpochStream> planning;   // guarded by mu
-  std::uint64_t want_epoch = 0;            // next batch the consumer gets; guarded by mu
-  std::uint64_t want_batch = 0;
-  bool attached = false;                   // guarded by mu
-  std::shared_ptr<DeviceRing> device;      // the attached consumer's device ring; guarded by mu
+  std::vector<Reader> readers;             // `readers` of the job; guarded by mu
+
+  bool any_attached() const {
+    for (const auto& r : readers) if (r.attached) return true;
+    return false;
+  }
 };
 
 }  // namespace stoker::server

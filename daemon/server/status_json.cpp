@@ -69,6 +69,7 @@ std::string ControlServer::status_json() const {
     job["batches_per_epoch"] = j.batches_per_epoch();
     job["world_size"] = j.world_size();
     job["ranks"] = {j.first_rank(), j.first_rank() + j.consumers() - 1};
+    job["readers"] = j.readers();
     job["images_per_s"] = rates_[i];  // over the last 10 s
     job["samples_ok"] = st.samples_ok;
     job["batches_published"] = st.batches_published;
@@ -81,6 +82,10 @@ std::string ControlServer::status_json() const {
     for (int k = 1; k < 6; ++k) errors[image::to_string(static_cast<image::SampleErrorKind>(k))] = st.errors[k];
     job["errors"] = std::move(errors);
     job["failure"] = j.failure() ? Json(*j.failure()) : Json(nullptr);
+    if (auto c = j.cache_stats()) {
+      job["cache"] = {{"budget_bytes", c->budget_bytes}, {"used_bytes", c->used_bytes}, {"entries", c->entries},
+                      {"hits", c->hits}, {"misses", c->misses}};
+    }
     Json consumers = Json::array();
     for (const auto& rs : j.ring_status()) {
       Json c;
@@ -93,6 +98,22 @@ std::string ControlServer::status_json() const {
       c["device"] = rs.device_uuid.empty() ? Json(nullptr) : Json(rs.device_uuid);
       c["oldest_lease_s"] = rs.oldest_lease_s;
       c["stuck"] = rs.oldest_lease_s >= stuck_after(j.config());
+      if (j.readers() > 1) {
+        // Fan-out: who holds the group back. A reader `behind` by `prefetch` batches is the
+        // one the others wait for.
+        Json readers = Json::array();
+        for (const auto& r : rs.readers) {
+          readers.push_back({{"reader", r.reader},
+                             {"connected", r.attached},
+                             {"next", {{"epoch", r.next_epoch}, {"batch", r.next_batch}}},
+                             {"leased", r.leased},
+                             {"behind", r.behind},
+                             {"oldest_lease_s", r.oldest_lease_s},
+                             {"stuck", r.oldest_lease_s >= stuck_after(j.config())},
+                             {"device", r.device_uuid.empty() ? Json(nullptr) : Json(r.device_uuid)}});
+        }
+        c["readers"] = std::move(readers);
+      }
       consumers.push_back(std::move(c));
     }
     job["consumers"] = std::move(consumers);

@@ -682,3 +682,28 @@ TEST_CASE("config: decode.max_memory_mb sets each worker's libjpeg budget and ou
   replace_all(yaml, "max_memory_mb: 48", "max_memory_mb: lots");
   CHECK(refusal(yaml) == "test.yaml:6:33: jobs.train.pipeline[0].decode.max_memory_mb: expected an integer, got 'lots'");
 }
+
+TEST_CASE("config: readers (fan-out) defaults to 1 and is refused out of range at its file:line", "[config]") {
+  CHECK(parse(train_job()).jobs.at(0).readers == 1);
+  CHECK(parse(train_job("    readers: 4\n")).jobs.at(0).readers == 4);
+  CHECK(refusal(train_job("    readers: 0\n")) == "test.yaml:5:14: jobs.train.readers: must be between 1 and 64, got 0");
+  CHECK(refusal(train_job("    readers: 65\n")) == "test.yaml:5:14: jobs.train.readers: must be between 1 and 64, got 65");
+  CHECK(refusal(train_job("    readers: two\n")) == "test.yaml:5:14: jobs.train.readers: expected an integer, got 'two'");
+}
+
+TEST_CASE("config: cache takes a size with a binary unit, only for a deterministic pipeline", "[config]") {
+  const std::string val = "      - resize: {size: 256}\n      - center_crop: {size: 224}\n";
+  CHECK(parse(train_job("", val)).jobs.at(0).cache_bytes == 0);
+  CHECK(parse(train_job("    cache: {bytes: 8GiB}\n", val)).jobs.at(0).cache_bytes == std::uint64_t{8} << 30);
+  CHECK(parse(train_job("    cache: {bytes: 512 MiB}\n", val)).jobs.at(0).cache_bytes == std::uint64_t{512} << 20);
+  CHECK(parse(train_job("    cache: {bytes: 4096}\n", val)).jobs.at(0).cache_bytes == 4096);
+  CHECK(refusal(train_job("    cache: {bytes: 8GB}\n", val)) ==
+        "test.yaml:5:20: jobs.train.cache.bytes: expected a size in bytes: an integer, or one with KiB, MiB, GiB or "
+        "TiB (e.g. 8GiB), got '8GB'");
+  CHECK(refusal(train_job("    cache: {size: 8GiB}\n", val)) ==
+        "test.yaml:5:13: jobs.train.cache.size: unknown key (allowed: bytes)");
+  CHECK_THAT(refusal(train_job("    cache: {bytes: 1GiB}\n")),
+             StartsWith("test.yaml:5:12: jobs.train.cache: only for deterministic pipelines") &&
+                 Contains("random_resized_crop"));
+  CHECK_THAT(refusal(train_job("    cache: {bytes: 1GiB}\n", val + "      - horizontal_flip: {p: 0.5}\n")), Contains("has horizontal_flip"));
+}

@@ -86,6 +86,8 @@ TEST_CASE("control messages", "[layout]") {
   CHECK(offsetof(HelloMsg, start_batch) == 96);
   CHECK(offsetof(HelloMsg, device_uuid) == 104);
   CHECK(offsetof(HelloMsg, pid) == 120);
+  CHECK(offsetof(HelloMsg, device_backend) == 124);
+  CHECK(offsetof(HelloMsg, reader) == 128);
   CHECK(sizeof(WelcomeMsg) == 192);
   CHECK(offsetof(WelcomeMsg, segment_name) == 16);
   CHECK(offsetof(WelcomeMsg, segment_size) == 112);
@@ -94,6 +96,8 @@ TEST_CASE("control messages", "[layout]") {
   CHECK(offsetof(WelcomeMsg, slot_count) == 132);
   CHECK(offsetof(WelcomeMsg, batches_per_epoch) == 136);
   CHECK(offsetof(WelcomeMsg, samples_per_rank) == 144);
+  CHECK(offsetof(WelcomeMsg, readers) == 152);
+  CHECK(offsetof(WelcomeMsg, reader) == 156);
   CHECK(sizeof(ErrorMsg) == 512);
   CHECK(offsetof(ErrorMsg, code) == 16);
   CHECK(offsetof(ErrorMsg, message) == 24);

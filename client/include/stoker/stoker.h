@@ -63,6 +63,8 @@ typedef struct stoker_options {
                               stream's position and goes on with exactly the batches an
                               uninterrupted run gives; batches still held stay readable.
                               0: next() fails with STOKER_ERR_DISCONNECTED at once. */
+  uint32_t reader;         /* fan-out jobs (`readers: K`): which of the rank's K readers this
+                              is, 0..K-1; every reader gets the same batches, mapped read-only */
 } stoker_options;
 
 typedef struct stoker_job_info {
@@ -81,6 +83,10 @@ typedef struct stoker_job_info {
   uint32_t device_backend;    /* 0 none, 1 cuda, 2 hostsim (STOKER_DEVICE_BACKEND) */
   uint32_t device_normalized; /* nonzero: normalized on the GPU from uint8 host samples */
   uint64_t device_image_bytes;/* one sample on the device */
+  uint32_t readers;           /* readers of each rank (> 1: fan-out, batches are shared) */
+  uint32_t reader;            /* this client's reader index */
+  uint32_t writable;          /* nonzero: batches are mapped read-write (map_writable, and
+                                 the job has one reader per rank) */
 } stoker_job_info;
 
 /* Fills defaults: everything zero/NULL. */

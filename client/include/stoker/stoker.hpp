@@ -97,6 +97,7 @@ struct ClientOptions {
   bool want_device = false;  // same as device = "cuda"
   std::string device;        // "" host batches; "cuda" ($LOCAL_RANK) or "cuda:N"
   int reconnect_timeout_ms = 0;  // > 0: wait this long for a restarted daemon (stoker.h)
+  std::uint32_t reader = 0;      // fan-out jobs: which of the rank's readers (stoker.h)
 };
 
 class Client {
@@ -112,6 +113,7 @@ class Client {
     opts.want_device = o.want_device ? 1 : 0;
     opts.device = o.device.empty() ? nullptr : o.device.c_str();
     opts.reconnect_timeout_ms = o.reconnect_timeout_ms;
+    opts.reader = o.reader;
     check(stoker_client_open(&opts, &c_));
     check(stoker_client_info(c_, &info_));
   }

@@ -224,13 +224,14 @@ class Batch {
 class Client {
  public:
   Client(const std::string& job, std::uint32_t rank, const std::string& socket, std::uint64_t start_epoch,
-         std::uint64_t start_batch, bool writable, const std::string& device)
+         std::uint64_t start_batch, bool writable, const std::string& device, std::uint32_t reader)
       : s_(std::make_shared<ClientState>()) {
     stoker_options o;
     stoker_options_init(&o);
     o.socket_path = socket.empty() ? nullptr : socket.c_str();
     o.job = job.c_str();
     o.rank = rank;
+    o.reader = reader;
     o.start_epoch = start_epoch;
     o.start_batch = start_batch;
     o.map_writable = writable ? 1 : 0;
@@ -308,6 +309,9 @@ class Client {
     d["device_dtype"] = i.device_dtype == STOKER_UINT8 ? "uint8" : i.device_dtype == STOKER_FLOAT16 ? "float16" : "float32";
     d["device_backend"] = i.device_backend == 1 ? "cuda" : i.device_backend == 2 ? "hostsim" : "";
     d["device_normalized"] = i.device_normalized != 0;
+    d["readers"] = i.readers;
+    d["reader"] = i.reader;
+    d["writable"] = i.writable != 0;
     return d;
   }
 
@@ -359,9 +363,10 @@ PYBIND11_MODULE(_stoker, m) {
 
   py::class_<Client>(m, "Client")
       .def(py::init<const std::string&, std::uint32_t, const std::string&, std::uint64_t, std::uint64_t, bool,
-                    const std::string&>(),
+                    const std::string&, std::uint32_t>(),
            py::arg("job"), py::arg("rank") = 0, py::arg("socket") = "", py::arg("start_epoch") = 0,
-           py::arg("start_batch") = 0, py::arg("writable") = true, py::arg("device") = "")
+           py::arg("start_batch") = 0, py::arg("writable") = true, py::arg("device") = "",
+           py::arg("reader") = 0)
       .def("pin_memory", &Client::pin_memory, py::arg("ordinal"))
       .def("next", &Client::next, py::arg("timeout_ms") = -1)
       .def("info", &Client::info)

@@ -161,7 +161,17 @@ class Loader:
 
     Treat the tensors as read-only. NumPy arrays are marked read-only; torch has no read-only
     tensors, so an in-place operation on one writes into this consumer's own slot (harmless to
-    other consumers, lost when the slot is refilled) instead of crashing the process.
+    other consumers, lost when the slot is refilled) instead of crashing the process. A job
+    with `readers: K > 1` shares every batch between the K readers of a rank, so their mapping
+    is read-only: an in-place operation on such a tensor is a segmentation fault (make a new
+    tensor, e.g. images.float() or images.cuda(), as training code does anyway).
+
+    reader (fan-out jobs, `readers: K`): which of the rank's K readers this process is; they
+    all get the same batches (a tensor-parallel group, or K trials of a hyper-parameter search
+    decoding each batch once). Default: $STOKER_READER; else, when rank is not given and the
+    job has K > 1 readers, the launcher's global rank g is split the way tensor-parallel
+    groups are numbered (consecutive ranks form a group): rank g // K, reader g % K, and a
+    world of W // K.
 
     device="cuda" (or "cuda:N", a torch.device): the daemon copies each batch to this GPU
     (CUDA IPC; optionally normalized there, see the job's device_normalize) and the loader
@@ -187,7 +197,8 @@ class Loader:
                  socket: Optional[str] = None, framework: Optional[str] = None, copy: bool = False,
                  timeout_s: Optional[float] = None, hold_timeout_s: float = 60.0,
                  device: Any = None, pin_memory: bool = False,
-                 reconnect_timeout_s: Optional[float] = None, wait_for_daemon: float = 0.0):
+                 reconnect_timeout_s: Optional[float] = None, wait_for_daemon: float = 0.0,
+                 reader: Optional[int] = None):
         self.job = job
         if reconnect_timeout_s is not None and reconnect_timeout_s < 0:
             raise ValueError("reconnect_timeout_s must be >= 0")
@@ -201,6 +212,14 @@ class Loader:
         self.world_size = world_size if world_size is not None else (
             dist_world if dist_world is not None else _env_int("WORLD_SIZE"))
         self.socket = socket or ""
+        if reader is None:
+            reader = _env_int("STOKER_READER")
+        # A global rank splits into (rank, reader) only when nobody chose either: the job's
+        # readers are learnt from the daemon once it is up (below).
+        self._split_rank = reader is None and rank is None
+        self.reader = reader or 0
+        if self.reader < 0:
+            raise ValueError(f"reader must be >= 0, not {self.reader}")
         if framework is None:
             framework = "torch" if torch is not None else "numpy"
         if framework not in ("torch", "numpy"):
@@ -227,6 +246,8 @@ class Loader:
         deadline = time.monotonic() + max(0.0, float(wait_for_daemon))
         while True:
             try:
+                if self._split_rank:
+                    self._split_global_rank()
                 self._connect(0, 0)
                 break
             except _stoker.NoDaemonError:
@@ -269,6 +290,24 @@ class Loader:
             self._status = next((j for j in status.get("jobs", []) if j.get("name") == self.job), {})
         return self._status
 
+    def _split_global_rank(self) -> None:
+        """Global rank g of a world W, for a job with K readers per rank: rank g // K, reader
+        g % K, world W // K (tensor-parallel groups are consecutive ranks)."""
+        text = _stoker.daemon_status(self.socket)  # NoDaemonError while it is not up yet
+        k = 1
+        for j in json.loads(text).get("jobs", []):
+            if j.get("name") == self.job and isinstance(j.get("readers"), int):
+                k = j["readers"]
+        self._split_rank = False
+        if k <= 1:
+            return
+        if self.world_size is not None:
+            if self.world_size % k != 0:
+                raise ValueError(f"world size {self.world_size} is not a multiple of job '{self.job}''s "
+                                 f"readers: {k} (each rank's {k} readers are consecutive global ranks)")
+            self.world_size //= k
+        self.rank, self.reader = divmod(self.rank, k)
+
     def _check_world_size(self) -> None:
         """world_size must match the job's world (its consumers, or world_size for a
         multi-node job), or every rank would get a shard of the wrong size. The handshake does not carry the count: the daemon's status does."""
@@ -309,7 +348,8 @@ class Loader:
                     f"view slots the daemon refills (copy what you keep, or use copy=True)",
                     RuntimeWarning, stacklevel=4)
             self.close()
-        self._client = _stoker.Client(self.job, self.rank, self.socket, epoch, batch, True, self.device)
+        self._client = _stoker.Client(self.job, self.rank, self.socket, epoch, batch, True, self.device,
+                                      self.reader)
         if self.pin_memory:
             index = _resolve_device("cuda")[1]
             self._client.pin_memory(index)
@@ -387,7 +427,8 @@ class Loader:
     def state_dict(self) -> Dict[str, Any]:
         """Position of the next batch (a batch counts as consumed once it was yielded):
         restoring it resumes exactly there, also after the daemon restarted."""
-        return {"epoch": self._epoch, "batch": self._batch, "rank": self.rank, "job": self.job}
+        return {"epoch": self._epoch, "batch": self._batch, "rank": self.rank, "reader": self.reader,
+                "job": self.job}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """The next iteration starts at state's position (reconnecting if needed)."""

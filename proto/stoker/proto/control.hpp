@@ -19,7 +19,8 @@ inline constexpr std::uint32_t kControlMagic = 0x4b4f5453u;  // "STOK"
 // 2: the segment travels with the Welcome as a sealed memfd (SCM_RIGHTS) instead of by name,
 // so a 1.x client could not map it; status replies may span several messages.
 inline constexpr std::uint16_t kProtoMajor = 2;
-inline constexpr std::uint16_t kProtoMinor = 0;
+// 2.1: Hello.reader and Welcome.readers/reader (fan-out: several readers of one rank).
+inline constexpr std::uint16_t kProtoMinor = 1;
 inline constexpr std::size_t kMaxMessageBytes = 65536;       // status replies carry JSON
 // MessageHeader.reserved of a StatusReply: more StatusReply messages follow with the rest of
 // the JSON (a status for thousands of consumers spans several messages). Readers that do not
@@ -65,9 +66,11 @@ struct HelloMsg {
   std::uint8_t device_uuid[16]; // GPU UUID when kHelloWantDevice
   std::uint32_t pid;            // for status/logs only
   std::uint32_t device_backend; // device::BackendKind of the client (1 cuda, 2 hostsim)
-  std::uint8_t reserved[32];
+  std::uint32_t reader;         // 2.1: which of the rank's `readers` this is (0 from 2.0)
+  std::uint8_t reserved[28];
 };
 static_assert(sizeof(HelloMsg) == 160);
+static_assert(offsetof(HelloMsg, reader) == 128);
 static_assert(offsetof(HelloMsg, device_uuid) == 104);
 static_assert(offsetof(HelloMsg, device_backend) == 124);
 
@@ -80,9 +83,12 @@ struct WelcomeMsg {
   std::uint32_t slot_count;
   std::uint64_t batches_per_epoch;  // nominal count for this rank (len(loader))
   std::uint64_t samples_per_rank;   // per epoch, after padding or dropping
-  std::uint8_t reserved[40];
+  std::uint32_t readers;            // 2.1: readers of each rank (> 1: batches are shared,
+  std::uint32_t reader;             //      mapped read-only); this connection's reader
+  std::uint8_t reserved[32];
 };
 static_assert(sizeof(WelcomeMsg) == 192);
+static_assert(offsetof(WelcomeMsg, readers) == 152);
 
 enum class ErrorCode : std::int32_t {
   kOk = 0,
@@ -97,6 +103,7 @@ enum class ErrorCode : std::int32_t {
   kJobFailed = 9,
   kTooManyConnections = 10,  // server.max_connections reached, or no descriptor to spare
   kLeaseTimeout = 11,        // the consumer held a batch longer than the job's lease_timeout_s
+  kOutOfStep = 12,           // a reader asked for a position its rank's other readers are not at
 };
 
 struct ErrorMsg {
