@@ -162,7 +162,10 @@ stoker_status stoker_client_open(const stoker_options* o, stoker_client** out) {
     c->next_epoch = o->start_epoch;
     c->next_batch = o->start_batch;
     c->conn = std::make_shared<Connection>(socket, o->job, o->rank, o->reader, o->start_epoch, o->start_batch,
-                                           c->device_ordinal, c->writable);
+                                           c->device_ordinal, c->writable, o->split_rank != 0);
+    // A reconnect asks for the rank and reader this connection was given.
+    c->rank = c->conn->info().rank;
+    c->reader = c->conn->info().reader;
     *out = c.release();
     return STOKER_OK;
   });

@@ -136,7 +136,7 @@ void throw_daemon_error(const void* data, std::size_t n) {
 
 Connection::Connection(const std::string& socket_path, const std::string& job, std::uint32_t rank,
                        std::uint32_t reader, std::uint64_t start_epoch, std::uint64_t start_batch,
-                       int device_ordinal, bool map_writable)
+                       int device_ordinal, bool map_writable, bool split_rank)
     : socket_path_(socket_path) {
   if (job.empty() || job.size() >= 64) {
     throw Failure{STOKER_ERR_INVALID_ARGUMENT, "job name must be 1..63 characters"};
@@ -166,7 +166,7 @@ Connection::Connection(const std::string& socket_path, const std::string& job, s
     proto::copy_cstr(hello.job, job.c_str());
     hello.rank = rank;
     hello.reader = reader;
-    hello.flags = backend ? proto::kHelloWantDevice : 0;
+    hello.flags = (backend ? proto::kHelloWantDevice : 0) | (split_rank ? proto::kHelloSplitRank : 0);
     if (backend) {
       std::memcpy(hello.device_uuid, uuid.data(), 16);
       hello.device_backend = static_cast<std::uint32_t>(backend->kind());
@@ -277,6 +277,8 @@ Connection::Connection(const std::string& socket_path, const std::string& job, s
     info_.slot_count = w.slot_count;
     info_.readers = std::max<std::uint32_t>(w.readers, 1);  // 0 from a 2.0 daemon
     info_.reader = w.reader;
+    // A 2.0 daemon leaves it zero: it served the rank that was asked for (no split there).
+    info_.rank = w.readers != 0 ? w.rank : rank;
     info_.writable = map_writable ? 1 : 0;
     info_.daemon_generation = w.daemon_generation;
     info_.device_ordinal = -1;

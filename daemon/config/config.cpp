@@ -577,7 +577,8 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
     r.fail(name_at, j.path, "job names are 1..48 characters of A-Z a-z 0-9 _ . -");
   }
   const Fields f(r, j, {"source", "batch_size", "shuffle", "seed", "drop_last", "consumers", "world_size",
-                        "ranks", "node_rank", "local_world_size", "readers", "prefetch", "lease_timeout_s", "cache", "on_error", "quarantine", "device", "device_normalize", "pipeline", "output"});
+                        "ranks", "node_rank", "local_world_size", "readers", "prefetch", "lease_timeout_s", "cache",
+                        "weight", "workers", "on_error", "quarantine", "device", "device_normalize", "pipeline", "output"});
   JobConfig job;
   job.name = name;
   job.mark = name_at;
@@ -625,6 +626,11 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
     job.lease_timeout_s = r.number(*v);
     if (!(job.lease_timeout_s > 0 && job.lease_timeout_s <= 86400)) r.fail(*v, "must be within (0, 86400] seconds");
   }
+  if (auto* v = f.get("weight")) {
+    job.weight = r.number(*v);
+    if (!(job.weight > 0 && job.weight <= 1000)) r.fail(*v, "must be within (0, 1000]");
+  }
+  if (auto* v = f.get("workers")) job.max_workers = static_cast<std::uint32_t>(r.integer(*v, 1, 1024));
   if (auto* v = f.get("on_error")) {
     const std::string e = r.choice(*v, {"skip", "substitute", "fail"});
     job.on_error = e == "skip" ? OnError::kSkip : e == "substitute" ? OnError::kSubstitute : OnError::kFail;

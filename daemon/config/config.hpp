@@ -67,6 +67,11 @@ struct JobConfig {
   // A consumer holding a batch longer than this (alive but stuck) is disconnected so its
   // ring's slots come back; 0: never (status still reports it as stuck).
   double lease_timeout_s = 0;
+  // Sharing the worker pool with the other jobs (see server/work_queue.hpp): while several
+  // jobs have work, each gets items in proportion to `weight`; `max_workers` (the key
+  // `workers`) is the most worker threads that may run this job's items at once, 0: no cap.
+  double weight = 1;
+  std::uint32_t max_workers = 0;
   image::PipelineSpec pipeline;
   OnError on_error = OnError::kSkip;
   std::filesystem::path quarantine;  // default: <state_dir>/<job>-<dataset hash>.quarantine

@@ -369,7 +369,8 @@ bool ControlServer::handle_message(Session& s, const std::uint8_t* data, std::si
   }
 }
 
-bool ControlServer::handle_hello(Session& s, const proto::HelloMsg& m) {
+bool ControlServer::handle_hello(Session& s, const proto::HelloMsg& hello) {
+  proto::HelloMsg m = hello;
   const std::string job_name(m.job, proto::bounded_strlen(m.job));
   Job* job = nullptr;
   std::string names;
@@ -382,10 +383,16 @@ bool ControlServer::handle_hello(Session& s, const proto::HelloMsg& m) {
                "no job '" + job_name + "' in this stokerd; jobs: " + names);
     return false;
   }
+  std::string split;  // how a process index became (rank, reader), for messages
+  if ((m.flags & proto::kHelloSplitRank) != 0 && job->readers() > 1) {
+    split = " (process " + std::to_string(m.rank) + " with readers: " + std::to_string(job->readers()) + ")";
+    m.reader = m.rank % job->readers();
+    m.rank /= job->readers();
+  }
   if (!job->serves(m.rank)) {
     const std::uint32_t first = job->first_rank(), last = first + job->consumers() - 1;
     send_error(s, proto::ErrorCode::kBadRank,
-               "rank " + std::to_string(m.rank) + " is outside job '" + job_name + "' (this stokerd serves ranks " +
+               "rank " + std::to_string(m.rank) + split + " is outside job '" + job_name + "' (this stokerd serves ranks " +
                    std::to_string(first) + ".." + std::to_string(last) + " of a world of " +
                    std::to_string(job->world_size()) +
                    (job->world_size() == job->consumers() ? "; consumers: " + std::to_string(job->consumers()) : "") +
@@ -466,6 +473,7 @@ bool ControlServer::handle_hello(Session& s, const proto::HelloMsg& m) {
   w.samples_per_rank = job->samples_per_rank();
   w.readers = job->readers();
   w.reader = m.reader;
+  w.rank = m.rank;
   spdlog::info("consumer pid {} attached to job {} rank {}{} at epoch {} batch {}{}", s.pid, job_name,
                m.rank, reader_suffix(s.job, s.reader), m.start_epoch, m.start_batch, device ? " (device batches)" : "");
   // The segment travels with the Welcome, as a descriptor (SCM_RIGHTS): it has no name.

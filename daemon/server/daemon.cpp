@@ -220,7 +220,10 @@ int run_daemon(const DaemonOptions& options) {
       }
     }
 
-    WorkQueue queue;
+    // One lane per job, in job order (a job's index is its lane): how the jobs share the pool.
+    std::vector<JobShare> shares;
+    for (const auto& jc : cfg.jobs) shares.push_back(JobShare{jc.weight, jc.max_workers});
+    WorkQueue queue(std::move(shares));
     std::atomic<ControlServer*> server_ptr{nullptr};
     auto notify = [&server_ptr] {
       if (ControlServer* s = server_ptr.load()) s->notify();
@@ -235,6 +238,10 @@ int run_daemon(const DaemonOptions& options) {
       spdlog::info("job {}: {} samples in {} classes from {}, batch {}, {} consumer(s), {} slots each",
                    jc.name, ds.samples.size(), ds.classes.size(), jc.source.root.string(),
                    jc.batch_size, jc.consumers, jc.prefetch);
+      if (cfg.jobs.size() > 1 || jc.max_workers != 0) {
+        spdlog::info("job {}: shares the {} worker(s) with weight {}, at most {} at once", jc.name, workers,
+                     jc.weight, jc.max_workers != 0 ? std::min(jc.max_workers, workers) : workers);
+      }
       jobs.push_back(std::make_unique<Job>(i, jc, std::move(datasets[i]),
                                            proto::segment_name(socket, jc.name),
                                            cfg.server.shm_mode, generation, queue, notify));

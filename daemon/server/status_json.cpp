@@ -70,6 +70,9 @@ std::string ControlServer::status_json() const {
     job["world_size"] = j.world_size();
     job["ranks"] = {j.first_rank(), j.first_rank() + j.consumers() - 1};
     job["readers"] = j.readers();
+    job["weight"] = j.config().weight;  // share of the worker pool while other jobs are busy
+    // Most workers running the job's items at once; null: no cap (any of the pool's).
+    job["workers"] = j.config().max_workers != 0 ? Json(j.config().max_workers) : Json(nullptr);
     job["images_per_s"] = rates_[i];  // over the last 10 s
     job["samples_ok"] = st.samples_ok;
     job["batches_published"] = st.batches_published;

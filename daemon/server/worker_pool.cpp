@@ -9,41 +9,6 @@
 
 namespace stoker::server {
 
-void WorkQueue::push(std::vector<WorkItem>&& items) {
-  if (items.empty()) return;
-  {
-    std::lock_guard lock(mu_);
-    for (const auto& it : items) items_.push_back(it);
-  }
-  if (items.size() == 1) {
-    cv_.notify_one();
-  } else {
-    cv_.notify_all();
-  }
-}
-
-bool WorkQueue::pop(WorkItem& out) {
-  std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return stopped_ || !items_.empty(); });
-  if (stopped_) return false;
-  out = items_.front();
-  items_.pop_front();
-  return true;
-}
-
-void WorkQueue::stop() {
-  {
-    std::lock_guard lock(mu_);
-    stopped_ = true;
-  }
-  cv_.notify_all();
-}
-
-std::size_t WorkQueue::depth() const {
-  std::lock_guard lock(mu_);
-  return items_.size();
-}
-
 WorkerPool::WorkerPool(unsigned threads, WorkQueue& queue, const std::vector<Job*>& jobs)
     : queue_(queue), jobs_(jobs) {
   for (unsigned i = 0; i < threads; ++i) threads_.emplace_back([this, i] { run(i); });
@@ -59,12 +24,13 @@ void WorkerPool::run(unsigned index) {
   std::vector<std::unique_ptr<image::SampleProcessor>> processors(jobs_.size());
   std::vector<std::uint8_t> file_buffer;
   WorkItem item{};
-  while (queue_.pop(item)) {
-    const std::size_t j = item.job->index();
+  std::size_t j = 0;
+  while (queue_.pop(item, j)) {
     if (!processors[j]) {
       processors[j] = std::make_unique<image::SampleProcessor>(item.job->pipeline());
     }
     item.job->run(item, *processors[j], file_buffer);
+    queue_.done(j);  // the job's place under its `workers` cap is free again
   }
   spdlog::debug("worker {} stopped", index);
 }

@@ -707,3 +707,31 @@ TEST_CASE("config: cache takes a size with a binary unit, only for a determinist
                  Contains("random_resized_crop"));
   CHECK_THAT(refusal(train_job("    cache: {bytes: 1GiB}\n", val + "      - horizontal_flip: {p: 0.5}\n")), Contains("has horizontal_flip"));
 }
+
+TEST_CASE("config: weight and workers share the worker pool between jobs, refused out of range at file:line",
+          "[config]") {
+  const auto plain = parse(train_job()).jobs.at(0);
+  CHECK(plain.weight == 1.0);      // default: equal shares
+  CHECK(plain.max_workers == 0u);  // default: no cap
+  const auto set = parse(train_job("    weight: 2.5\n    workers: 3\n")).jobs.at(0);
+  CHECK(set.weight == 2.5);
+  CHECK(set.max_workers == 3u);
+  CHECK(parse(train_job("    weight: 1000\n    workers: 1024\n")).jobs.at(0).weight == 1000.0);
+  CHECK(parse(train_job("    weight: 0.01\n    workers: 1\n")).jobs.at(0).max_workers == 1u);
+  for (const char* bad : {"0", "-1", "1000.5"}) {
+    INFO(bad);
+    CHECK(refusal(train_job(std::string("    weight: ") + bad + "\n")) ==
+          "test.yaml:5:13: jobs.train.weight: must be within (0, 1000]");
+  }
+  CHECK(refusal(train_job("    weight: heavy\n")) == "test.yaml:5:13: jobs.train.weight: expected a number, got 'heavy'");
+  CHECK(refusal(train_job("    weight: [1, 2]\n")) == "test.yaml:5:13: jobs.train.weight: expected a number, got a list");
+  for (const char* bad : {"0", "1025", "-2"}) {
+    INFO(bad);
+    CHECK(refusal(train_job(std::string("    workers: ") + bad + "\n")) ==
+          std::string("test.yaml:5:14: jobs.train.workers: must be between 1 and 1024, got ") + bad);
+  }
+  CHECK(refusal(train_job("    workers: 1.5\n")) == "test.yaml:5:14: jobs.train.workers: expected an integer, got '1.5'");
+  CHECK(refusal(train_job("    workers: all\n")) == "test.yaml:5:14: jobs.train.workers: expected an integer, got 'all'");
+  CHECK_THAT(refusal(train_job("    weigth: 2\n")), StartsWith("test.yaml:5:5: jobs.train.weigth: ") &&
+                                                      Contains("did you mean 'weight'?"));
+}

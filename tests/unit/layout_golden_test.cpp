@@ -98,6 +98,7 @@ TEST_CASE("control messages", "[layout]") {
   CHECK(offsetof(WelcomeMsg, samples_per_rank) == 144);
   CHECK(offsetof(WelcomeMsg, readers) == 152);
   CHECK(offsetof(WelcomeMsg, reader) == 156);
+  CHECK(offsetof(WelcomeMsg, rank) == 160);
   CHECK(sizeof(ErrorMsg) == 512);
   CHECK(offsetof(ErrorMsg, code) == 16);
   CHECK(offsetof(ErrorMsg, message) == 24);

@@ -65,6 +65,11 @@ typedef struct stoker_options {
                               0: next() fails with STOKER_ERR_DISCONNECTED at once. */
   uint32_t reader;         /* fan-out jobs (`readers: K`): which of the rank's K readers this
                               is, 0..K-1; every reader gets the same batches, mapped read-only */
+  int split_rank;          /* nonzero: `rank` is the launcher's global process index g (RANK);
+                              for a job with readers: K the daemon serves it as rank g / K,
+                              reader g % K (consecutive processes form a group, as tensor-
+                              parallel groups are numbered); `reader` is ignored. The rank
+                              and reader served are in stoker_job_info. */
 } stoker_options;
 
 typedef struct stoker_job_info {
@@ -85,6 +90,7 @@ typedef struct stoker_job_info {
   uint64_t device_image_bytes;/* one sample on the device */
   uint32_t readers;           /* readers of each rank (> 1: fan-out, batches are shared) */
   uint32_t reader;            /* this client's reader index */
+  uint32_t rank;              /* the global rank this client reads */
   uint32_t writable;          /* nonzero: batches are mapped read-write (map_writable, and
                                  the job has one reader per rank) */
 } stoker_job_info;

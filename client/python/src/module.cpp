@@ -224,7 +224,8 @@ class Batch {
 class Client {
  public:
   Client(const std::string& job, std::uint32_t rank, const std::string& socket, std::uint64_t start_epoch,
-         std::uint64_t start_batch, bool writable, const std::string& device, std::uint32_t reader)
+         std::uint64_t start_batch, bool writable, const std::string& device, std::uint32_t reader,
+         bool split_rank)
       : s_(std::make_shared<ClientState>()) {
     stoker_options o;
     stoker_options_init(&o);
@@ -232,6 +233,7 @@ class Client {
     o.job = job.c_str();
     o.rank = rank;
     o.reader = reader;
+    o.split_rank = split_rank ? 1 : 0;
     o.start_epoch = start_epoch;
     o.start_batch = start_batch;
     o.map_writable = writable ? 1 : 0;
@@ -311,6 +313,7 @@ class Client {
     d["device_normalized"] = i.device_normalized != 0;
     d["readers"] = i.readers;
     d["reader"] = i.reader;
+    d["rank"] = i.rank;
     d["writable"] = i.writable != 0;
     return d;
   }
@@ -363,10 +366,10 @@ PYBIND11_MODULE(_stoker, m) {
 
   py::class_<Client>(m, "Client")
       .def(py::init<const std::string&, std::uint32_t, const std::string&, std::uint64_t, std::uint64_t, bool,
-                    const std::string&, std::uint32_t>(),
+                    const std::string&, std::uint32_t, bool>(),
            py::arg("job"), py::arg("rank") = 0, py::arg("socket") = "", py::arg("start_epoch") = 0,
            py::arg("start_batch") = 0, py::arg("writable") = true, py::arg("device") = "",
-           py::arg("reader") = 0)
+           py::arg("reader") = 0, py::arg("split_rank") = false)
       .def("pin_memory", &Client::pin_memory, py::arg("ordinal"))
       .def("next", &Client::next, py::arg("timeout_ms") = -1)
       .def("info", &Client::info)

@@ -214,8 +214,8 @@ class Loader:
         self.socket = socket or ""
         if reader is None:
             reader = _env_int("STOKER_READER")
-        # A global rank splits into (rank, reader) only when nobody chose either: the job's
-        # readers are learnt from the daemon once it is up (below).
+        # A global rank splits into (rank, reader) only when nobody chose either; the daemon
+        # knows the job's readers and says which rank and reader it served (first connect).
         self._split_rank = reader is None and rank is None
         self.reader = reader or 0
         if self.reader < 0:
@@ -246,8 +246,6 @@ class Loader:
         deadline = time.monotonic() + max(0.0, float(wait_for_daemon))
         while True:
             try:
-                if self._split_rank:
-                    self._split_global_rank()
                 self._connect(0, 0)
                 break
             except _stoker.NoDaemonError:
@@ -256,6 +254,18 @@ class Loader:
                 time.sleep(0.05)
         info = self._client.info()
         self.info: Dict[str, Any] = info
+        if self._split_rank:
+            self._split_rank = False  # reconnects ask for what was served
+            readers = int(info.get("readers", 1))
+            if readers > 1:
+                if self.world_size is not None:
+                    if self.world_size % readers != 0:
+                        self.close()
+                        raise ValueError(
+                            f"world size {self.world_size} is not a multiple of job '{job}''s readers: "
+                            f"{readers} (each rank's readers are consecutive processes)")
+                    self.world_size //= readers
+                self.rank, self.reader = int(info["rank"]), int(info["reader"])
         self._device_backend = info.get("device_backend", "")
         if self.device and self._device_backend == "cuda" and framework != "torch":
             self.close()
@@ -289,24 +299,6 @@ class Loader:
             status = json.loads(_stoker.daemon_status(self.socket))
             self._status = next((j for j in status.get("jobs", []) if j.get("name") == self.job), {})
         return self._status
-
-    def _split_global_rank(self) -> None:
-        """Global rank g of a world W, for a job with K readers per rank: rank g // K, reader
-        g % K, world W // K (tensor-parallel groups are consecutive ranks)."""
-        text = _stoker.daemon_status(self.socket)  # NoDaemonError while it is not up yet
-        k = 1
-        for j in json.loads(text).get("jobs", []):
-            if j.get("name") == self.job and isinstance(j.get("readers"), int):
-                k = j["readers"]
-        self._split_rank = False
-        if k <= 1:
-            return
-        if self.world_size is not None:
-            if self.world_size % k != 0:
-                raise ValueError(f"world size {self.world_size} is not a multiple of job '{self.job}''s "
-                                 f"readers: {k} (each rank's {k} readers are consecutive global ranks)")
-            self.world_size //= k
-        self.rank, self.reader = divmod(self.rank, k)
 
     def _check_world_size(self) -> None:
         """world_size must match the job's world (its consumers, or world_size for a
@@ -349,7 +341,7 @@ class Loader:
                     RuntimeWarning, stacklevel=4)
             self.close()
         self._client = _stoker.Client(self.job, self.rank, self.socket, epoch, batch, True, self.device,
-                                      self.reader)
+                                      self.reader, self._split_rank)
         if self.pin_memory:
             index = _resolve_device("cuda")[1]
             self._client.pin_memory(index)

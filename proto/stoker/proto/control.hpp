@@ -55,6 +55,10 @@ static_assert(offsetof(MessageHeader, size) == 12);
 
 // Client flags in Hello.
 inline constexpr std::uint32_t kHelloWantDevice = 1u << 0;  // device output through CUDA IPC
+// 2.1: `rank` is the launcher's global process index g; for a job with `readers: K` the
+// daemon serves it as rank g / K, reader g % K (consecutive processes form a group, as
+// tensor-parallel groups are numbered). The Welcome says which rank and reader it got.
+inline constexpr std::uint32_t kHelloSplitRank = 1u << 1;
 
 struct HelloMsg {
   MessageHeader header;
@@ -85,7 +89,8 @@ struct WelcomeMsg {
   std::uint64_t samples_per_rank;   // per epoch, after padding or dropping
   std::uint32_t readers;            // 2.1: readers of each rank (> 1: batches are shared,
   std::uint32_t reader;             //      mapped read-only); this connection's reader
-  std::uint8_t reserved[32];
+  std::uint32_t rank;               // 2.1: the global rank served (after kHelloSplitRank)
+  std::uint8_t reserved[28];
 };
 static_assert(sizeof(WelcomeMsg) == 192);
 static_assert(offsetof(WelcomeMsg, readers) == 152);

@@ -1,0 +1,4 @@
+# Unit tier of the running daemon's parts that need no process: the work queue's sharing.
+stoker_add_test(work_queue_test LABEL unit
+  SOURCES unit/work_queue_test.cpp
+  LIBS stoker_server)
