@@ -422,3 +422,39 @@ TEST_CASE("a restarted daemon: the consumer is told, re-maps from the new one, o
   take_device(c);
   CHECK_THAT(d2.log(), !Catch::Contains("hostsim:") && !Catch::Contains("does not hold"));
 }
+
+TEST_CASE("fan-out on the device: the readers of a rank on two GPUs and one on the host get the same batches",
+          "[integration][device]") {
+  // A tensor-parallel pair on GPUs 0 and 1 (each its own device ring, copied from the one
+  // slot the workers filled) and a third reader taking host batches, over two epochs.
+  use_backend("200");
+  if (hostsim()) ::setenv("STOKER_HOSTSIM_DEVICES", "2", 1);
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec job;
+  job.extra = "    readers: 3\n";
+  Daemon d(write_config(dir.path(), {job}, 2), socket);
+  auto o0 = device_options(socket, "cuda:0");
+  auto o1 = device_options(socket, hostsim() ? "cuda:1" : "cuda:0");
+  o1.reader = 1;
+  stoker::ClientOptions oh;
+  oh.socket_path = socket;
+  oh.reader = 2;
+  stoker::Client g0("demo", 0, o0), g1("demo", 0, o1), h("demo", 0, oh);
+  for (int i = 0; i < 16; ++i) {
+    INFO("batch " << i);
+    const Copy a = take_device(g0), b = take_device(g1), c = take_host(h);
+    CHECK(a.index == c.index);
+    CHECK(a.ids == c.ids);
+    CHECK(b.ids == c.ids);
+    CHECK(a.labels == c.labels);
+    CHECK(b.labels == c.labels);
+    CHECK(a.images == c.images);
+    CHECK(b.images == c.images);
+  }
+  if (hostsim()) {
+    const std::string st = status(socket);
+    CHECK_THAT(st, Catch::Contains("GPU-5afe5130-0000-0000-0000-000000000000") &&
+                       Catch::Contains("GPU-5afe5130-0000-0000-0000-000000000001"));
+  }
+}
