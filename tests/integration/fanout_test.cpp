@@ -11,8 +11,13 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "daemon_fixture.hpp"
+#include "stoker/proto/control.hpp"
 #include "stoker/stoker.hpp"
 
 using namespace stoker::test;
@@ -297,4 +302,76 @@ TEST_CASE("the finished-sample cache serves later epochs of a deterministic pipe
   CHECK(cs["hits"].get<std::uint64_t>() >= 2 * 20 - 8);
   CHECK(cs["hits"].get<std::uint64_t>() <= (epochs_begun - 1) * 20);
   CHECK_FALSE(job_of(st, "plain").contains("cache"));
+}
+
+TEST_CASE("a reader releasing a slot only another reader holds is evicted, and the others keep flowing",
+          "[integration][fanout][fault]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  Daemon d(write_config(dir.path(), {fanout_job(2, 3)}, 2), socket);
+  stoker::Client good("demo", 0, options(socket, 0));
+  stoker::Batch held = good.next(30000);  // reader 0 holds batch 0 (generation 1 of its slot)
+
+  // Reader 1, hand-written: a valid hello, then a release of the slot reader 0 holds, with its
+  // real generation: valid for reader 0, not for reader 1.
+  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, socket.c_str(), sizeof addr.sun_path - 1);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  auto hello = stoker::proto::make_message<stoker::proto::HelloMsg>(stoker::proto::MsgType::kHello);
+  stoker::proto::copy_cstr(hello.job, "demo");
+  hello.reader = 1;
+  REQUIRE(::send(fd, &hello, sizeof hello, 0) == static_cast<ssize_t>(sizeof hello));
+  char buf[1024];
+  char control[CMSG_SPACE(sizeof(int))];
+  iovec iov{buf, sizeof buf};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = control;
+  mh.msg_controllen = sizeof control;
+  REQUIRE(::recvmsg(fd, &mh, 0) == static_cast<ssize_t>(sizeof(stoker::proto::WelcomeMsg)));
+  // The slot reader 0 holds, as the segment's slot headers show it (the only LEASED one).
+  cmsghdr* c = CMSG_FIRSTHDR(&mh);
+  REQUIRE((c != nullptr && c->cmsg_type == SCM_RIGHTS));
+  int seg = -1;
+  std::memcpy(&seg, CMSG_DATA(c), sizeof seg);
+  stoker::proto::WelcomeMsg w;
+  std::memcpy(&w, buf, sizeof w);
+  void* base = ::mmap(nullptr, w.segment_size, PROT_READ, MAP_SHARED, seg, 0);
+  REQUIRE(base != MAP_FAILED);
+  const auto* h = static_cast<const stoker::proto::SegmentHeader*>(base);
+  const auto* ring = reinterpret_cast<const stoker::proto::RingHeader*>(static_cast<const char*>(base) + h->ring_table_offset);
+  std::uint32_t leased_slot = 99, generation = 0;
+  for (std::uint32_t slot = 0; slot < ring->slot_count; ++slot) {
+    const auto* sh = reinterpret_cast<const stoker::proto::SlotHeader*>(static_cast<const char*>(base) +
+                                                                         ring->first_slot_offset + slot * h->slot_stride);
+    if (sh->state == static_cast<std::uint32_t>(stoker::proto::SlotState::kLeased)) {
+      leased_slot = slot;
+      generation = sh->generation;
+    }
+  }
+  ::munmap(base, w.segment_size);
+  ::close(seg);
+  REQUIRE(leased_slot < 3);
+  auto rel = stoker::proto::make_message<stoker::proto::ReleaseMsg>(stoker::proto::MsgType::kRelease);
+  rel.slot = leased_slot;
+  rel.generation = generation;
+  REQUIRE(::send(fd, &rel, sizeof rel, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof rel));
+  stoker::proto::ErrorMsg err{};
+  REQUIRE(::recv(fd, &err, sizeof err, 0) == static_cast<ssize_t>(sizeof err));
+  CHECK(err.code == static_cast<std::int32_t>(stoker::proto::ErrorCode::kBadRelease));
+  ::close(fd);
+
+  // Reader 0's batch is intact and its own; it reads on to the end of the epoch.
+  CHECK(held.index() == 0);
+  held = stoker::Batch();
+  std::uint64_t last = 0;
+  for (;;) {
+    const Seen s = take(good, 10000);
+    last = s.index;
+    if (s.last) break;
+  }
+  CHECK(last == 7);
 }
