@@ -463,13 +463,16 @@ Dataset read_tar_shards(const std::vector<std::string>& patterns, const std::fil
       }
     }
   };
-  const std::size_t threads = std::min<std::size_t>({shards.size(), 4, std::max(1u, std::thread::hardware_concurrency())});
+  // Four threads whatever the cores: walking headers waits on the disk or the network file
+  // system far more than it computes.
+  const std::size_t threads = std::min<std::size_t>(shards.size(), 4);
   {
     std::vector<std::jthread> pool;
     for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(work);
     if (shards.size() >= 64) {
       // Many shards: this thread reports progress while the others index.
-      spdlog::info("{}: indexing {} tar shard(s) with {} thread(s)", log_name, shards.size(), threads);
+      spdlog::info("{}: indexing {} tar shard(s) with {} thread(s) (unchanged ones from the cache)", log_name,
+                   shards.size(), threads);
       std::unique_lock lock(mu);
       while (!cv.wait_for(lock, std::chrono::seconds(2), [&] { return done.load() == shards.size(); })) {
         spdlog::info("{}: indexed {} of {} tar shard(s)", log_name, done.load(), shards.size());

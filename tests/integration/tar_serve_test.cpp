@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -47,7 +49,7 @@ std::vector<Got> take_epoch(stoker::Client& c) {
 // The 64 demo photos in ImageFolder order (classes sorted, files sorted), packed into three
 // shards of uneven sizes, `shards/demo-00.tar` .. `-02.tar`: key "<class>/<file stem>", a
 // .jpg and a .cls each, plus a .json that must be ignored. Returns the shard pattern.
-std::string write_demo_shards(const fs::path& dir) {
+std::string write_demo_shards(const fs::path& dir, bool with_bad_member = false) {
   fs::create_directories(dir / "shards");
   const std::vector<std::string> classes = {"flower", "insect", "landscape", "texture"};
   std::vector<TarWriter> shards(3);
@@ -64,6 +66,7 @@ std::string write_demo_shards(const fs::path& dir) {
     }
   }
   REQUIRE(n == 64);
+  if (with_bad_member) shards[2].file("zzz/bad.jpg", std::string("not a JPEG at all")).file("zzz/bad.cls", "0");
   for (int i = 0; i < 3; ++i) shards[i].save(dir / "shards" / ("demo-0" + std::to_string(i) + ".tar"));
   return "shards/demo-{00..02}.tar";  // relative: to the config's folder
 }
@@ -181,4 +184,45 @@ TEST_CASE("tar: a gzip-compressed shard or a broken one stops the start with the
   j.source = "{type: tar, shards: \"shards/demo-{00..02}.tar\"}";
   CHECK(run_program({bin("stokerd"), "--config", write_config(dir.path(), {j}, 1).string(), "--socket", socket}, out) == 2);
   CHECK_THAT(out, Catch::Contains("demo-01.tar: at offset ") && Catch::Contains("truncated"));
+}
+
+TEST_CASE("tar: a member that does not decode is quarantined as SHARD:MEMBER, skipped after a restart, tried again "
+          "once its shard changed", "[integration][tar]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec j;
+  j.shuffle = false;
+  j.source = "{type: tar, shards: \"" + write_demo_shards(dir.path(), true) + "\"}";
+  const auto cfg = write_config(dir.path(), {j}, 2);
+  const std::string member = (dir.path() / "shards/demo-02.tar").string() + ":zzz/bad.jpg";
+  auto one_epoch = [&] {
+    stoker::ClientOptions o;
+    o.socket_path = socket;
+    stoker::Client c("demo", 0, o);
+    std::size_t samples = 0;
+    for (const auto& b : take_epoch(c)) samples += b.ids.size();
+    return samples;
+  };
+  {
+    Daemon d(cfg, socket);
+    CHECK(one_epoch() == 64);  // 65 samples, the bad one dropped from its batch
+    CHECK_THAT(d.log(), Catch::Contains(member + ": "));
+  }
+  const auto q = quarantine_files(dir.path(), "demo");
+  REQUIRE(q.size() == 1);
+  {
+    std::ifstream in(q[0]);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK_THAT(text, Catch::StartsWith(member + "\t"));
+  }
+  {
+    Daemon d(cfg, socket);
+    CHECK_THAT(d.log(), Catch::Contains("1 file(s) skipped, listed in quarantine"));
+  }
+  const struct timespec t[2] = {{1700000000, 0}, {1700000000, 0}};
+  REQUIRE(::utimensat(AT_FDCWD, (dir.path() / "shards/demo-02.tar").c_str(), t, 0) == 0);
+  {
+    Daemon d(cfg, socket);
+    CHECK_THAT(d.log(), Catch::Contains("1 listed file(s) changed since and are tried again"));
+  }
 }
