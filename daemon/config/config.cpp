@@ -583,35 +583,67 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
   job.name = name;
   job.mark = name_at;
 
-  const Fields src(r, f.need("source"), {"type", "root", "file"});
-  if (auto* v = src.get("type")) job.source.type = r.choice(*v, {"imagefolder", "filelist"});
+  const Fields src(r, f.need("source"), {"type", "root", "list", "file", "shards"});
+  if (auto* v = src.get("type")) job.source.type = r.choice(*v, {"imagefolder", "filelist", "tar"});
+  if (job.source.type == "tar") {
+    // shards: one pattern or a list of them; braces are expanded (and shards opened) when the
+    // source is indexed, which names the key on failure through root_mark.
+    const Value& shards = src.need("shards");
+    auto add = [&](const Value& v) {
+      const fs::path given = r.string(v);
+      if (given.empty()) r.fail(v, "must not be empty");
+      job.source.shards.push_back(resolve(given, base_dir).string());
+    };
+    if (shards.node.IsSequence()) {
+      if (shards.node.size() == 0) r.fail(shards, "expected at least one shard pattern");
+      for (std::size_t i = 0; i < shards.node.size(); ++i) add(r.element(shards, i));
+    } else {
+      add(shards);
+    }
+    job.source.root_mark = shards.at;
+    job.source.root_key = "shards";
+    for (const char* k : {"root", "list", "file"}) {
+      if (const Value* v = src.get(k)) r.fail(*v, std::string("not a key of type: tar (shards name the files)"));
+    }
+  } else if (const Value* v = src.get("shards")) {
+    r.fail(*v, "only for type: tar");
+  }
+  const Value* list_v = src.get("list");
+  if (const Value* alias = src.get("file"); alias != nullptr && job.source.type != "tar") {
+    // `file` is the older name of `list`, still accepted; both at once would say two things.
+    if (list_v != nullptr) r.fail(*alias, "give the file list as 'list' only ('file' is its older name)");
+    list_v = alias;
+  }
   if (job.source.type == "filelist") {
-    // file: the list; root: what relative paths in it are relative to (default: its folder).
-    const Value& file = src.need("file");
+    // list: the list; root: what relative paths in it are relative to (default: its folder).
+    const Value& file = list_v != nullptr ? *list_v : src.need("list");
     const fs::path list = r.string(file);
     if (list.empty()) r.fail(file, "must not be empty");
     job.source.file = resolve(list, base_dir);
     job.source.root_mark = file.at;
+    job.source.root_key = src.get("list") != nullptr ? "list" : "file";
     std::error_code fec;
     if (!fs::is_regular_file(job.source.file, fec)) r.fail(file, job.source.file.string() + " is not an existing file");
-  } else if (src.get("file") != nullptr) {
-    r.fail(*src.get("file"), "only for type: filelist");
+  } else if (list_v != nullptr && job.source.type != "tar") {
+    r.fail(*list_v, "only for type: filelist");
   }
-  const Value* root_v = src.get("root");
-  if (root_v == nullptr && job.source.type == "filelist") {
-    job.source.root = job.source.file.parent_path();
-  } else {
-    const Value& root = root_v != nullptr ? *root_v : src.need("root");
-    const fs::path given = r.string(root);
-    if (given.empty()) r.fail(root, "must not be empty");
-    job.source.root = resolve(given, base_dir);
-    if (job.source.type != "filelist") job.source.root_mark = root.at;
-  }
-  const Value& root = root_v != nullptr ? *root_v : src.need(job.source.type == "filelist" ? "file" : "root");
-  std::error_code ec;
-  if (!fs::is_directory(job.source.root, ec)) {
-    r.fail(root, job.source.root.string() + " is not an existing directory" +
-                     (ec && ec != std::errc::no_such_file_or_directory ? " (" + ec.message() + ")" : ""));
+  if (job.source.type != "tar") {
+    const Value* root_v = src.get("root");
+    if (root_v == nullptr && job.source.type == "filelist") {
+      job.source.root = job.source.file.parent_path();
+    } else {
+      const Value& root = root_v != nullptr ? *root_v : src.need("root");
+      const fs::path given = r.string(root);
+      if (given.empty()) r.fail(root, "must not be empty");
+      job.source.root = resolve(given, base_dir);
+      if (job.source.type != "filelist") job.source.root_mark = root.at;
+    }
+    const Value& root = root_v != nullptr ? *root_v : *list_v;
+    std::error_code ec;
+    if (!fs::is_directory(job.source.root, ec)) {
+      r.fail(root, job.source.root.string() + " is not an existing directory" +
+                       (ec && ec != std::errc::no_such_file_or_directory ? " (" + ec.message() + ")" : ""));
+    }
   }
 
   job.batch_size = static_cast<std::uint32_t>(r.integer(f.need("batch_size"), 1, kMaxBatch));

@@ -39,10 +39,12 @@ enum class OnError : std::uint8_t {
 };
 
 struct SourceConfig {
-  std::string type = "imagefolder";  // or "filelist"
-  std::filesystem::path root;  // absolute or relative to the config file's folder
-  std::filesystem::path file;  // filelist: the list (root defaults to its folder)
+  std::string type = "imagefolder";  // or "filelist", "tar"
+  std::filesystem::path root;  // absolute or relative to the config file's folder (tar: unused)
+  std::filesystem::path file;  // filelist: the list, key `list` (alias `file`); root defaults to its folder
+  std::vector<std::string> shards;  // tar: absolute shard patterns, braces not yet expanded
   Mark root_mark;              // so a scan failure (no images) can name the key
+  std::string root_key = "root";  // the key root_mark points at: root, list, file or shards
 };
 
 struct JobConfig {

@@ -62,17 +62,30 @@ std::size_t default_max_connections(std::uint64_t open_files, unsigned workers, 
   return static_cast<std::size_t>(std::clamp<std::uint64_t>(left / 2, 4, 65536));
 }
 
-// <job>-<16 hex>.quarantine: keyed by the dataset's identity (source type and root), so the
-// same job name pointed at another dataset does not read this one's list.
-std::string default_quarantine_name(const config::JobConfig& jc) {
+// <job>-<16 hex>: keyed by the dataset's identity (source type, root, list, shard patterns),
+// so the same job name pointed at another dataset does not read this one's state.
+std::string dataset_state_name(const config::JobConfig& jc) {
   std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
-  for (const char c : jc.source.type + ":" + jc.source.root.lexically_normal().string() + ":" +
-                          jc.source.file.lexically_normal().string()) {
-    h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
-  }
+  std::string identity = jc.source.type + ":" + jc.source.root.lexically_normal().string() + ":" +
+                         jc.source.file.lexically_normal().string();
+  for (const auto& s : jc.source.shards) identity += ":" + s;  // none unless tar: old names unchanged
+  for (const char c : identity) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return jc.name + "-" + hex + ".quarantine";
+  return jc.name + "-" + hex;
+}
+
+// <state_dir>/<job>-<16 hex>.quarantine: the bad samples found so far.
+std::string default_quarantine_name(const config::JobConfig& jc) { return dataset_state_name(jc) + ".quarantine"; }
+
+source::Dataset load_dataset(const config::JobConfig& job, const std::filesystem::path& state_dir) {
+  if (job.source.type == "filelist") return source::read_file_list(job.source.file, job.source.root);
+  if (job.source.type == "tar") {
+    // The index cache sits beside the quarantine, keyed the same way.
+    return source::read_tar_shards(job.source.shards, state_dir / (dataset_state_name(job) + ".tarindex"),
+                                   "job " + job.name);
+  }
+  return source::scan_image_folder(job.source.root);
 }
 
 // "jpg 1281167, png 12, webp 3": what a scan found, one line (the decoders go by content, so
@@ -158,16 +171,22 @@ bool parse_daemon_args(int argc, char** argv, DaemonOptions& out, int& exit_code
 int run_daemon(const DaemonOptions& options) {
   config::Config cfg;
   std::vector<source::Dataset> datasets;
+  std::string socket;
+  std::filesystem::path state_dir;
   try {
     cfg = config::load_config(options.config_path);
+    // Logging is set up before the sources load: indexing tar shards reports progress.
+    const std::string level = !options.log_level.empty() ? options.log_level : cfg.server.log_level;
+    spdlog::set_level(spdlog::level::from_str(level));
+    spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [stokerd] [%^%l%$] %v");
+    socket = proto::resolve_socket_path(options.socket_path, cfg.server.socket);
+    state_dir = !cfg.server.state_dir.empty() ? cfg.server.state_dir : std::filesystem::path(socket).parent_path();
     for (const auto& job : cfg.jobs) {
       try {
-        datasets.push_back(job.source.type == "filelist" ? source::read_file_list(job.source.file, job.source.root)
-                                                         : source::scan_image_folder(job.source.root));
+        datasets.push_back(load_dataset(job, state_dir));
       } catch (const source::SourceError& e) {
         throw config::ConfigError(cfg.file.string(), job.source.root_mark,
-                                  "jobs." + job.name + (job.source.type == "filelist" ? ".source.file" : ".source.root"),
-                                  e.what());
+                                  "jobs." + job.name + ".source." + job.source.root_key, e.what());
       }
     }
   } catch (const config::ConfigError& e) {
@@ -178,11 +197,6 @@ int run_daemon(const DaemonOptions& options) {
     return 2;
   }
 
-  const std::string level = !options.log_level.empty() ? options.log_level : cfg.server.log_level;
-  spdlog::set_level(spdlog::level::from_str(level));
-  spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [stokerd] [%^%l%$] %v");
-
-  const std::string socket = proto::resolve_socket_path(options.socket_path, cfg.server.socket);
   unsigned workers = options.workers > 0 ? static_cast<unsigned>(options.workers) : cfg.server.workers;
   if (workers == 0) workers = std::max(1u, std::thread::hardware_concurrency());
 
@@ -198,9 +212,6 @@ int run_daemon(const DaemonOptions& options) {
   try {
     InstanceLock lock(socket);
     const std::uint64_t generation = new_generation();
-    const auto state_dir = !cfg.server.state_dir.empty()
-                               ? cfg.server.state_dir
-                               : std::filesystem::path(socket).parent_path();
 
     // Device delivery is chosen at run time (STOKER_DEVICE_BACKEND, default cuda): without a
     // usable device stokerd says so once and serves host batches. It outlives the jobs: their
@@ -236,7 +247,8 @@ int run_daemon(const DaemonOptions& options) {
       const auto& ds = datasets[i];
       spdlog::info("job {}: files by extension: {}", jc.name, extension_summary(ds));
       spdlog::info("job {}: {} samples in {} classes from {}, batch {}, {} consumer(s), {} slots each",
-                   jc.name, ds.samples.size(), ds.classes.size(), jc.source.root.string(),
+                   jc.name, ds.samples.size(), ds.classes.size(),
+                   jc.source.type == "tar" ? std::to_string(ds.shards.size()) + " tar shard(s)" : jc.source.root.string(),
                    jc.batch_size, jc.consumers, jc.prefetch);
       if (cfg.jobs.size() > 1 || jc.max_workers != 0) {
         spdlog::info("job {}: shares the {} worker(s) with weight {}, at most {} at once", jc.name, workers,

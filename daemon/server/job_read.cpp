@@ -21,8 +21,15 @@ constexpr auto kRetryBudget = std::chrono::seconds(30);
 }  // namespace
 
 bool Job::read_sample(std::uint32_t id, std::vector<std::uint8_t>& buffer, image::SampleResult& result) {
-  const std::string& path = dataset_.samples[id].path;
-  source::ReadResult r = source::read_file(path, buffer);
+  const source::Sample& sample = dataset_.samples[id];
+  const std::string& path = sample.path;
+  // A whole file, or a tar member: the same verdicts, so the same retries below.
+  auto read = [&] {
+    return sample.shard == source::Sample::kWholeFile
+               ? source::read_file(path, buffer)
+               : source::read_range(dataset_.shards[sample.shard], sample.offset, sample.size, buffer);
+  };
+  source::ReadResult r = read();
   if (r.status == source::ReadStatus::kTransient) {
     // One warning per burst (the first worker to enter it), one line when it ends.
     if (transient_burst_.fetch_add(1) == 0) {
@@ -37,7 +44,7 @@ bool Job::read_sample(std::uint32_t id, std::vector<std::uint8_t>& buffer, image
       ++failures;
       std::this_thread::sleep_for(delay);
       delay = std::min(delay * 2, std::chrono::duration_cast<std::chrono::milliseconds>(kMaxDelay));
-      r = source::read_file(path, buffer);
+      r = read();
     }
     {
       std::lock_guard lock(stats_mu_);

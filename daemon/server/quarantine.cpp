@@ -31,10 +31,16 @@ Quarantine::~Quarantine() {
 
 namespace {
 
-// "size:mtime_ns" of a file now, or "" when it cannot be read.
+// "size:mtime_ns" of a file now, or "" when it cannot be read. A tar member is named
+// "SHARD:MEMBER" and has no stat of its own: it takes its shard's, found as the shortest
+// prefix before a ':' that is a regular file, so a rewritten shard's members are tried again.
 std::string fingerprint(const std::string& path) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return {};
+  bool found = ::stat(path.c_str(), &st) == 0;
+  for (std::size_t colon = path.find(':'); !found && colon != std::string::npos; colon = path.find(':', colon + 1)) {
+    found = ::stat(path.substr(0, colon).c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  }
+  if (!found) return {};
   return std::to_string(st.st_size) + ":" +
          std::to_string(static_cast<long long>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec);
 }

@@ -9,14 +9,22 @@
 
 namespace stoker::source {
 
+// Where a sample's bytes are: a whole file (`path`), or a tar member, the `size` bytes at
+// `offset` of the shard file `Dataset::shards[shard]`. `path` names the sample in logs and in
+// the quarantine either way: for a tar member it is "SHARD:MEMBER".
 struct Sample {
+  static constexpr std::uint32_t kWholeFile = 0xffffffffu;
   std::string path;     // absolute
   std::int64_t label;
+  std::uint32_t shard = kWholeFile;
+  std::uint64_t offset = 0;
+  std::uint64_t size = 0;
 };
 
 struct Dataset {
   std::vector<std::string> classes;  // label -> class name
   std::vector<Sample> samples;       // id -> sample
+  std::vector<std::string> shards;   // tar sources: absolute shard paths, in pattern order
 };
 
 class SourceError : public std::runtime_error {
@@ -41,5 +49,24 @@ Dataset scan_image_folder(const std::filesystem::path& root);
 // missing is skipped at read time like any missing file. Throws SourceError naming
 // "FILE:LINE" for a malformed line, mixed labelled/unlabelled lines, or an empty list.
 Dataset read_file_list(const std::filesystem::path& list, const std::filesystem::path& root);
+
+// WebDataset tar shards (tar_shards.cpp). `patterns`: absolute shard paths, each possibly
+// with brace groups (`train-{000000..001023}.tar`, zero-padded as written; `{a,b}`), expanded
+// in order. Every shard is indexed once (tar headers read directly, a few shards at a time);
+// `index_cache` (may be empty: no cache) keeps the index keyed by each shard's path, size and
+// mtime so a restart with unchanged shards reads no headers. A sample is the group of
+// consecutive members sharing a key (the member name up to the first '.' of its basename):
+// its image member (.jpg .jpeg .png .webp .bmp .tif .tiff .ppm .pgm) and its label (.cls, or
+// a .txt holding a decimal integer). Throws SourceError naming the shard (and offset) for a
+// missing, compressed, truncated or corrupt shard, or a sample without a label beside
+// labelled ones. `log_name` prefixes the progress and summary lines ("job train").
+Dataset read_tar_shards(const std::vector<std::string>& patterns, const std::filesystem::path& index_cache,
+                        const std::string& log_name = "tar");
+
+// Brace expansion of one shard pattern: `a-{00..11}.tar` gives a-00.tar .. a-11.tar (width as
+// written when a bound has a leading zero), `{a,b}` gives each alternative; several groups
+// expand left to right. Throws SourceError for an unbalanced brace, a descending or
+// malformed range, or more than 10^7 names.
+std::vector<std::string> expand_braces(const std::string& pattern);
 
 }  // namespace stoker::source

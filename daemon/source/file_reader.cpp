@@ -65,4 +65,40 @@ ReadResult read_file(const std::string& path, std::vector<std::uint8_t>& out) {
   return {};
 }
 
+ReadResult read_range(const std::string& path, std::uint64_t offset, std::uint64_t size,
+                      std::vector<std::uint8_t>& out) {
+  int fd = -1;
+  do {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return failure("cannot open", errno);
+  Fd guard{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return failure("cannot stat", errno);
+  const auto file_size = static_cast<std::uint64_t>(st.st_size);
+  if (size > file_size || offset > file_size - size) {
+    ReadResult r;
+    r.status = ReadStatus::kMissing;
+    r.reason = "the shard is " + std::to_string(file_size) + " bytes now, the member ends at " +
+               std::to_string(offset + size) + " (changed since it was indexed; restart to index it again)";
+    return r;
+  }
+  out.resize(static_cast<std::size_t>(size));
+  std::size_t got = 0;
+  while (got < out.size()) {
+    const ssize_t n = ::pread(fd, out.data() + got, out.size() - got, static_cast<off_t>(offset + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return failure("read failed", errno);
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  if (got < out.size()) {
+    ReadResult r;
+    r.status = ReadStatus::kTransient;
+    r.reason = "short read: " + std::to_string(got) + " of " + std::to_string(out.size()) + " bytes";
+    return r;
+  }
+  return {};
+}
+
 }  // namespace stoker::source

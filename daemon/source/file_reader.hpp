@@ -30,4 +30,11 @@ bool is_transient_errno(int e);
 // hiccup): reading it again is the cure.
 ReadResult read_file(const std::string& path, std::vector<std::uint8_t>& out);
 
+// Reads `size` bytes at `offset` of `path` (a tar member) into `out`, with pread on a
+// descriptor opened for this read only, so descriptor use stays one per read in flight. A
+// file now shorter than offset + size is missing, not transient: the shard changed since it
+// was indexed (restart to re-index it), and retrying will not bring the bytes back.
+ReadResult read_range(const std::string& path, std::uint64_t offset, std::uint64_t size,
+                      std::vector<std::uint8_t>& out);
+
 }  // namespace stoker::source

@@ -355,7 +355,7 @@ TEST_CASE("a file-list job serves its list's order and labels - a listed file th
     const std::string from = "source: {type: imagefolder, root: \"" + data_dir() + "/demo\"}";
     REQUIRE(text.find(from) != std::string::npos);
     text.replace(text.find(from), from.size(),
-                 "source: {type: filelist, file: train.csv, root: \"" + data_dir() + "/demo\"}");
+                 "source: {type: filelist, list: train.csv, root: \"" + data_dir() + "/demo\"}");
     std::ofstream(cfg) << text;
   }
   Daemon d(cfg, socket);

@@ -39,8 +39,10 @@ fs::path write_config(const fs::path& dir, const std::vector<JobSpec>& jobs, int
   y << "server:\n  workers: " << workers << "\n  log_level: info\n" << server_extra << "jobs:\n";
   for (const auto& j : jobs) {
     y << "  " << j.name << ":\n"
-      << "    source: {type: imagefolder, root: \"" << (j.root.empty() ? data_dir() + "/demo" : j.root)
-      << "\"}\n"
+      << "    source: "
+      << (j.source.empty() ? "{type: imagefolder, root: \"" + (j.root.empty() ? data_dir() + "/demo" : j.root) + "\"}"
+                           : j.source)
+      << "\n"
       << "    batch_size: " << j.batch_size << "\n"
       << "    shuffle: " << (j.shuffle ? "true" : "false") << "\n"
       << "    seed: " << j.seed << "\n"

@@ -24,6 +24,7 @@ class TempDir {
 struct JobSpec {
   std::string name = "demo";
   std::string root;                  // default: tests/data/demo
+  std::string source;                // raw YAML mapping replacing the imagefolder source
   int batch_size = 8;
   int consumers = 1;
   int prefetch = 3;

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include "config/config.hpp"
 
@@ -734,4 +735,54 @@ TEST_CASE("config: weight and workers share the worker pool between jobs, refuse
   CHECK(refusal(train_job("    workers: all\n")) == "test.yaml:5:14: jobs.train.workers: expected an integer, got 'all'");
   CHECK_THAT(refusal(train_job("    weigth: 2\n")), StartsWith("test.yaml:5:5: jobs.train.weigth: ") &&
                                                       Contains("did you mean 'weight'?"));
+}
+
+TEST_CASE("config: a file list is 'list' ('file' still accepted) - both at once are refused at file:line", "[config]") {
+  // relative-root.yaml exists in the configs folder: any regular file will do as the list.
+  std::string t = train_job();
+  replace_all(t, "{root: .}", "{type: filelist, list: relative-root.yaml, root: .}");
+  auto c = parse(t);
+  CHECK(c.jobs[0].source.file == (kBase / "relative-root.yaml").lexically_normal());
+  CHECK(c.jobs[0].source.root_key == "list");
+  t = train_job();
+  replace_all(t, "{root: .}", "{type: filelist, file: relative-root.yaml}");
+  c = parse(t);
+  CHECK(c.jobs[0].source.file == (kBase / "relative-root.yaml").lexically_normal());
+  CHECK(c.jobs[0].source.root == kBase.lexically_normal());
+  CHECK(c.jobs[0].source.root_key == "file");
+  t = train_job();
+  replace_all(t, "{root: .}", "{type: filelist, list: relative-root.yaml, file: relative-root.yaml}");
+  CHECK_THAT(refusal(t), StartsWith("test.yaml:3:") &&
+                             Contains("jobs.train.source.file: give the file list as 'list' only ('file' is its older name)"));
+  t = train_job();
+  replace_all(t, "{root: .}", "{type: filelist}");
+  CHECK_THAT(refusal(t), Contains("jobs.train.source.list: required key is missing"));
+  t = train_job();
+  replace_all(t, "{root: .}", "{root: ., list: relative-root.yaml}");
+  CHECK_THAT(refusal(t), StartsWith("test.yaml:3:") && Contains("jobs.train.source.list: only for type: filelist"));
+}
+
+TEST_CASE("config: tar shards are one pattern or a list, relative to the config's folder", "[config][tar]") {
+  std::string t = train_job();
+  replace_all(t, "{root: .}", "{type: tar, shards: \"train-{000..002}.tar\"}");
+  auto c = parse(t);
+  CHECK(c.jobs[0].source.type == "tar");
+  CHECK(c.jobs[0].source.shards == std::vector<std::string>{(kBase / "train-{000..002}.tar").string()});
+  CHECK(c.jobs[0].source.root_key == "shards");
+  t = train_job();
+  replace_all(t, "{root: .}", "{type: tar, shards: [a.tar, \"/data/b-{0..1}.tar\"]}");
+  c = parse(t);
+  CHECK(c.jobs[0].source.shards == std::vector<std::string>{(kBase / "a.tar").string(), "/data/b-{0..1}.tar"});
+  t = train_job();
+  replace_all(t, "{root: .}", "{type: tar}");
+  CHECK_THAT(refusal(t), Contains("jobs.train.source.shards: required key is missing"));
+  t = train_job();
+  replace_all(t, "{root: .}", "{type: tar, shards: []}");
+  CHECK_THAT(refusal(t), StartsWith("test.yaml:3:") && Contains("jobs.train.source.shards: expected at least one shard pattern"));
+  t = train_job();
+  replace_all(t, "{root: .}", "{type: tar, shards: a.tar, root: .}");
+  CHECK_THAT(refusal(t), StartsWith("test.yaml:3:") && Contains("jobs.train.source.root: not a key of type: tar"));
+  t = train_job();
+  replace_all(t, "{root: .}", "{root: ., shards: a.tar}");
+  CHECK_THAT(refusal(t), StartsWith("test.yaml:3:") && Contains("jobs.train.source.shards: only for type: tar"));
 }

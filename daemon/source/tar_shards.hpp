@@ -1,0 +1,52 @@
+// WebDataset tar shards, the parts below read_tar_shards (dataset.hpp): the header walker that
+// indexes one shard, and the index cache (tar_index.cpp) that spares a restart the walk.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace stoker::source::tar {
+
+// One sample of a shard: its image member's bytes are [offset, offset + size) of the file.
+struct Entry {
+  std::string member;   // the image member's name inside the tar ("n01440764/img_1.jpg")
+  std::uint64_t offset = 0;
+  std::uint64_t size = 0;
+  std::int64_t label = -1;  // -1: the sample has no .cls (or numeric .txt) member
+};
+
+// Members (or groups) skipped while indexing, by reason; never fatal, each counted and the
+// first one of each kind named so the start log can say what and where.
+enum SkipKind : std::size_t { kDuplicateKey, kNoImage, kUnsafeName, kNotRegular, kSkipKinds };
+inline constexpr std::array<const char*, kSkipKinds> kSkipWhat = {
+    "duplicate key", "no image member", "name escaping the shard ('..' or absolute)",
+    "not a regular file (link, device, fifo)"};
+
+struct ShardIndex {
+  std::uint64_t file_size = 0;  // of the shard when it was indexed
+  std::int64_t mtime_ns = 0;    // likewise: with the size, what makes a cached index valid
+  std::vector<Entry> entries;   // in member order
+  std::array<std::uint64_t, kSkipKinds> skipped{};
+  std::array<std::string, kSkipKinds> first_skipped;  // member (or key) of the first of each kind
+};
+
+// Walks the 512-byte headers of `path` (ustar with prefix, GNU long names 'L', pax 'x' path
+// and size records; 'g' global records and 'K' long link names skipped) and groups members
+// into samples. Reads headers, .cls/.txt labels and nothing else. Throws SourceError naming
+// the shard (and the offset, for a header) when the file cannot be read, is compressed, or
+// has a truncated or corrupt header or member.
+ShardIndex index_shard(const std::string& path);
+
+// The index cache, one file per job: a ShardIndex per shard path. load gives an empty map
+// for a missing, unreadable or malformed file (the shards are then indexed again);
+// save writes a temporary file and renames it, so a reader never sees half a cache.
+std::map<std::string, ShardIndex> load_index_cache(const std::filesystem::path& file);
+// Returns an error message, or "" when written.
+std::string save_index_cache(const std::filesystem::path& file, const std::vector<std::string>& shards,
+                             const std::vector<const ShardIndex*>& indexes);
+
+}  // namespace stoker::source::tar
