@@ -335,6 +335,43 @@ image::AugmentStep parse_gaussian_blur(const Reader& r, const Value& body, const
   return a;
 }
 
+// random_rotation: {degrees, interpolation, fill} as torchvision's RandomRotation (expand=False,
+// about the centre): degrees (required) a number d >= 0 meaning [-d, d] or [min, max];
+// interpolation nearest (default) or bilinear; fill a pixel value 0..255 or [r, g, b] (0).
+image::AugmentStep parse_random_rotation(const Reader& r, const Value& body) {
+  const Fields f(r, body, {"degrees", "interpolation", "fill"});
+  image::AugmentStep a;
+  a.kind = image::AugmentStep::Kind::kRotation;
+  const Value& d = f.need("degrees");
+  if (d.node.IsSequence()) {
+    const auto q = r.numbers(d, 2);
+    if (!(q[0] <= q[1])) r.fail(d, "must be [min, max] with min <= max");
+    a.degrees = {q[0], q[1]};
+  } else {
+    const double x = r.number(d);
+    if (x < 0) r.fail(d, "must be >= 0 (the angle is drawn in [-degrees, degrees])");
+    a.degrees = {-x, x};
+  }
+  if (const Value* v = f.get("interpolation")) {
+    a.interpolation = r.choice(*v, {"nearest", "bilinear"}) == "bilinear" ? augment::Interpolation::kBilinear
+                                                                          : augment::Interpolation::kNearest;
+  }
+  if (const Value* v = f.get("fill")) {
+    auto one = [&](const Value& x) {
+      const double p = r.number(x);
+      if (!(p >= 0 && p <= 255)) r.fail(x, "must be a pixel value within [0, 255]");
+      return static_cast<float>(p);
+    };
+    if (v->node.IsSequence()) {
+      if (v->node.size() != 3) r.fail(*v, "expected a number or a list of 3 (R, G, B)");
+      for (std::size_t c = 0; c < 3; ++c) a.fill[c] = one(r.element(*v, c));
+    } else {
+      a.fill.fill(one(*v));
+    }
+  }
+  return a;
+}
+
 // random_erasing: {p, scale, ratio, value} as torchvision's RandomErasing. Before normalize
 // it erases uint8 pixels, so a value is an integer 0..255; after normalize it erases the
 // float output, so a value is in normalized units and `random` (standard normal values, as
@@ -395,7 +432,10 @@ void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec
   // Steps run in one fixed order in the engine (decode, geometry, then flip and normalize,
   // which commute), so the file must be written in that order: what it says is what runs.
   enum Stage { kDecoded, kGeometry, kAfterGeometry } stage = kDecoded;
-  bool geometry = false, flip = false, normalize = false, shorter_side = false, erasing = false;
+  bool geometry = false, flip = false, normalize = false, shorter_side = false;
+  // A step that the engine's flip (done while writing the upright image, before every
+  // augment step) does not commute with; a horizontal_flip written after it is refused.
+  const char* flips_first = nullptr;
   for (std::size_t i = 0; i < seq.node.size(); ++i) {
     const Value step = r.element(seq, i);
     std::string name;
@@ -474,7 +514,9 @@ void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec
       }
     } else if (name == "horizontal_flip") {
       if (flip) r.fail(at_name, "horizontal_flip appears twice");
-      if (erasing) r.fail(at_name, "horizontal_flip must come before random_erasing (the engine flips first)");
+      if (flips_first != nullptr) {
+        r.fail(at_name, std::string("horizontal_flip must come before ") + flips_first + " (the engine flips first)");
+      }
       flip = true;
       const Fields f(r, body, {"p"});
       spec.flip_probability = 0.5;
@@ -555,10 +597,16 @@ void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec
       if (!geometry) r.fail(at_name, "gaussian_blur comes after the geometry step");
       stage = kAfterGeometry;
       spec.augment.push_back(parse_gaussian_blur(r, body, spec, shorter_side));
+    } else if (name == "random_rotation") {
+      if (normalize) r.fail(at_name, "random_rotation works on uint8 pixels: put it before normalize");
+      if (!geometry) r.fail(at_name, "random_rotation comes after the geometry step");
+      stage = kAfterGeometry;
+      flips_first = "random_rotation";
+      spec.augment.push_back(parse_random_rotation(r, body));
     } else if (name == "random_erasing") {
       if (!geometry) r.fail(at_name, "random_erasing comes after the geometry step");
       stage = kAfterGeometry;
-      erasing = true;
+      flips_first = "random_erasing";
       const augment::ErasingParams e = parse_random_erasing(r, body, normalize);
       if (normalize) {
         spec.erase_output.push_back(e);
@@ -586,11 +634,11 @@ void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec
                                               "horizontal_flip", "normalize", "color_jitter", "random_grayscale",
                                               "random_solarize", "random_posterize", "random_autocontrast",
                                               "random_equalize", "random_adjust_sharpness", "gaussian_blur",
-                                              "random_erasing"});
+                                              "random_erasing", "random_rotation"});
       r.fail(at_name, near.empty() ? "unknown step (known: decode, random_resized_crop, resize, "
                                      "center_crop, horizontal_flip, color_jitter, random_grayscale, "
                                      "random_solarize, random_posterize, random_autocontrast, random_equalize, "
-                                     "random_adjust_sharpness, gaussian_blur, random_erasing, normalize)"
+                                     "random_adjust_sharpness, gaussian_blur, random_rotation, random_erasing, normalize)"
                                    : "unknown step; did you mean '" + near + "'?");
     }
     if (name == "horizontal_flip" || name == "normalize") {

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "augment/blur.hpp"
+#include "augment/geometric.hpp"
 #include "augment/hue.hpp"
 
 namespace stoker::image {
@@ -179,6 +180,12 @@ void apply_augment(const std::vector<AugmentStep>& steps, std::uint8_t* rgb, int
       case AugmentStep::Kind::kGaussianBlur: {
         const double sigma = rng.uniform(s.sigma[0], s.sigma[1]);
         augment::gaussian_blur(rgb, width, height, s.kernel[0], s.kernel[1], sigma, sigma);
+        break;
+      }
+      case AugmentStep::Kind::kRotation: {
+        const double angle = rng.uniform(s.degrees[0], s.degrees[1]);
+        std::vector<std::uint8_t> scratch;
+        augment::rotate(rgb, width, height, angle, s.interpolation, s.fill, scratch);
         break;
       }
       case AugmentStep::Kind::kErasing:

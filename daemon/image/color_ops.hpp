@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "augment/erasing.hpp"
+#include "augment/geometric.hpp"
 #include "core/rng.hpp"
 
 namespace stoker::image {
@@ -19,6 +20,7 @@ struct AugmentStep {
     kColorJitter, kGrayscale, kSolarize, kPosterize, kAutocontrast, kEqualize, kSharpness,
     kGaussianBlur,  // daemon/augment/blur.hpp
     kErasing,       // daemon/augment/erasing.hpp, on uint8 pixels (before normalize)
+    kRotation,      // daemon/augment/geometric.hpp
   };
   Kind kind = Kind::kColorJitter;
   double p = 1.0;  // probability the step applies (random_* steps)
@@ -35,6 +37,10 @@ struct AugmentStep {
   std::array<int, 2> kernel{3, 3};
   std::array<double, 2> sigma{0.1, 2.0};
   augment::ErasingParams erasing;  // kErasing
+  // random_rotation: the angle in degrees drawn uniformly in [lo, hi] per sample.
+  std::array<double, 2> degrees{0, 0};
+  augment::Interpolation interpolation = augment::Interpolation::kNearest;
+  std::array<float, 3> fill{0, 0, 0};  // pixel units, for what comes from outside the image
 };
 
 // The individual operations (exposed for the fidelity probe and tests).

@@ -5,7 +5,8 @@ to 96x64), compared with torchvision.transforms.functional on the same uint8 ten
 Exact for every operation but contrast and sharpness, where torch accumulates float32 sums
 (the gray mean, the 3x3 filter) in an order of its choosing: there at most 1 (of 255) and on
 under 1% of values. Hue (daemon/augment/hue.cpp) and Gaussian blur (daemon/augment/blur.cpp)
-are held to a mean absolute difference of at most 2/255 (issue #17); the figures printed show
+are held to a mean absolute difference of at most 2/255 (issue #17), as is rotation
+(daemon/augment/geometric.cpp, F.rotate with a fill as RandomRotation passes); the figures printed show
 how far inside that they are.
 
 usage: augment_fidelity.py BIN_DIR DATA_DIR
@@ -30,8 +31,11 @@ CASES = [("brightness", [0.0, 0.4, 0.87, 1.0, 1.3, 2.2]), ("contrast", [0.0, 0.5
          ("sharpness", [0.0, 0.5, 2.0]),
          ("hue", [-0.5, -0.31, -0.1, 0.0, 0.05, 0.25, 0.5]),
          # blur: (sigma, kernel x, kernel y), torchvision's kernel_size order
-         ("blur", [(0.1, 3, 3), (0.5, 3, 3), (1.0, 5, 5), (2.0, 9, 9), (1.5, 3, 7), (0.8, 11, 5)])]
-MEAN_ABS_LIMIT = {"hue": 2.0, "blur": 2.0}  # in 1/255 units
+         ("blur", [(0.1, 3, 3), (0.5, 3, 3), (1.0, 5, 5), (2.0, 9, 9), (1.5, 3, 7), (0.8, 11, 5)]),
+         # rotate: (degrees, 0 nearest / 1 bilinear, fill), as RandomRotation calls F.rotate
+         ("rotate", [(0.0, 0, 0), (10.0, 0, 0), (-33.3, 1, 0), (90.0, 1, 0), (45.0, 0, 128), (-170.0, 1, 255),
+                     (7.5, 1, 31)])]
+MEAN_ABS_LIMIT = {"hue": 2.0, "blur": 2.0, "rotate": 2.0}  # in 1/255 units
 
 
 def torchvision_op(op, p, t):
@@ -41,11 +45,13 @@ def torchvision_op(op, p, t):
             "solarize": lambda: F.solarize(t, p), "posterize": lambda: F.posterize(t, int(p)),
             "autocontrast": lambda: F.autocontrast(t), "equalize": lambda: F.equalize(t),
             "sharpness": lambda: F.adjust_sharpness(t, p), "hue": lambda: F.adjust_hue(t, p),
-            "blur": lambda: F.gaussian_blur(t, [p[1], p[2]], [p[0], p[0]])}[op]()
+            "blur": lambda: F.gaussian_blur(t, [p[1], p[2]], [p[0], p[0]]),
+            "rotate": lambda: F.rotate(t, p[0], interpolation=[F.InterpolationMode.NEAREST, F.InterpolationMode.BILINEAR][p[1]],
+                                       fill=[float(p[2])] * 3)}[op]()
 
 
 def probe_args(op, p):
-    if op == "blur":
+    if op in ("blur", "rotate"):
         return [str(p[0]), "96", "64", str(p[1]), str(p[2])]
     return [str(p), "96", "64"]
 

@@ -12,6 +12,7 @@
 
 #include "augment/blur.hpp"
 #include "augment/erasing.hpp"
+#include "augment/geometric.hpp"
 #include "augment/hue.hpp"
 #include "core/rng.hpp"
 #include "image/color_ops.hpp"
@@ -221,4 +222,46 @@ TEST_CASE("random_erasing after normalize erases the float output in either layo
   CHECK(r1 == run(spec, 9));
   spec.erase_output.clear();
   CHECK(r1 != run(spec, 9));
+}
+
+TEST_CASE("rotate: 0 degrees is the identity, 180 reverses, positive turns counter-clockwise", "[augment]") {
+  std::vector<std::uint8_t> scratch;
+  for (auto mode : {augment::Interpolation::kNearest, augment::Interpolation::kBilinear}) {
+    auto rgb = card();
+    augment::rotate(rgb.data(), 32, 24, 0.0, mode, {0, 0, 0}, scratch);
+    CHECK(rgb == card());
+    augment::rotate(rgb.data(), 32, 24, 180.0, mode, {0, 0, 0}, scratch);
+    const auto c = card();
+    int off = 0;
+    for (int y = 0; y < 24; ++y) {
+      for (int x = 0; x < 32; ++x) {
+        for (int k = 0; k < 3; ++k) {
+          off += rgb[(y * 32 + x) * 3 + k] != c[((23 - y) * 32 + (31 - x)) * 3 + k];
+        }
+      }
+    }
+    CHECK(off == 0);
+  }
+  // A bright pixel right of the centre of a square image goes up (towards row 0) for +90.
+  std::vector<std::uint8_t> img(9 * 9 * 3, 0);
+  img[(4 * 9 + 7) * 3] = 255;
+  augment::rotate(img.data(), 9, 9, 90.0, augment::Interpolation::kNearest, {0, 0, 0}, scratch);
+  CHECK(img[(1 * 9 + 4) * 3] == 255);
+  // The corners come from outside: fill.
+  std::vector<std::uint8_t> sq(16 * 16 * 3, 100);
+  augment::rotate(sq.data(), 16, 16, 45.0, augment::Interpolation::kNearest, {7, 8, 9}, scratch);
+  CHECK((sq[0] == 7 && sq[1] == 8 && sq[2] == 9));
+  CHECK(sq[(8 * 16 + 8) * 3] == 100);
+}
+
+TEST_CASE("random_rotation step: the angle is drawn per (seed, epoch, id)", "[augment]") {
+  AugmentStep rot;
+  rot.kind = AugmentStep::Kind::kRotation;
+  rot.degrees = {-30, 30};
+  rot.interpolation = augment::Interpolation::kBilinear;
+  CHECK(augmented({rot}, 1) == augmented({rot}, 1));
+  CHECK(augmented({rot}, 1) != augmented({rot}, 2));
+  CHECK(augmented({rot}, 1) != card());
+  rot.degrees = {0, 0};
+  CHECK(augmented({rot}, 1) == card());
 }

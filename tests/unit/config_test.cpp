@@ -834,3 +834,37 @@ TEST_CASE("config: color_jitter hue, gaussian_blur and random_erasing as torchvi
   CHECK_THAT(refusal(train_job("", "      - resize: {size: [8, 8]}\n" + norm + "      - random_erasing\n", f32 + "    cache: {bytes: 1MiB}\n")),
              Contains("has random_erasing"));
 }
+
+TEST_CASE("config: random_rotation as RandomRotation checks it and refused at file:line", "[config][augment]") {
+  auto steps = [](const std::string& more) { return "      - random_resized_crop: {size: 224}\n" + more; };
+  const auto a = parse(train_job("", steps("      - random_rotation: {degrees: 15}\n"))).jobs.at(0).pipeline.augment.at(0);
+  CHECK(a.kind == stoker::image::AugmentStep::Kind::kRotation);
+  CHECK(a.degrees == std::array<double, 2>{-15, 15});
+  CHECK(a.interpolation == stoker::augment::Interpolation::kNearest);
+  CHECK(a.fill == std::array<float, 3>{0, 0, 0});
+  const auto b = parse(train_job("", steps("      - random_rotation: {degrees: [-5, 30], interpolation: bilinear, "
+                                           "fill: [1, 2, 255]}\n")))
+                     .jobs.at(0)
+                     .pipeline.augment.at(0);
+  CHECK(b.degrees == std::array<double, 2>{-5, 30});
+  CHECK(b.interpolation == stoker::augment::Interpolation::kBilinear);
+  CHECK(b.fill == std::array<float, 3>{1, 2, 255});
+  CHECK(refusal(train_job("", steps("      - random_rotation: {degrees: -3}\n"))) ==
+        "test.yaml:8:36: jobs.train.pipeline[2].random_rotation.degrees: must be >= 0 (the angle is drawn in "
+        "[-degrees, degrees])");
+  CHECK_THAT(refusal(train_job("", steps("      - random_rotation: {degrees: [10, 5]}\n"))),
+             Contains("degrees: must be [min, max] with min <= max"));
+  CHECK_THAT(refusal(train_job("", steps("      - random_rotation: {}\n"))),
+             Contains("random_rotation.degrees: required key is missing"));
+  CHECK_THAT(refusal(train_job("", steps("      - random_rotation: {degrees: 5, interpolation: bicubic}\n"))),
+             Contains("must be one of nearest, bilinear, got 'bicubic'"));
+  CHECK_THAT(refusal(train_job("", steps("      - random_rotation: {degrees: 5, fill: 300}\n"))),
+             Contains("random_rotation.fill: must be a pixel value within [0, 255]"));
+  CHECK_THAT(refusal(train_job("", steps("      - random_rotation: {degrees: 5}\n      - horizontal_flip\n"))),
+             Contains("horizontal_flip must come before random_rotation"));
+  CHECK(parse(train_job("", steps("      - horizontal_flip\n      - random_rotation: {degrees: 5}\n"))).jobs.size() == 1);
+  CHECK_THAT(refusal(train_job("", steps("      - normalize: {mean: [0, 0, 0], std: [1, 1, 1]}\n"
+                                         "      - random_rotation: {degrees: 5}\n"),
+                               "    output: {dtype: float32}\n")),
+             Contains("random_rotation works on uint8 pixels: put it before normalize"));
+}

@@ -3,7 +3,8 @@
 // tests/fidelity/augment_fidelity.py).
 // OP: brightness | contrast | saturation (PARAM: factor), grayscale, solarize (threshold),
 // posterize (bits), autocontrast, equalize, sharpness (factor), hue (shift in [-0.5, 0.5]),
-// blur (PARAM: sigma; KX KY: the kernel size, torchvision's (x, y) order).
+// blur (PARAM: sigma; KX KY: the kernel size, torchvision's (x, y) order), rotate (PARAM: the
+// angle in degrees; KX: 0 nearest, 1 bilinear; KY: the fill, one number for all channels).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "augment/blur.hpp"
+#include "augment/geometric.hpp"
 #include "augment/hue.hpp"
 #include "image/color_ops.hpp"
 
@@ -39,6 +41,13 @@ int main(int argc, char** argv) {
   else if (op == "blur" && argc == 7) {
     stoker::augment::gaussian_blur(rgb.data(), std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]),
                                    std::atoi(argv[6]), param, param);
+  } else if (op == "rotate" && argc == 7) {
+    const auto fill = static_cast<float>(std::atof(argv[6]));
+    std::vector<std::uint8_t> scratch;
+    stoker::augment::rotate(rgb.data(), std::atoi(argv[3]), std::atoi(argv[4]), param,
+                            std::atoi(argv[5]) == 1 ? stoker::augment::Interpolation::kBilinear
+                                                    : stoker::augment::Interpolation::kNearest,
+                            {fill, fill, fill}, scratch);
   } else return 2;
   std::fwrite(rgb.data(), 1, rgb.size(), stdout);
   return 0;
