@@ -291,6 +291,140 @@ class Fields {
   std::map<std::string, Value, std::less<>> values_;
 };
 
+// gaussian_blur: {kernel_size, sigma} as torchvision's GaussianBlur: kernel_size (required) an
+// odd positive int or [kx, ky] (torchvision's order: x is across, y down); sigma a number > 0
+// or [min, max] with 0 < min <= max, default [0.1, 2.0]. Reflect padding needs kernel/2 pixels
+// to mirror on each side, so the kernel must fit the output (torch raises otherwise).
+image::AugmentStep parse_gaussian_blur(const Reader& r, const Value& body, const image::PipelineSpec& spec,
+                                       bool size_pending) {
+  const Fields f(r, body, {"kernel_size", "sigma"});
+  image::AugmentStep a;
+  a.kind = image::AugmentStep::Kind::kGaussianBlur;
+  const Value& k = f.need("kernel_size");
+  auto odd = [&](const Value& v) {
+    const auto n = static_cast<int>(r.integer(v, 1, kMaxSide));
+    if (n % 2 == 0) r.fail(v, "must be odd (the kernel is centred on the pixel), got " + std::to_string(n));
+    return n;
+  };
+  if (k.node.IsSequence()) {
+    if (k.node.size() != 2) r.fail(k, "expected an odd integer or a list [kx, ky] of two");
+    a.kernel = {odd(r.element(k, 0)), odd(r.element(k, 1))};
+  } else {
+    a.kernel[0] = a.kernel[1] = odd(k);
+  }
+  // (With `resize: {size: N}` still waiting for its center_crop the size is not known yet;
+  // the missing center_crop is refused at the end of the pipeline.)
+  if (!size_pending && (a.kernel[0] / 2 >= static_cast<int>(spec.out_width) ||
+                        a.kernel[1] / 2 >= static_cast<int>(spec.out_height))) {
+    r.fail(k, "a " + std::to_string(a.kernel[0]) + "x" + std::to_string(a.kernel[1]) + " kernel needs an output of at least " +
+                  std::to_string(a.kernel[0] / 2 + 1) + "x" + std::to_string(a.kernel[1] / 2 + 1) +
+                  " (width x height) to reflect into, this one is " + std::to_string(spec.out_width) + "x" +
+                  std::to_string(spec.out_height));
+  }
+  if (const Value* v = f.get("sigma")) {
+    if (v->node.IsSequence()) {
+      const auto q = r.numbers(*v, 2);
+      if (!(q[0] > 0 && q[0] <= q[1])) r.fail(*v, "must be [min, max] with 0 < min <= max");
+      a.sigma = {q[0], q[1]};
+    } else {
+      const double x = r.number(*v);
+      if (!(x > 0)) r.fail(*v, "must be > 0");
+      a.sigma = {x, x};
+    }
+  }
+  return a;
+}
+
+// random_rotation: {degrees, interpolation, fill} as torchvision's RandomRotation (expand=False,
+// about the centre): degrees (required) a number d >= 0 meaning [-d, d] or [min, max];
+// interpolation nearest (default) or bilinear; fill a pixel value 0..255 or [r, g, b] (0).
+image::AugmentStep parse_random_rotation(const Reader& r, const Value& body) {
+  const Fields f(r, body, {"degrees", "interpolation", "fill"});
+  image::AugmentStep a;
+  a.kind = image::AugmentStep::Kind::kRotation;
+  const Value& d = f.need("degrees");
+  if (d.node.IsSequence()) {
+    const auto q = r.numbers(d, 2);
+    if (!(q[0] <= q[1])) r.fail(d, "must be [min, max] with min <= max");
+    a.degrees = {q[0], q[1]};
+  } else {
+    const double x = r.number(d);
+    if (x < 0) r.fail(d, "must be >= 0 (the angle is drawn in [-degrees, degrees])");
+    a.degrees = {-x, x};
+  }
+  if (const Value* v = f.get("interpolation")) {
+    a.interpolation = r.choice(*v, {"nearest", "bilinear"}) == "bilinear" ? augment::Interpolation::kBilinear
+                                                                          : augment::Interpolation::kNearest;
+  }
+  if (const Value* v = f.get("fill")) {
+    auto one = [&](const Value& x) {
+      const double p = r.number(x);
+      if (!(p >= 0 && p <= 255)) r.fail(x, "must be a pixel value within [0, 255]");
+      return static_cast<float>(p);
+    };
+    if (v->node.IsSequence()) {
+      if (v->node.size() != 3) r.fail(*v, "expected a number or a list of 3 (R, G, B)");
+      for (std::size_t c = 0; c < 3; ++c) a.fill[c] = one(r.element(*v, c));
+    } else {
+      a.fill.fill(one(*v));
+    }
+  }
+  return a;
+}
+
+// random_erasing: {p, scale, ratio, value} as torchvision's RandomErasing. Before normalize
+// it erases uint8 pixels, so a value is an integer 0..255; after normalize it erases the
+// float output, so a value is in normalized units and `random` (standard normal values, as
+// torchvision) is allowed.
+augment::ErasingParams parse_random_erasing(const Reader& r, const Value& body, bool after_normalize) {
+  const Fields f(r, body, {"p", "scale", "ratio", "value"});
+  augment::ErasingParams e;
+  if (const Value* v = f.get("p")) {
+    e.p = r.number(*v);
+    if (e.p < 0 || e.p > 1) r.fail(*v, "must be within [0, 1]");
+  }
+  if (const Value* v = f.get("scale")) {
+    const auto q = r.numbers(*v, 2);
+    if (!(q[0] >= 0 && q[0] <= q[1] && q[1] <= 1)) r.fail(*v, "must be [min, max] with 0 <= min <= max <= 1");
+    e.scale = {q[0], q[1]};
+  }
+  if (const Value* v = f.get("ratio")) {
+    const auto q = r.numbers(*v, 2);
+    if (!(q[0] > 0 && q[0] <= q[1])) r.fail(*v, "must be [min, max] with 0 < min <= max");
+    e.ratio = {q[0], q[1]};
+  }
+  const Value* v = f.get("value");
+  if (v == nullptr) return e;
+  if (v->node.IsScalar() && r.text(*v) == "random") {
+    if (!after_normalize) {
+      r.fail(*v, "'random' draws standard normal values, which mean something only in normalized units: put "
+                 "random_erasing after normalize (before it, give pixel values 0..255)");
+    }
+    e.random = true;
+    return e;
+  }
+  auto one = [&](const Value& x) {
+    const double d = r.number(x);
+    if (!after_normalize && !(d >= 0 && d <= 255 && d == std::floor(d))) {
+      r.fail(x, "before normalize the value is in pixel units: an integer 0..255 (after normalize it is in "
+                "normalized units)");
+    }
+    return static_cast<float>(d);
+  };
+  if (v->node.IsSequence()) {
+    if (v->node.size() == 1) {
+      e.value.fill(one(r.element(*v, 0)));
+    } else if (v->node.size() == 3) {
+      for (std::size_t c = 0; c < 3; ++c) e.value[c] = one(r.element(*v, c));
+    } else {
+      r.fail(*v, "expected a number, a list of 3 (R, G, B) or 'random'");
+    }
+  } else {
+    e.value.fill(one(*v));
+  }
+  return e;
+}
+
 void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec) {
   if (!seq.node.IsSequence() || seq.node.size() == 0) {
     r.fail(seq, "expected a non-empty list of steps, e.g. '- decode: {}'");
@@ -299,6 +433,9 @@ void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec
   // which commute), so the file must be written in that order: what it says is what runs.
   enum Stage { kDecoded, kGeometry, kAfterGeometry } stage = kDecoded;
   bool geometry = false, flip = false, normalize = false, shorter_side = false;
+  // A step that the engine's flip (done while writing the upright image, before every
+  // augment step) does not commute with; a horizontal_flip written after it is refused.
+  const char* flips_first = nullptr;
   for (std::size_t i = 0; i < seq.node.size(); ++i) {
     const Value step = r.element(seq, i);
     std::string name;
@@ -377,6 +514,9 @@ void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec
       }
     } else if (name == "horizontal_flip") {
       if (flip) r.fail(at_name, "horizontal_flip appears twice");
+      if (flips_first != nullptr) {
+        r.fail(at_name, std::string("horizontal_flip must come before ") + flips_first + " (the engine flips first)");
+      }
       flip = true;
       const Fields f(r, body, {"p"});
       spec.flip_probability = 0.5;
@@ -411,8 +551,19 @@ void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec
         range("brightness", a.brightness);
         range("contrast", a.contrast);
         range("saturation", a.saturation);
-        if (const Value* h = f.get("hue"); h != nullptr && !(h->node.IsScalar() && r.number(*h) == 0)) {
-          r.fail(*h, "hue jitter is not supported yet (brightness, contrast and saturation are)");
+        // hue: a number h in [0, 0.5] means [-h, h]; a pair within [-0.5, 0.5] (a full turn is 1).
+        if (const Value* v = f.get("hue")) {
+          if (v->node.IsSequence()) {
+            const auto q = r.numbers(*v, 2);
+            if (!(-0.5 <= q[0] && q[0] <= q[1] && q[1] <= 0.5)) {
+              r.fail(*v, "must be [min, max] with -0.5 <= min <= max <= 0.5");
+            }
+            a.hue = {q[0], q[1]};
+          } else {
+            const double x = r.number(*v);
+            if (!(x >= 0 && x <= 0.5)) r.fail(*v, "must be within [0, 0.5] (the shift is drawn in [-hue, hue])");
+            a.hue = {-x, x};
+          }
         }
       } else {
         const bool solar = name == "random_solarize", poster = name == "random_posterize",
@@ -441,6 +592,30 @@ void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec
         if (poster) a.bits = static_cast<int>(r.integer(f.need("bits"), 0, 8));
       }
       spec.augment.push_back(a);
+    } else if (name == "gaussian_blur") {
+      if (normalize) r.fail(at_name, "gaussian_blur works on uint8 pixels: put it before normalize");
+      if (!geometry) r.fail(at_name, "gaussian_blur comes after the geometry step");
+      stage = kAfterGeometry;
+      spec.augment.push_back(parse_gaussian_blur(r, body, spec, shorter_side));
+    } else if (name == "random_rotation") {
+      if (normalize) r.fail(at_name, "random_rotation works on uint8 pixels: put it before normalize");
+      if (!geometry) r.fail(at_name, "random_rotation comes after the geometry step");
+      stage = kAfterGeometry;
+      flips_first = "random_rotation";
+      spec.augment.push_back(parse_random_rotation(r, body));
+    } else if (name == "random_erasing") {
+      if (!geometry) r.fail(at_name, "random_erasing comes after the geometry step");
+      stage = kAfterGeometry;
+      flips_first = "random_erasing";
+      const augment::ErasingParams e = parse_random_erasing(r, body, normalize);
+      if (normalize) {
+        spec.erase_output.push_back(e);
+      } else {
+        image::AugmentStep a;
+        a.kind = image::AugmentStep::Kind::kErasing;
+        a.erasing = e;
+        spec.augment.push_back(a);
+      }
     } else if (name == "normalize") {
       if (normalize) r.fail(at_name, "normalize appears twice");
       normalize = true;
@@ -458,11 +633,12 @@ void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec
       const std::string near = closest(name, {"decode", "random_resized_crop", "resize", "center_crop",
                                               "horizontal_flip", "normalize", "color_jitter", "random_grayscale",
                                               "random_solarize", "random_posterize", "random_autocontrast",
-                                              "random_equalize", "random_adjust_sharpness"});
+                                              "random_equalize", "random_adjust_sharpness", "gaussian_blur",
+                                              "random_erasing", "random_rotation"});
       r.fail(at_name, near.empty() ? "unknown step (known: decode, random_resized_crop, resize, "
                                      "center_crop, horizontal_flip, color_jitter, random_grayscale, "
                                      "random_solarize, random_posterize, random_autocontrast, random_equalize, "
-                                     "random_adjust_sharpness, normalize)"
+                                     "random_adjust_sharpness, gaussian_blur, random_rotation, random_erasing, normalize)"
                                    : "unknown step; did you mean '" + near + "'?");
     }
     if (name == "horizontal_flip" || name == "normalize") {
@@ -559,6 +735,7 @@ void parse_cache(const Reader& r, const Value& v, JobConfig& job) {
   const char* random = p.geometry == image::Geometry::kRandomResizedCrop ? "random_resized_crop"
                        : p.flip_probability > 0                           ? "horizontal_flip"
                        : !p.augment.empty()                               ? "its colour augmentations"
+                       : !p.erase_output.empty()                          ? "random_erasing"
                                                                           : nullptr;
   if (job.cache_bytes > 0 && random != nullptr) {
     r.fail(v, std::string("only for deterministic pipelines (e.g. resize + center_crop), but this pipeline has ") +
@@ -703,6 +880,11 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
     if (job.pipeline.dtype == proto::DType::kUInt8) {
       r.fail(v->at, join(j.path, "device_normalize"),
              "needs a float16 or float32 output.dtype (the type the GPU writes)");
+    }
+    if (!job.pipeline.erase_output.empty()) {
+      r.fail(v->at, join(j.path, "device_normalize"),
+             "random_erasing after normalize erases the normalized output, which the GPU writes here; put "
+             "random_erasing before normalize (values in pixels 0..255) or leave device_normalize out");
     }
     job.device_normalize = true;
     job.device_pipeline = job.pipeline;

@@ -44,5 +44,6 @@ class CounterRng {
 inline constexpr std::uint64_t kStreamPermutation = 1;
 inline constexpr std::uint64_t kStreamAugment = 2;
 inline constexpr std::uint64_t kStreamColor = 3;  // colour steps (color_ops.hpp)
+inline constexpr std::uint64_t kStreamErasing = 4;  // random_erasing on the normalized output
 
 }  // namespace stoker

@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "augment/blur.hpp"
+#include "augment/geometric.hpp"
+#include "augment/hue.hpp"
+
 namespace stoker::image {
 namespace {
 
@@ -144,11 +148,14 @@ void apply_augment(const std::vector<AugmentStep>& steps, std::uint8_t* rgb, int
         const double b = rng.uniform(s.brightness[0], s.brightness[1]);
         const double c = rng.uniform(s.contrast[0], s.contrast[1]);
         const double t = rng.uniform(s.saturation[0], s.saturation[1]);
+        // Drawn only when hue is on, so configs without hue keep the draws (and batches) they had.
+        const bool hue_on = s.hue != std::array<double, 2>{0, 0};
+        const double h = hue_on ? rng.uniform(s.hue[0], s.hue[1]) : 0.0;
         for (int k : order) {
           if (k == 0 && s.brightness != std::array<double, 2>{1, 1}) adjust_brightness(rgb, pixels, b);
           if (k == 1 && s.contrast != std::array<double, 2>{1, 1}) adjust_contrast(rgb, pixels, c);
           if (k == 2 && s.saturation != std::array<double, 2>{1, 1}) adjust_saturation(rgb, pixels, t);
-          // k == 3: hue (not offered yet; the config refuses it)
+          if (k == 3 && hue_on) augment::adjust_hue(rgb, pixels, h);
         }
         break;
       }
@@ -169,6 +176,20 @@ void apply_augment(const std::vector<AugmentStep>& steps, std::uint8_t* rgb, int
         break;
       case AugmentStep::Kind::kSharpness:
         if (rng.uniform() < s.p) adjust_sharpness(rgb, width, height, s.sharpness);
+        break;
+      case AugmentStep::Kind::kGaussianBlur: {
+        const double sigma = rng.uniform(s.sigma[0], s.sigma[1]);
+        augment::gaussian_blur(rgb, width, height, s.kernel[0], s.kernel[1], sigma, sigma);
+        break;
+      }
+      case AugmentStep::Kind::kRotation: {
+        const double angle = rng.uniform(s.degrees[0], s.degrees[1]);
+        std::vector<std::uint8_t> scratch;
+        augment::rotate(rgb, width, height, angle, s.interpolation, s.fill, scratch);
+        break;
+      }
+      case AugmentStep::Kind::kErasing:
+        augment::erase_rgb8(rgb, width, augment::erase_box(s.erasing, height, width, rng), s.erasing);
         break;
     }
   }

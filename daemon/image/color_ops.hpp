@@ -9,20 +9,38 @@
 #include <cstdint>
 #include <vector>
 
+#include "augment/erasing.hpp"
+#include "augment/geometric.hpp"
 #include "core/rng.hpp"
 
 namespace stoker::image {
 
 struct AugmentStep {
-  enum class Kind : std::uint8_t { kColorJitter, kGrayscale, kSolarize, kPosterize, kAutocontrast, kEqualize, kSharpness };
+  enum class Kind : std::uint8_t {
+    kColorJitter, kGrayscale, kSolarize, kPosterize, kAutocontrast, kEqualize, kSharpness,
+    kGaussianBlur,  // daemon/augment/blur.hpp
+    kErasing,       // daemon/augment/erasing.hpp, on uint8 pixels (before normalize)
+    kRotation,      // daemon/augment/geometric.hpp
+  };
   Kind kind = Kind::kColorJitter;
   double p = 1.0;  // probability the step applies (random_* steps)
   // color_jitter: factor ranges as torchvision builds them ([max(0, 1-x), 1+x] for a number x);
   // an empty range (lo == hi == 1) leaves that property out.
   std::array<double, 2> brightness{1, 1}, contrast{1, 1}, saturation{1, 1};
+  // color_jitter hue: the shift's range within [-0.5, 0.5]; {0, 0} leaves hue out.
+  std::array<double, 2> hue{0, 0};
   int threshold = 128;  // solarize: pixels >= threshold are inverted
   int bits = 8;         // posterize: bits kept per channel
   double sharpness = 1;  // adjust_sharpness: the factor (0 blurred, 1 unchanged, 2 sharper)
+  // gaussian_blur: torchvision's kernel_size (x, y), odd; sigma drawn uniformly in [lo, hi]
+  // once per sample and used for both axes (GaussianBlur.forward).
+  std::array<int, 2> kernel{3, 3};
+  std::array<double, 2> sigma{0.1, 2.0};
+  augment::ErasingParams erasing;  // kErasing
+  // random_rotation: the angle in degrees drawn uniformly in [lo, hi] per sample.
+  std::array<double, 2> degrees{0, 0};
+  augment::Interpolation interpolation = augment::Interpolation::kNearest;
+  std::array<float, 3> fill{0, 0, 0};  // pixel units, for what comes from outside the image
 };
 
 // The individual operations (exposed for the fidelity probe and tests).

@@ -36,6 +36,10 @@ struct PipelineSpec {
   // augment
   double flip_probability = 0.0;
   std::vector<AugmentStep> augment;  // colour steps after the geometry, in config order
+  // random_erasing steps written after `normalize`: run in config order on the finished
+  // float sample (values in normalized units), from their own stream (kStreamErasing).
+  // Invariant (the config's): non-empty only with normalize and a float dtype on the CPU.
+  std::vector<augment::ErasingParams> erase_output;
 
   // output: uint8 never touches floats; float16/float32 is (x/255 - mean)/stddev in one pass,
   // with mean 0 and stddev 1 when `normalize` is absent (i.e. ToTensor's [0,1] scaling).

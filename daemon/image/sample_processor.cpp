@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "augment/erasing.hpp"
 #include "core/rng.hpp"
 #include "image/geometry.hpp"
 #include "image/jpeg_decoder.hpp"
@@ -215,6 +216,16 @@ SampleResult SampleProcessor::process(std::span<const std::uint8_t> encoded, std
     apply_augment(spec.augment, m.upright.data(), static_cast<int>(spec.out_width), static_cast<int>(spec.out_height),
                   color_rng);
     m.writer.write(m.upright.data(), static_cast<int>(spec.out_width), static_cast<int>(spec.out_height), 1, false, out);
+  }
+  if (!spec.erase_output.empty()) {
+    // After normalize: erase in the output's own type and layout, values in normalized units.
+    CounterRng erase_rng(seed, epoch, sample_id, kStreamErasing);
+    const int w = static_cast<int>(spec.out_width), h = static_cast<int>(spec.out_height);
+    const auto kind = spec.dtype == proto::DType::kFloat16 ? augment::FloatKind::kFloat16 : augment::FloatKind::kFloat32;
+    for (const augment::ErasingParams& e : spec.erase_output) {
+      augment::erase_float(out, kind, spec.layout == proto::Layout::kNCHW, w, h, augment::erase_box(e, h, w, erase_rng),
+                           e, erase_rng);
+    }
   }
   if (breakdown) {
     breakdown->write_s += seconds_since(t);

@@ -657,8 +657,7 @@ TEST_CASE("config: colour steps, their torchvision defaults and their errors", "
   CHECK(j.pipeline.augment[1].p == 0.1);   // RandomGrayscale's default
   CHECK(j.pipeline.augment[2].p == 0.5);   // RandomSolarize's default
   CHECK(j.pipeline.augment[2].threshold == 128);
-  CHECK_THAT(refusal(train_job("", "      - random_resized_crop: {size: 8}\n      - color_jitter: {hue: 0.1}\n")),
-             Contains("color_jitter.hue: hue jitter is not supported yet"));
+  CHECK(job("      - color_jitter: {hue: 0.1}\n").pipeline.augment[0].hue == std::array<double, 2>{-0.1, 0.1});
   CHECK_THAT(refusal(train_job("", "      - random_resized_crop: {size: 8}\n      - random_posterize: {p: 1}\n")),
              Contains("random_posterize.bits: required key is missing"));
   CHECK_THAT(refusal(train_job("", "      - random_resized_crop: {size: 8}\n      - normalize: {mean: [0,0,0], std: [1,1,1]}\n"
@@ -785,4 +784,138 @@ TEST_CASE("config: tar shards are one pattern or a list, relative to the config'
   t = train_job();
   replace_all(t, "{root: .}", "{root: ., shards: a.tar}");
   CHECK_THAT(refusal(t), StartsWith("test.yaml:3:") && Contains("jobs.train.source.shards: only for type: tar"));
+}
+
+TEST_CASE("config: color_jitter hue, gaussian_blur and random_erasing as torchvision checks them, refused at "
+          "file:line", "[config][augment]") {
+  using Kind = stoker::image::AugmentStep::Kind;
+  auto steps = [](const std::string& more) { return "      - random_resized_crop: {size: 224}\n" + more; };
+  auto job = [&](const std::string& more, const std::string& output = "    output: {dtype: uint8, layout: NCHW}\n") {
+    return parse(train_job("", steps(more), output)).jobs.at(0);
+  };
+  const std::string f32 = "    output: {dtype: float32}\n";
+  const std::string norm = "      - normalize: {mean: [0.5, 0.5, 0.5], std: [0.25, 0.25, 0.25]}\n";
+
+  // hue: a number h in [0, 0.5] is [-h, h]; a pair within [-0.5, 0.5]; 0 leaves it out.
+  CHECK(job("      - color_jitter: {hue: 0.5}\n").pipeline.augment[0].hue == std::array<double, 2>{-0.5, 0.5});
+  CHECK(job("      - color_jitter: {hue: [-0.2, 0.1]}\n").pipeline.augment[0].hue == std::array<double, 2>{-0.2, 0.1});
+  CHECK(job("      - color_jitter: {hue: 0}\n").pipeline.augment[0].hue == std::array<double, 2>{0, 0});
+  CHECK(refusal(train_job("", steps("      - color_jitter: {hue: 0.6}\n"))) ==
+        "test.yaml:8:29: jobs.train.pipeline[2].color_jitter.hue: must be within [0, 0.5] (the shift is drawn in "
+        "[-hue, hue])");
+  CHECK_THAT(refusal(train_job("", steps("      - color_jitter: {hue: -0.1}\n"))), Contains("must be within [0, 0.5]"));
+  CHECK(refusal(train_job("", steps("      - color_jitter: {hue: [-0.6, 0.1]}\n"))) ==
+        "test.yaml:8:29: jobs.train.pipeline[2].color_jitter.hue: must be [min, max] with -0.5 <= min <= max <= 0.5");
+  CHECK_THAT(refusal(train_job("", steps("      - color_jitter: {hue: [0.2, 0.1]}\n"))), Contains("min <= max"));
+
+  // gaussian_blur
+  const auto b = job("      - gaussian_blur: {kernel_size: 23}\n").pipeline.augment.at(0);
+  CHECK(b.kind == Kind::kGaussianBlur);
+  CHECK(b.kernel == std::array<int, 2>{23, 23});
+  CHECK(b.sigma == std::array<double, 2>{0.1, 2.0});  // GaussianBlur's default
+  const auto b2 = job("      - gaussian_blur: {kernel_size: [3, 5], sigma: 1.5}\n").pipeline.augment.at(0);
+  CHECK(b2.kernel == std::array<int, 2>{3, 5});
+  CHECK(b2.sigma == std::array<double, 2>{1.5, 1.5});
+  CHECK(job("      - gaussian_blur: {kernel_size: 9, sigma: [0.5, 1]}\n").pipeline.augment.at(0).sigma ==
+        std::array<double, 2>{0.5, 1.0});
+  CHECK(refusal(train_job("", steps("      - gaussian_blur: {kernel_size: 4}\n"))) ==
+        "test.yaml:8:38: jobs.train.pipeline[2].gaussian_blur.kernel_size: must be odd (the kernel is centred on the "
+        "pixel), got 4");
+  CHECK_THAT(refusal(train_job("", steps("      - gaussian_blur: {kernel_size: [3, 6]}\n"))),
+             StartsWith("test.yaml:8:42: jobs.train.pipeline[2].gaussian_blur.kernel_size[1]: must be odd"));
+  CHECK_THAT(refusal(train_job("", steps("      - gaussian_blur: {kernel_size: 0}\n"))), Contains("must be between 1 and"));
+  CHECK_THAT(refusal(train_job("", steps("      - gaussian_blur: {sigma: 1}\n"))),
+             Contains("gaussian_blur.kernel_size: required key is missing"));
+  CHECK_THAT(refusal(train_job("", steps("      - gaussian_blur: {kernel_size: 3, sigma: 0}\n"))),
+             StartsWith("test.yaml:8:48: jobs.train.pipeline[2].gaussian_blur.sigma: must be > 0"));
+  CHECK_THAT(refusal(train_job("", steps("      - gaussian_blur: {kernel_size: 3, sigma: [2, 1]}\n"))),
+             Contains("sigma: must be [min, max] with 0 < min <= max"));
+  CHECK_THAT(refusal(train_job("", "      - random_resized_crop: {size: [8, 16]}\n      - gaussian_blur: {kernel_size: [17, 17]}\n")),
+             StartsWith("test.yaml:8:38: jobs.train.pipeline[2].gaussian_blur.kernel_size: a 17x17 kernel needs an "
+                        "output of at least 9x9"));
+  CHECK_THAT(refusal(train_job("", steps(norm + "      - gaussian_blur: {kernel_size: 3}\n"), f32)),
+             Contains("put it before normalize"));
+
+  // random_erasing before normalize: pixel units
+  const auto e = job("      - random_erasing: {value: [1, 2, 3]}\n").pipeline;
+  REQUIRE(e.augment.size() == 1);
+  CHECK(e.erase_output.empty());
+  CHECK(e.augment[0].kind == Kind::kErasing);
+  CHECK(e.augment[0].erasing.p == 0.5);  // RandomErasing's defaults
+  CHECK(e.augment[0].erasing.scale == std::array<double, 2>{0.02, 0.33});
+  CHECK(e.augment[0].erasing.ratio == std::array<double, 2>{0.3, 3.3});
+  CHECK(e.augment[0].erasing.value == std::array<float, 3>{1, 2, 3});
+  CHECK(job("      - random_erasing\n").pipeline.augment.at(0).erasing.value == std::array<float, 3>{0, 0, 0});
+  CHECK(job("      - random_erasing: {value: 255, p: 1}\n").pipeline.augment.at(0).erasing.value ==
+        std::array<float, 3>{255, 255, 255});
+  CHECK(refusal(train_job("", steps("      - random_erasing: {value: 256}\n"))) ==
+        "test.yaml:8:33: jobs.train.pipeline[2].random_erasing.value: before normalize the value is in pixel units: "
+        "an integer 0..255 (after normalize it is in normalized units)");
+  CHECK_THAT(refusal(train_job("", steps("      - random_erasing: {value: [0, 0.5, 0]}\n"))),
+             StartsWith("test.yaml:8:37: jobs.train.pipeline[2].random_erasing.value[1]: before normalize"));
+  CHECK_THAT(refusal(train_job("", steps("      - random_erasing: {value: random}\n"))),
+             StartsWith("test.yaml:8:33: jobs.train.pipeline[2].random_erasing.value: 'random' draws standard normal"));
+  CHECK_THAT(refusal(train_job("", steps("      - random_erasing: {value: [1, 2]}\n"))),
+             Contains("expected a number, a list of 3 (R, G, B) or 'random'"));
+  CHECK_THAT(refusal(train_job("", steps("      - random_erasing: {p: 1.5}\n"))),
+             StartsWith("test.yaml:8:29: jobs.train.pipeline[2].random_erasing.p: must be within [0, 1]"));
+  CHECK_THAT(refusal(train_job("", steps("      - random_erasing: {scale: [0.1, 1.2]}\n"))),
+             Contains("scale: must be [min, max] with 0 <= min <= max <= 1"));
+  CHECK_THAT(refusal(train_job("", steps("      - random_erasing: {ratio: [0, 1]}\n"))),
+             Contains("ratio: must be [min, max] with 0 < min <= max"));
+  CHECK_THAT(refusal(train_job("", steps("      - random_erasing: {valu: 1}\n"))), Contains("did you mean 'value'?"));
+  CHECK_THAT(refusal(train_job("", steps("      - random_erasing\n      - horizontal_flip\n"))),
+             StartsWith("test.yaml:9:9: jobs.train.pipeline[3].horizontal_flip: horizontal_flip must come before "
+                        "random_erasing"));
+  CHECK_THAT(refusal(train_job("", "      - random_erasing\n      - random_resized_crop: {size: 8}\n")),
+             Contains("random_erasing comes after the geometry step"));
+
+  // random_erasing after normalize: normalized units, on the float output
+  const auto n = job(norm + "      - random_erasing: {value: -2.5}\n      - random_erasing: {value: random, p: 1}\n", f32)
+                     .pipeline;
+  CHECK(n.augment.empty());
+  REQUIRE(n.erase_output.size() == 2);
+  CHECK(n.erase_output[0].value == std::array<float, 3>{-2.5f, -2.5f, -2.5f});
+  CHECK(n.erase_output[1].random);
+  CHECK(n.erase_output[1].p == 1);
+  CHECK_THAT(refusal(train_job("    device_normalize: true\n", steps(norm + "      - random_erasing\n"), f32)),
+             StartsWith("test.yaml:5:23: jobs.train.device_normalize: random_erasing after normalize"));
+  CHECK(parse(train_job("    device_normalize: true\n", steps("      - random_erasing\n" + norm), f32))
+            .jobs.at(0).device_normalize);
+  CHECK_THAT(refusal(train_job("", "      - resize: {size: [8, 8]}\n" + norm + "      - random_erasing\n", f32 + "    cache: {bytes: 1MiB}\n")),
+             Contains("has random_erasing"));
+}
+
+TEST_CASE("config: random_rotation as RandomRotation checks it and refused at file:line", "[config][augment]") {
+  auto steps = [](const std::string& more) { return "      - random_resized_crop: {size: 224}\n" + more; };
+  const auto a = parse(train_job("", steps("      - random_rotation: {degrees: 15}\n"))).jobs.at(0).pipeline.augment.at(0);
+  CHECK(a.kind == stoker::image::AugmentStep::Kind::kRotation);
+  CHECK(a.degrees == std::array<double, 2>{-15, 15});
+  CHECK(a.interpolation == stoker::augment::Interpolation::kNearest);
+  CHECK(a.fill == std::array<float, 3>{0, 0, 0});
+  const auto b = parse(train_job("", steps("      - random_rotation: {degrees: [-5, 30], interpolation: bilinear, "
+                                           "fill: [1, 2, 255]}\n")))
+                     .jobs.at(0)
+                     .pipeline.augment.at(0);
+  CHECK(b.degrees == std::array<double, 2>{-5, 30});
+  CHECK(b.interpolation == stoker::augment::Interpolation::kBilinear);
+  CHECK(b.fill == std::array<float, 3>{1, 2, 255});
+  CHECK(refusal(train_job("", steps("      - random_rotation: {degrees: -3}\n"))) ==
+        "test.yaml:8:36: jobs.train.pipeline[2].random_rotation.degrees: must be >= 0 (the angle is drawn in "
+        "[-degrees, degrees])");
+  CHECK_THAT(refusal(train_job("", steps("      - random_rotation: {degrees: [10, 5]}\n"))),
+             Contains("degrees: must be [min, max] with min <= max"));
+  CHECK_THAT(refusal(train_job("", steps("      - random_rotation: {}\n"))),
+             Contains("random_rotation.degrees: required key is missing"));
+  CHECK_THAT(refusal(train_job("", steps("      - random_rotation: {degrees: 5, interpolation: bicubic}\n"))),
+             Contains("must be one of nearest, bilinear, got 'bicubic'"));
+  CHECK_THAT(refusal(train_job("", steps("      - random_rotation: {degrees: 5, fill: 300}\n"))),
+             Contains("random_rotation.fill: must be a pixel value within [0, 255]"));
+  CHECK_THAT(refusal(train_job("", steps("      - random_rotation: {degrees: 5}\n      - horizontal_flip\n"))),
+             Contains("horizontal_flip must come before random_rotation"));
+  CHECK(parse(train_job("", steps("      - horizontal_flip\n      - random_rotation: {degrees: 5}\n"))).jobs.size() == 1);
+  CHECK_THAT(refusal(train_job("", steps("      - normalize: {mean: [0, 0, 0], std: [1, 1, 1]}\n"
+                                         "      - random_rotation: {degrees: 5}\n"),
+                               "    output: {dtype: float32}\n")),
+             Contains("random_rotation works on uint8 pixels: put it before normalize"));
 }
