@@ -36,6 +36,7 @@ std::pair<int, std::string> in_child(const std::function<void()>& body) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::signal(SIGABRT, SIG_DFL);  // die of the abort, not of Catch's report of it
+    ::alarm(60);                 // a child that hangs fails the case (SIGALRM) instead of ctest's timeout
     ::dup2(pipefd[1], 2);
     ::close(pipefd[0]);
     body();
@@ -74,6 +75,11 @@ TEST_CASE("hostsim: memory and events cross processes - waits order work", "[uni
   for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::uint8_t>(i * 7);
   REQUIRE(b->copy_to_device(s, buf, 0, src.data(), src.size(), why));
   REQUIRE(b->record(1, ev, s, why));
+  // fork() copies only the calling thread: the stream's thread must be idle (holding no lock
+  // the child could need) when it happens. Ordering across processes while the stream is
+  // still running is what the integration tier's slow-device cases check, with exec'd
+  // processes.
+  REQUIRE(b->synchronize_stream(1, s, why));
 
   // Another process opens both by handle, waits for the event on its stream, reads the bytes.
   const auto [sig, err] = in_child([&] {
