@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "batch_copy.hpp"
 #include "daemon_fixture.hpp"
 #include "stoker/proto/control.hpp"
 #include "stoker/stoker.hpp"
@@ -31,6 +32,8 @@ using namespace stoker::test;
 using namespace std::chrono_literals;
 
 namespace {
+
+std::string status(const std::string& socket) { return daemon_status_text(socket); }
 
 std::string backend_name() {
   const char* b = std::getenv("STOKER_TEST_DEVICE_BACKEND");
@@ -81,13 +84,6 @@ Copy take_device(stoker::Client& c, stoker_batch** keep = nullptr) {
   return r;
 }
 
-std::string status(const std::string& socket) {
-  char* json = nullptr;
-  REQUIRE(stoker_daemon_status(socket.c_str(), &json) == STOKER_OK);
-  std::string s = json;
-  stoker_free(json);
-  return s;
-}
 
 // Waits until `pred` holds (polling), up to `limit`.
 template <class F>

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "batch_copy.hpp"
 #include "daemon_fixture.hpp"
 #include "stoker/stoker.h"
 #include "stoker/stoker.hpp"
@@ -21,13 +22,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-std::string status(const std::string& socket) {
-  char* json = nullptr;
-  REQUIRE(stoker_daemon_status(socket.c_str(), &json) == STOKER_OK);
-  std::string s = json;
-  stoker_free(json);
-  return s;
-}
+std::string status(const std::string& socket) { return daemon_status_text(socket); }
+
 
 // The text after `"key":` in the status entry of job `job` (jobs are listed in config order
 // and each starts with its name).

@@ -16,6 +16,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "batch_copy.hpp"
 #include "daemon_fixture.hpp"
 #include "stoker/proto/control.hpp"
 #include "stoker/stoker.hpp"
@@ -27,13 +28,9 @@ namespace {
 
 constexpr std::uint64_t kDemoSamples = 64;  // tests/data/demo
 
-struct Seen {
-  std::uint64_t epoch, index;
-  std::vector<std::int64_t> ids, labels;
-  std::vector<std::uint8_t> bytes;
-  bool last;
-  bool operator==(const Seen&) const = default;
-};
+using Seen = BatchCopy;
+Seen take(stoker::Client& c, int timeout_ms = 30000) { return take_batch(c, timeout_ms); }
+
 
 stoker::ClientOptions options(const std::string& socket, std::uint32_t reader, std::uint64_t epoch = 0,
                               std::uint64_t batch = 0) {
@@ -45,13 +42,6 @@ stoker::ClientOptions options(const std::string& socket, std::uint32_t reader, s
   return o;
 }
 
-Seen take(stoker::Client& c, int timeout_ms = 30000) {
-  stoker::Batch b = c.next(timeout_ms);
-  const auto* img = b.images<std::uint8_t>();
-  const std::size_t n = b.count() * c.info().image_bytes;
-  return Seen{b.epoch(), b.index(), std::vector<std::int64_t>(b.ids(), b.ids() + b.count()),
-              std::vector<std::int64_t>(b.labels(), b.labels() + b.count()), std::vector<std::uint8_t>(img, img + n), b.last_in_epoch()};
-}
 
 // Every batch of `epochs` epochs, as reader `reader` of rank 0 sees it.
 std::vector<Seen> read_epochs(const std::string& socket, const std::string& job, std::uint32_t reader, int epochs) {

@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "batch_copy.hpp"
 #include "daemon_fixture.hpp"
 #include "stoker/proto/names.hpp"
 #include "stoker/stoker.hpp"
@@ -18,31 +19,13 @@ using namespace stoker::test;
 
 namespace {
 
+using Received = BatchCopy;
+Received take(stoker::Client& c, int timeout_ms = 30000) { return take_batch(c, timeout_ms); }
+
 constexpr int kDemoSamples = 64;  // tests/data/demo: 4 classes x 16 photos
 
-struct Received {
-  std::uint64_t epoch, index;
-  std::vector<std::int64_t> ids, labels;
-  std::vector<std::uint8_t> bytes;
-  bool last;
-};
 
-Received take(stoker::Client& c, int timeout_ms = 30000) {
-  stoker::Batch b = c.next(timeout_ms);
-  Received r{b.epoch(), b.index(), {}, {}, {}, b.last_in_epoch()};
-  r.ids.assign(b.ids(), b.ids() + b.count());
-  r.labels.assign(b.labels(), b.labels() + b.count());
-  r.bytes.assign(b.images(), b.images() + c.info().image_bytes * b.count());
-  return r;
-}
 
-std::vector<Received> take_epoch(stoker::Client& c) {
-  std::vector<Received> out;
-  do {
-    out.push_back(take(c));
-  } while (!out.back().last);
-  return out;
-}
 
 }  // namespace
 

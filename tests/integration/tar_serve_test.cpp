@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "batch_copy.hpp"
 #include "daemon_fixture.hpp"
 #include "stoker/stoker.hpp"
 #include "tar_writer.hpp"
@@ -22,29 +23,11 @@ using namespace stoker::test;
 
 namespace {
 
-struct Got {
-  std::uint64_t epoch, index;
-  std::vector<std::int64_t> ids, labels;
-  std::vector<std::uint8_t> bytes;
-  bool last;
-};
+using Got = BatchCopy;
+Got take(stoker::Client& c) { return take_batch(c); }
 
-Got take(stoker::Client& c) {
-  stoker::Batch b = c.next(30000);
-  Got r{b.epoch(), b.index(), {}, {}, {}, b.last_in_epoch()};
-  r.ids.assign(b.ids(), b.ids() + b.count());
-  r.labels.assign(b.labels(), b.labels() + b.count());
-  r.bytes.assign(b.images(), b.images() + c.info().image_bytes * b.count());
-  return r;
-}
 
-std::vector<Got> take_epoch(stoker::Client& c) {
-  std::vector<Got> out;
-  do {
-    out.push_back(take(c));
-  } while (!out.back().last);
-  return out;
-}
+
 
 // The 64 demo photos in ImageFolder order (classes sorted, files sorted), packed into three
 // shards of uneven sizes, `shards/demo-00.tar` .. `-02.tar`: key "<class>/<file stem>", a
