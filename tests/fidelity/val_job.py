@@ -7,20 +7,13 @@ import signal
 import socket
 import subprocess
 import time
+import sys
 
 import numpy as np
 
-
-def listening(path):
-    """True once stokerd accepts connections (the file exists a moment before listen())."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    try:
-        s.connect(path)
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
+# One socket probe for tests and benchmarks: scripts/benchlib.py.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from benchlib import accepts as listening  # noqa: E402
 
 
 def dump_val_epoch(bin_dir, root, tmp, batch_size=16):

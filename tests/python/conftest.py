@@ -8,8 +8,13 @@ import shutil
 import signal
 import subprocess
 import time
+import sys
 
 import numpy as np
+
+# One socket probe for tests and benchmarks: scripts/benchlib.py.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from benchlib import accepts  # noqa: E402
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -84,18 +89,6 @@ jobs:
     output: {{dtype: {dtype}, layout: {layout}}}
 {extra}""")
     return path
-
-
-def accepts(path):
-    """True when something listens on the Unix socket `path`."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    try:
-        s.connect(path)
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
 
 
 class Daemon:
