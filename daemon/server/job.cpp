@@ -195,7 +195,7 @@ void Job::start() {
 }
 
 void Job::plan_free_slots(Ring& ring, std::vector<WorkItem>& out) {
-  if (failed_.load()) return;
+  if (failed_.load() || draining_.load()) return;
   const std::uint32_t B = cfg_.batch_size;
   for (std::uint32_t s = 0; s < ring.slots.size(); ++s) {
     Slot& slot = ring.slots[s];

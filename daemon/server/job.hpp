@@ -119,6 +119,16 @@ class Job {
   // Set when on_error: fail met a bad sample: "path: reason".
   std::optional<std::string> failure() const;
 
+  // --- removal (job_table.hpp: reload, `stokerctl drain`, client-defined jobs) ---
+  // From now on no batch is planned; batches already planned still fill and are handed out.
+  void drain();
+  bool draining() const { return draining_.load(); }
+  // Draining, and nothing more will come for this reader: no batch at or past its position is
+  // filling or ready for it.
+  bool drained_for(std::uint32_t rank, std::uint32_t reader);
+  // Waits for every device copy still reading the segment (before the job is destroyed).
+  void settle_device_copies();
+
   JobStats stats() const;
   // The finished-sample cache's figures (`cache: {bytes}`), when the job has one.
   std::optional<SampleCacheStats> cache_stats() const {
@@ -187,6 +197,7 @@ class Job {
   JobStats stats_;                         // guarded by stats_mu_
   std::optional<std::string> failure_;     // guarded by stats_mu_
   std::atomic<bool> failed_{false};
+  std::atomic<bool> draining_{false};  // set once by drain(); read under each ring's lock
   proto::SegmentHeader header_copy_{};  // the header as written at start
   std::atomic<std::uint32_t> transient_burst_{0};  // workers inside a transient-error burst
 };
