@@ -753,7 +753,8 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
   if (!name_ok) {
     r.fail(name_at, j.path, "job names are 1..48 characters of A-Z a-z 0-9 _ . -");
   }
-  const Fields f(r, j, {"source", "batch_size", "shuffle", "seed", "drop_last", "consumers", "world_size",
+  const Fields f(r, j, {"source", "batch_size", "shuffle", "seed", "drop_last", "sampler_drop_last", "pad_shards",
+                        "consumers", "world_size",
                         "ranks", "node_rank", "local_world_size", "readers", "prefetch", "lease_timeout_s", "cache",
                         "weight", "workers", "on_error", "quarantine", "device", "device_normalize", "pipeline", "output"});
   JobConfig job;
@@ -828,6 +829,20 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
   if (auto* v = f.get("shuffle")) job.shuffle = r.boolean(*v);
   if (auto* v = f.get("seed")) job.seed = r.integer(*v, 0, UINT64_MAX);
   if (auto* v = f.get("drop_last")) job.drop_last = r.boolean(*v);
+  // Two drop_lasts, as PyTorch has them: DataLoader's (the last short batch, `drop_last`) and
+  // DistributedSampler's (`sampler_drop_last`, default: the same value, which is what a
+  // `drop_last: true` meant before they were two); `pad_shards: false` is the validation
+  // split, every sample exactly once.
+  job.sampler_drop_last = job.drop_last;
+  if (auto* v = f.get("sampler_drop_last")) job.sampler_drop_last = r.boolean(*v);
+  if (auto* v = f.get("pad_shards")) {
+    job.pad_shards = r.boolean(*v);
+    if (!job.pad_shards && job.sampler_drop_last) {
+      r.fail(*v, "pad_shards: false gives every rank its share of every sample (uneven by at most one), "
+                 "sampler_drop_last: true cuts the epoch to a multiple of the world: choose one "
+                 "(set sampler_drop_last: false, or drop pad_shards)");
+    }
+  }
   if (auto* v = f.get("consumers")) job.consumers = static_cast<std::uint32_t>(r.integer(*v, 1, 1024));
   parse_world(r, f, j, job);
   if (auto* v = f.get("readers")) job.readers = static_cast<std::uint32_t>(r.integer(*v, 1, kMaxReaders));

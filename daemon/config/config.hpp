@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <filesystem>
+
+#include "sampler/sampler.hpp"
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -57,7 +59,12 @@ struct JobConfig {
   std::uint32_t batch_size = 0;
   bool shuffle = true;
   std::uint64_t seed = 0;
-  bool drop_last = false;
+  bool drop_last = false;          // DataLoader's: a rank's last short batch of an epoch is dropped
+  bool sampler_drop_last = false;  // DistributedSampler's: the epoch is cut to a multiple of the world
+  bool pad_shards = true;          // false: every sample exactly once, ranks uneven by at most one
+  sampler::Shards shards() const {
+    return !pad_shards ? sampler::Shards::kUneven : sampler_drop_last ? sampler::Shards::kDrop : sampler::Shards::kPad;
+  }
   // Ranks this daemon serves: first_rank .. first_rank + consumers - 1 of a world of
   // world_size (one ring each). Without world_size/ranks: 0..consumers-1 of `consumers`.
   std::uint32_t consumers = 1;

@@ -491,8 +491,8 @@ bool ControlServer::handle_hello(Session& s, const proto::HelloMsg& hello) {
   w.daemon_generation = daemon_generation_;
   w.ring_index = m.rank - job->first_rank();
   w.slot_count = job->config().prefetch;
-  w.batches_per_epoch = job->batches_per_epoch();
-  w.samples_per_rank = job->samples_per_rank();
+  w.batches_per_epoch = job->batches_per_epoch(m.rank);
+  w.samples_per_rank = job->samples_per_rank(m.rank);
   w.readers = job->readers();
   w.reader = m.reader;
   w.rank = m.rank;

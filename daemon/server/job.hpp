@@ -93,8 +93,9 @@ class Job {
   double oldest_lease_s(std::uint32_t rank, std::uint32_t reader);
   std::uint32_t readers() const { return cfg_.readers; }
   bool serves(std::uint32_t rank) const { return rank >= cfg_.first_rank && rank - cfg_.first_rank < cfg_.consumers; }
-  std::uint64_t batches_per_epoch() const;
-  std::uint64_t samples_per_rank() const;
+  // What global `rank` gets per epoch (ranks differ only with pad_shards: false, by one sample).
+  std::uint64_t batches_per_epoch(std::uint32_t rank) const;
+  std::uint64_t samples_per_rank(std::uint32_t rank) const;
   const ShmSegment& segment() const { return *segment_; }
 
   // Plans every slot of every ring from epoch 0, batch 0 (prefetch before anyone connects).

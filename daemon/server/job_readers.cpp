@@ -218,13 +218,13 @@ double Job::oldest_lease_s(std::uint32_t rank, std::uint32_t reader) {
 }
 
 std::vector<RingStatus> Job::ring_status() const {
-  const std::uint64_t per_epoch = std::max<std::uint64_t>(batches_per_epoch(), 1);
-  auto index = [&](BatchPos p) { return p.epoch * per_epoch + p.batch; };
   std::vector<RingStatus> out;
   for (const auto& ring : rings_) {
     std::lock_guard lock(ring->mu);
     RingStatus r{};
     r.rank = cfg_.first_rank + ring->rank;  // global
+    const std::uint64_t per_epoch = std::max<std::uint64_t>(batches_per_epoch(r.rank), 1);
+    auto index = [&](BatchPos p) { return p.epoch * per_epoch + p.batch; };
     r.attached = ring->any_attached();
     for (const auto& s : ring->slots) {
       switch (s.state) {

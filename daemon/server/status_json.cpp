@@ -86,7 +86,10 @@ std::string ControlServer::status_json() const {
     job["seed"] = j.config().seed;
     job["drop_last"] = j.config().drop_last;
     job["batch_size"] = j.config().batch_size;
-    job["batches_per_epoch"] = j.batches_per_epoch();
+    job["sampler_drop_last"] = j.config().sampler_drop_last;
+    job["pad_shards"] = j.config().pad_shards;
+    // Rank first_rank's; with pad_shards: false each consumer's own are in its entry.
+    job["batches_per_epoch"] = j.batches_per_epoch(j.first_rank());
     job["world_size"] = j.world_size();
     job["ranks"] = {j.first_rank(), j.first_rank() + j.consumers() - 1};
     job["readers"] = j.readers();
@@ -114,6 +117,8 @@ std::string ControlServer::status_json() const {
     for (const auto& rs : j.ring_status()) {
       Json c;
       c["rank"] = rs.rank;
+      c["samples_per_epoch"] = j.samples_per_rank(rs.rank);  // what this rank really gets
+      c["batches_per_epoch"] = j.batches_per_epoch(rs.rank);
       c["connected"] = rs.attached;
       c["slots"] = {{"free", rs.free}, {"filling", rs.filling}, {"ready", rs.ready}, {"leased", rs.leased}};
       c["next"] = {{"epoch", rs.next_epoch}, {"batch", rs.next_batch}};
