@@ -63,7 +63,9 @@ def _resolve_device(device: Any) -> Tuple[str, int]:
 class Batch:
     """One batch: `images`, `labels`, `ids` (tensors or arrays viewing shared memory, or the
     daemon's copy on the GPU for a device loader), `epoch`, `index`. Iterating a Loader yields
-    `(images, labels)`; use `Loader.batches()` to get these objects instead."""
+    `(images, labels)`; use `Loader.batches()` to get these objects instead. `labels` are int64
+    class indices `[B]`, or for a job with `mixup`/`cutmix` float soft targets
+    `[B, num_classes]` (the images' dtype, float32 for uint8 images), zero-copy as well."""
 
     def __init__(self, native: "_stoker.Batch", framework: str, copy: bool,
                  device_index: int = -1, device_backend: str = ""):
