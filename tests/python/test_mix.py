@@ -16,7 +16,7 @@ def onehot(labels):
     return np.eye(CLASSES, dtype=np.float64)[labels]
 
 
-def lam_of(soft, ids):
+def lam_of(soft, ids, atol=1e-6):
     """The batch's lambda from its soft rows (None when every neighbour shares a class); also
     checks that every row is lam * onehot(own) + (1 - lam) * onehot(previous)."""
     own = ids // 16
@@ -26,7 +26,7 @@ def lam_of(soft, ids):
         return None
     lam = float(soft[differ[0], own[differ[0]]])
     want = lam * onehot(own) + (1 - lam) * onehot(prev)
-    np.testing.assert_allclose(soft.astype(np.float64), want, atol=1e-6)
+    np.testing.assert_allclose(soft.astype(np.float64), want, atol=atol)
     return lam
 
 
@@ -73,7 +73,7 @@ def test_cutmix_float16_labels_and_dump(fw, daemon_factory, tmp_path):
         assert soft.dtype == np.float16 and soft.shape == (8, CLASSES)
         assert np.array_equal(soft, labels)
         assert np.array_equal(to_numpy(b.images), images)
-        lam = lam_of(soft.astype(np.float32), ids)
+        lam = lam_of(soft.astype(np.float32), ids, atol=1e-3)  # float16: 11 bits
         if lam is not None:
             assert 0.0 <= lam <= 1.0
 
