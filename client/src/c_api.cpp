@@ -228,6 +228,21 @@ stoker_status stoker_batch_device_images(stoker_batch* b, void* stream, void** o
 stoker_status stoker_batch_device_labels(stoker_batch* b, void* stream, int64_t** out) {
   if (b == nullptr || out == nullptr) return fail(STOKER_ERR_INVALID_ARGUMENT, "null argument");
   *out = nullptr;
+  if (b->conn->info().label_dtype != STOKER_INT64) {
+    return fail(STOKER_ERR_INVALID_ARGUMENT,
+                "this job mixes batches (mixup/cutmix): its labels are soft float rows, not int64; "
+                "use stoker_batch_device_label_data");
+  }
+  return guarded([&] {
+    acquire_on_device(b, reinterpret_cast<stoker::device::StreamId>(stream));
+    *out = static_cast<int64_t*>(b->conn->device()->labels(b->view.slot));
+    return STOKER_OK;
+  });
+}
+
+stoker_status stoker_batch_device_label_data(stoker_batch* b, void* stream, void** out) {
+  if (b == nullptr || out == nullptr) return fail(STOKER_ERR_INVALID_ARGUMENT, "null argument");
+  *out = nullptr;
   return guarded([&] {
     acquire_on_device(b, reinterpret_cast<stoker::device::StreamId>(stream));
     *out = b->conn->device()->labels(b->view.slot);
@@ -258,7 +273,7 @@ stoker_status stoker_client_pin_memory(stoker_client* c, int ordinal) {
 
 int stoker_batch_on_device(const stoker_batch* b) { return b && b->view.on_device ? 1 : 0; }
 
-stoker_status stoker_batch_device_to_host(stoker_batch* b, void* images_out, int64_t* labels_out) {
+stoker_status stoker_batch_device_to_host(stoker_batch* b, void* images_out, void* labels_out) {
   if (b == nullptr) return fail(STOKER_ERR_INVALID_ARGUMENT, "null argument");
   return guarded([&] {
     if (!b->acquired) acquire_on_device(b, stoker::device::kDefaultStream);
@@ -272,7 +287,21 @@ stoker_status stoker_batch_device_to_host(stoker_batch* b, void* images_out, int
 }
 
 const void* stoker_batch_images(const stoker_batch* b) { return b ? b->view.images : nullptr; }
-const int64_t* stoker_batch_labels(const stoker_batch* b) { return b ? b->view.labels : nullptr; }
+const int64_t* stoker_batch_labels(const stoker_batch* b) {
+  if (b == nullptr || b->conn->info().label_dtype != STOKER_INT64) return nullptr;
+  return static_cast<const int64_t*>(b->view.labels);
+}
+const void* stoker_batch_label_data(const stoker_batch* b) { return b ? b->view.labels : nullptr; }
+int stoker_batch_label_shape(const stoker_batch* b, uint64_t shape[2]) {
+  if (shape == nullptr) return 0;
+  shape[0] = shape[1] = 0;
+  if (b == nullptr) return 0;
+  const stoker_job_info& i = b->conn->info();
+  shape[0] = b->view.count;
+  if (i.label_dtype == STOKER_INT64) return 1;
+  shape[1] = i.label_width;
+  return 2;
+}
 const int64_t* stoker_batch_ids(const stoker_batch* b) { return b ? b->view.ids : nullptr; }
 uint32_t stoker_batch_count(const stoker_batch* b) { return b ? b->view.count : 0; }
 uint64_t stoker_batch_epoch(const stoker_batch* b) { return b ? b->view.epoch : 0; }

@@ -743,6 +743,30 @@ void parse_cache(const Reader& r, const Value& v, JobConfig& job) {
   }
 }
 
+// mixup: {alpha}, cutmix: {alpha} (torchvision's MixUp/CutMix, α > 0 of Beta(α, α)) and,
+// with both, mix_switch_prob: the probability that a batch takes CutMix rather than MixUp.
+double parse_mix_alpha(const Reader& r, const Value& v) {
+  const Fields m(r, v, {"alpha"});
+  const Value& a = m.need("alpha");
+  const double alpha = r.number(a);
+  if (!(alpha > 0 && alpha <= 1000)) r.fail(a, "must be within (0, 1000] (the alpha of Beta(alpha, alpha))");
+  return alpha;
+}
+
+void parse_mix(const Reader& r, const Fields& f, JobConfig& job) {
+  const Value* mixup = f.get("mixup");
+  const Value* cutmix = f.get("cutmix");
+  if (mixup != nullptr) job.mix.mixup_alpha = parse_mix_alpha(r, *mixup);
+  if (cutmix != nullptr) job.mix.cutmix_alpha = parse_mix_alpha(r, *cutmix);
+  if (const Value* v = f.get("mix_switch_prob")) {
+    if (mixup == nullptr || cutmix == nullptr) {
+      r.fail(*v, "only with both mixup and cutmix (it is the probability that a batch takes CutMix instead of MixUp)");
+    }
+    job.mix.switch_prob = r.number(*v);
+    if (!(job.mix.switch_prob >= 0 && job.mix.switch_prob <= 1)) r.fail(*v, "must be within [0, 1]");
+  }
+}
+
 JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, const Value& j,
                     const fs::path& base_dir) {
   const bool name_ok = !name.empty() && name.size() <= 48 &&
@@ -756,7 +780,8 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
   const Fields f(r, j, {"source", "batch_size", "shuffle", "seed", "drop_last", "sampler_drop_last", "pad_shards",
                         "consumers", "world_size",
                         "ranks", "node_rank", "local_world_size", "readers", "prefetch", "lease_timeout_s", "cache",
-                        "weight", "workers", "on_error", "quarantine", "device", "device_normalize", "pipeline", "output"});
+                        "weight", "workers", "on_error", "quarantine", "device", "device_normalize", "pipeline", "output",
+                        "mixup", "cutmix", "mix_switch_prob"});
   JobConfig job;
   job.name = name;
   job.definition = YAML::Dump(j.node) + "\n# relative to " + base_dir.string();
@@ -908,6 +933,7 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
     job.pipeline.normalize = false;
   }
   if (auto* v = f.get("cache")) parse_cache(r, *v, job);
+  parse_mix(r, f, job);
   const std::uint64_t slot_bytes = job.pipeline.sample_bytes() * job.batch_size;
   if (slot_bytes > kMaxSlotBytes) {
     r.fail(name_at, j.path, "one batch would take " + std::to_string(slot_bytes >> 20) +

@@ -49,6 +49,15 @@ struct SourceConfig {
   std::string root_key = "root";  // the key root_mark points at: root, list, file or shards
 };
 
+// Batch mixing (job keys `mixup: {alpha}`, `cutmix: {alpha}`, `mix_switch_prob`), applied
+// once per finished batch (server/batch_mix.hpp). An alpha of 0 means that kind is off.
+struct MixConfig {
+  double mixup_alpha = 0;
+  double cutmix_alpha = 0;
+  double switch_prob = 0.5;  // both on: probability that a batch takes CutMix (else MixUp)
+  bool enabled() const { return mixup_alpha > 0 || cutmix_alpha > 0; }
+};
+
 struct JobConfig {
   std::string name;            // [A-Za-z0-9_.-]{1,48}
   Mark mark;
@@ -85,6 +94,7 @@ struct JobConfig {
   double weight = 1;
   std::uint32_t max_workers = 0;
   image::PipelineSpec pipeline;
+  MixConfig mix;  // labels become soft targets [batch, classes] when enabled
   OnError on_error = OnError::kSkip;
   std::filesystem::path quarantine;  // default: <state_dir>/<job>-<dataset hash>.quarantine
   bool device_output = false;        // serve batches on the consumer's GPU (CUDA IPC)

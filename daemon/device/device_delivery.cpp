@@ -112,6 +112,7 @@ std::shared_ptr<DeviceRing> DeviceDelivery::open_ring(Job& job, const std::uint8
   plan.host_image_bytes = job.pipeline().sample_bytes();
   plan.device_image_bytes = plan.host_image_bytes;
   plan.device_dtype = job.pipeline().dtype;
+  plan.label_bytes = job.label_bytes();
   if (job.config().device_normalize) {
     const image::PipelineSpec& out = job.config().device_pipeline;
     const image::OutputWriter tables(out);

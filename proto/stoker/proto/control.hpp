@@ -124,8 +124,9 @@ struct ErrorMsg {
 static_assert(sizeof(ErrorMsg) == 512);
 
 // Device delivery, per connection: one allocation on the consumer's GPU holds every slot's
-// device copy (slot i at i * slot_stride: images, then int64 labels at labels_offset), plus two
-// interprocess events per slot: `ready` (recorded by stokerd after the slot's copy; the
+// device copy (slot i at i * slot_stride: images, then the labels at labels_offset in the
+// segment header's label format), plus two interprocess events per slot: `ready` (recorded by
+// stokerd after the slot's copy; the
 // consumer's stream waits on it) and `release` (recorded by the consumer on its stream before
 // it sends Release; stokerd's copy stream waits on it before overwriting the slot). The
 // allocation lives until the consumer said kUnmapped or its process is gone.
@@ -136,7 +137,7 @@ struct DeviceRingMsg {
   std::uint64_t alloc_bytes;    // bytes of the allocation behind mem_handle
   std::uint64_t slot_stride;    // device bytes from one slot to the next
   std::uint64_t image_bytes;    // device bytes of one sample
-  std::uint64_t labels_offset;  // from a slot's start to its int64 labels[batch_size]
+  std::uint64_t labels_offset;  // from a slot's start to its labels (SegmentHeader::label_dtype rows)
   std::uint32_t slot_count;     // == WelcomeMsg::slot_count
   std::uint32_t flags;          // kDeviceNormalized
   std::uint8_t device_uuid[16]; // the GPU the allocation is on
