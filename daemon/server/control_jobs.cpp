@@ -2,6 +2,7 @@
 // Command message (a client defines a job; `stokerctl drain`), draining and removal.
 // Loading (a scan, a tar index) happens on JobLoader's threads; everything here runs on the
 // control thread, so the jobs that are not touched keep being served throughout.
+#include <algorithm>
 #include <cstdio>
 #include <unistd.h>
 
@@ -99,7 +100,24 @@ bool ControlServer::handle_command(Session& s, const std::uint8_t* data, std::si
     loader_->define(s.fd, s.token, std::move(jc), definition, sources_.state_dir, origin);
     return true;
   }
-  return send_json(s, reply_error("unknown command \"" + op + "\" (known: define_job, drain)"),
+  if (op == "samples") {
+    // The job's samples as [path, label] by id, a page at a time (a million samples would
+    // exceed a client's reply backlog in one): loader.dataset.samples is exactly the
+    // daemon's list, whatever the source type.
+    constexpr std::uint64_t kMaxPage = 100000;
+    const std::string name = req.contains("job") && req["job"].is_string() ? req["job"].get<std::string>() : "";
+    const Job* job = jobs_.serving(name);
+    if (job == nullptr) return send_json(s, reply_error("no serving job '" + name + "'"), proto::MsgType::kStatusReply);
+    const auto& samples = job->dataset().samples;
+    const std::uint64_t offset = req.contains("offset") && req["offset"].is_number_unsigned() ? req["offset"].get<std::uint64_t>() : 0;
+    std::uint64_t count = req.contains("count") && req["count"].is_number_unsigned() ? req["count"].get<std::uint64_t>() : kMaxPage;
+    count = std::min({count, kMaxPage, offset < samples.size() ? samples.size() - offset : 0});
+    Json page = Json::array();
+    for (std::uint64_t i = offset; i < offset + count; ++i) page.push_back({samples[i].path, samples[i].label});
+    return send_json(s, Json{{"ok", true}, {"total", samples.size()}, {"offset", offset}, {"samples", std::move(page)}}.dump(),
+                     proto::MsgType::kStatusReply);
+  }
+  return send_json(s, reply_error("unknown command \"" + op + "\" (known: define_job, drain, samples)"),
                    proto::MsgType::kStatusReply);
 }
 

@@ -413,7 +413,7 @@ class Loader:
         """ImageFolder's interface: classes, class_to_idx, samples ((path, class) in id order,
         the order the daemon numbers samples), targets, len()."""
         if self._dataset is None:
-            self._dataset = _Dataset(self._job_status())
+            self._dataset = _Dataset(self._job_status(), self.socket)
         return self._dataset
 
     def _job_status(self) -> Dict[str, Any]:
@@ -649,11 +649,12 @@ _IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".ti
 
 class _Dataset:
     """loader.dataset: torchvision ImageFolder's attributes for the job's source. Class names
-    come from the daemon; `samples` is listed on first use with ImageFolder's rules (sorted
-    class folders, files below each, recursively, sorted, by extension), which is how stokerd
-    numbers its samples: samples[id] is the file of sample id."""
+    come from the daemon; `samples` is the daemon's own list on first use ((path, label) by
+    sample id, for every source type; tar members as SHARD:MEMBER), listed by ImageFolder's
+    rules only from a daemon older than protocol 2.2: samples[id] is the file of sample id."""
 
-    def __init__(self, job: Dict[str, Any]):
+    def __init__(self, job: Dict[str, Any], socket: str = ""):
+        self._job, self._socket = job.get("name"), socket
         self.root = job.get("root", "")
         self.classes = list(job.get("class_names", []))
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
@@ -680,8 +681,27 @@ class _Dataset:
     def __len__(self) -> int:
         return self._len
 
+    def _from_daemon(self):
+        """The daemon's own list, by id (protocol 2.2); None from an older daemon."""
+        if self._job is None:
+            return None
+        out = []
+        while True:
+            request = json.dumps({"op": "samples", "job": self._job, "offset": len(out), "count": 100000})
+            try:
+                reply = json.loads(_stoker.daemon_command(self._socket, request))
+            except _stoker.StokerError:
+                return None
+            if not reply.get("ok"):
+                return None
+            out += [(p, int(l)) for p, l in reply["samples"]]
+            if not reply["samples"] or len(out) >= reply["total"]:
+                return out
+
     @property
     def samples(self):
+        if self._samples is None:
+            self._samples = self._from_daemon()
         if self._samples is None and self._file:
             self._samples = self._read_list()
         if self._samples is None:
