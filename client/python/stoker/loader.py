@@ -7,7 +7,7 @@ import time
 import warnings
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
-from . import _stoker
+from . import _stoker, jobdef
 
 try:  # torch is optional: without it the loader yields NumPy arrays
     import torch
@@ -366,32 +366,100 @@ class Loader:
             shuffle = train
         if drop_last is None:
             drop_last = train
-        steps = ["      - decode: {}"]
+        steps = ["decode: {}"]
         if train:
-            steps += [f"      - random_resized_crop: {{size: {int(crop_size)}}}",
-                      "      - horizontal_flip: {p: 0.5}"]
+            steps += [f"random_resized_crop: {{size: {int(crop_size)}}}", "horizontal_flip: {p: 0.5}"]
         else:
-            steps += [f"      - resize: {{size: {int(resize_size)}}}",
-                      f"      - center_crop: {{size: {int(crop_size)}}}"]
+            steps += [f"resize: {{size: {int(resize_size)}}}", f"center_crop: {{size: {int(crop_size)}}}"]
         if dtype != "uint8":
-            steps.append(f"      - normalize: {{mean: {json.dumps([float(m) for m in mean])}, "
+            steps.append(f"normalize: {{mean: {json.dumps([float(m) for m in mean])}, "
                          f"std: {json.dumps([float(s) for s in std])}}}")
-        lines = ["jobs:", "  from_folder:",
-                 f"    source: {{type: imagefolder, root: {json.dumps(root_path)}}}",
-                 f"    batch_size: {int(batch_size)}",
-                 f"    shuffle: {'true' if shuffle else 'false'}",
-                 f"    seed: {int(seed)}",
-                 f"    drop_last: {'true' if drop_last else 'false'}",
-                 f"    world_size: {world}",
-                 f"    ranks: {first}-{first + local - 1}",
-                 f"    prefetch: {int(prefetch)}",
-                 f"    on_error: {on_error}"]
-        if not train:
-            lines.append("    pad_shards: false")
-        lines += ["    pipeline:"] + steps + [f"    output: {{dtype: {dtype}, layout: {layout}}}"]
+        definition = jobdef.job_yaml(name="from_folder", root=root_path, batch_size=batch_size, shuffle=shuffle,
+                                     seed=seed, drop_last=drop_last, pad_shards=train, world=world, first=first,
+                                     local=local, prefetch=prefetch, on_error=on_error, steps=steps, dtype=dtype,
+                                     layout=layout)
         kwargs.setdefault("world_size", world)
         loader = cls("", lazy=True, **kwargs)
-        loader._definition = "\n".join(lines) + "\n"
+        loader._definition = definition
+        return loader
+
+    @classmethod
+    def from_dataset(cls, dataset: Any, batch_size: int = 1, shuffle: bool = False, sampler: Any = None,
+                     drop_last: bool = False, *, mixup: Any = None, cutmix: Any = None,
+                     seed: int = 0, prefetch: int = 4, on_error: str = "skip", layout: str = "NCHW",
+                     local_world_size: Optional[int] = None, **kwargs: Any) -> "Loader":
+        """The DataLoader a script already builds, served by stokerd:
+
+            train = stoker.Loader.from_dataset(ImageFolder(root, transform=preset), batch_size=256,
+                                               sampler=DistributedSampler(ds), drop_last=True,
+                                               mixup=0.2, cutmix=1.0)
+
+        `dataset` is a torchvision ImageFolder; its transform (a Compose of torchvision
+        transforms) becomes the daemon's pipeline with the same parameters, interpolation
+        included, and any transform without an exact equivalent is refused with its name and
+        position (TranslationError): nothing is dropped. `sampler`: None/SequentialSampler
+        (dataset order), RandomSampler (shuffled), or DistributedSampler (its num_replicas,
+        rank, shuffle, seed and drop_last); the permutation is stokerd's (same semantics, not
+        torch's random numbers). `mixup` / `cutmix`: an alpha, or the classification
+        references' RandomMixup / RandomCutmix (p must be 1; both given: one of the two per
+        batch, as their RandomChoice); labels are then float soft targets [B, num_classes].
+        The job is defined on first use as from_folder's."""
+        from torchvision import datasets
+        from torch.utils import data as tud
+        if not isinstance(dataset, datasets.ImageFolder):
+            raise jobdef.TranslationError(
+                f"from_dataset takes a torchvision ImageFolder, not {type(dataset).__name__} (stokerd reads "
+                f"the folder itself; other sources are defined in the daemon's YAML)")
+        if dataset.target_transform is not None:
+            raise jobdef.TranslationError("the ImageFolder has a target_transform, which stokerd cannot apply")
+        if dataset.loader is not datasets.folder.default_loader and dataset.loader is not datasets.folder.pil_loader:
+            raise jobdef.TranslationError("the ImageFolder has a custom loader, which stokerd cannot apply")
+        steps, dtype = jobdef.translate(dataset.transform)
+        dist_rank, dist_world = _distributed()
+        sampler_drop_last = None
+        if sampler is None or isinstance(sampler, tud.SequentialSampler) or isinstance(sampler, tud.RandomSampler):
+            if isinstance(sampler, tud.RandomSampler):
+                if sampler.replacement or sampler._num_samples is not None:
+                    raise jobdef.TranslationError("RandomSampler with replacement or num_samples has no stokerd equivalent")
+                shuffle = True
+            elif isinstance(sampler, tud.SequentialSampler):
+                shuffle = False
+            world = dist_world if dist_world is not None else (_env_int("WORLD_SIZE") or 1)
+            if world != 1:
+                raise jobdef.TranslationError(
+                    f"no DistributedSampler in a world of {world}: every rank would read the whole dataset; "
+                    f"pass sampler=DistributedSampler(dataset)")
+            rank = 0
+        elif isinstance(sampler, tud.DistributedSampler):
+            world, rank = int(sampler.num_replicas), int(sampler.rank)
+            shuffle, seed, sampler_drop_last = bool(sampler.shuffle), int(sampler.seed), bool(sampler.drop_last)
+        else:
+            raise jobdef.TranslationError(f"sampler {type(sampler).__name__} has no stokerd equivalent")
+        local = local_world_size if local_world_size is not None else (_env_int("LOCAL_WORLD_SIZE") or world)
+        if world % local != 0:
+            raise ValueError(f"world size {world} is not a multiple of local_world_size {local}")
+        first = (rank // local) * local
+
+        def alpha(m: Any, what: str) -> Optional[float]:
+            if m is None:
+                return None
+            if isinstance(m, (int, float)):
+                return float(m)
+            if hasattr(m, "alpha"):
+                if float(getattr(m, "p", 1.0)) != 1.0:
+                    raise jobdef.TranslationError(f"{what} with p={m.p}: stokerd mixes every batch (p=1)")
+                return float(m.alpha)
+            raise jobdef.TranslationError(f"{what}: an alpha or the references' Random{what.capitalize()}")
+
+        definition = jobdef.job_yaml(
+            name="from_dataset", root=os.path.abspath(dataset.root), batch_size=batch_size, shuffle=shuffle,
+            seed=seed, drop_last=drop_last, sampler_drop_last=sampler_drop_last, world=world, first=first,
+            local=local, prefetch=prefetch, on_error=on_error, steps=steps, dtype=dtype, layout=layout,
+            mixup=alpha(mixup, "mixup"), cutmix=alpha(cutmix, "cutmix"))
+        kwargs.setdefault("world_size", world)
+        kwargs.setdefault("rank", rank)
+        loader = cls("", lazy=True, **kwargs)
+        loader._definition = definition
         return loader
 
     # --- what scripts written for torch.utils.data.DataLoader read -------------------------
