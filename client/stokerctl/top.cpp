@@ -84,10 +84,12 @@ std::string render(const Json& st) {
         char released[32];
         if (ring) std::snprintf(released, sizeof released, "%.0f", num(c, "released"));
         else std::snprintf(released, sizeof released, "-");
-        std::snprintf(line, sizeof line, "  %5.0f %4s %-4s %7s %6.0f %10s %6.1f%% %9.1f %6s", num(c, "rank"),
+        std::snprintf(line, sizeof line, "  %5.0f %4s %-4s %7s %6.0f %10s %6.1f%% %9.2f %6s", num(c, "rank"),
                       reader.c_str(), connected ? "yes" : "no", ready, leased, released, wait_frac * 100, wait_s,
                       stuck ? "STUCK" : "");
-        out += line;
+        std::string row_text = line;
+        row_text.erase(row_text.find_last_not_of(' ') + 1);
+        out += row_text;
         out += "\n";
       };
       row("-", c.value("connected", false), num(slots, "leased"), num(c, "wait_fraction"), num(c, "wait_s"),

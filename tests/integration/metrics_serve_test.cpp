@@ -14,6 +14,7 @@
 #include <netinet/in.h>
 #include <png.h>
 #include <poll.h>
+#include <random>
 #include <sstream>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -176,6 +177,14 @@ TEST_CASE("GET /metrics serves counters that move, and garbage requests do not h
     for (int fd : silent) ::close(fd);
     ::close(half);
   }
+  std::mt19937 rng(5);
+  for (int i = 0; i < 300; ++i) {  // random bytes, then hang up without reading
+    const int fd = tcp_connect(port);
+    std::string junk(1 + rng() % 6000, '\0');
+    for (char& ch : junk) ch = static_cast<char>(rng() % 3 == 0 ? "GET /metrics HTTP/1.0\r\n"[rng() % 24] : rng());
+    ::send(fd, junk.data(), junk.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    ::close(fd);
+  }
   for (int i = 0; i < 50; ++i) {  // connect and reset at once
     const int fd = tcp_connect(port);
     linger lg{1, 0};
@@ -185,6 +194,48 @@ TEST_CASE("GET /metrics serves counters that move, and garbage requests do not h
   CHECK(sample(get_metrics(port), samples) >= after);
   CHECK(::kill(d.pid(), 0) == 0);
   CHECK(d.stop() == 0);
+}
+
+TEST_CASE("a metrics port already taken stops the start with the address named", "[integration][metrics]") {
+  TempDir dir;
+  const int taken = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(taken, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::listen(taken, 1) == 0);
+  socklen_t len = sizeof a;
+  ::getsockname(taken, reinterpret_cast<sockaddr*>(&a), &len);
+  const std::string addr = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  JobSpec j;
+  std::string out;
+  CHECK(run_program({bin("stokerd"), "--config", write_config(dir.path(), {j}, 1, "  metrics: \"" + addr + "\"\n").string(),
+                     "--socket", (dir.path() / "s.sock").string()},
+                    out) == 1);
+  CHECK_THAT(out, Catch::Contains("cannot listen on " + addr));
+  ::close(taken);
+}
+
+TEST_CASE("server.log_interval_s logs one throughput line per interval", "[integration][metrics]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec j;
+  Daemon d(write_config(dir.path(), {j}, 1, "  log_interval_s: 1\n"), socket);
+  stoker::Client c("demo", 0, at(socket));
+  c.next(30000).reset();
+  std::string log;
+  for (const auto until = Clock::now() + std::chrono::seconds(10); Clock::now() < until;) {
+    log = d.log();
+    if (log.find("throughput: demo") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  CHECK_THAT(log, Catch::Contains("throughput: demo") && Catch::Contains("img/s") && Catch::Contains("workers") &&
+                      Catch::Contains("rss"));
+  // Off by default: the other daemons in these tests never log it.
+  TempDir quiet_dir;
+  Daemon quiet(write_config(quiet_dir.path(), {j}, 1), (quiet_dir.path() / "s.sock").string());
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  CHECK(quiet.log().find("throughput:") == std::string::npos);
 }
 
 TEST_CASE("a non-loopback metrics address is refused at its line unless allowed", "[integration][metrics]") {
