@@ -450,7 +450,7 @@ void Connection::release(std::uint32_t slot, std::uint32_t generation,
   r.slot = slot;
   r.generation = generation;
   r.wait_ns = slot < info_.slot_count ? slot_wait_ns_[slot].load(std::memory_order_relaxed) : 0;
-  // A daemon older than 2.2 takes only the 24-byte Release (and would evict a longer one).
+  // A daemon older than 2.3 takes only the 24-byte Release (and would evict a longer one).
   const std::size_t size = daemon_minor_ >= proto::kReleaseWaitMinor ? sizeof r : proto::kReleaseV21Bytes;
   r.header.size = static_cast<std::uint32_t>(size);
   [[maybe_unused]] ssize_t w = ::send(fd_, &r, size, MSG_NOSIGNAL);

@@ -341,7 +341,7 @@ bool ControlServer::handle_message(Session& s, const std::uint8_t* data, std::si
       s.acquire_pending = true;
       return true;
     case proto::MsgType::kRelease: {
-      // 32 bytes with the trainer's wait (2.2), or the 24 of a 2.0/2.1 client (no wait).
+      // 32 bytes with the trainer's wait (2.3), or the 24 of a 2.0..2.2 client (no wait).
       const bool v21 = n == proto::kReleaseV21Bytes && h.size == n;
       if (!v21 && !expect(sizeof(proto::ReleaseMsg))) return false;
       proto::ReleaseMsg m{};

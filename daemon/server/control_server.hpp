@@ -165,12 +165,12 @@ class ControlServer {
   std::map<std::size_t, double> rates_;  // by job index
 
   // --- operations (metrics_control.cpp) ---
-  // Trainer wait reported with releases (protocol 2.2), per (job index, rank, reader); kept
+  // Trainer wait reported with releases (protocol 2.3), per (job index, rank, reader); kept
   // across reconnects so the totals only grow (they are Prometheus counters).
   struct ConsumerWait {
     double wait_s = 0;
     std::uint64_t releases = 0;  // all releases
-    std::uint64_t reported = 0;  // releases that carried a wait (2.2 clients)
+    std::uint64_t reported = 0;  // releases that carried a wait (2.3 clients)
   };
   using ConsumerKey = std::tuple<std::size_t, std::uint32_t, std::uint32_t>;
   void note_release_wait(const Session& s, std::optional<std::uint64_t> wait_ns);

@@ -144,7 +144,7 @@ std::string ControlServer::status_json() const {
       c["device"] = rs.device_uuid.empty() ? Json(nullptr) : Json(rs.device_uuid);
       c["oldest_lease_s"] = rs.oldest_lease_s;
       c["stuck"] = rs.oldest_lease_s >= stuck_after(j.config());
-      // Trainer wait reported by the client with each release (protocol 2.2): seconds blocked
+      // Trainer wait reported by the client with each release (protocol 2.3): seconds blocked
       // in next() in all, and the fraction of the last 10 s (the rank's slowest reader).
       double wait_s = 0, wait_frac = 0;
       std::uint64_t reported = 0;

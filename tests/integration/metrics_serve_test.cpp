@@ -1,6 +1,6 @@
 // Integration tier of the operations features (#11): GET /metrics over a real TCP socket from
 // a real stokerd (values that must move, garbage that must not hurt), the node_exporter
-// textfile, the trainer wait the client reports with each release (protocol 2.2, and the
+// textfile, the trainer wait the client reports with each release (protocol 2.3, and the
 // 24-byte Release of 2.1 clients still accepted), `stokerctl top -n 2`, and `stokerctl
 // preview` checked pixel for pixel against the batch a trainer gets.
 #include <catch2/catch.hpp>

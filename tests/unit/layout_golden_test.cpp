@@ -112,9 +112,9 @@ TEST_CASE("control messages", "[layout]") {
   CHECK(sizeof(ReleaseMsg) == 32);
   CHECK(offsetof(ReleaseMsg, slot) == 16);
   CHECK(offsetof(ReleaseMsg, generation) == 20);
-  CHECK(offsetof(ReleaseMsg, wait_ns) == 24);  // 2.2
+  CHECK(offsetof(ReleaseMsg, wait_ns) == 24);  // 2.3
   CHECK(kReleaseV21Bytes == 24);               // the 2.1 Release: still accepted
-  CHECK(kReleaseWaitMinor == 2);
+  CHECK(kReleaseWaitMinor == 3);
 }
 
 TEST_CASE("segment plan keeps payloads page aligned and slots disjoint", "[layout]") {
