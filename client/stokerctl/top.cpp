@@ -66,7 +66,7 @@ std::string render(const Json& st) {
     const bool failed = failure != job.end() && failure->is_string();
     std::snprintf(line, sizeof line, "%-16s %9.1f %12.0f %8.0f %6.0f %s", fit(job.value("name", "?"), 16).c_str(),
                   num(job, "images_per_s"), num(job, "samples_ok"), errors, num(job, "quarantined"),
-                  failed ? "FAILED" : "serving");
+                  failed ? "FAILED" : fit(job.value("state", "serving"), 10).c_str());
     out += line;
     out += "\n";
     std::snprintf(line, sizeof line, "  %5s %4s %-4s %7s %6s %10s %7s %9s %6s", "RANK", "RDR", "CONN", "READY",

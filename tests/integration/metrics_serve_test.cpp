@@ -196,6 +196,28 @@ TEST_CASE("GET /metrics serves counters that move, and garbage requests do not h
   CHECK(d.stop() == 0);
 }
 
+TEST_CASE("a drained job leaves the metrics with its consumers' wait", "[integration][metrics]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec a, b;
+  a.name = "a";
+  b.name = "b";
+  Daemon d(write_config(dir.path(), {a, b}, 1, "  metrics: \"127.0.0.1:0\"\n"), socket);
+  const int port = metrics_port(socket);
+  {
+    stoker::Client c("b", 0, at(socket));
+    c.next(30000).reset();
+  }
+  const std::string series = "stoker_consumer_releases_total{job=\"b\",rank=\"0\",reader=\"0\"}";
+  REQUIRE(wait_metric(port, series, [](double v) { return v == 1; }) == 1);
+  std::string out;
+  REQUIRE(run_program({bin("stokerctl"), "drain", "b", "--socket", socket}, out) == 0);
+  CHECK(wait_metric(port, series, [](double v) { return v == -1; }) == -1);  // gone
+  const std::string text = get_metrics(port);
+  CHECK(text.find("job=\"b\"") == std::string::npos);
+  CHECK(sample(text, "stoker_job_samples_total{job=\"a\"}") >= 0);
+}
+
 TEST_CASE("a metrics port already taken stops the start with the address named", "[integration][metrics]") {
   TempDir dir;
   const int taken = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
