@@ -16,6 +16,7 @@
 #include <sstream>
 #include <string_view>
 
+#include <arpa/inet.h>
 #include <yaml-cpp/yaml.h>
 
 namespace stoker::config {
@@ -942,9 +943,42 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
   return job;
 }
 
+// "HOST:PORT" or "[V6]:PORT" -> numeric host and port; false with `why` otherwise.
+bool split_metrics_address(const std::string& a, std::string& host, std::uint16_t& port, bool& loopback,
+                           std::string& why) {
+  const std::size_t colon = a.rfind(':');
+  if (colon == std::string::npos || colon + 1 == a.size()) {
+    why = "expected HOST:PORT like \"127.0.0.1:9400\", got '" + a + "'";
+    return false;
+  }
+  host = a.substr(0, colon);
+  const std::string p = a.substr(colon + 1);
+  unsigned long n = 0;
+  const auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), n);
+  if (ec != std::errc() || end != p.data() + p.size() || n > 65535) {
+    why = "port must be 0..65535 (0: any free port), got '" + p + "'";
+    return false;
+  }
+  port = static_cast<std::uint16_t>(n);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host == "localhost") host = "127.0.0.1";
+  in_addr v4{};
+  in6_addr v6{};
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) {
+    loopback = (ntohl(v4.s_addr) >> 24) == 127;
+  } else if (::inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
+    loopback = IN6_IS_ADDR_LOOPBACK(&v6);
+  } else {
+    why = "host must be a numeric IPv4/IPv6 address or localhost (no name lookups), got '" + host + "'";
+    return false;
+  }
+  return true;
+}
+
 void parse_server(const Reader& r, const Value& s, const fs::path& base_dir, ServerConfig& out) {
   const Fields f(r, s, {"workers", "socket", "log_level", "state_dir", "shm_mode", "handshake_timeout_s",
-                        "idle_timeout_s", "max_connections", "client_jobs", "client_job_linger_s", "drain_timeout_s"});
+                        "idle_timeout_s", "max_connections", "client_jobs", "client_job_linger_s", "drain_timeout_s",
+                        "metrics", "metrics_allow_remote", "metrics_textfile", "log_interval_s"});
   if (auto* v = f.get("workers")) out.workers = static_cast<std::uint32_t>(r.integer(*v, 0, 1024));
   if (auto* v = f.get("socket")) {
     out.socket = r.string(*v);
@@ -988,6 +1022,27 @@ void parse_server(const Reader& r, const Value& s, const fs::path& base_dir, Ser
   if (auto* v = f.get("drain_timeout_s")) {
     out.drain_timeout_s = r.number(*v);
     if (!(out.drain_timeout_s > 0 && out.drain_timeout_s <= 86400)) r.fail(*v, "must be within (0, 86400] seconds");
+  }
+  if (auto* v = f.get("metrics_allow_remote")) out.metrics_allow_remote = r.boolean(*v);
+  if (auto* v = f.get("metrics")) {
+    out.metrics = r.string(*v);
+    bool loopback = false;
+    std::string why;
+    if (!split_metrics_address(out.metrics, out.metrics_host, out.metrics_port, loopback, why)) r.fail(*v, why);
+    // The endpoint has no authentication: off the loopback only when asked for in so many words.
+    if (!loopback && !out.metrics_allow_remote) {
+      r.fail(*v, "'" + out.metrics_host + "' is not a loopback address; /metrics has no authentication, so "
+                 "set server.metrics_allow_remote: true to serve it there");
+    }
+  }
+  if (auto* v = f.get("metrics_textfile")) {
+    const fs::path d = r.string(*v);
+    if (d.empty()) r.fail(*v, "must not be empty (leave the key out for none)");
+    out.metrics_textfile = resolve(d, base_dir);
+  }
+  if (auto* v = f.get("log_interval_s")) {
+    out.log_interval_s = r.number(*v);
+    if (!(out.log_interval_s >= 0 && out.log_interval_s <= 86400)) r.fail(*v, "must be within [0, 86400] seconds (0: off)");
   }
 }
 

@@ -485,7 +485,9 @@ std::optional<std::string> Job::failure() const {
 
 JobStats Job::stats() const {
   std::lock_guard lock(stats_mu_);
-  return stats_;
+  JobStats st = stats_;
+  st.bytes_read = bytes_read_.load(std::memory_order_relaxed);
+  return st;
 }
 
 }  // namespace stoker::server

@@ -42,6 +42,7 @@ struct JobStats {
   std::uint64_t quarantined = 0;
   std::uint64_t transient_read_errors = 0;  // machine faults, retried (never quarantined)
   std::uint64_t missing = 0;                // unreadable now, skipped this epoch (ENOENT, EACCES)
+  std::uint64_t bytes_read = 0;             // sample bytes read from storage (cache hits excluded)
 };
 
 struct ReaderStatus {
@@ -221,6 +222,7 @@ class Job {
   std::atomic<bool> draining_{false};  // set once by drain(); read under each ring's lock
   proto::SegmentHeader header_copy_{};  // the header as written at start
   std::atomic<std::uint32_t> transient_burst_{0};  // workers inside a transient-error burst
+  std::atomic<std::uint64_t> bytes_read_{0};       // JobStats::bytes_read (no lock per read)
 };
 
 }  // namespace stoker::server
