@@ -113,6 +113,10 @@ void equalize(std::uint8_t* rgb, std::size_t pixels) {
   }
 }
 
+void invert(std::uint8_t* rgb, std::size_t pixels) {
+  for (std::size_t i = 0; i < pixels * 3; ++i) rgb[i] = static_cast<std::uint8_t>(255 - rgb[i]);
+}
+
 void adjust_sharpness(std::uint8_t* rgb, int width, int height, double factor) {
   if (width <= 2 || height <= 2) return;  // torchvision: nothing inside the border to blur
   // The degenerate image: the 3x3 kernel [1 1 1; 1 5 1; 1 1 1] / 13 in float32, rounded to
@@ -135,6 +139,49 @@ void adjust_sharpness(std::uint8_t* rgb, int width, int height, double factor) {
   }
   const float r = static_cast<float>(factor), s = static_cast<float>(1.0 - factor);
   for (std::size_t i = 0; i < blurred.size(); ++i) rgb[i] = blend(rgb[i], blurred[i], r, s);
+}
+
+void apply_policy_op(std::uint8_t* rgb, int width, int height, const augment::PolicyDraw& d,
+                     augment::Interpolation mode) {
+  using augment::PolicyOp;
+  thread_local std::vector<std::uint8_t> scratch;
+  const std::size_t pixels = std::size_t(width) * height;
+  const double m = d.magnitude;
+  augment::AffineParams a;
+  switch (d.op) {
+    case PolicyOp::kIdentity:
+      return;
+    case PolicyOp::kShearX:
+    case PolicyOp::kShearY: {
+      // degrees(atan(m)) about center=[0, 0], the top-left corner: torchvision's center_f of
+      // it is (0 - w/2, 0 - h/2).
+      const double deg = std::atan(m) * 180.0 / M_PI;
+      a.shear = d.op == PolicyOp::kShearX ? std::array<double, 2>{deg, 0.0} : std::array<double, 2>{0.0, deg};
+      a.center = {-width * 0.5, -height * 0.5};
+      augment::affine(rgb, width, height, a, mode, nullptr, scratch);
+      return;
+    }
+    case PolicyOp::kTranslateX:
+    case PolicyOp::kTranslateY: {
+      const double t = std::trunc(m);  // int(magnitude)
+      a.translate = d.op == PolicyOp::kTranslateX ? std::array<double, 2>{t, 0.0} : std::array<double, 2>{0.0, t};
+      augment::affine(rgb, width, height, a, mode, nullptr, scratch);
+      return;
+    }
+    case PolicyOp::kRotate:
+      augment::rotate(rgb, width, height, m, mode, nullptr, scratch);
+      return;
+    case PolicyOp::kBrightness: adjust_brightness(rgb, pixels, 1.0 + m); return;
+    case PolicyOp::kColor: adjust_saturation(rgb, pixels, 1.0 + m); return;
+    case PolicyOp::kContrast: adjust_contrast(rgb, pixels, 1.0 + m); return;
+    case PolicyOp::kSharpness: adjust_sharpness(rgb, width, height, 1.0 + m); return;
+    case PolicyOp::kPosterize: posterize(rgb, pixels, static_cast<int>(m)); return;
+    // img >= threshold compares in float32: the integer threshold is its ceiling.
+    case PolicyOp::kSolarize: solarize(rgb, pixels, static_cast<int>(std::ceil(static_cast<float>(m)))); return;
+    case PolicyOp::kAutoContrast: autocontrast(rgb, pixels); return;
+    case PolicyOp::kEqualize: equalize(rgb, pixels); return;
+    case PolicyOp::kInvert: invert(rgb, pixels); return;
+  }
 }
 
 void apply_augment(const std::vector<AugmentStep>& steps, std::uint8_t* rgb, int width, int height, CounterRng& rng) {
@@ -184,8 +231,19 @@ void apply_augment(const std::vector<AugmentStep>& steps, std::uint8_t* rgb, int
       }
       case AugmentStep::Kind::kRotation: {
         const double angle = rng.uniform(s.degrees[0], s.degrees[1]);
-        std::vector<std::uint8_t> scratch;
+        thread_local std::vector<std::uint8_t> scratch;
         augment::rotate(rgb, width, height, angle, s.interpolation, s.fill, scratch);
+        break;
+      }
+      case AugmentStep::Kind::kAffine: {
+        thread_local std::vector<std::uint8_t> scratch;
+        augment::affine(rgb, width, height, augment::draw_random_affine(s.affine, width, height, rng), s.interpolation,
+                        &s.fill, scratch);
+        break;
+      }
+      case AugmentStep::Kind::kPolicy: {
+        const augment::PolicyDraws d = augment::draw_policy(s.policy, height, width, rng);
+        for (int i = 0; i < d.count; ++i) apply_policy_op(rgb, width, height, d.ops[i], s.policy.interpolation);
         break;
       }
       case AugmentStep::Kind::kErasing:
