@@ -4,13 +4,12 @@
 #include <cstring>
 
 #include "augment/linspace.hpp"
+#include "augment/pixel_math.hpp"
 
 namespace stoker::augment {
 namespace {
 
-inline std::uint8_t round_u8(float v) {
-  return static_cast<std::uint8_t>(std::fmin(255.0f, std::fmax(0.0f, std::nearbyint(v))));
-}
+inline std::uint8_t round_u8(float v) { return round_to_u8(v); }
 
 }  // namespace
 
@@ -61,7 +60,7 @@ void warp_affine(std::uint8_t* rgb, int width, int height, const std::array<doub
       const float ix = (gx + 1.0f) * (fw / 2.0f) - 0.5f;
       const float iy = (gy + 1.0f) * (fh / 2.0f) - 0.5f;
       if (mode == Interpolation::kNearest) {
-        const float rx = std::nearbyint(ix), ry = std::nearbyint(iy);
+        const float rx = round_half_even(ix), ry = round_half_even(iy);
         if (rx >= 0 && rx < fw && ry >= 0 && ry < fh) {
           std::memcpy(out, src + static_cast<std::size_t>(ry) * row + static_cast<std::size_t>(rx) * 3, 3);
         } else {
@@ -70,8 +69,7 @@ void warp_affine(std::uint8_t* rgb, int width, int height, const std::array<doub
         continue;
       }
       // Weights as the CPU kernel forms them: fractions e (east) and s (south) of the floor.
-      const float x0 = std::floor(ix), y0 = std::floor(iy);
-      if (!(x0 >= -1 && x0 < fw && y0 >= -1 && y0 < fh)) {  // all four neighbours outside
+      if (!(ix >= -1.0f && ix < fw && iy >= -1.0f && iy < fh)) {  // all four neighbours outside (or NaN)
         if (fill) {
           out[0] = round_u8(f0), out[1] = round_u8(f1), out[2] = round_u8(f2);
         } else {
@@ -79,6 +77,7 @@ void warp_affine(std::uint8_t* rgb, int width, int height, const std::array<doub
         }
         continue;
       }
+      const float x0 = floor_small(ix), y0 = floor_small(iy);
       const float fe = ix - x0, fs = iy - y0, fwst = 1.0f - fe, fnth = 1.0f - fs;
       const float w_nw = fnth * fwst, w_ne = fnth * fe, w_sw = fs * fwst, w_se = fs * fe;
       const int xi = static_cast<int>(x0), yi = static_cast<int>(y0);

@@ -6,6 +6,7 @@
 #include "augment/blur.hpp"
 #include "augment/geometric.hpp"
 #include "augment/hue.hpp"
+#include "augment/pixel_math.hpp"
 
 namespace stoker::image {
 namespace {
@@ -21,18 +22,27 @@ inline std::uint8_t gray_of(const std::uint8_t* p) {
 }
 
 // _blend(img1, img2, ratio): ratio * img1 + (1 - ratio) * img2, both products in float32
-// (the Python float ratio and 1.0 - ratio each rounded to float32 once).
+// (the Python float ratio and 1.0 - ratio each rounded to float32 once). Each product is
+// rounded before the sum, as torch does: this library is compiled with -ffp-contract=off, so
+// no fused multiply-add merges them (daemon/image/CMakeLists.txt).
 inline std::uint8_t blend(std::uint8_t a, float b, float r, float one_minus_r) {
-  const volatile float x = r * static_cast<float>(a);  // volatile: no fused multiply-add
-  const volatile float y = one_minus_r * b;
+  const float x = r * static_cast<float>(a);
+  const float y = one_minus_r * b;
   return to_u8(x + y);
+}
+
+// A pointwise op whose result depends on the value alone: evaluated once per possible value.
+void apply_lut(std::uint8_t* rgb, std::size_t values, const std::uint8_t (&lut)[256]) {
+  for (std::size_t i = 0; i < values; ++i) rgb[i] = lut[rgb[i]];
 }
 
 }  // namespace
 
 void adjust_brightness(std::uint8_t* rgb, std::size_t pixels, double factor) {
   const float r = static_cast<float>(factor), s = static_cast<float>(1.0 - factor);
-  for (std::size_t i = 0; i < pixels * 3; ++i) rgb[i] = blend(rgb[i], 0.0f, r, s);
+  std::uint8_t lut[256];
+  for (int v = 0; v < 256; ++v) lut[v] = blend(static_cast<std::uint8_t>(v), 0.0f, r, s);
+  apply_lut(rgb, pixels * 3, lut);
 }
 
 void adjust_contrast(std::uint8_t* rgb, std::size_t pixels, double factor) {
@@ -41,7 +51,9 @@ void adjust_contrast(std::uint8_t* rgb, std::size_t pixels, double factor) {
   for (std::size_t i = 0; i < pixels; ++i) sum += gray_of(rgb + 3 * i);
   const float mean = static_cast<float>(sum / static_cast<double>(pixels));
   const float r = static_cast<float>(factor), s = static_cast<float>(1.0 - factor);
-  for (std::size_t i = 0; i < pixels * 3; ++i) rgb[i] = blend(rgb[i], mean, r, s);
+  std::uint8_t lut[256];
+  for (int v = 0; v < 256; ++v) lut[v] = blend(static_cast<std::uint8_t>(v), mean, r, s);
+  apply_lut(rgb, pixels * 3, lut);
 }
 
 void adjust_saturation(std::uint8_t* rgb, std::size_t pixels, double factor) {
@@ -72,21 +84,25 @@ void posterize(std::uint8_t* rgb, std::size_t pixels, int bits) {
 }
 
 void autocontrast(std::uint8_t* rgb, std::size_t pixels) {
-  for (int c = 0; c < 3; ++c) {
-    std::uint8_t lo = 255, hi = 0;
-    for (std::size_t i = 0; i < pixels; ++i) {
-      lo = std::min(lo, rgb[3 * i + c]);
-      hi = std::max(hi, rgb[3 * i + c]);
+  std::uint8_t lo[3] = {255, 255, 255}, hi[3] = {0, 0, 0};
+  for (std::size_t i = 0; i < pixels; ++i) {
+    for (int c = 0; c < 3; ++c) {
+      lo[c] = std::min(lo[c], rgb[3 * i + c]);
+      hi[c] = std::max(hi[c], rgb[3 * i + c]);
     }
+  }
+  std::uint8_t lut[3][256];
+  for (int c = 0; c < 3; ++c) {
     // torch evaluates `255 / (max - min)` as reciprocal(max - min) * 255, two roundings in
     // float32: done the same way here, or values at the top of the range differ by one.
-    const volatile float reciprocal = 1.0f / (static_cast<float>(hi) - static_cast<float>(lo));
-    float minimum = lo, scale = reciprocal * 255.0f;
+    const float reciprocal = 1.0f / (static_cast<float>(hi[c]) - static_cast<float>(lo[c]));
+    float minimum = lo[c], scale = reciprocal * 255.0f;
     if (!std::isfinite(scale)) minimum = 0, scale = 1;  // a flat channel stays as it is
-    for (std::size_t i = 0; i < pixels; ++i) {
-      const volatile float d = static_cast<float>(rgb[3 * i + c]) - minimum;
-      rgb[3 * i + c] = to_u8(d * scale);
-    }
+    for (int v = 0; v < 256; ++v) lut[c][v] = to_u8((static_cast<float>(v) - minimum) * scale);
+  }
+  for (std::size_t i = 0; i < pixels; ++i) {
+    std::uint8_t* p = rgb + 3 * i;
+    p[0] = lut[0][p[0]], p[1] = lut[1][p[1]], p[2] = lut[2][p[2]];
   }
 }
 
@@ -120,25 +136,32 @@ void invert(std::uint8_t* rgb, std::size_t pixels) {
 void adjust_sharpness(std::uint8_t* rgb, int width, int height, double factor) {
   if (width <= 2 || height <= 2) return;  // torchvision: nothing inside the border to blur
   // The degenerate image: the 3x3 kernel [1 1 1; 1 5 1; 1 1 1] / 13 in float32, rounded to
-  // uint8 inside the border; the border keeps the original pixels.
-  std::vector<std::uint8_t> blurred(rgb, rgb + std::size_t(width) * height * 3);
+  // uint8 inside the border; the border keeps the original pixels. Each value sums its nine
+  // taps row by row, left to right (dy, then dx), as before; the loops run along a row of
+  // values so they vectorise.
+  const std::size_t row = std::size_t(width) * 3;
+  thread_local std::vector<std::uint8_t> blurred;
+  thread_local std::vector<float> acc;
+  blurred.assign(rgb, rgb + row * height);
+  acc.resize(row);
   const float k_side = 1.0f / 13.0f, k_mid = 5.0f / 13.0f;
+  const std::size_t n = row - 6;  // the values of columns 1 .. width - 2
   for (int y = 1; y < height - 1; ++y) {
-    for (int x = 1; x < width - 1; ++x) {
-      for (int c = 0; c < 3; ++c) {
-        float acc = 0;
-        for (int dy = -1; dy <= 1; ++dy) {
-          for (int dx = -1; dx <= 1; ++dx) {
-            const float v = rgb[(std::size_t(y + dy) * width + (x + dx)) * 3 + c];
-            acc += v * (dx == 0 && dy == 0 ? k_mid : k_side);
-          }
-        }
-        blurred[(std::size_t(y) * width + x) * 3 + c] = static_cast<std::uint8_t>(std::min(255.0f, std::nearbyint(acc)));
+    std::fill(acc.begin(), acc.begin() + n, 0.0f);
+    for (int dy = -1; dy <= 1; ++dy) {
+      const std::uint8_t* src = rgb + row * (y + dy);  // column x - 1 + (dx + 1) at value i
+      for (int dx = 0; dx < 3; ++dx) {
+        const float k = dy == 0 && dx == 1 ? k_mid : k_side;
+        const std::uint8_t* p = src + 3 * dx;
+        for (std::size_t i = 0; i < n; ++i) acc[i] += static_cast<float>(p[i]) * k;
       }
     }
+    std::uint8_t* out = blurred.data() + row * y + 3;
+    for (std::size_t i = 0; i < n; ++i) out[i] = augment::round_to_u8(acc[i]);
   }
   const float r = static_cast<float>(factor), s = static_cast<float>(1.0 - factor);
-  for (std::size_t i = 0; i < blurred.size(); ++i) rgb[i] = blend(rgb[i], blurred[i], r, s);
+  const std::size_t total = row * height;
+  for (std::size_t i = 0; i < total; ++i) rgb[i] = blend(rgb[i], blurred[i], r, s);
 }
 
 void apply_policy_op(std::uint8_t* rgb, int width, int height, const augment::PolicyDraw& d,
@@ -185,6 +208,7 @@ void apply_policy_op(std::uint8_t* rgb, int width, int height, const augment::Po
 }
 
 void apply_augment(const std::vector<AugmentStep>& steps, std::uint8_t* rgb, int width, int height, CounterRng& rng) {
+  augment::clear_avx_upper_state();  // the decode and resample before may leave it dirty
   const std::size_t pixels = std::size_t(width) * height;
   for (const AugmentStep& s : steps) {
     switch (s.kind) {
