@@ -5,10 +5,13 @@
    uint8 out, batch 64, the same number of workers each: stokerd feeding `stokerctl consume`
    vs torchvision's DataLoader (ImageFolder, PIL, one thread per worker process), images/s
    over whole epochs (the DataLoader's first batch, which pays for starting its workers, left
-   out; stokerd is timed from the consumer's start, so it pays its own start-up);
-2. microseconds per 224x224 sample of every augment op on one core: Stoker's ops
+   out; stokerd is timed from the consumer's start, so it pays its own start-up), and images
+   per CPU-second (stokerd + the consumer; the DataLoader's worker processes + the main
+   process), which a machine shared with other work disturbs much less than wall time;
+2. microseconds of CPU time per 224x224 sample of every augment op on one core: Stoker's ops
    (build/bin/stoker_bench_augment) beside torchvision.transforms.functional on the same
-   crop as a uint8 tensor (one torch thread).
+   crops as uint8 tensors (one torch thread); the policies as whole steps (their random op
+   mix) and each TrivialAugmentWide op at its middle bin (bilinear).
 
     scripts/bench-augment.py [BUILD_DIR] [IMAGES_DIR] [--workers W] [--epochs E]
                              [--interpolation nearest|bilinear] [--skip-ops] [--skip-loader]
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -39,17 +43,25 @@ jobs:
 """
 
 
-def stoker_rate(build: str, images: str, workers: int, epochs: int, steps: str) -> float:
+def children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def stoker_rate(build: str, images: str, workers: int, epochs: int, steps: str):
+    """(images/s, images per CPU-second of stokerd + its consumer)."""
     d = benchlib.Daemon(build, CONFIG.format(workers=workers, images=images, steps=steps))
     try:
-        t0 = time.monotonic()
-        s = benchlib.summary(d.consume(["--job", "train", "--epochs", str(epochs)]))
-        return s["samples"] / (time.monotonic() - t0)
+        t0, cpu0, child0 = time.monotonic(), d.cpu(), children_cpu()
+        s = benchlib.summary(d.consume(["--job", "train", "--epochs", str(epochs)]))  # reaps the consumer
+        wall, cpu = time.monotonic() - t0, d.cpu() - cpu0 + children_cpu() - child0
+        return s["samples"] / wall, s["samples"] / cpu
     finally:
         d.close()
 
 
-def torchvision_rate(images: str, workers: int, epochs: int, augment) -> float:
+def torchvision_rate(images: str, workers: int, epochs: int, augment):
+    """(images/s, images per CPU-second of the worker processes + this process)."""
     import torch
     import torchvision.datasets as D
     import torchvision.transforms as T
@@ -59,14 +71,20 @@ def torchvision_rate(images: str, workers: int, epochs: int, augment) -> float:
     dl = torch.utils.data.DataLoader(ds, batch_size=64, shuffle=True, num_workers=workers,
                                      worker_init_fn=lambda _: torch.set_num_threads(1),
                                      persistent_workers=workers > 0)
-    n, t0 = 0, None
+
+    def cpu() -> float:
+        pids = [w.pid for w in getattr(dl._iterator, "_workers", [])] if dl._iterator is not None else []
+        return time.process_time() + sum(benchlib.cpu_seconds(p) for p in pids)
+
+    n, t0, cpu0 = 0, None, 0.0
     for _ in range(epochs):
         for batch, _labels in dl:
             if t0 is None:
-                t0 = time.perf_counter()
+                t0, cpu0 = time.perf_counter(), cpu()
                 continue
             n += batch.shape[0]
-    return n / (time.perf_counter() - t0)
+    wall, used = time.perf_counter() - t0, cpu() - cpu0
+    return n / wall, n / used
 
 
 def torchvision_op_us(iterations: int, images: str):
@@ -106,10 +124,10 @@ def torchvision_op_us(iterations: int, images: str):
     for name, op in ops.items():
         rounds = []
         for _ in range(3):
-            t0 = time.perf_counter()
+            t0 = time.thread_time()  # CPU time, as stoker_bench_augment measures
             for i in range(iterations):
                 op(crops[i % len(crops)])
-            rounds.append((time.perf_counter() - t0) / iterations * 1e6)
+            rounds.append((time.thread_time() - t0) / iterations * 1e6)
         out[name] = sorted(rounds)[1]
     return out
 
@@ -135,11 +153,15 @@ def main() -> int:
         from torchvision.transforms import InterpolationMode, TrivialAugmentWide
         ta_steps = f"      - trivial_augment_wide: {{interpolation: {a.interpolation}}}"
         ta = TrivialAugmentWide(interpolation=InterpolationMode(a.interpolation))
-        print(f"{'pipeline':<34} {'stoker img/s':>12} {'torchvision img/s':>18} {'ratio':>7}")
+        print(f"load average before: {os.getloadavg()[0]:.1f}")
+        print(f"{'pipeline':<34} {'stoker img/s':>12} {'torchvision img/s':>18} {'ratio':>7} | "
+              f"{'stoker img/CPU-s':>16} {'torchvision img/CPU-s':>22} {'ratio':>7}")
         for label, steps, aug in (("RRC + flip + TrivialAugmentWide", ta_steps, ta), ("RRC + flip", "", None)):
-            s = stoker_rate(a.build, a.images, a.workers, a.epochs, steps)
-            t = torchvision_rate(a.images, a.workers, a.epochs, aug)
-            print(f"{label:<34} {s:>12.0f} {t:>18.0f} {s / t:>6.2f}x", flush=True)
+            s, sc = stoker_rate(a.build, a.images, a.workers, a.epochs, steps)
+            t, tc = torchvision_rate(a.images, a.workers, a.epochs, aug)
+            print(f"{label:<34} {s:>12.0f} {t:>18.0f} {s / t:>6.2f}x | {sc:>16.0f} {tc:>22.0f} {sc / tc:>6.2f}x",
+                  flush=True)
+        print(f"load average after: {os.getloadavg()[0]:.1f}")
     if not a.skip_ops:
         ours = {}
         out = subprocess.run([os.path.join(a.build, "bin", "stoker_bench_augment"), a.images, str(a.iterations)],

@@ -48,17 +48,30 @@ void warp_affine(std::uint8_t* rgb, int width, int height, const std::array<doub
   xs.resize(static_cast<std::size_t>(width));
   for (int j = 0; j < width; ++j) xs[j] = linspace_at(-fw * 0.5f + 0.5f, fw * 0.5f + 0.5f - 1.0f, width, j);
   const std::size_t row = static_cast<std::size_t>(width) * 3;
+  // Per row, two phases: the source coordinates of every pixel (float arithmetic with no
+  // branches, which the compiler vectorises), then the sampling (scalar gathers). Each value
+  // is the same expression as torch's, in the same order, whichever phase computes it.
+  thread_local std::vector<float> ixs, iys;
+  ixs.resize(static_cast<std::size_t>(width));
+  iys.resize(static_cast<std::size_t>(width));
+  const float half_w = fw / 2.0f, half_h = fh / 2.0f;
   for (int i = 0; i < height; ++i) {
     const float y = linspace_at(-fh * 0.5f + 0.5f, fh * 0.5f + 0.5f - 1.0f, height, i);
+    const float y01 = y * r01, y11 = y * r11;
+    float* __restrict ix_row = ixs.data();
+    float* __restrict iy_row = iys.data();
+    const float* __restrict x_row = xs.data();
+    for (int j = 0; j < width; ++j) {
+      // base_grid (x, y, 1) . rescaled_theta, then grid_sample's unnormalize
+      // (align_corners=False): (g + 1) * size/2 - 0.5
+      const float gx = x_row[j] * r00 + y01 + r02;
+      const float gy = x_row[j] * r10 + y11 + r12;
+      ix_row[j] = (gx + 1.0f) * half_w - 0.5f;
+      iy_row[j] = (gy + 1.0f) * half_h - 0.5f;
+    }
     std::uint8_t* out = rgb + row * i;
     for (int j = 0; j < width; ++j, out += 3) {
-      const float x = xs[j];
-      // base_grid (x, y, 1) . rescaled_theta
-      const float gx = x * r00 + y * r01 + r02;
-      const float gy = x * r10 + y * r11 + r12;
-      // grid_sample's unnormalize (align_corners=False): (g + 1) * size/2 - 0.5
-      const float ix = (gx + 1.0f) * (fw / 2.0f) - 0.5f;
-      const float iy = (gy + 1.0f) * (fh / 2.0f) - 0.5f;
+      const float ix = ix_row[j], iy = iy_row[j];
       if (mode == Interpolation::kNearest) {
         const float rx = round_half_even(ix), ry = round_half_even(iy);
         if (rx >= 0 && rx < fw && ry >= 0 && ry < fh) {
@@ -68,7 +81,6 @@ void warp_affine(std::uint8_t* rgb, int width, int height, const std::array<doub
         }
         continue;
       }
-      // Weights as the CPU kernel forms them: fractions e (east) and s (south) of the floor.
       if (!(ix >= -1.0f && ix < fw && iy >= -1.0f && iy < fh)) {  // all four neighbours outside (or NaN)
         if (fill) {
           out[0] = round_u8(f0), out[1] = round_u8(f1), out[2] = round_u8(f2);
@@ -77,32 +89,44 @@ void warp_affine(std::uint8_t* rgb, int width, int height, const std::array<doub
         }
         continue;
       }
+      // Weights as the CPU kernel forms them: fractions e (east) and s (south) of the floor.
       const float x0 = floor_small(ix), y0 = floor_small(iy);
       const float fe = ix - x0, fs = iy - y0, fwst = 1.0f - fe, fnth = 1.0f - fs;
       const float w_nw = fnth * fwst, w_ne = fnth * fe, w_sw = fs * fwst, w_se = fs * fe;
       const int xi = static_cast<int>(x0), yi = static_cast<int>(y0);
-      const bool in_x0 = xi >= 0, in_x1 = xi + 1 < width;
-      const bool in_y0 = yi >= 0, in_y1 = yi + 1 < height;
       // Offset of the nw neighbour (may lie outside; only in-image neighbours are read).
       const std::ptrdiff_t o = static_cast<std::ptrdiff_t>(yi) * static_cast<std::ptrdiff_t>(row) + xi * 3;
       const std::ptrdiff_t r = static_cast<std::ptrdiff_t>(row);
-      float v[3] = {0, 0, 0};  // grid_sample's order: nw, ne, sw, se
-      float mask = 0;          // the all-ones channel sampled the same way: the in-image weight
-      if (in_x0 && in_y0) {
-        for (int c = 0; c < 3; ++c) v[c] += static_cast<float>(src[o + c]) * w_nw;
-        mask += w_nw;
-      }
-      if (in_x1 && in_y0) {
-        for (int c = 0; c < 3; ++c) v[c] += static_cast<float>(src[o + 3 + c]) * w_ne;
-        mask += w_ne;
-      }
-      if (in_x0 && in_y1) {
-        for (int c = 0; c < 3; ++c) v[c] += static_cast<float>(src[o + r + c]) * w_sw;
-        mask += w_sw;
-      }
-      if (in_x1 && in_y1) {
-        for (int c = 0; c < 3; ++c) v[c] += static_cast<float>(src[o + r + 3 + c]) * w_se;
-        mask += w_se;
+      float v[3];   // grid_sample's order: nw, ne, sw, se, from 0
+      float mask;   // the all-ones channel sampled the same way: the in-image weight
+      if (xi >= 0 && xi + 1 < width && yi >= 0 && yi + 1 < height) {  // the common case: all inside
+        const std::uint8_t* p = src + o;
+        for (int c = 0; c < 3; ++c) {
+          v[c] = static_cast<float>(p[c]) * w_nw + static_cast<float>(p[3 + c]) * w_ne +
+                 static_cast<float>(p[r + c]) * w_sw + static_cast<float>(p[r + 3 + c]) * w_se;
+        }
+        mask = w_nw + w_ne + w_sw + w_se;
+      } else {
+        const bool in_x0 = xi >= 0, in_x1 = xi + 1 < width;
+        const bool in_y0 = yi >= 0, in_y1 = yi + 1 < height;
+        v[0] = v[1] = v[2] = 0;
+        mask = 0;
+        if (in_x0 && in_y0) {
+          for (int c = 0; c < 3; ++c) v[c] += static_cast<float>(src[o + c]) * w_nw;
+          mask += w_nw;
+        }
+        if (in_x1 && in_y0) {
+          for (int c = 0; c < 3; ++c) v[c] += static_cast<float>(src[o + 3 + c]) * w_ne;
+          mask += w_ne;
+        }
+        if (in_x0 && in_y1) {
+          for (int c = 0; c < 3; ++c) v[c] += static_cast<float>(src[o + r + c]) * w_sw;
+          mask += w_sw;
+        }
+        if (in_x1 && in_y1) {
+          for (int c = 0; c < 3; ++c) v[c] += static_cast<float>(src[o + r + 3 + c]) * w_se;
+          mask += w_se;
+        }
       }
       if (fill) {
         out[0] = round_u8(v[0] * mask + (1.0f - mask) * f0);
