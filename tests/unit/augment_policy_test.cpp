@@ -90,7 +90,7 @@ TEST_CASE("affine: identity, integer translation moves pixels, rotate is affine 
   CHECK(a == b);
 }
 
-TEST_CASE("affine: a fill blends at the border, no fill leaves black; scale 0.5 shrinks towards the centre",
+TEST_CASE("affine: a fill blends at the border, no fill leaves black, scale 0.5 shrinks towards the centre",
           "[augment]") {
   std::vector<std::uint8_t> scratch;
   const std::array<float, 3> grey{128, 128, 128};
