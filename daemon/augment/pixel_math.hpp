@@ -26,7 +26,7 @@ inline float floor_small(float v) {
 
 // torch.round(v).clamp(0, 255).to(uint8) for a finite v.
 inline std::uint8_t round_to_u8(float v) {
-  return static_cast<std::uint8_t>(std::min(255.0f, std::max(0.0f, round_half_even(v))));
+  return static_cast<std::uint8_t>(static_cast<std::int32_t>(std::min(255.0f, std::max(0.0f, round_half_even(v)))));
 }
 
 // Leaves the AVX registers' upper halves clean before SSE code. A 256-bit routine that returns
