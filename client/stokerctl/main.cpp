@@ -23,7 +23,13 @@ constexpr const char* kUsage =
     "  preview JOB --out FILE.png [--rank R] [--reader I] [--epoch E] [--batch B] [--columns C]\n"
     "          [--socket PATH]\n"
     "      contact sheet of one real batch as the trainer gets it (float output de-normalized),\n"
-    "      label under each tile; attaches as rank R's consumer (refused while a trainer has it)\n";
+    "      label under each tile; attaches as rank R's consumer (refused while a trainer has it)\n"
+    "  drain JOB [--socket PATH]\n"
+    "      stop planning JOB's batches; its consumers get those already planned, then are told;\n"
+    "      the job is removed (until a reload or restart brings it back)\n"
+    "  reload [--socket PATH]\n"
+    "      make stokerd re-read its config (SIGHUP, as systemctl reload): new jobs start, changed\n"
+    "      ones restart, removed ones drain, unchanged ones are not disturbed\n";
 
 }  // namespace
 
