@@ -1,6 +1,10 @@
 // Binary PGM (P5) and PPM (P6), written by hand: header tokens with comments, maxval 1..65535
 // (two big-endian bytes per sample above 255). Samples are scaled to 8 bits when maxval is
-// not 255 (round(v * 255 / maxval)); gray is expanded to RGB.
+// not 255 with PIL's own arithmetic (PpmDecoder: min(255, round(v / maxval * 255)) in double
+// precision, half to even), so maxval < 255 gives PIL's pixels exactly; above 255 PIL clips
+// instead (see other_decoders.hpp). Gray is expanded to RGB.
+#include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "image/other_decoders.hpp"
@@ -57,9 +61,10 @@ bool decode_pnm(std::span<const std::uint8_t> d, std::uint64_t max_pixels, std::
     for (std::uint64_t c = 0; c < 3; ++c) {
       const std::uint64_t k = (i * channels + (color ? c : 0)) * bytes;
       std::uint32_t v = bytes == 2 ? (p[k] << 8) | p[k + 1] : p[k];
-      if (v > maxval) v = static_cast<std::uint32_t>(maxval);
+      // nearbyint in the default rounding mode is Python's round(): half to even.
       rgb[3 * i + c] = maxval == 255 ? static_cast<std::uint8_t>(v)
-                                     : static_cast<std::uint8_t>((v * 255 + maxval / 2) / maxval);
+                                     : static_cast<std::uint8_t>(std::min(
+                                           255.0, std::nearbyint(static_cast<double>(v) / static_cast<double>(maxval) * 255.0)));
     }
   }
   return true;

@@ -25,13 +25,14 @@ struct Decoded {
   SampleResult r;
   std::vector<std::uint8_t> rgb;
   std::uint32_t w = 0, h = 0;
+  int orientation = 1;
 };
 
 Decoded decode(const std::vector<std::uint8_t>& d, std::uint64_t max_pixels = 1u << 30) {
   Decoded o;
   OtherFormat f;
   REQUIRE(sniff_other(d, f));
-  o.ok = decode_other(f, d, max_pixels, o.rgb, o.w, o.h, o.r);
+  o.ok = decode_other(f, d, max_pixels, o.rgb, o.w, o.h, o.orientation, o.r);
   return o;
 }
 
