@@ -91,6 +91,13 @@ int reduction_for(const SourceBox& b, int rw, int rh) {
   return 1;
 }
 
+// WebP: the largest integer reduction d that keeps at least 2x the output resolution across
+// the box (1: none).
+int webp_reduction(const SourceBox& b, int rw, int rh) {
+  const double d = std::min((b.x1 - b.x0) / (2.0 * rw), (b.y1 - b.y0) / (2.0 * rh));
+  return d >= 2 ? static_cast<int>(d) : 1;
+}
+
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point& t) {
@@ -213,9 +220,13 @@ SampleResult SampleProcessor::process(std::span<const std::uint8_t> encoded, std
     WebpWindow win{m.xt.lo() & ~1, m.yt.lo() & ~1, m.xt.hi(), m.yt.hi()};
     const int cw = win.x1 - win.x0, ch = win.y1 - win.y0;
     int win_x = win.x0, win_y = win.y0, stride = cw * 3;
-    // Reduced by the same rule as a JPEG's DCT scale, then the taps are recomputed on the
-    // reduced window (its own coordinates: the box shifted to the window's origin).
-    if (const int d = reduction_for(sbox, rw, rh); d > 1) {
+    // Reduced by libwebp's rescaler (an exact area average) by the largest integer d that
+    // leaves at least twice the output resolution across the box, then the taps are
+    // recomputed on the reduced window (its own coordinates: the box shifted to the window's
+    // origin). Twice, not once as the JPEG DCT scale: averaging down to about the output size
+    // and then filtering again blurs more than PIL's one filter (a mean of 1-2.5 of 255 off at
+    // 1x, under 1 at 2x, measured on photos); libwebp, unlike the DCT, takes any factor.
+    if (const int d = webp_reduction(sbox, rw, rh); d > 1) {
       win.scaled_w = std::max(1, (cw + d - 1) / d);
       win.scaled_h = std::max(1, (ch + d - 1) / d);
       const double ox = win.x0, oy = win.y0;
