@@ -5,7 +5,10 @@ measured in one run with rounds interleaved (Stoker round, PIL round, ...), medi
 
 The files are the real bench photos (scripts/bench-images.sh, ImageNet-like 500 px JPEGs)
 re-saved by PIL as PNG, WebP lossy (quality 90) and lossless, TIFF (LZW), BMP and PPM, plus the
-JPEGs themselves, so every format holds the same pictures. Never synthetic images.
+JPEGs themselves, so every format holds the same pictures. Never synthetic images. Two more
+sets, jpeg_1600 and webp_lossy_1600, are the source photographs of mate-backgrounds at 1600 px
+wide (JPEG quality 95, WebP quality 90): there RandomResizedCrop windows are large enough for
+the reduced decodes (JPEG DCT scale, WebP rescaler) to apply.
 
 usage: scripts/bench-formats.py [--images DIR] [--count N] [--out DIR] [--build DIR]
                                 [--seconds S] [--rounds R]
@@ -34,9 +37,13 @@ FORMATS = {  # folder: (PIL save arguments, extension); None: the JPEG's own byt
 }
 
 
+LARGE = {"jpeg_1600": dict(format="JPEG", quality=95), "webp_lossy_1600": dict(format="WEBP", quality=90)}
+LARGE_SOURCE = "/usr/share/backgrounds/mate/nature"  # installed by scripts/bench-images.sh
+
+
 def make_sets(images, count, out):
     """out/<format>/ from `count` photos spread over the bench set; kept when already made."""
-    stamp = os.path.join(out, f".made-from-{count}")
+    stamp = os.path.join(out, f".made-from-{count}-v2")
     if os.path.exists(stamp):
         return
     shutil.rmtree(out, ignore_errors=True)
@@ -54,6 +61,13 @@ def make_sets(images, count, out):
                 shutil.copyfile(p, dst)
             else:
                 Image.open(p).convert("RGB").save(dst, **kw)
+    large = sorted(os.path.join(LARGE_SOURCE, f) for f in os.listdir(LARGE_SOURCE) if f.endswith(".jpg"))
+    for name, kw in LARGE.items():
+        os.makedirs(os.path.join(out, name))
+        for i, p in enumerate(large):
+            im = Image.open(p).convert("RGB")
+            im = im.resize((1600, im.height * 1600 // im.width), Image.LANCZOS)
+            im.save(os.path.join(out, name, f"{i:05d}.{kw['format'].lower()}"), **kw)
     open(stamp, "w").close()
 
 
@@ -103,7 +117,7 @@ def main():
     def tv_train(b):
         train(Image.open(io.BytesIO(b)).convert("RGB"))
 
-    sets = {name: load(os.path.join(a.out, name)) for name in FORMATS}
+    sets = {name: load(os.path.join(a.out, name)) for name in list(FORMATS) + list(LARGE)}
     stoker, pil = {}, {}
     for r in range(a.rounds):
         # One Stoker round over every format and measurement, then one PIL round.

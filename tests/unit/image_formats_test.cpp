@@ -274,3 +274,24 @@ TEST_CASE("PPM/PGM with maxval below 255 are scaled as PIL scales them", "[image
   const auto g1 = rgb_of_pnm("P5\n3 1\n1\n", {0, 1, 2});
   CHECK(g1 == std::vector<std::uint8_t>{0, 0, 0, 255, 255, 255, 255, 255, 255});
 }
+
+TEST_CASE("a refused file of any format leaves the processor usable: the next file decodes as on a fresh one",
+          "[image][formats]") {
+  PipelineSpec spec;
+  spec.geometry = Geometry::kRandomResizedCrop;
+  spec.out_width = spec.out_height = 24;
+  SampleProcessor reused(spec);
+  std::vector<std::uint8_t> out(spec.sample_bytes());
+  for (const char* f : {"photo_lossy.webp", "lossless.webp", "lzw.tif", "rgba_unassoc.tif", "rgb24.bmp", "rgb.ppm",
+                        "gray16.pgm"}) {
+    INFO(f);
+    const auto good = read(f);
+    auto bad = good;
+    bad.resize(good.size() / 2);
+    const SampleResult refused = reused.process(bad, 5, 0, 1, out.data());
+    CHECK_FALSE(refused.ok());
+    CHECK(refused.format != ImageFormat::kUnknown);  // still known by its first bytes
+    REQUIRE(reused.process(good, 5, 0, 1, out.data()).ok());
+    CHECK(out == run_spec(spec, good, 1));
+  }
+}
