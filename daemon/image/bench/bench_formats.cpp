@@ -6,14 +6,16 @@
 // and a WebP folder also as
 //   train_uint8_whole  the same with WebP region-and-scale decoding off (the whole image
 //                      decoded, then cropped), to show what the window and rescaler save.
-// Prints "<format> <measurement> <images/s>", images/s being the median of ROUNDS rounds
+// Prints "<format> <measurement> <images/s>", images/s being images per second of this
+// thread's CPU time (one core's cost, unmoved by other processes on a shared machine: there
+// wall-clock rates moved 2.5x with the neighbours' load), the median of ROUNDS rounds
 // interleaved across every format and measurement.
 #include <algorithm>
 #include <cctype>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <ctime>
 #include <functional>
 #include <memory>
 #include <string>
@@ -25,7 +27,6 @@
 #include "image/sample_processor.hpp"
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 using namespace stoker::image;
 
 namespace {
@@ -71,16 +72,22 @@ struct WholeDecoder {
   }
 };
 
-// One timed round: at least `seconds` and at least one pass over the files.
+double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// One timed round: at least `seconds` of CPU time and at least one pass over the files.
 double rate(const Files& files, double seconds, const std::function<bool(const std::vector<std::uint8_t>&)>& one,
             std::size_t& failed) {
   std::size_t n = 0;
-  const auto t0 = Clock::now();
+  const double t0 = thread_cpu_s();
   double el = 0;
   do {
     failed += one(files[n % files.size()]) ? 0 : 1;
     ++n;
-    el = std::chrono::duration<double>(Clock::now() - t0).count();
+    el = thread_cpu_s() - t0;
   } while (el < seconds || n < files.size());
   return static_cast<double>(n) / el;
 }
