@@ -128,7 +128,10 @@ void throw_daemon_error(const void* data, std::size_t n) {
     case proto::ErrorCode::kNoDevice:
     case proto::ErrorCode::kTooManyConnections: st = STOKER_ERR_REFUSED; break;
     case proto::ErrorCode::kJobFailed: st = STOKER_ERR_JOB_FAILED; break;
-    case proto::ErrorCode::kLeaseTimeout: st = STOKER_ERR_DISCONNECTED; break;
+    case proto::ErrorCode::kLeaseTimeout:
+    // Drained (a reload changed or removed the job, stokerctl drain): dropped, like a daemon
+    // restart, so a loader that reconnects finds a restarted job under the same name.
+    case proto::ErrorCode::kJobDrained: st = STOKER_ERR_DISCONNECTED; break;
     default: break;
   }
   throw Failure{st, std::string("stokerd: ") + m.message};

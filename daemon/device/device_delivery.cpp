@@ -192,6 +192,19 @@ void DeviceDelivery::reaper_loop() {
   }
 }
 
+void DeviceDelivery::forget_job(Job& job) {
+  std::lock_guard lock(mu_);
+  auto it = registered_.find(&job);
+  if (it == registered_.end() || !backend_) return;
+  // Rings that copied from this segment: their copies must be done before it is unregistered
+  // (the job settled its slots' copies; a retired ring's last copy is waited for here too).
+  for (auto& w : rings_) {
+    if (auto r = w.lock()) r->synchronize();
+  }
+  backend_->unregister_host(it->second.first, it->second.second);
+  registered_.erase(it);
+}
+
 void DeviceDelivery::shutdown() {
   {
     std::lock_guard lock(mu_);

@@ -135,12 +135,12 @@ bool Job::restore_layout() {
   return repaired;
 }
 
-std::uint64_t Job::samples_per_rank() const {
-  return sampler::samples_per_rank(dataset_.samples.size(), cfg_.world_size, cfg_.drop_last);
+std::uint64_t Job::samples_per_rank(std::uint32_t rank) const {
+  return sampler::samples_per_rank(dataset_.samples.size(), cfg_.world_size, rank, cfg_.shards());
 }
 
-std::uint64_t Job::batches_per_epoch() const {
-  return sampler::batches_per_epoch(samples_per_rank(), cfg_.batch_size, cfg_.drop_last);
+std::uint64_t Job::batches_per_epoch(std::uint32_t rank) const {
+  return sampler::batches_per_epoch(samples_per_rank(rank), cfg_.batch_size, cfg_.drop_last);
 }
 
 proto::RingHeader* Job::ring_header(std::uint32_t ring) const {
@@ -173,7 +173,7 @@ std::shared_ptr<Job::EpochStream> Job::make_stream(std::uint32_t rank, std::uint
   // Quarantined samples stay in the stream: batch k is always positions [kB, (k+1)B) of the
   // rank's share, whichever files are bad and whenever they were found (a restarted daemon
   // with a bigger quarantine, a resume at batch k). Bad ones are dropped inside their batch.
-  st->ids = sampler::rank_samples(perm, cfg_.world_size, cfg_.first_rank + rank, cfg_.drop_last);
+  st->ids = sampler::rank_samples(perm, cfg_.world_size, cfg_.first_rank + rank, cfg_.shards());
   return st;
 }
 
@@ -195,7 +195,7 @@ void Job::start() {
 }
 
 void Job::plan_free_slots(Ring& ring, std::vector<WorkItem>& out) {
-  if (failed_.load()) return;
+  if (failed_.load() || draining_.load()) return;
   const std::uint32_t B = cfg_.batch_size;
   for (std::uint32_t s = 0; s < ring.slots.size(); ++s) {
     Slot& slot = ring.slots[s];

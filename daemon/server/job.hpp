@@ -94,8 +94,9 @@ class Job {
   double oldest_lease_s(std::uint32_t rank, std::uint32_t reader);
   std::uint32_t readers() const { return cfg_.readers; }
   bool serves(std::uint32_t rank) const { return rank >= cfg_.first_rank && rank - cfg_.first_rank < cfg_.consumers; }
-  std::uint64_t batches_per_epoch() const;
-  std::uint64_t samples_per_rank() const;
+  // What global `rank` gets per epoch (ranks differ only with pad_shards: false, by one sample).
+  std::uint64_t batches_per_epoch(std::uint32_t rank) const;
+  std::uint64_t samples_per_rank(std::uint32_t rank) const;
   const ShmSegment& segment() const { return *segment_; }
 
   // Plans every slot of every ring from epoch 0, batch 0 (prefetch before anyone connects).
@@ -119,6 +120,16 @@ class Job {
   bool release(std::uint32_t rank, std::uint32_t reader, std::uint32_t slot, std::uint32_t generation);
   // Set when on_error: fail met a bad sample: "path: reason".
   std::optional<std::string> failure() const;
+
+  // --- removal (job_table.hpp: reload, `stokerctl drain`, client-defined jobs) ---
+  // From now on no batch is planned; batches already planned still fill and are handed out.
+  void drain();
+  bool draining() const { return draining_.load(); }
+  // Draining, and nothing more will come for this reader: no batch at or past its position is
+  // filling or ready for it.
+  bool drained_for(std::uint32_t rank, std::uint32_t reader);
+  // Waits for every device copy still reading the segment (before the job is destroyed).
+  void settle_device_copies();
 
   JobStats stats() const;
   // The finished-sample cache's figures (`cache: {bytes}`), when the job has one.
@@ -191,6 +202,7 @@ class Job {
   JobStats stats_;                         // guarded by stats_mu_
   std::optional<std::string> failure_;     // guarded by stats_mu_
   std::atomic<bool> failed_{false};
+  std::atomic<bool> draining_{false};  // set once by drain(); read under each ring's lock
   proto::SegmentHeader header_copy_{};  // the header as written at start
   std::atomic<std::uint32_t> transient_burst_{0};  // workers inside a transient-error burst
 };

@@ -148,6 +148,12 @@ STOKER_API stoker_status stoker_batch_device_to_host(stoker_batch* batch, void* 
 
 /* The daemon's status as JSON; free with stoker_free(). */
 STOKER_API stoker_status stoker_daemon_status(const char* socket_path, char** json_out);
+/* A JSON command to the daemon (protocol 2.2; see proto/LAYOUT.md, message 11): e.g.
+ * {"op": "drain", "job": "train"} or {"op": "define_job", "config": "jobs: {...}"}. The JSON
+ * reply ({"ok": true, ...} or {"ok": false, "error": "..."}) in *reply_json, free with
+ * stoker_free(); timeout_ms bounds the wait (a job definition waits for its dataset scan). */
+STOKER_API stoker_status stoker_daemon_command(const char* socket_path, const char* request_json, int timeout_ms,
+                                               char** reply_json);
 STOKER_API void stoker_free(void* p);
 
 /* Message of the last failed call on this thread ("" if none). */

@@ -384,4 +384,17 @@ PYBIND11_MODULE(_stoker, m) {
     stoker_free(json);
     return s;
   }, py::arg("socket") = "");
+
+  m.def("daemon_command", [](const std::string& socket, const std::string& request, int timeout_ms) {
+    char* json = nullptr;
+    stoker_status st;
+    {
+      py::gil_scoped_release unlocked;  // a job definition waits for its dataset scan
+      st = stoker_daemon_command(socket.empty() ? nullptr : socket.c_str(), request.c_str(), timeout_ms, &json);
+    }
+    if (st != STOKER_OK) raise_status(st);
+    std::string s(json);
+    stoker_free(json);
+    return s;
+  }, py::arg("socket"), py::arg("request"), py::arg("timeout_ms") = 600000);
 }

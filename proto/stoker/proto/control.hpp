@@ -20,7 +20,8 @@ inline constexpr std::uint32_t kControlMagic = 0x4b4f5453u;  // "STOK"
 // so a 1.x client could not map it; status replies may span several messages.
 inline constexpr std::uint16_t kProtoMajor = 2;
 // 2.1: Hello.reader and Welcome.readers/reader (fan-out: several readers of one rank).
-inline constexpr std::uint16_t kProtoMinor = 1;
+// 2.2: Command (JSON requests: define a job, drain a job) and error kJobDrained.
+inline constexpr std::uint16_t kProtoMinor = 2;
 inline constexpr std::size_t kMaxMessageBytes = 65536;       // status replies carry JSON
 // MessageHeader.reserved of a StatusReply: more StatusReply messages follow with the rest of
 // the JSON (a status for thousands of consumers spans several messages). Readers that do not
@@ -38,6 +39,8 @@ enum class MsgType : std::uint16_t {
   kStatusReply = 8,  // daemon -> client, JSON text follows the header
   kDeviceRing = 9,   // daemon -> client, right after Welcome when device output was granted
   kUnmapped = 10,    // client -> daemon, "I closed every device handle of this connection"
+  kCommand = 11,     // client -> daemon, JSON request text follows the header (2.2); answered
+                     // with StatusReply message(s) holding a JSON reply {"ok": ..., ...}
 };
 
 struct MessageHeader {
@@ -109,6 +112,7 @@ enum class ErrorCode : std::int32_t {
   kTooManyConnections = 10,  // server.max_connections reached, or no descriptor to spare
   kLeaseTimeout = 11,        // the consumer held a batch longer than the job's lease_timeout_s
   kOutOfStep = 12,           // a reader asked for a position its rank's other readers are not at
+  kJobDrained = 13,          // the job was drained (reload, stokerctl drain) and nothing more comes (2.2)
 };
 
 struct ErrorMsg {
