@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "image/exif.hpp"
 #include "image/other_decoders.hpp"
 #include "image/sample_processor.hpp"
 
@@ -294,4 +295,20 @@ TEST_CASE("a refused file of any format leaves the processor usable: the next fi
     REQUIRE(reused.process(good, 5, 0, 1, out.data()).ok());
     CHECK(out == run_spec(spec, good, 1));
   }
+}
+
+TEST_CASE("EXIF orientation from a bare TIFF header (WebP EXIF chunk), with or without the Exif prefix",
+          "[image][formats][orientation]") {
+  // Big-endian TIFF header, IFD at 8 with one entry: Orientation (0x0112), SHORT, 1, value 6.
+  const std::vector<std::uint8_t> mm = {'M', 'M', 0, 42, 0, 0, 0, 8, 0, 1, 0x01, 0x12, 0, 3, 0, 0, 0, 1, 0, 6, 0, 0};
+  CHECK(exif_orientation_tiff(mm.data(), mm.size()) == 6);
+  std::vector<std::uint8_t> prefixed = {'E', 'x', 'i', 'f', 0, 0};
+  prefixed.insert(prefixed.end(), mm.begin(), mm.end());
+  CHECK(exif_orientation_tiff(prefixed.data(), prefixed.size()) == 6);
+  CHECK(exif_orientation(prefixed.data(), prefixed.size()) == 6);  // the JPEG APP1 form
+  // Anything cut short or out of range is "no orientation", never a read past the end.
+  for (std::size_t n = 0; n < mm.size(); ++n) CHECK(exif_orientation_tiff(mm.data(), n) == 1);
+  auto bad = mm;
+  bad[19] = 9;
+  CHECK(exif_orientation_tiff(bad.data(), bad.size()) == 1);
 }
