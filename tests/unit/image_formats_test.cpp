@@ -153,7 +153,7 @@ TEST_CASE("WebP region-and-scale decoding gives the pixels of a whole decode and
         PipelineSpec whole = region;
         whole.webp_region_decode = false;
         double worst = 0, sum = 0;
-        const int n = g == Geometry::kRandomResizedCrop ? 40 : 1;
+        const int n = g == Geometry::kRandomResizedCrop ? 24 : 1;
         for (int id = 0; id < n; ++id) {
           SampleResult r;
           const auto a = run_spec(region, file, id, &r);
