@@ -327,6 +327,9 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
       // Finished earlier (a deterministic pipeline gives the same bytes every epoch).
     } else if (read_sample(id, file_buffer, result)) {
       result = processor.process(file_buffer, cfg_.seed, epoch, id, out);
+      if (formats_.record(id, result.format)) {
+        spdlog::info("job {}: formats by content: {}", cfg_.name, formats_.summary());
+      }
       if (result.ok() && cache_) cache_->put(id, out);
     }
     if (result.ok()) {

@@ -23,6 +23,7 @@
 #include "config/config.hpp"
 #include "device/device_ring.hpp"
 #include "image/sample_processor.hpp"
+#include "server/format_counts.hpp"
 #include "server/quarantine.hpp"
 #include "server/sample_cache.hpp"
 #include "server/shm_segment.hpp"
@@ -142,6 +143,8 @@ class Job {
     return cache_ ? std::optional<SampleCacheStats>(cache_->stats()) : std::nullopt;
   }
   std::vector<RingStatus> ring_status() const;
+  // Samples by image format, by content (format_counts.hpp).
+  const FormatCounts& formats() const { return formats_; }
 
   // --- worker threads ---
   void run(const WorkItem& item, image::SampleProcessor& processor,
@@ -211,6 +214,7 @@ class Job {
   // By sample id: files listed at start or found bad while running; later epochs skip them.
   std::unique_ptr<std::atomic<std::uint8_t>[]> quarantined_;
   std::atomic<std::size_t> quarantined_count_{0};
+  FormatCounts formats_{dataset_.samples.size()};
   WorkQueue& queue_;
   std::function<void()> notify_ready_;
   std::vector<std::unique_ptr<Ring>> rings_;

@@ -125,6 +125,13 @@ std::string ControlServer::status_json() const {
     Json errors = Json::object();
     for (int k = 1; k < 6; ++k) errors[image::to_string(static_cast<image::SampleErrorKind>(k))] = st.errors[k];
     job["errors"] = std::move(errors);
+    // Samples by format, by content, each counted the first time it is read (format_counts.hpp).
+    Json formats = Json::object();
+    const auto fc = j.formats().counts();
+    for (std::size_t k = 1; k <= fc.size(); ++k) {  // "unknown" (0) last
+      formats[image::to_string(static_cast<image::ImageFormat>(k % fc.size()))] = fc[k % fc.size()];
+    }
+    job["formats"] = std::move(formats);
     job["failure"] = j.failure() ? Json(*j.failure()) : Json(nullptr);
     if (auto c = j.cache_stats()) {
       job["cache"] = {{"budget_bytes", c->budget_bytes}, {"used_bytes", c->used_bytes}, {"entries", c->entries},
