@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <grp.h>
 #include <map>
 #include <set>
 #include <sstream>
@@ -942,9 +943,31 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
   return job;
 }
 
+// server.group: a group name or a numeric gid that exists on this machine (looked up now, so
+// a typo is refused with the config's line rather than found when the socket is made).
+void parse_server_group(const Reader& r, const Value& v, ServerConfig& out) {
+  const std::string g = r.string(v);
+  if (g.empty()) r.fail(v, "must not be empty (leave the key out for owner-only access)");
+  std::vector<char> buf(16384);
+  group gr{};
+  group* found = nullptr;
+  const bool numeric = g.size() <= 9 && std::all_of(g.begin(), g.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (numeric) {
+    ::getgrgid_r(static_cast<gid_t>(std::stoul(g)), &gr, buf.data(), buf.size(), &found);
+  } else {
+    ::getgrnam_r(g.c_str(), &gr, buf.data(), buf.size(), &found);
+  }
+  if (found == nullptr) {
+    r.fail(v, "no group '" + g + "' on this machine (`getent group " + g + "`; create it with `groupadd " + g + "`)");
+  }
+  out.group = found->gr_name;
+  out.group_id = found->gr_gid;
+}
+
 void parse_server(const Reader& r, const Value& s, const fs::path& base_dir, ServerConfig& out) {
   const Fields f(r, s, {"workers", "socket", "log_level", "state_dir", "shm_mode", "handshake_timeout_s",
-                        "idle_timeout_s", "max_connections", "client_jobs", "client_job_linger_s", "drain_timeout_s"});
+                        "idle_timeout_s", "max_connections", "client_jobs", "client_job_linger_s", "drain_timeout_s",
+                        "group"});
   if (auto* v = f.get("workers")) out.workers = static_cast<std::uint32_t>(r.integer(*v, 0, 1024));
   if (auto* v = f.get("socket")) {
     out.socket = r.string(*v);

@@ -122,6 +122,10 @@ struct ServerConfig {
   double client_job_linger_s = 30;
   double drain_timeout_s = 60;
   std::filesystem::path state_dir;  // quarantine files; default: next to the socket
+  // server.group: members of this group may connect too (socket 0660 root:group, each peer's
+  // credentials checked at accept; see server/peer_access.hpp). Empty: owner (and root) only.
+  std::string group;
+  std::uint32_t group_id = 0;  // the group's gid, looked up when the config is read
 };
 
 struct Config {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "server/peer_access.hpp"
 #include "stoker/proto/control.hpp"
 
 namespace stoker::server {
@@ -35,6 +36,7 @@ class ControlServer {
     double handshake_timeout_s = 10;
     double idle_timeout_s = 5;
     std::size_t max_connections = 256;
+    PeerPolicy access;  // who may connect (server.group); checked on every accept
   };
   // Where jobs come from while running: SIGHUP re-reads `config_file`; clients may define jobs
   // (server.client_jobs), drained once unused for `client_job_linger_s`.
@@ -108,7 +110,7 @@ class ControlServer {
   void evict_stuck_consumers();
   // Accepts a connection beyond the cap (or with no descriptor to spare) only to tell it why
   // and close it.
-  void refuse(int fd, const std::string& why);
+  void refuse(int fd, const std::string& why, proto::ErrorCode code = proto::ErrorCode::kTooManyConnections);
 
   // --- jobs coming and going (control_jobs.cpp) ---
   bool handle_command(Session& s, const std::uint8_t* data, std::size_t n);
@@ -130,6 +132,7 @@ class ControlServer {
   unsigned workers_;
   DeviceDelivery& delivery_;
   Limits limits_;
+  PeerGate gate_{limits_.access};  // after limits_: built from it
   // A descriptor held in reserve: when accept() fails with EMFILE/ENFILE it is closed, the
   // pending connection accepted, told why and closed, and the reserve reopened. Without it
   // the listening socket stays readable and the loop would spin at 100% of a core.
