@@ -4,12 +4,13 @@ stoker_add_test(service_test LABEL unit
   SOURCES unit/service_test.cpp
   LIBS stoker_server stoker_daemon_fixture)
 
-# Other uids against a real stokerd (forked children that drop to uid 65534); as root only,
-# otherwise each case exits 77 and ctest reports it Skipped.
-add_executable(access_test integration/access_test.cpp)
-target_link_libraries(access_test PRIVATE stoker_catch_main stoker_daemon_fixture stoker::client)
-catch_discover_tests(access_test EXTRA_ARGS -w NoTests PROPERTIES LABELS integration SKIP_RETURN_CODE 77 TIMEOUT 300)
-add_dependencies(access_test stokerd)
+# Against a real stokerd: the state folder; other uids (forked children that drop to uid 65534),
+# as root only, otherwise those cases exit 77 and ctest reports them Skipped.
+add_executable(service_integration_test integration/access_test.cpp integration/state_dir_test.cpp)
+target_link_libraries(service_integration_test PRIVATE stoker_catch_main stoker_daemon_fixture stoker::client)
+catch_discover_tests(service_integration_test EXTRA_ARGS -w NoTests PROPERTIES LABELS integration
+  SKIP_RETURN_CODE 77 TIMEOUT 300)
+add_dependencies(service_integration_test stokerd)
 
 # The .deb (label package): built by scripts/package.sh in its own build folder and inspected;
 # then, as root, installed with apt, used from /usr and purged. Not in sanitizer builds (the
