@@ -1012,6 +1012,7 @@ void parse_server(const Reader& r, const Value& s, const fs::path& base_dir, Ser
     out.drain_timeout_s = r.number(*v);
     if (!(out.drain_timeout_s > 0 && out.drain_timeout_s <= 86400)) r.fail(*v, "must be within (0, 86400] seconds");
   }
+  if (auto* v = f.get("group")) parse_server_group(r, *v, out);
 }
 
 }  // namespace
