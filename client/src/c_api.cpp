@@ -150,7 +150,7 @@ stoker_status stoker_client_open(const stoker_options* o, stoker_client** out) {
   }
   *out = nullptr;
   return guarded([&] {
-    const std::string socket = stoker::proto::resolve_socket_path(o->socket_path ? o->socket_path : "");
+    const std::string socket = stoker::proto::resolve_client_socket_path(o->socket_path ? o->socket_path : "");
     auto c = std::make_unique<stoker_client>();
     c->socket = socket;
     c->job = o->job;
@@ -332,15 +332,13 @@ namespace {
 stoker_status json_request(const char* socket_path, const std::vector<std::uint8_t>& request, int timeout_ms,
                            char** out) {
   return guarded([&] {
-    const std::string socket = stoker::proto::resolve_socket_path(socket_path ? socket_path : "");
+    const std::string socket = stoker::proto::resolve_client_socket_path(socket_path ? socket_path : "");
     const int fd = stoker::client::connect_control_socket(socket);
     struct Closer {
       int fd;
       ~Closer() { ::close(fd); }
     } closer{fd};
-    if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) {
-      throw Failure{STOKER_ERR_DISCONNECTED, "cannot send to stokerd at " + socket};
-    }
+    stoker::client::send_message(fd, request.data(), request.size(), socket);  // a refusal at accept says why
     std::vector<std::uint8_t> buf(stoker::proto::kMaxMessageBytes);
     std::string json;
     for (;;) {

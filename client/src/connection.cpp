@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <grp.h>
 #include <cstring>
 #include <poll.h>
 #include <sys/mman.h>
@@ -24,6 +26,30 @@ std::string version_text(std::uint16_t major, std::uint16_t minor) {
   return std::to_string(major) + "." + std::to_string(minor);
 }
 
+// Permission denied on the socket or its folder: say whose it is and how to get in.
+std::string access_denied_text(const std::string& socket_path) {
+  std::string text = "permission denied on stokerd's socket " + socket_path;
+  struct stat st {};
+  if (::stat(socket_path.c_str(), &st) == 0) {
+    char buf[4096];
+    group gr{};
+    group* g = nullptr;
+    ::getgrgid_r(st.st_gid, &gr, buf, sizeof buf, &g);  // reentrant: trainers connect from many threads
+    const std::string gname = g != nullptr ? g->gr_name : std::to_string(st.st_gid);
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    text += " (mode " + std::string(mode) + ", uid " + std::to_string(st.st_uid) + ", group " + gname + ")";
+    text += (st.st_mode & 0060) == 0060
+                ? ": members of group '" + gname + "' may connect; ask to be added, then start a new login session"
+                : ": only its owner may connect; the daemon's config can let a group in (server.group)";
+  } else {
+    text += ": its folder is closed to this user; the daemon's config can let a group in (server.group)";
+  }
+  return text;
+}
+
+}  // namespace
+
 void send_message(int fd, const void* msg, std::size_t n, const std::string& socket_path) {
   const ssize_t w = ::send(fd, msg, n, MSG_NOSIGNAL);
   if (w != static_cast<ssize_t>(n)) {
@@ -43,8 +69,6 @@ void send_message(int fd, const void* msg, std::size_t n, const std::string& soc
   }
 }
 
-}  // namespace
-
 int connect_control_socket(const std::string& socket_path) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -57,6 +81,7 @@ int connect_control_socket(const std::string& socket_path) {
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     const int e = errno;
     ::close(fd);
+    if (e == EACCES) throw Failure{STOKER_ERR_REFUSED, access_denied_text(socket_path)};
     throw Failure{STOKER_ERR_NO_DAEMON,
                   "no stokerd at " + socket_path + " (" + std::strerror(e) +
                       "): start it with `stokerd --config <file>` or point STOKER_SOCKET at "
@@ -127,7 +152,8 @@ void throw_daemon_error(const void* data, std::size_t n) {
     case proto::ErrorCode::kRankBusy:
     case proto::ErrorCode::kOutOfStep:
     case proto::ErrorCode::kNoDevice:
-    case proto::ErrorCode::kTooManyConnections: st = STOKER_ERR_REFUSED; break;
+    case proto::ErrorCode::kTooManyConnections:
+    case proto::ErrorCode::kAccessDenied: st = STOKER_ERR_REFUSED; break;
     case proto::ErrorCode::kJobFailed: st = STOKER_ERR_JOB_FAILED; break;
     case proto::ErrorCode::kLeaseTimeout:
     // Drained (a reload changed or removed the job, stokerctl drain): dropped, like a daemon

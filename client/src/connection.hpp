@@ -93,6 +93,10 @@ class Connection {
 
 // Connects a SOCK_SEQPACKET socket; throws Failure with a hint when no daemon listens.
 int connect_control_socket(const std::string& socket_path);
+
+// Sends one message; when the daemon hung up, throws the error it left queued (a refusal at
+// accept, an eviction) if there is one, else "lost the connection".
+void send_message(int fd, const void* msg, std::size_t n, const std::string& socket_path);
 // Receives one message with a timeout (<0: forever); throws Failure on EOF/timeout/error.
 // `fd_out`: receives a descriptor sent with the message (-1 if none); others are closed.
 std::size_t recv_message(int fd, void* buf, std::size_t cap, int timeout_ms,

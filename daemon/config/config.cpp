@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <grp.h>
 #include <map>
 #include <set>
 #include <sstream>
@@ -1077,10 +1078,32 @@ bool split_metrics_address(const std::string& a, std::string& host, std::uint16_
   return true;
 }
 
+// server.group: a group name or a numeric gid that exists on this machine (looked up now, so
+// a typo is refused with the config's line rather than found when the socket is made).
+void parse_server_group(const Reader& r, const Value& v, ServerConfig& out) {
+  const std::string g = r.string(v);
+  if (g.empty()) r.fail(v, "must not be empty (leave the key out for owner-only access)");
+  std::vector<char> buf(16384);
+  group gr{};
+  group* found = nullptr;
+  const bool numeric = g.size() <= 9 && std::all_of(g.begin(), g.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (numeric) {
+    ::getgrgid_r(static_cast<gid_t>(std::stoul(g)), &gr, buf.data(), buf.size(), &found);
+  } else {
+    ::getgrnam_r(g.c_str(), &gr, buf.data(), buf.size(), &found);
+  }
+  if (found == nullptr) {
+    r.fail(v, "no group '" + g + "' on this machine (`getent group " + g + "`; create it with `groupadd " + g + "`)");
+  }
+  out.group = found->gr_name;
+  out.group_id = found->gr_gid;
+}
+
 void parse_server(const Reader& r, const Value& s, const fs::path& base_dir, ServerConfig& out) {
   const Fields f(r, s, {"workers", "socket", "log_level", "state_dir", "shm_mode", "handshake_timeout_s",
                         "idle_timeout_s", "max_connections", "client_jobs", "client_job_linger_s", "drain_timeout_s",
-                        "metrics", "metrics_allow_remote", "metrics_textfile", "log_interval_s"});
+                        "metrics", "metrics_allow_remote", "metrics_textfile", "log_interval_s", "group",
+                        "client_jobs_for_group"});
   if (auto* v = f.get("workers")) out.workers = static_cast<std::uint32_t>(r.integer(*v, 0, 1024));
   if (auto* v = f.get("socket")) {
     out.socket = r.string(*v);
@@ -1117,6 +1140,7 @@ void parse_server(const Reader& r, const Value& s, const fs::path& base_dir, Ser
   }
   if (auto* v = f.get("max_connections")) out.max_connections = static_cast<std::uint32_t>(r.integer(*v, 1, 1000000));
   if (auto* v = f.get("client_jobs")) out.client_jobs = r.boolean(*v);
+  if (auto* v = f.get("client_jobs_for_group")) out.client_jobs_for_group = r.boolean(*v);
   if (auto* v = f.get("client_job_linger_s")) {
     out.client_job_linger_s = r.number(*v);
     if (!(out.client_job_linger_s >= 0 && out.client_job_linger_s <= 86400)) r.fail(*v, "must be within [0, 86400] seconds");
@@ -1146,6 +1170,7 @@ void parse_server(const Reader& r, const Value& s, const fs::path& base_dir, Ser
     out.log_interval_s = r.number(*v);
     if (!(out.log_interval_s >= 0 && out.log_interval_s <= 86400)) r.fail(*v, "must be within [0, 86400] seconds (0: off)");
   }
+  if (auto* v = f.get("group")) parse_server_group(r, *v, out);
 }
 
 }  // namespace

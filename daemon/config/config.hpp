@@ -119,6 +119,7 @@ struct ServerConfig {
   // consumer used it for client_job_linger_s. A draining job's consumers that have not taken
   // its last planned batches within drain_timeout_s are told and disconnected.
   bool client_jobs = true;
+  bool client_jobs_for_group = false;  // other users admitted by server.group may define jobs too
   double client_job_linger_s = 30;
   double drain_timeout_s = 60;
   std::filesystem::path state_dir;  // quarantine files; default: next to the socket
@@ -131,6 +132,10 @@ struct ServerConfig {
   bool metrics_allow_remote = false;
   std::filesystem::path metrics_textfile;  // node_exporter textfile directory; empty: none
   double log_interval_s = 0;        // periodic one-line throughput log; 0: off
+  // server.group: members of this group may connect too (socket 0660 root:group, each peer's
+  // credentials checked at accept; see server/peer_access.hpp). Empty: owner (and root) only.
+  std::string group;
+  std::uint32_t group_id = 0;  // the group's gid, looked up when the config is read
 };
 
 struct Config {

@@ -70,6 +70,13 @@ bool ControlServer::handle_command(Session& s, const std::uint8_t* data, std::si
                                       sources_.config_file.string() + "); define the job in its config"),
                        proto::MsgType::kStatusReply);
     }
+    if (s.peer_uid != ::geteuid() && s.peer_uid != 0 && !sources_.client_jobs_for_group) {
+      // A defined job reads any folder stokerd can read: not for other users unless allowed.
+      return send_json(s, reply_error("only stokerd's own user (uid " + std::to_string(::geteuid()) +
+                                      ") or root may define jobs; other users (server.group) may when the config says "
+                                      "server.client_jobs_for_group: true"),
+                       proto::MsgType::kStatusReply);
+    }
     if (!req.contains("config") || !req["config"].is_string()) {
       return send_json(s, reply_error("define_job needs \"config\": the job's YAML text"), proto::MsgType::kStatusReply);
     }

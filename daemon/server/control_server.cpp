@@ -195,6 +195,11 @@ void ControlServer::accept_clients() {
       }
       return;  // EAGAIN: no more pending (or nothing can be done now; retried next event)
     }
+    // Who may connect: stokerd's user, root, members of server.group (server/peer_access.hpp).
+    if (const PeerVerdict v = gate_.admit(fd); !v.allowed) {
+      refuse(fd, v.why, proto::ErrorCode::kAccessDenied);
+      continue;
+    }
     if (sessions_.size() >= limits_.max_connections) {
       refuse(fd, "stokerd has reached server.max_connections (" + std::to_string(limits_.max_connections) +
                      " connections); close idle clients or raise the limit");
@@ -256,7 +261,7 @@ void ControlServer::evict_stuck_consumers() {
   }
 }
 
-void ControlServer::refuse(int fd, const std::string& why) {
+void ControlServer::refuse(int fd, const std::string& why, proto::ErrorCode code) {
   // Rate-limited by nature: one line per refused connection would flood the log under a storm.
   static auto last_log = std::chrono::steady_clock::time_point{};
   const auto now = std::chrono::steady_clock::now();
@@ -265,7 +270,7 @@ void ControlServer::refuse(int fd, const std::string& why) {
     last_log = now;
   }
   auto e = proto::make_message<proto::ErrorMsg>(proto::MsgType::kError);
-  e.code = static_cast<std::int32_t>(proto::ErrorCode::kTooManyConnections);
+  e.code = static_cast<std::int32_t>(code);
   proto::copy_cstr(e.message, why.c_str());
   [[maybe_unused]] const ssize_t n = ::send(fd, &e, sizeof e, MSG_DONTWAIT | MSG_NOSIGNAL);
   // Unread messages at close would reset the connection and the peer would lose the error.

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "server/metrics_text.hpp"
+#include "server/peer_access.hpp"
 #include "stoker/proto/control.hpp"
 
 namespace stoker::server {
@@ -40,6 +41,7 @@ class ControlServer {
     double handshake_timeout_s = 10;
     double idle_timeout_s = 5;
     std::size_t max_connections = 256;
+    PeerPolicy access;  // who may connect (server.group); checked on every accept
   };
   // Where jobs come from while running: SIGHUP re-reads `config_file`; clients may define jobs
   // (server.client_jobs), drained once unused for `client_job_linger_s`.
@@ -47,6 +49,7 @@ class ControlServer {
     std::filesystem::path config_file;  // empty: SIGHUP is logged and ignored (tests)
     std::filesystem::path state_dir;
     bool client_jobs = true;
+    bool client_jobs_for_group = false;  // users other than stokerd's and root may define jobs too
     double client_job_linger_s = 30;
     std::size_t max_client_jobs = 16;
     double drain_timeout_s = 60;  // a draining job's consumers that do not finish are told then
@@ -124,7 +127,7 @@ class ControlServer {
   void evict_stuck_consumers();
   // Accepts a connection beyond the cap (or with no descriptor to spare) only to tell it why
   // and close it.
-  void refuse(int fd, const std::string& why);
+  void refuse(int fd, const std::string& why, proto::ErrorCode code = proto::ErrorCode::kTooManyConnections);
 
   // --- jobs coming and going (control_jobs.cpp) ---
   bool handle_command(Session& s, const std::uint8_t* data, std::size_t n);
@@ -146,6 +149,7 @@ class ControlServer {
   unsigned workers_;
   DeviceDelivery& delivery_;
   Limits limits_;
+  PeerGate gate_{limits_.access};  // after limits_: built from it
   // A descriptor held in reserve: when accept() fails with EMFILE/ENFILE it is closed, the
   // pending connection accepted, told why and closed, and the reserve reopened. Without it
   // the listening socket stays readable and the loop would spin at 100% of a core.

@@ -25,6 +25,7 @@
 #include "server/job_table.hpp"
 #include "server/metrics_http.hpp"
 #include "server/sd_notify.hpp"
+#include "server/state_dir.hpp"
 #include "server/worker_pool.hpp"
 #include "source/dataset.hpp"
 #include "stoker/proto/names.hpp"
@@ -33,12 +34,18 @@ namespace stoker::server {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: stokerd --config FILE [--socket PATH] [--workers N] [--log-level LEVEL]\n"
+    "usage: stokerd --config FILE [--socket PATH] [--state-dir DIR] [--workers N] [--log-level LEVEL]\n"
     "\n"
     "Serves the jobs of a YAML pipeline config to trainers through shared memory.\n"
     "  --config FILE      pipeline config (see configs/README.md)\n"
-    "  --socket PATH      control socket; default: config server.socket, $STOKER_SOCKET,\n"
-    "                     $XDG_RUNTIME_DIR/stoker/stoker.sock, /run/stoker/stoker.sock (root)\n"
+    "  --socket PATH      control socket; default, first set: config server.socket, $STOKER_SOCKET,\n"
+    "                     $XDG_RUNTIME_DIR/stoker/stoker.sock, /run/stoker/stoker.sock (root),\n"
+    "                     /tmp/stoker-<uid>/stoker.sock\n"
+    "                     Clients (no --socket): $STOKER_SOCKET, else the first that exists of\n"
+    "                     $XDG_RUNTIME_DIR/stoker/stoker.sock, /run/stoker/stoker.sock (any user;\n"
+    "                     the systemd unit's, see server.group), /tmp/stoker-<uid>/stoker.sock\n"
+    "  --state-dir DIR    quarantine files and index caches; default: config server.state_dir,\n"
+    "                     $STATE_DIRECTORY (systemd's StateDirectory=), else the socket's folder\n"
     "  --workers N        decode threads (default: config server.workers, else all cores)\n"
     "  --log-level LEVEL  trace|debug|info|warn|error (default: config, else info)\n";
 
@@ -99,6 +106,9 @@ bool parse_daemon_args(int argc, char** argv, DaemonOptions& out, int& exit_code
     } else if (a == "--socket") {
       if (!(v = value("--socket"))) break;
       out.socket_path = v;
+    } else if (a == "--state-dir") {
+      if (!(v = value("--state-dir"))) break;
+      out.state_dir = v;
     } else if (a == "--workers") {
       if (!(v = value("--workers"))) break;
       char* end = nullptr;
@@ -138,7 +148,7 @@ int run_daemon(const DaemonOptions& options) {
     spdlog::set_level(spdlog::level::from_str(level));
     spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [stokerd] [%^%l%$] %v");
     socket = proto::resolve_socket_path(options.socket_path, cfg.server.socket);
-    state_dir = !cfg.server.state_dir.empty() ? cfg.server.state_dir : std::filesystem::path(socket).parent_path();
+    state_dir = resolve_state_dir(options.state_dir, cfg.server.state_dir, socket);
     for (const auto& job : cfg.jobs) prepared.push_back(prepare_job(job, state_dir, cfg.file.string()));
   } catch (const config::ConfigError& e) {
     std::fprintf(stderr, "stokerd: config refused: %s\n", e.what());
@@ -212,9 +222,16 @@ int run_daemon(const DaemonOptions& options) {
       sources.config_file = std::filesystem::absolute(options.config_path);
       sources.state_dir = state_dir;
       sources.client_jobs = cfg.server.client_jobs;
+      sources.client_jobs_for_group = cfg.server.client_jobs_for_group;
       sources.client_job_linger_s = cfg.server.client_job_linger_s;
       sources.drain_timeout_s = cfg.server.drain_timeout_s;
+      limits.access.owner = ::geteuid();  // who may connect: peer_access.hpp
+      if (!cfg.server.group.empty()) {
+        limits.access.group = cfg.server.group_id;
+        limits.access.group_name = cfg.server.group;
+      }
       ControlServer server(socket, table, generation, workers, delivery, limits, sources);
+      apply_socket_access(socket, limits.access);  // 0660 and server.group's, or the bound 0600
       server_ptr.store(&server);
       {
         WorkerPool pool(workers, queue);

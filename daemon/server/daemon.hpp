@@ -13,6 +13,7 @@ struct DaemonOptions {
   std::string socket_path;   // --socket; empty: config, then environment
   int workers = -1;          // --workers; <0: from the config
   std::string log_level;     // --log-level; empty: from the config
+  std::string state_dir;     // --state-dir; empty: config, then $STATE_DIRECTORY, then the socket's folder
 };
 
 // Parses argv; on --help/--version or a usage error prints and returns false with exit_code set.

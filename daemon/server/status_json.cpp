@@ -141,9 +141,9 @@ std::string ControlServer::status_json() const {
     for (const auto& rs : j.ring_status()) {
       Json c;
       c["rank"] = rs.rank;
+      c["connected"] = rs.attached;
       c["samples_per_epoch"] = j.samples_per_rank(rs.rank);  // what this rank really gets
       c["batches_per_epoch"] = j.batches_per_epoch(rs.rank);
-      c["connected"] = rs.attached;
       c["slots"] = {{"free", rs.free}, {"filling", rs.filling}, {"ready", rs.ready}, {"leased", rs.leased}};
       c["next"] = {{"epoch", rs.next_epoch}, {"batch", rs.next_batch}};
       c["published"] = rs.published;

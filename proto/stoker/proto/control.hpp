@@ -115,6 +115,7 @@ enum class ErrorCode : std::int32_t {
   kLeaseTimeout = 11,        // the consumer held a batch longer than the job's lease_timeout_s
   kOutOfStep = 12,           // a reader asked for a position its rank's other readers are not at
   kJobDrained = 13,          // the job was drained (reload, stokerctl drain) and nothing more comes (2.2)
+  kAccessDenied = 14,        // the peer is not stokerd's user, root, or of server.group (SO_PEERCRED; 2.2)
 };
 
 struct ErrorMsg {
