@@ -743,6 +743,20 @@ void parse_cache(const Reader& r, const Value& v, JobConfig& job) {
   }
 }
 
+// read_ahead: {bytes: SIZE, requests: N} (either 0: off), or false to turn it off. The
+// defaults hold a few hundred typical JPEGs; requests is the most reads in flight per job.
+void parse_read_ahead(const Reader& r, const Value& v, JobConfig& job) {
+  if (v.node.IsScalar()) {
+    if (r.boolean(v)) return;  // true: the defaults
+    job.read_ahead_bytes = 0;
+    job.read_ahead_requests = 0;
+    return;
+  }
+  const Fields ra(r, v, {"bytes", "requests"});
+  if (auto* b = ra.get("bytes")) job.read_ahead_bytes = r.bytes(*b, 0, std::uint64_t{1} << 40);
+  if (auto* q = ra.get("requests")) job.read_ahead_requests = static_cast<std::uint32_t>(r.integer(*q, 0, 256));
+}
+
 JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, const Value& j,
                     const fs::path& base_dir) {
   const bool name_ok = !name.empty() && name.size() <= 48 &&
@@ -754,7 +768,7 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
     r.fail(name_at, j.path, "job names are 1..48 characters of A-Z a-z 0-9 _ . -");
   }
   const Fields f(r, j, {"source", "batch_size", "shuffle", "seed", "drop_last", "consumers", "world_size",
-                        "ranks", "node_rank", "local_world_size", "readers", "prefetch", "lease_timeout_s", "cache",
+                        "ranks", "node_rank", "local_world_size", "readers", "prefetch", "lease_timeout_s", "cache", "read_ahead",
                         "weight", "workers", "on_error", "quarantine", "device", "device_normalize", "pipeline", "output"});
   JobConfig job;
   job.name = name;
@@ -892,6 +906,7 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
     job.pipeline.normalize = false;
   }
   if (auto* v = f.get("cache")) parse_cache(r, *v, job);
+  if (auto* v = f.get("read_ahead")) parse_read_ahead(r, *v, job);
   const std::uint64_t slot_bytes = job.pipeline.sample_bytes() * job.batch_size;
   if (slot_bytes > kMaxSlotBytes) {
     r.fail(name_at, j.path, "one batch would take " + std::to_string(slot_bytes >> 20) +

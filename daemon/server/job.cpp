@@ -109,6 +109,7 @@ Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset datase
         plan_.first_slot_offset + static_cast<std::uint64_t>(r) * cfg.prefetch * plan_.slot_stride;
     rings_.push_back(std::move(ring));
   }
+  start_reading();
 }
 
 Job::~Job() = default;
@@ -247,6 +248,7 @@ void Job::plan_free_slots(Ring& ring, std::vector<WorkItem>& out) {
     }
     for (std::uint32_t j = 0; j < n; ++j) {
       out.push_back(WorkItem{this, ring.rank, s, j, slot.generation});
+      want_read(out.back(), slot.ids[j]);
     }
   }
 }
@@ -303,7 +305,7 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
                         static_cast<std::uint64_t>(item.position) * cfg_.pipeline.sample_bytes();
     if (cache_ && cache_->get(id, out)) {
       // Finished earlier (a deterministic pipeline gives the same bytes every epoch).
-    } else if (read_sample(id, file_buffer, result)) {
+    } else if (read_sample(item, id, file_buffer, result)) {
       result = processor.process(file_buffer, cfg_.seed, epoch, id, out);
       if (result.ok() && cache_) cache_->put(id, out);
     }
@@ -319,6 +321,7 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
   } else {
     result.error = image::SampleErrorKind::kIo;  // job stopped: not decoded, not counted
   }
+  drop_read(item);  // not read (quarantined, cached, job stopped): read-ahead frees its bytes
 
   std::vector<WorkItem> more;
   {

@@ -81,6 +81,7 @@ std::string ControlServer::status_json() const {
     job["quarantined"] = st.quarantined;
     job["transient_read_errors"] = st.transient_read_errors;
     job["missing"] = st.missing;
+    job["read_wait_s"] = j.read_wait_s();  // workers waiting for sample bytes, all threads summed
     Json errors = Json::object();
     for (int k = 1; k < 6; ++k) errors[image::to_string(static_cast<image::SampleErrorKind>(k))] = st.errors[k];
     job["errors"] = std::move(errors);
