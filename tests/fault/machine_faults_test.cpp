@@ -194,7 +194,7 @@ TEST_CASE("out of descriptors: hundreds of status callers are capped and timed o
   std::unique_ptr<Daemon> d;
   {
     ScopedEnv env;
-    env.set("STOKER_TEST_NOFILE", "128");  // hard and soft, as LimitNOFILE=128 would
+    env.set("STOKER_TEST_NOFILE", "14");  // hard and soft, as LimitNOFILE=128 would
     d = std::make_unique<Daemon>(write_config(dir.path(), {j}, 2, "  idle_timeout_s: 1\n"), socket);
   }
   CHECK_THAT(d->log(), Catch::Contains("descriptors: limit 128, at most"));
@@ -424,4 +424,51 @@ TEST_CASE("a JPEG refused for max_pixels does not cost the next one its decode: 
   const std::string st = status(socket);
   CHECK_THAT(st, Catch::Contains("\"too_large\":3") && Catch::Contains("\"corrupt\":0"));
   CHECK_THAT(d.log(), !Catch::Contains("state 202"));
+}
+
+TEST_CASE("read-ahead out of descriptors (a low LimitNOFILE, 64 reads in flight): EMFILE is retried, no "
+          "good file is quarantined, every sample arrives in order", "[fault][machine][read_ahead]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec j;
+  j.shuffle = false;
+  j.prefetch = 8;  // the whole epoch is planned, so all 64 reads are asked for at once
+  j.extra = "    read_ahead: {bytes: 64MiB, requests: 64}\n";
+  std::unique_ptr<Daemon> d;
+  {
+    ScopedEnv env;
+    // An idle daemon holds about a dozen descriptors: a few are left for 64 reader threads,
+    // whose reads of the photos take 3 ms each (storage latency), so they hold their
+    // descriptors together and most opens meet EMFILE.
+    env.set("STOKER_TEST_NOFILE", "18");
+    env.set("LD_PRELOAD", STOKER_SLOW_READ_LIB);
+    env.set("STOKER_SLOW_READ", "/demo/:3000");
+    const char* asan = std::getenv("ASAN_OPTIONS");
+    env.set("ASAN_OPTIONS", std::string(asan ? asan : "") + ":verify_asan_link_order=0");
+    d = std::make_unique<Daemon>(write_config(dir.path(), {j}, 2), socket);
+  }
+  stoker::Client c("demo", 0, at(socket));
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::vector<std::int64_t> ids;
+    for (;;) {
+      stoker::Batch b = c.next(60000);
+      ids.insert(ids.end(), b.ids(), b.ids() + b.count());
+      if (b.last_in_epoch()) break;
+    }
+    REQUIRE(ids.size() == kDemoSamples);
+    for (int i = 0; i < kDemoSamples; ++i) CHECK(ids[i] == i);  // unshuffled: in order
+  }
+  // The next epoch is being read meanwhile: a status call may find no descriptor to be
+  // accepted with (refused, as the machine fault it is) until those reads are done.
+  std::string st;
+  for (int i = 0; i < 50 && st.empty(); ++i) {
+    if (run_program({bin("stokerctl"), "status", "--socket", socket}, st) != 0) {
+      st.clear();
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+  CHECK_THAT(st, Catch::Contains("\"quarantined\":0") && Catch::Contains("\"missing\":0") &&
+                     !Catch::Contains("\"transient_read_errors\":0"));
+  CHECK_THAT(d->log(), Catch::Contains("(cannot open: Too many open files)") && !Catch::Contains("quarantine "));
+  CHECK(quarantine_files(dir.path(), "demo").empty());
 }
