@@ -194,7 +194,7 @@ TEST_CASE("out of descriptors: hundreds of status callers are capped and timed o
   std::unique_ptr<Daemon> d;
   {
     ScopedEnv env;
-    env.set("STOKER_TEST_NOFILE", "14");  // hard and soft, as LimitNOFILE=128 would
+    env.set("STOKER_TEST_NOFILE", "128");  // hard and soft, as LimitNOFILE=128 would
     d = std::make_unique<Daemon>(write_config(dir.path(), {j}, 2, "  idle_timeout_s: 1\n"), socket);
   }
   CHECK_THAT(d->log(), Catch::Contains("descriptors: limit 128, at most"));
