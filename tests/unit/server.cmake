@@ -2,3 +2,6 @@
 stoker_add_test(work_queue_test LABEL unit
   SOURCES unit/work_queue_test.cpp
   LIBS stoker_server)
+stoker_add_test(read_ahead_test LABEL unit
+  SOURCES unit/read_ahead_test.cpp
+  LIBS stoker_server)

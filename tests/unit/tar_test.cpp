@@ -14,6 +14,9 @@
 
 #include "source/dataset.hpp"
 #include "source/file_reader.hpp"
+#include "source/sample_reader.hpp"
+
+#include <sys/resource.h>
 #include "source/tar_shards.hpp"
 #include "tar_writer.hpp"
 
@@ -286,4 +289,74 @@ TEST_CASE("tar: reading a member of a shard that shrank since indexing is 'missi
   CHECK_THAT(r.reason, Contains("changed since it was indexed"));
   fs::remove(d / "s.tar");
   CHECK(stoker::source::read_range(ds.shards[0], 0, 1, out).status == stoker::source::ReadStatus::kMissing);
+}
+
+namespace {
+
+// Five one-member shards (member bytes "m0".."m4") and their dataset.
+stoker::source::Dataset five_shards(const Dir& d) {
+  for (int i = 0; i < 5; ++i) {
+    TarWriter w;
+    w.file("k" + std::to_string(i) + ".jpg", "m" + std::to_string(i)).file("k" + std::to_string(i) + ".cls", "0");
+    w.save(d / ("c-" + std::to_string(i) + ".tar"));
+  }
+  return read_tar_shards({d / "c-{0..4}.tar"}, {});
+}
+
+std::string read_with(stoker::source::SampleReader& r, std::uint32_t id) {
+  std::vector<std::uint8_t> out;
+  const auto res = r.read(id, out);
+  REQUIRE(res.ok());
+  return std::string(out.begin(), out.end());
+}
+
+}  // namespace
+
+TEST_CASE("tar: shard descriptors are cached in a bounded LRU and give the same bytes as a read by offset",
+          "[source][tar][read_ahead]") {
+  Dir d;
+  const auto ds = five_shards(d);
+  stoker::source::SampleReader reader(ds, {.sequential = true, .max_open_shards = 2});
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::uint32_t i = 0; i < 5; ++i) {
+      CHECK(read_with(reader, i) == "m" + std::to_string(i));
+      CHECK(reader.open_shards() == (pass == 0 ? std::min<std::size_t>(i + 1, 2) : 2));
+    }
+  }
+  // A shard truncated in place is still 'missing' through a cached descriptor (fstat per read).
+  fs::resize_file(d / "c-4.tar", 10);
+  std::vector<std::uint8_t> out;
+  CHECK(reader.read(4, out).status == stoker::source::ReadStatus::kMissing);
+  stoker::source::SampleReader uncached(ds, {.sequential = false, .max_open_shards = 0});
+  CHECK(read_with(uncached, 0) == "m0");
+  CHECK(uncached.open_shards() == 0);
+}
+
+TEST_CASE("tar: out of descriptors (EMFILE) is transient and the shard cache gives its descriptors back",
+          "[source][tar][read_ahead]") {
+  Dir d;
+  const auto ds = five_shards(d);
+  stoker::source::SampleReader reader(ds, {.sequential = false, .max_open_shards = 4});
+  CHECK(read_with(reader, 0) == "m0");
+  CHECK(read_with(reader, 1) == "m1");
+  REQUIRE(reader.open_shards() == 2);
+
+  rlimit saved{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  const int lowest_free = ::dup(0);
+  REQUIRE(lowest_free >= 0);
+  ::close(lowest_free);
+  rlimit low = saved;
+  low.rlim_cur = static_cast<rlim_t>(lowest_free);  // every descriptor number below is taken
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  std::vector<std::uint8_t> out;
+  const auto r = reader.read(2, out);
+  const std::size_t open_after = reader.open_shards();
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
+
+  CHECK(r.status == stoker::source::ReadStatus::kTransient);
+  CHECK_THAT(r.reason, Contains("Too many open files"));
+  CHECK(open_after == 0);  // the two cached descriptors were closed for the machine's sake
+  CHECK(read_with(reader, 2) == "m2");  // and reads work again once descriptors are back
+  CHECK(read_with(reader, 0) == "m0");
 }
