@@ -69,7 +69,7 @@ Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset datase
   std::size_t skipped = 0, changed = 0;
   if (quarantine_->size() > 0) {
     for (std::size_t i = 0; i < dataset_.samples.size(); ++i) {
-      const std::string& path = dataset_.samples[i].path;
+      const std::string path = dataset_.path(i);
       if (!quarantine_->contains(path)) continue;
       if (quarantine_->still_bad(path)) {
         quarantined_[i] = 1;
@@ -254,7 +254,7 @@ void Job::plan_free_slots(Ring& ring, std::vector<WorkItem>& out) {
 }
 
 void Job::record_error(std::uint64_t id, const image::SampleResult& r) {
-  const auto& path = dataset_.samples[id].path;
+  const std::string path = dataset_.path(id);
   const char* kind = image::to_string(r.error);
   {
     std::lock_guard lock(stats_mu_);
@@ -332,7 +332,7 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
       st->done++;
       st->good += result.ok() ? 1 : 0;
       if (!result.ok() && st->first_failures.size() < 3) {
-        st->first_failures.push_back(dataset_.samples[id].path + ": " +
+        st->first_failures.push_back(dataset_.path(id) + ": " +
                                      (result.reason.empty() ? std::string("quarantined earlier") : result.reason));
       }
       check_epoch_failed(ring, *st);

@@ -56,7 +56,7 @@ bool Job::read_sample(const WorkItem& item, std::uint32_t id, std::vector<std::u
           std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
     }
   } clock{read_wait_ns_};
-  const std::string& path = dataset_.samples[id].path;
+  const std::string path = dataset_.path(id);  // for the log lines (one string a read)
   // A whole file, or a tar member: the same verdicts, so the same retries below.
   auto read = [&] { return reader_->read(id, buffer); };
   std::optional<source::ReadResult> ahead;

@@ -65,7 +65,7 @@ std::shared_ptr<SampleReader::ShardFd> SampleReader::shard_fd(std::uint32_t shar
 
 ReadResult SampleReader::read(std::uint32_t id, std::vector<std::uint8_t>& out) {
   const Sample& s = dataset_.samples[id];
-  if (s.shard == Sample::kWholeFile) return read_file(s.path, out);
+  if (s.shard == Sample::kWholeFile) return read_file(dataset_.path(id), out);
   ReadResult failed;
   const std::shared_ptr<ShardFd> fd = shard_fd(s.shard, failed);
   if (!fd) return failed;

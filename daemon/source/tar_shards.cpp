@@ -411,7 +411,9 @@ bool compressed_name(const std::string& path) {
 
 }  // namespace
 
-Dataset read_tar_shards(const std::vector<std::string>& patterns, const std::filesystem::path& index_cache,
+namespace {
+
+Dataset read_tar_shards_unsettled(const std::vector<std::string>& patterns, const std::filesystem::path& index_cache,
                         const std::string& log_name) {
   std::vector<std::string> shards;
   for (const auto& p : patterns) {
@@ -526,13 +528,7 @@ Dataset read_tar_shards(const std::vector<std::string>& patterns, const std::fil
   ds.samples.reserve(total);
   for (std::size_t i = 0; i < shards.size(); ++i) {
     for (const auto& e : indexes[i]->entries) {
-      Sample s;
-      s.path = shards[i] + ":" + e.member;
-      s.label = e.label;
-      s.shard = static_cast<std::uint32_t>(i);
-      s.offset = e.offset;
-      s.size = e.size;
-      ds.samples.push_back(std::move(s));
+      ds.add(e.member, e.label, static_cast<std::uint32_t>(i), e.offset, e.size);
     }
   }
 
@@ -561,6 +557,15 @@ Dataset read_tar_shards(const std::vector<std::string>& patterns, const std::fil
                  skipped[tar::kNotRegular]);
   }
   return ds;
+}
+
+}  // namespace
+
+Dataset read_tar_shards(const std::vector<std::string>& patterns, const std::filesystem::path& index_cache,
+                        const std::string& log_name) {
+  Dataset d = read_tar_shards_unsettled(patterns, index_cache, log_name);
+  settle(d);
+  return d;
 }
 
 }  // namespace stoker::source

@@ -119,12 +119,12 @@ TEST_CASE("tar: samples are groups of members sharing a key, with byte ranges an
   const auto ds = read_tar_shards({d / "s0.tar"}, {});
   REQUIRE(ds.samples.size() == 6);
   CHECK(ds.classes == std::vector<std::string>{"0", "1", "2", "3"});
-  CHECK(ds.samples[0].path == d / "s0.tar" + ":cls0/a.jpg");
-  CHECK(ds.samples[1].path == d / "s0.tar" + ":cls0/b.JPEG");
-  CHECK(ds.samples[2].path == d / "s0.tar" + ":" + long_dir + "/c.png");
-  CHECK(ds.samples[3].path == d / "s0.tar" + ":gnu/" + std::string(150, 'g') + ".webp");
-  CHECK(ds.samples[4].path == d / "s0.tar" + ":pax/p.tiff");
-  CHECK(ds.samples[5].path == d / "s0.tar" + ":dot/e.bmp");
+  CHECK(ds.path(0) == d / "s0.tar" + ":cls0/a.jpg");
+  CHECK(ds.path(1) == d / "s0.tar" + ":cls0/b.JPEG");
+  CHECK(ds.path(2) == d / "s0.tar" + ":" + long_dir + "/c.png");
+  CHECK(ds.path(3) == d / "s0.tar" + ":gnu/" + std::string(150, 'g') + ".webp");
+  CHECK(ds.path(4) == d / "s0.tar" + ":pax/p.tiff");
+  CHECK(ds.path(5) == d / "s0.tar" + ":dot/e.bmp");
   const std::vector<std::int64_t> labels = {0, 2, 1, 3, 1, 0};
   const std::vector<std::string> bytes = {"AAAA", "BBBBB", "CC", "GNU", "PAXPAX", std::string(1000, 'E')};
   for (std::size_t i = 0; i < 6; ++i) {
@@ -242,7 +242,7 @@ TEST_CASE("tar: the index cache is reused while a shard keeps its size and mtime
   const auto second = read_tar_shards({d / "s-{0..1}.tar"}, cache);
   REQUIRE(second.samples.size() == 4);
   for (std::size_t i = 0; i < 4; ++i) {
-    CHECK(second.samples[i].path == first.samples[i].path);
+    CHECK(second.path(i) == first.path(i));
     CHECK(second.samples[i].offset == first.samples[i].offset);
     CHECK(second.samples[i].size == first.samples[i].size);
     CHECK(second.samples[i].label == first.samples[i].label);
