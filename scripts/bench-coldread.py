@@ -13,12 +13,13 @@ side, on storage in three states:
 Prints images/s and the decode threads' wait for bytes (status read_wait_s, summed over the
 workers) per run.
 
-    scripts/bench-coldread.py [BUILD_DIR] [IMAGES_DIR] [--workers W] [--delay-ms D] [--epochs E]
+    scripts/bench-coldread.py [BUILD_DIR] [IMAGES_DIR] [--workers W] [--delay-ms D] [--epochs E] [--repeat N]
 """
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -98,6 +99,7 @@ def main() -> int:
     ap.add_argument("--delay-ms", type=float, default=5.0)
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--read-ahead", default="{bytes: 256MiB, requests: 64}")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each pair, interleaved; medians shown")
     a = ap.parse_args()
     build = os.path.abspath(a.build)
     if not os.path.isdir(a.images):
@@ -114,18 +116,27 @@ def main() -> int:
     slow_env = {"LD_PRELOAD": shim, "STOKER_SLOW_READ": f"{os.path.abspath(a.images)}/:{int(a.delay_ms * 1000)}"}
     states = [("warm", {}, False)] + ([("cold", {}, True)] if can_drop else []) + \
              [(f"slow {a.delay_ms:g} ms/read", slow_env, False)]
-    print(f"{'storage':20} {'read-ahead':>10} {'images/s':>9} {'read_wait_s':>12} {'CPU s':>7}")
+    print(f"load average before: {os.getloadavg()[0]:.1f}; medians of {a.repeat} runs (images/s range beside)")
+    print(f"{'storage':20} {'read-ahead':>10} {'images/s':>9} {'range':>11} {'read_wait_s':>12} {'CPU s':>7}")
     for name, env, cold in states:
-        for label, ra in (("off", "false"), ("on", a.read_ahead)):
-            if cold:
-                drop_caches()
-            else:  # warm the page cache (and the slow state's files: only the shim is slow)
-                for d_, _, fs in os.walk(a.images):
-                    for f in fs:
-                        with open(os.path.join(d_, f), "rb") as fh:
-                            fh.read()
-            ips, wait, cpu = run(build, a.images, a.workers, ra, a.epochs, env, cold)
-            print(f"{name:20} {label:>10} {ips:9.0f} {wait:12.2f} {cpu:7.1f}", flush=True)
+        results = {"off": [], "on": []}
+        for _ in range(a.repeat):  # off and on alternate, so a burst of load hits both alike
+            for label, ra in (("off", "false"), ("on", a.read_ahead)):
+                if cold:
+                    drop_caches()
+                else:  # warm the page cache (the slow state's files too: only the shim is slow)
+                    for d_, _, fs in os.walk(a.images):
+                        for f in fs:
+                            with open(os.path.join(d_, f), "rb") as fh:
+                                fh.read()
+                results[label].append(run(build, a.images, a.workers, ra, a.epochs, env, cold))
+        for label in ("off", "on"):
+            rs = sorted(results[label])
+            ips = statistics.median(r[0] for r in rs)
+            wait = statistics.median(r[1] for r in rs)
+            cpu = statistics.median(r[2] for r in rs)
+            spread = f"{min(r[0] for r in rs):.0f}..{max(r[0] for r in rs):.0f}"
+            print(f"{name:20} {label:>10} {ips:9.0f} {spread:>11} {wait:12.2f} {cpu:7.1f}", flush=True)
     return 0
 
 
