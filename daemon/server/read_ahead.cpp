@@ -118,8 +118,9 @@ void ReadAhead::run() {
     Entry& e = it->second;
     const std::uint64_t hint = size_hint_ ? size_hint_(e.id) : 0;
     e.state = State::kReading;
-    e.reserved = hint > 0 ? hint : read_count_ > 0 ? read_bytes_ / read_count_ : kFirstGuess;
-    reserved_ += e.reserved;
+    // Budget held while reading: the member's size, else the mean file size read so far.
+    const std::uint64_t reserved = hint > 0 ? hint : read_count_ > 0 ? read_bytes_ / read_count_ : kFirstGuess;
+    reserved_ += reserved;
     const std::uint32_t id = e.id;
     lock.unlock();
 
@@ -134,9 +135,12 @@ void ReadAhead::run() {
     }
 
     lock.lock();
-    it = entries_.find(p.key);  // entries may rehash while unlocked; the key stays ours
+    reserved_ -= reserved;
+    // Entries may rehash while unlocked; an entry being read is never erased by another thread
+    // (take waits for it, drop and want mark it dropped), so the key is still ours.
+    it = entries_.find(p.key);
+    if (it == entries_.end()) continue;
     Entry& done = it->second;
-    reserved_ -= done.reserved;
     if (r.ok()) {
       read_bytes_ += buffer.size();
       read_count_++;

@@ -77,7 +77,6 @@ class ReadAhead {
     std::uint32_t id = 0;
     State state = State::kQueued;
     bool dropped = false;      // dropped while being read: freed when the read ends
-    std::uint64_t reserved = 0;  // budget held while reading (expected size)
     source::ReadResult result;
     std::vector<std::uint8_t> bytes;
   };
