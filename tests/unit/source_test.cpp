@@ -241,3 +241,20 @@ TEST_CASE("file list errors name the file and line", "[source]") {
   CHECK(list_error(write_list(dir, "top.jpg\n"), dir) == f + ":1: no label and no parent folder to take the class from");
   fs::remove_all(dir);
 }
+
+TEST_CASE("file list: paths are normalised as before ('.', '..', '//'), names kept below the root when all are",
+          "[source]") {
+  const fs::path dir = fs::temp_directory_path() / ("stoker-list3-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const auto below = stoker::source::read_file_list(write_list(dir, "a/./b.jpg,0\nc//d.jpg,1\ne/../f.jpg,0\n"), "/data");
+  CHECK(below.root == "/data");
+  CHECK(below.name(0) == "a/b.jpg");  // the dataset holds the name, path() adds the root
+  CHECK(below.path(0) == "/data/a/b.jpg");
+  CHECK(below.path(1) == "/data/c/d.jpg");
+  CHECK(below.path(2) == "/data/f.jpg");
+  const auto escaping = stoker::source::read_file_list(write_list(dir, "a.jpg,0\n../up.jpg,1\n"), "/data/x");
+  CHECK(escaping.root.empty());  // one path leaves the root: every name is absolute
+  CHECK(escaping.path(0) == "/data/x/a.jpg");
+  CHECK(escaping.path(1) == "/data/up.jpg");
+  fs::remove_all(dir);
+}
