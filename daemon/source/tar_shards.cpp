@@ -168,7 +168,11 @@ std::optional<std::int64_t> decimal(std::string_view s) {
 struct Group {
   std::string key;
   bool duplicate = false;
-  std::optional<Entry> image;
+  struct Image {
+    std::string member;
+    std::uint64_t offset, size;
+  };
+  std::optional<Image> image;
   std::string image_ext;
   std::optional<std::int64_t> cls, txt;
 };
@@ -216,9 +220,7 @@ ShardIndex index_shard(const std::string& path) {
     } else if (!g.image) {
       skip(kNoImage, g.key);
     } else {
-      Entry e = std::move(*g.image);
-      e.label = g.cls ? *g.cls : g.txt ? *g.txt : -1;
-      ix.entries.push_back(std::move(e));
+      ix.add(g.image->member, g.image->offset, g.image->size, g.cls ? *g.cls : g.txt ? *g.txt : -1);
     }
     g = Group{};
   };
@@ -326,7 +328,7 @@ ShardIndex index_shard(const std::string& path) {
         if (ext == g.image_ext) skip(kDuplicateKey, name);
         continue;
       }
-      g.image = Entry{name, data, size, -1};
+      g.image = Group::Image{name, data, size};
       g.image_ext = ext;
     } else if (ext == "cls" || ext == "txt") {
       if (ext == "cls" && size > kMaxLabelBytes) {
@@ -521,7 +523,8 @@ Dataset read_tar_shards_unsettled(const std::vector<std::string>& patterns, cons
     for (std::size_t i = 0; i < shards.size(); ++i) {
       for (const auto& e : indexes[i]->entries) {
         if (e.label < 0) {
-          throw SourceError(shards[i] + ": sample '" + e.member.substr(0, e.member.rfind('.')) +
+          const std::string member(indexes[i]->member(e));
+          throw SourceError(shards[i] + ": sample '" + member.substr(0, member.rfind('.')) +
                             "' has no .cls label, but other samples have one");
         }
       }
@@ -531,7 +534,7 @@ Dataset read_tar_shards_unsettled(const std::vector<std::string>& patterns, cons
   ds.samples.reserve(total);
   for (std::size_t i = 0; i < shards.size(); ++i) {
     for (const auto& e : indexes[i]->entries) {
-      ds.add(e.member, e.label, static_cast<std::uint32_t>(i), e.offset, e.size);
+      ds.add(indexes[i]->member(e), e.label, static_cast<std::uint32_t>(i), e.offset, e.size);
     }
   }
 
