@@ -228,6 +228,21 @@ stoker_status stoker_batch_device_images(stoker_batch* b, void* stream, void** o
 stoker_status stoker_batch_device_labels(stoker_batch* b, void* stream, int64_t** out) {
   if (b == nullptr || out == nullptr) return fail(STOKER_ERR_INVALID_ARGUMENT, "null argument");
   *out = nullptr;
+  if (b->conn->info().label_dtype != STOKER_INT64) {
+    return fail(STOKER_ERR_INVALID_ARGUMENT,
+                "this job mixes batches (mixup/cutmix): its labels are soft float rows, not int64; "
+                "use stoker_batch_device_label_data");
+  }
+  return guarded([&] {
+    acquire_on_device(b, reinterpret_cast<stoker::device::StreamId>(stream));
+    *out = static_cast<int64_t*>(b->conn->device()->labels(b->view.slot));
+    return STOKER_OK;
+  });
+}
+
+stoker_status stoker_batch_device_label_data(stoker_batch* b, void* stream, void** out) {
+  if (b == nullptr || out == nullptr) return fail(STOKER_ERR_INVALID_ARGUMENT, "null argument");
+  *out = nullptr;
   return guarded([&] {
     acquire_on_device(b, reinterpret_cast<stoker::device::StreamId>(stream));
     *out = b->conn->device()->labels(b->view.slot);
@@ -258,7 +273,7 @@ stoker_status stoker_client_pin_memory(stoker_client* c, int ordinal) {
 
 int stoker_batch_on_device(const stoker_batch* b) { return b && b->view.on_device ? 1 : 0; }
 
-stoker_status stoker_batch_device_to_host(stoker_batch* b, void* images_out, int64_t* labels_out) {
+stoker_status stoker_batch_device_to_host(stoker_batch* b, void* images_out, void* labels_out) {
   if (b == nullptr) return fail(STOKER_ERR_INVALID_ARGUMENT, "null argument");
   return guarded([&] {
     if (!b->acquired) acquire_on_device(b, stoker::device::kDefaultStream);
@@ -272,7 +287,21 @@ stoker_status stoker_batch_device_to_host(stoker_batch* b, void* images_out, int
 }
 
 const void* stoker_batch_images(const stoker_batch* b) { return b ? b->view.images : nullptr; }
-const int64_t* stoker_batch_labels(const stoker_batch* b) { return b ? b->view.labels : nullptr; }
+const int64_t* stoker_batch_labels(const stoker_batch* b) {
+  if (b == nullptr || b->conn->info().label_dtype != STOKER_INT64) return nullptr;
+  return static_cast<const int64_t*>(b->view.labels);
+}
+const void* stoker_batch_label_data(const stoker_batch* b) { return b ? b->view.labels : nullptr; }
+int stoker_batch_label_shape(const stoker_batch* b, uint64_t shape[2]) {
+  if (shape == nullptr) return 0;
+  shape[0] = shape[1] = 0;
+  if (b == nullptr) return 0;
+  const stoker_job_info& i = b->conn->info();
+  shape[0] = b->view.count;
+  if (i.label_dtype == STOKER_INT64) return 1;
+  shape[1] = i.label_width;
+  return 2;
+}
 const int64_t* stoker_batch_ids(const stoker_batch* b) { return b ? b->view.ids : nullptr; }
 uint32_t stoker_batch_count(const stoker_batch* b) { return b ? b->view.count : 0; }
 uint64_t stoker_batch_epoch(const stoker_batch* b) { return b ? b->view.epoch : 0; }
@@ -296,9 +325,12 @@ int stoker_batch_last_in_epoch(const stoker_batch* b) {
   return b && (b->view.flags & stoker::proto::kBatchLastInEpoch) ? 1 : 0;
 }
 
-stoker_status stoker_daemon_status(const char* socket_path, char** json_out) {
-  if (json_out == nullptr) return fail(STOKER_ERR_INVALID_ARGUMENT, "null argument");
-  *json_out = nullptr;
+namespace {
+
+// Sends one request on a fresh connection and returns the JSON reply (one or more StatusReply
+// messages, kStatusMoreFollows on all but the last), as a malloc'd string in *out.
+stoker_status json_request(const char* socket_path, const std::vector<std::uint8_t>& request, int timeout_ms,
+                           char** out) {
   return guarded([&] {
     const std::string socket = stoker::proto::resolve_socket_path(socket_path ? socket_path : "");
     const int fd = stoker::client::connect_control_socket(socket);
@@ -306,34 +338,60 @@ stoker_status stoker_daemon_status(const char* socket_path, char** json_out) {
       int fd;
       ~Closer() { ::close(fd); }
     } closer{fd};
-    auto q = stoker::proto::make_message<stoker::proto::StatusQueryMsg>(stoker::proto::MsgType::kStatusQuery);
-    if (::send(fd, &q, sizeof q, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof q)) {
+    if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) {
       throw Failure{STOKER_ERR_DISCONNECTED, "cannot send to stokerd at " + socket};
     }
-    // The JSON may span several replies (kStatusMoreFollows on all but the last).
     std::vector<std::uint8_t> buf(stoker::proto::kMaxMessageBytes);
     std::string json;
     for (;;) {
-      const std::size_t n = stoker::client::recv_message(fd, buf.data(), buf.size(), 10000, socket);
+      const std::size_t n = stoker::client::recv_message(fd, buf.data(), buf.size(), timeout_ms, socket);
       stoker::proto::MessageHeader h;
       std::memcpy(&h, buf.data(), sizeof h);
       if (static_cast<stoker::proto::MsgType>(h.type) == stoker::proto::MsgType::kError) {
         stoker::client::throw_daemon_error(buf.data(), n);
       }
       if (static_cast<stoker::proto::MsgType>(h.type) != stoker::proto::MsgType::kStatusReply) {
-        throw Failure{STOKER_ERR_PROTOCOL, "unexpected reply to a status query"};
+        throw Failure{STOKER_ERR_PROTOCOL, "unexpected reply from stokerd"};
       }
       json.append(reinterpret_cast<const char*>(buf.data()) + sizeof h, n - sizeof h);
       if ((h.reserved & stoker::proto::kStatusMoreFollows) == 0) break;
-      if (json.size() > (std::size_t{256} << 20)) throw Failure{STOKER_ERR_PROTOCOL, "status reply too large"};
+      if (json.size() > (std::size_t{256} << 20)) throw Failure{STOKER_ERR_PROTOCOL, "reply too large"};
     }
     char* s = static_cast<char*>(std::malloc(json.size() + 1));
     if (s == nullptr) throw std::bad_alloc();
     std::memcpy(s, json.data(), json.size());
     s[json.size()] = '\0';
-    *json_out = s;
+    *out = s;
     return STOKER_OK;
   });
+}
+
+}  // namespace
+
+stoker_status stoker_daemon_status(const char* socket_path, char** json_out) {
+  if (json_out == nullptr) return fail(STOKER_ERR_INVALID_ARGUMENT, "null argument");
+  *json_out = nullptr;
+  auto q = stoker::proto::make_message<stoker::proto::StatusQueryMsg>(stoker::proto::MsgType::kStatusQuery);
+  const auto* p = reinterpret_cast<const std::uint8_t*>(&q);
+  return json_request(socket_path, std::vector<std::uint8_t>(p, p + sizeof q), 10000, json_out);
+}
+
+stoker_status stoker_daemon_command(const char* socket_path, const char* request_json, int timeout_ms,
+                                    char** reply_json) {
+  if (reply_json == nullptr || request_json == nullptr) return fail(STOKER_ERR_INVALID_ARGUMENT, "null argument");
+  *reply_json = nullptr;
+  const std::size_t len = std::strlen(request_json);
+  constexpr std::size_t kHeader = sizeof(stoker::proto::MessageHeader);
+  if (len > stoker::proto::kMaxMessageBytes - kHeader) {
+    return fail(STOKER_ERR_INVALID_ARGUMENT, "command longer than " +
+                                                 std::to_string(stoker::proto::kMaxMessageBytes - kHeader) + " bytes");
+  }
+  auto h = stoker::proto::make_message<stoker::proto::StatusQueryMsg>(stoker::proto::MsgType::kCommand).header;
+  h.size = static_cast<std::uint32_t>(kHeader + len);
+  std::vector<std::uint8_t> msg(kHeader + len);
+  std::memcpy(msg.data(), &h, kHeader);
+  std::memcpy(msg.data() + kHeader, request_json, len);
+  return json_request(socket_path, msg, timeout_ms, reply_json);
 }
 
 void stoker_free(void* p) { std::free(p); }

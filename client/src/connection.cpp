@@ -128,7 +128,10 @@ void throw_daemon_error(const void* data, std::size_t n) {
     case proto::ErrorCode::kNoDevice:
     case proto::ErrorCode::kTooManyConnections: st = STOKER_ERR_REFUSED; break;
     case proto::ErrorCode::kJobFailed: st = STOKER_ERR_JOB_FAILED; break;
-    case proto::ErrorCode::kLeaseTimeout: st = STOKER_ERR_DISCONNECTED; break;
+    case proto::ErrorCode::kLeaseTimeout:
+    // Drained (a reload changed or removed the job, stokerctl drain): dropped, like a daemon
+    // restart, so a loader that reconnects finds a restarted job under the same name.
+    case proto::ErrorCode::kJobDrained: st = STOKER_ERR_DISCONNECTED; break;
     default: break;
   }
   throw Failure{st, std::string("stokerd: ") + m.message};
@@ -247,7 +250,17 @@ Connection::Connection(const std::string& socket_path, const std::string& job, s
         hdr.slots_per_ring != w.slot_count || w.slot_count == 0 || w.slot_count > 1024) {
       throw Failure{STOKER_ERR_PROTOCOL, "shared memory header does not describe a valid segment for this handshake"};
     }
-    const proto::SegmentPlan plan = proto::plan_segment(g, hdr.ring_count, hdr.slots_per_ring);
+    // Labels (layout 1.1): 0 is int64 class indices (a 1.0 daemon leaves both fields zero);
+    // a float dtype is a mixing job's soft targets, one row of num_classes per sample.
+    const bool soft = hdr.label_dtype != 0;
+    const bool labels_ok =
+        soft ? (hdr.label_dtype == static_cast<std::uint32_t>(proto::DType::kFloat16) ||
+                hdr.label_dtype == static_cast<std::uint32_t>(proto::DType::kFloat32)) &&
+                   hdr.label_width == hdr.num_classes && hdr.label_width >= 1 && hdr.label_width <= (1u << 24)
+             : hdr.label_width <= 1;
+    if (!labels_ok) throw Failure{STOKER_ERR_PROTOCOL, "shared memory header describes labels this client cannot read"};
+    const std::uint64_t label_bytes = proto::label_row_bytes(hdr.label_dtype, soft ? hdr.label_width : 1);
+    const proto::SegmentPlan plan = proto::plan_segment(g, hdr.ring_count, hdr.slots_per_ring, label_bytes);
     proto::RingHeader ring;
     std::memcpy(&ring, static_cast<const std::uint8_t*>(region_.get_address()) + plan.ring_table_offset +
                            sizeof(proto::RingHeader) * w.ring_index, sizeof ring);
@@ -274,6 +287,8 @@ Connection::Connection(const std::string& socket_path, const std::string& job, s
     info_.samples_per_rank = w.samples_per_rank;
     info_.batches_per_epoch = w.batches_per_epoch;
     info_.num_classes = hdr.num_classes;
+    info_.label_dtype = soft ? static_cast<stoker_dtype>(hdr.label_dtype) : STOKER_INT64;
+    info_.label_width = soft ? hdr.label_width : 1;
     info_.slot_count = w.slot_count;
     info_.readers = std::max<std::uint32_t>(w.readers, 1);  // 0 from a 2.0 daemon
     info_.reader = w.reader;
@@ -291,7 +306,7 @@ Connection::Connection(const std::string& socket_path, const std::string& job, s
         throw Failure{STOKER_ERR_PROTOCOL, "stokerd did not describe the device ring it granted"};
       }
       device_ = std::make_shared<DeviceMapping>(backend, device_ordinal, dbuf.data(), dn, w.slot_count,
-                                                g.batch_size);
+                                                g.batch_size, label_bytes);
       info_.device_ordinal = device_ordinal;
       info_.device_dtype = static_cast<stoker_dtype>(device_->dtype());
       info_.device_backend = static_cast<std::uint32_t>(backend->kind());
@@ -402,7 +417,7 @@ BatchView Connection::next(int timeout_ms) {
   v.epoch = m.epoch;
   v.index = m.batch_index;
   v.images = payload;
-  v.labels = reinterpret_cast<const std::int64_t*>(payload + labels_offset_);
+  v.labels = payload + labels_offset_;
   v.ids = reinterpret_cast<const std::int64_t*>(payload + ids_offset_);
   v.on_device = device_ && (m.flags & proto::kBatchOnDevice) != 0;
   outstanding_++;

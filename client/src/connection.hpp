@@ -27,7 +27,7 @@ struct BatchView {
   std::uint32_t slot, generation, count, flags;
   std::uint64_t epoch, index;
   const std::uint8_t* images;
-  const std::int64_t* labels;
+  const void* labels;  // info().label_dtype: int64 class indices [count] or soft rows [count][label_width]
   const std::int64_t* ids;
   bool on_device;  // the daemon copied it to this consumer's device ring
 };

@@ -24,8 +24,8 @@ std::shared_ptr<device::Backend> importer_backend() {
 
 DeviceMapping::DeviceMapping(std::shared_ptr<device::Backend> backend, int ordinal,
                              const std::uint8_t* msg, std::size_t n, std::uint32_t slot_count,
-                             std::uint32_t batch_size)
-    : backend_(std::move(backend)), ordinal_(ordinal), batch_size_(batch_size) {
+                             std::uint32_t batch_size, std::uint64_t label_bytes)
+    : backend_(std::move(backend)), ordinal_(ordinal), batch_size_(batch_size), label_bytes_(label_bytes) {
   proto::DeviceRingMsg m;
   if (n < sizeof m) throw Failure{STOKER_ERR_PROTOCOL, "device ring message too short"};
   std::memcpy(&m, msg, sizeof m);
@@ -37,7 +37,7 @@ DeviceMapping::DeviceMapping(std::shared_ptr<device::Backend> backend, int ordin
   if (n != want || m.header.size != n || m.slot_count != slot_count || !dtype_ok ||
       m.backend != static_cast<std::uint32_t>(backend_->kind()) || m.slot_stride == 0 ||
       m.image_bytes == 0 || m.labels_offset < m.image_bytes * batch_size ||
-      m.labels_offset + 8ull * batch_size > m.slot_stride ||
+      m.labels_offset + label_bytes * batch_size > m.slot_stride ||
       m.slot_stride > m.alloc_bytes / (slot_count == 0 ? 1 : slot_count)) {
     throw Failure{STOKER_ERR_PROTOCOL, "stokerd sent an inconsistent device ring description"};
   }
@@ -91,9 +91,8 @@ void* DeviceMapping::images(std::uint32_t slot) const {
   return static_cast<std::uint8_t*>(base_) + slot_stride_ * slot;
 }
 
-std::int64_t* DeviceMapping::labels(std::uint32_t slot) const {
-  return reinterpret_cast<std::int64_t*>(static_cast<std::uint8_t*>(base_) + slot_stride_ * slot +
-                                         labels_offset_);
+void* DeviceMapping::labels(std::uint32_t slot) const {
+  return static_cast<std::uint8_t*>(base_) + slot_stride_ * slot + labels_offset_;
 }
 
 bool DeviceMapping::acquire(std::uint32_t slot, device::StreamId stream, std::string& why) {
@@ -124,14 +123,14 @@ bool DeviceMapping::release(std::uint32_t slot, device::StreamId stream, std::st
 }
 
 bool DeviceMapping::copy_to_host(std::uint32_t slot, std::uint32_t count, void* images_out,
-                                 std::int64_t* labels_out, device::StreamId stream, std::string& why) {
+                                 void* labels_out, device::StreamId stream, std::string& why) {
   if (count > batch_size_) count = batch_size_;
   if (images_out != nullptr &&
       !backend_->copy_to_host(ordinal_, stream, images_out, images(slot), image_bytes_ * count, why)) {
     return false;
   }
   return labels_out == nullptr ||
-         backend_->copy_to_host(ordinal_, stream, labels_out, labels(slot), 8ull * count, why);
+         backend_->copy_to_host(ordinal_, stream, labels_out, labels(slot), label_bytes_ * count, why);
 }
 
 }  // namespace stoker::client

@@ -24,19 +24,22 @@ class DeviceMapping {
  public:
   // Validates and opens what `msg` (n bytes, untrusted) announces; throws Failure.
   DeviceMapping(std::shared_ptr<device::Backend> backend, int ordinal, const std::uint8_t* msg,
-                std::size_t n, std::uint32_t slot_count, std::uint32_t batch_size);
+                std::size_t n, std::uint32_t slot_count, std::uint32_t batch_size,
+                std::uint64_t label_bytes = 8);
   ~DeviceMapping();  // closes every handle
   DeviceMapping(const DeviceMapping&) = delete;
   DeviceMapping& operator=(const DeviceMapping&) = delete;
 
   void* images(std::uint32_t slot) const;
-  std::int64_t* labels(std::uint32_t slot) const;
+  // The slot's labels as the segment holds them: count rows of label_bytes (int64 class
+  // indices, or a mixing job's soft rows).
+  void* labels(std::uint32_t slot) const;
   bool acquire(std::uint32_t slot, device::StreamId stream, std::string& why);
   bool release(std::uint32_t slot, device::StreamId stream, std::string& why);
   // Only the GPU wait for the slot's copy (a second stream reading an acquired batch).
   bool wait_copied(std::uint32_t slot, device::StreamId stream, std::string& why);
   // Blocking copy to host memory after `stream`'s work (stokerctl --dump, tests).
-  bool copy_to_host(std::uint32_t slot, std::uint32_t count, void* images, std::int64_t* labels,
+  bool copy_to_host(std::uint32_t slot, std::uint32_t count, void* images, void* labels,
                     device::StreamId stream, std::string& why);
 
   int ordinal() const { return ordinal_; }
@@ -56,6 +59,7 @@ class DeviceMapping {
   std::uint64_t alloc_bytes_ = 0, slot_stride_ = 0, image_bytes_ = 0, labels_offset_ = 0;
   std::uint64_t alloc_id_ = 0;
   std::uint32_t batch_size_ = 0;
+  std::uint64_t label_bytes_ = 8;
   void* base_ = nullptr;
   std::vector<device::EventId> ready_, release_;
 };

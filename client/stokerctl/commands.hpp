@@ -4,5 +4,7 @@ namespace stoker::ctl {
 
 int consume_main(int argc, char** argv);  // argv[0] == "consume"
 int status_main(int argc, char** argv);   // argv[0] == "status"
+int drain_main(int argc, char** argv);    // argv[0] == "drain"
+int reload_main(int argc, char** argv);   // argv[0] == "reload"
 
 }  // namespace stoker::ctl

@@ -1,5 +1,7 @@
 // `stokerctl consume` and `stokerctl status`.
 #include <cerrno>
+#include <cmath>
+#include <cstdint>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -75,7 +77,32 @@ bool parse_consume(int argc, char** argv, ConsumeArgs& a) {
 }
 
 const char* npy_descr(stoker_dtype t) {
-  return t == STOKER_UINT8 ? "|u1" : t == STOKER_FLOAT16 ? "<f2" : "<f4";
+  return t == STOKER_UINT8 ? "|u1" : t == STOKER_FLOAT16 ? "<f2" : t == STOKER_INT64 ? "<i8" : "<f4";
+}
+
+float half_to_float(std::uint16_t h) {
+  const int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  const float mag = exp == 0 ? std::ldexp(static_cast<float>(mant), -24)
+                    : exp == 31 ? (mant ? NAN : INFINITY)
+                                : std::ldexp(static_cast<float>(mant | 0x400), exp - 25);
+  return (h & 0x8000) ? -mag : mag;
+}
+
+// --ids text of one sample's labels: its class index, or for soft labels (mixup/cutmix) the
+// non-zero entries as [[class, weight], ...].
+std::string label_text(const stoker_job_info& info, const void* labels, std::uint32_t i) {
+  if (info.label_dtype == STOKER_INT64) return std::to_string(static_cast<const std::int64_t*>(labels)[i]);
+  std::string out = "[";
+  for (std::uint32_t k = 0; k < info.label_width; ++k) {
+    const std::uint64_t at = std::uint64_t{i} * info.label_width + k;
+    const float w = info.label_dtype == STOKER_FLOAT16 ? half_to_float(static_cast<const std::uint16_t*>(labels)[at])
+                                                       : static_cast<const float*>(labels)[at];
+    if (w == 0) continue;
+    char num[32];
+    std::snprintf(num, sizeof num, "%.6g", static_cast<double>(w));
+    out += (out.size() > 1 ? ",[" : "[") + std::to_string(k) + "," + num + "]";
+  }
+  return out + "]";
 }
 
 int fail_with(const char* what) {
@@ -133,9 +160,11 @@ int consume_main(int argc, char** argv) {
     // Device mode: the batch is used from its device copy (ordered on the default stream), and
     // --dump writes what was read back from the device, not the host slot.
     std::vector<std::uint8_t> dev_images;
-    std::vector<std::int64_t> dev_labels;
+    std::vector<std::uint8_t> dev_labels;
     const void* images = stoker_batch_images(b);
-    const std::int64_t* labels = stoker_batch_labels(b);
+    const void* labels = stoker_batch_label_data(b);  // int64 [n], or soft rows [n][label_width]
+    const std::uint64_t label_bytes =
+        std::uint64_t{info.label_width} * (info.label_dtype == STOKER_FLOAT16 ? 2 : info.label_dtype == STOKER_INT64 ? 8 : 4);
     stoker_dtype dtype = info.dtype;
     std::uint64_t image_bytes = info.image_bytes;
     if (!a.device.empty()) {
@@ -149,7 +178,7 @@ int consume_main(int argc, char** argv) {
       image_bytes = info.device_image_bytes;
       if (!a.dump.empty() || a.ids) {
         dev_images.resize(image_bytes * n);
-        dev_labels.resize(n);
+        dev_labels.resize(label_bytes * n);
         if (stoker_batch_device_to_host(b, dev_images.data(), dev_labels.data()) != STOKER_OK) {
           rc = fail_with("read back from the device");
           stoker_batch_release(b);
@@ -163,12 +192,12 @@ int consume_main(int argc, char** argv) {
                        ",\"count\":" + std::to_string(n) + ",\"last\":" + (last ? "true" : "false");
     if (!a.device.empty()) line += ",\"device\":true";
     if (a.ids) {
-      std::string ids = ",\"ids\":[", label_text = ",\"labels\":[";
+      std::string ids = ",\"ids\":[", label_list = ",\"labels\":[";
       for (std::uint32_t i = 0; i < n; ++i) {
         ids += (i ? "," : "") + std::to_string(stoker_batch_ids(b)[i]);
-        label_text += (i ? "," : "") + std::to_string(labels[i]);
+        label_list += (i ? "," : "") + label_text(info, labels, i);
       }
-      line += ids + "]" + label_text + "]";
+      line += ids + "]" + label_list + "]";
     }
     line += "}";
     std::puts(line.c_str());
@@ -183,7 +212,10 @@ int consume_main(int argc, char** argv) {
                         ? std::vector<std::uint64_t>{n, info.channels, info.height, info.width}
                         : std::vector<std::uint64_t>{n, info.height, info.width, info.channels},
                     images, image_bytes * n, err) &&
-          write_npy(stem + ".labels.npy", "<i8", {n}, labels, 8ull * n, err) &&
+          (info.label_dtype == STOKER_INT64
+               ? write_npy(stem + ".labels.npy", "<i8", {n}, labels, 8ull * n, err)
+               : write_npy(stem + ".labels.npy", npy_descr(info.label_dtype), {n, info.label_width}, labels,
+                           label_bytes * n, err)) &&
           write_npy(stem + ".ids.npy", "<i8", {n}, stoker_batch_ids(b), 8ull * n, err);
       if (!ok) {
         std::fprintf(stderr, "stokerctl: %s\n", err.c_str());

@@ -46,6 +46,8 @@ int main(int argc, char** argv) {
   }
   if (cmd == "consume") return stoker::ctl::consume_main(argc - 1, argv + 1);
   if (cmd == "status") return stoker::ctl::status_main(argc - 1, argv + 1);
+  if (cmd == "drain") return stoker::ctl::drain_main(argc - 1, argv + 1);
+  if (cmd == "reload") return stoker::ctl::reload_main(argc - 1, argv + 1);
   std::fprintf(stderr, "stokerctl: unknown command '%s'\n%s", cmd.c_str(), kUsage);
   return 2;
 }

@@ -757,6 +757,30 @@ void parse_read_ahead(const Reader& r, const Value& v, JobConfig& job) {
   if (auto* q = ra.get("requests")) job.read_ahead_requests = static_cast<std::uint32_t>(r.integer(*q, 0, 256));
 }
 
+// mixup: {alpha}, cutmix: {alpha} (torchvision's MixUp/CutMix, α > 0 of Beta(α, α)) and,
+// with both, mix_switch_prob: the probability that a batch takes CutMix rather than MixUp.
+double parse_mix_alpha(const Reader& r, const Value& v) {
+  const Fields m(r, v, {"alpha"});
+  const Value& a = m.need("alpha");
+  const double alpha = r.number(a);
+  if (!(alpha > 0 && alpha <= 1000)) r.fail(a, "must be within (0, 1000] (the alpha of Beta(alpha, alpha))");
+  return alpha;
+}
+
+void parse_mix(const Reader& r, const Fields& f, JobConfig& job) {
+  const Value* mixup = f.get("mixup");
+  const Value* cutmix = f.get("cutmix");
+  if (mixup != nullptr) job.mix.mixup_alpha = parse_mix_alpha(r, *mixup);
+  if (cutmix != nullptr) job.mix.cutmix_alpha = parse_mix_alpha(r, *cutmix);
+  if (const Value* v = f.get("mix_switch_prob")) {
+    if (mixup == nullptr || cutmix == nullptr) {
+      r.fail(*v, "only with both mixup and cutmix (it is the probability that a batch takes CutMix instead of MixUp)");
+    }
+    job.mix.switch_prob = r.number(*v);
+    if (!(job.mix.switch_prob >= 0 && job.mix.switch_prob <= 1)) r.fail(*v, "must be within [0, 1]");
+  }
+}
+
 JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, const Value& j,
                     const fs::path& base_dir) {
   const bool name_ok = !name.empty() && name.size() <= 48 &&
@@ -767,11 +791,14 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
   if (!name_ok) {
     r.fail(name_at, j.path, "job names are 1..48 characters of A-Z a-z 0-9 _ . -");
   }
-  const Fields f(r, j, {"source", "batch_size", "shuffle", "seed", "drop_last", "consumers", "world_size",
-                        "ranks", "node_rank", "local_world_size", "readers", "prefetch", "lease_timeout_s", "cache", "read_ahead",
-                        "weight", "workers", "on_error", "quarantine", "device", "device_normalize", "pipeline", "output"});
+  const Fields f(r, j, {"source", "batch_size", "shuffle", "seed", "drop_last", "sampler_drop_last", "pad_shards",
+                        "consumers", "world_size",
+                        "ranks", "node_rank", "local_world_size", "readers", "prefetch", "lease_timeout_s", "cache",
+                        "weight", "workers", "on_error", "quarantine", "device", "device_normalize", "pipeline", "output",
+                        "mixup", "cutmix", "mix_switch_prob", "read_ahead"});
   JobConfig job;
   job.name = name;
+  job.definition = YAML::Dump(j.node) + "\n# relative to " + base_dir.string();
   job.mark = name_at;
 
   const Fields src(r, f.need("source"), {"type", "root", "list", "file", "shards"});
@@ -841,6 +868,20 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
   if (auto* v = f.get("shuffle")) job.shuffle = r.boolean(*v);
   if (auto* v = f.get("seed")) job.seed = r.integer(*v, 0, UINT64_MAX);
   if (auto* v = f.get("drop_last")) job.drop_last = r.boolean(*v);
+  // Two drop_lasts, as PyTorch has them: DataLoader's (the last short batch, `drop_last`) and
+  // DistributedSampler's (`sampler_drop_last`, default: the same value, which is what a
+  // `drop_last: true` meant before they were two); `pad_shards: false` is the validation
+  // split, every sample exactly once.
+  job.sampler_drop_last = job.drop_last;
+  if (auto* v = f.get("sampler_drop_last")) job.sampler_drop_last = r.boolean(*v);
+  if (auto* v = f.get("pad_shards")) {
+    job.pad_shards = r.boolean(*v);
+    if (!job.pad_shards && job.sampler_drop_last) {
+      r.fail(*v, "pad_shards: false gives every rank its share of every sample (uneven by at most one), "
+                 "sampler_drop_last: true cuts the epoch to a multiple of the world: choose one "
+                 "(set sampler_drop_last: false, or drop pad_shards)");
+    }
+  }
   if (auto* v = f.get("consumers")) job.consumers = static_cast<std::uint32_t>(r.integer(*v, 1, 1024));
   parse_world(r, f, j, job);
   if (auto* v = f.get("readers")) job.readers = static_cast<std::uint32_t>(r.integer(*v, 1, kMaxReaders));
@@ -907,6 +948,7 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
   }
   if (auto* v = f.get("cache")) parse_cache(r, *v, job);
   if (auto* v = f.get("read_ahead")) parse_read_ahead(r, *v, job);
+  parse_mix(r, f, job);
   const std::uint64_t slot_bytes = job.pipeline.sample_bytes() * job.batch_size;
   if (slot_bytes > kMaxSlotBytes) {
     r.fail(name_at, j.path, "one batch would take " + std::to_string(slot_bytes >> 20) +
@@ -917,7 +959,7 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
 
 void parse_server(const Reader& r, const Value& s, const fs::path& base_dir, ServerConfig& out) {
   const Fields f(r, s, {"workers", "socket", "log_level", "state_dir", "shm_mode", "handshake_timeout_s",
-                        "idle_timeout_s", "max_connections"});
+                        "idle_timeout_s", "max_connections", "client_jobs", "client_job_linger_s", "drain_timeout_s"});
   if (auto* v = f.get("workers")) out.workers = static_cast<std::uint32_t>(r.integer(*v, 0, 1024));
   if (auto* v = f.get("socket")) {
     out.socket = r.string(*v);
@@ -953,6 +995,15 @@ void parse_server(const Reader& r, const Value& s, const fs::path& base_dir, Ser
     if (!(out.idle_timeout_s > 0 && out.idle_timeout_s <= 3600)) r.fail(*v, "must be within (0, 3600] seconds");
   }
   if (auto* v = f.get("max_connections")) out.max_connections = static_cast<std::uint32_t>(r.integer(*v, 1, 1000000));
+  if (auto* v = f.get("client_jobs")) out.client_jobs = r.boolean(*v);
+  if (auto* v = f.get("client_job_linger_s")) {
+    out.client_job_linger_s = r.number(*v);
+    if (!(out.client_job_linger_s >= 0 && out.client_job_linger_s <= 86400)) r.fail(*v, "must be within [0, 86400] seconds");
+  }
+  if (auto* v = f.get("drain_timeout_s")) {
+    out.drain_timeout_s = r.number(*v);
+    if (!(out.drain_timeout_s > 0 && out.drain_timeout_s <= 86400)) r.fail(*v, "must be within (0, 86400] seconds");
+  }
 }
 
 }  // namespace
@@ -1054,6 +1105,24 @@ Config parse_config(const std::string& yaml_text, const std::string& file_name,
     // can escape as something other than a ConfigError.
     throw ConfigError(file_name, mark_of(e.mark), "(yaml)", e.msg);
   }
+}
+
+JobConfig parse_client_job(const std::string& yaml_text, const std::string& origin) {
+  // Relative paths would resolve from "/", which is never what the client meant: refuse them
+  // by resolving from a folder that cannot exist.
+  Config cfg = parse_config(yaml_text, origin, "/nonexistent-relative-path-in-a-client-job");
+  try {
+    const YAML::Node doc = YAML::Load(yaml_text);  // parsed once already: it is valid YAML
+    if (doc.IsMap() && doc["server"]) {
+      throw ConfigError(origin, mark_of(doc["server"]), "server", "a client-defined job cannot set server keys");
+    }
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(origin, mark_of(e.mark), "(yaml)", e.msg);
+  }
+  if (cfg.jobs.size() != 1) {
+    throw ConfigError(origin, Mark{1, 1}, "jobs", "a client defines exactly one job, got " + std::to_string(cfg.jobs.size()));
+  }
+  return cfg.jobs.front();
 }
 
 Config load_config(const fs::path& file) {

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <filesystem>
+
+#include "sampler/sampler.hpp"
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -47,14 +49,31 @@ struct SourceConfig {
   std::string root_key = "root";  // the key root_mark points at: root, list, file or shards
 };
 
+// Batch mixing (job keys `mixup: {alpha}`, `cutmix: {alpha}`, `mix_switch_prob`), applied
+// once per finished batch (server/batch_mix.hpp). An alpha of 0 means that kind is off.
+struct MixConfig {
+  double mixup_alpha = 0;
+  double cutmix_alpha = 0;
+  double switch_prob = 0.5;  // both on: probability that a batch takes CutMix (else MixUp)
+  bool enabled() const { return mixup_alpha > 0 || cutmix_alpha > 0; }
+};
+
 struct JobConfig {
   std::string name;            // [A-Za-z0-9_.-]{1,48}
   Mark mark;
+  // The job's YAML as written (re-emitted, so layout and comments do not count) and the folder
+  // relative paths resolve from: a reload restarts a job only when this changed.
+  std::string definition;
   SourceConfig source;
   std::uint32_t batch_size = 0;
   bool shuffle = true;
   std::uint64_t seed = 0;
-  bool drop_last = false;
+  bool drop_last = false;          // DataLoader's: a rank's last short batch of an epoch is dropped
+  bool sampler_drop_last = false;  // DistributedSampler's: the epoch is cut to a multiple of the world
+  bool pad_shards = true;          // false: every sample exactly once, ranks uneven by at most one
+  sampler::Shards shards() const {
+    return !pad_shards ? sampler::Shards::kUneven : sampler_drop_last ? sampler::Shards::kDrop : sampler::Shards::kPad;
+  }
   // Ranks this daemon serves: first_rank .. first_rank + consumers - 1 of a world of
   // world_size (one ring each). Without world_size/ranks: 0..consumers-1 of `consumers`.
   std::uint32_t consumers = 1;
@@ -79,6 +98,7 @@ struct JobConfig {
   double weight = 1;
   std::uint32_t max_workers = 0;
   image::PipelineSpec pipeline;
+  MixConfig mix;  // labels become soft targets [batch, classes] when enabled
   OnError on_error = OnError::kSkip;
   std::filesystem::path quarantine;  // default: <state_dir>/<job>-<dataset hash>.quarantine
   bool device_output = false;        // serve batches on the consumer's GPU (CUDA IPC)
@@ -99,6 +119,12 @@ struct ServerConfig {
   double idle_timeout_s = 5;
   // Connections beyond this are refused with an error; 0: derived from the descriptor limit.
   std::uint32_t max_connections = 0;
+  // Clients may define jobs (stoker.Loader.from_folder); such a job is drained once no
+  // consumer used it for client_job_linger_s. A draining job's consumers that have not taken
+  // its last planned batches within drain_timeout_s are told and disconnected.
+  bool client_jobs = true;
+  double client_job_linger_s = 30;
+  double drain_timeout_s = 60;
   std::filesystem::path state_dir;  // quarantine files; default: next to the socket
 };
 
@@ -111,5 +137,10 @@ struct Config {
 Config load_config(const std::filesystem::path& file);            // throws ConfigError
 Config parse_config(const std::string& yaml_text, const std::string& file_name,
                     const std::filesystem::path& base_dir);       // for tests
+
+// A job a client defines (stoker.Loader.from_folder): a config text holding exactly one job
+// and no `server` section, validated as a config file is (errors name `origin`:line). Paths
+// must be absolute (a client's working folder means nothing to the daemon).
+JobConfig parse_client_job(const std::string& yaml_text, const std::string& origin);
 
 }  // namespace stoker::config

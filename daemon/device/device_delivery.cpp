@@ -112,6 +112,7 @@ std::shared_ptr<DeviceRing> DeviceDelivery::open_ring(Job& job, const std::uint8
   plan.host_image_bytes = job.pipeline().sample_bytes();
   plan.device_image_bytes = plan.host_image_bytes;
   plan.device_dtype = job.pipeline().dtype;
+  plan.label_bytes = job.label_bytes();
   if (job.config().device_normalize) {
     const image::PipelineSpec& out = job.config().device_pipeline;
     const image::OutputWriter tables(out);
@@ -190,6 +191,19 @@ void DeviceDelivery::reaper_loop() {
     lock.lock();
     ++freed_;
   }
+}
+
+void DeviceDelivery::forget_job(Job& job) {
+  std::lock_guard lock(mu_);
+  auto it = registered_.find(&job);
+  if (it == registered_.end() || !backend_) return;
+  // Rings that copied from this segment: their copies must be done before it is unregistered
+  // (the job settled its slots' copies; a retired ring's last copy is waited for here too).
+  for (auto& w : rings_) {
+    if (auto r = w.lock()) r->synchronize();
+  }
+  backend_->unregister_host(it->second.first, it->second.second);
+  registered_.erase(it);
 }
 
 void DeviceDelivery::shutdown() {

@@ -63,6 +63,9 @@ class DeviceDelivery {
   bool mark_unmapped(std::uint64_t alloc_id, std::int32_t pid);
   // Hands retired rings that may now be freed to the reaper; the control loop calls it.
   void reap();
+  // A job is about to be destroyed (no consumer left, Job::settle_device_copies done):
+  // unregisters its segment if a device consumer had it page-locked.
+  void forget_job(Job& job);
   // Before the jobs' segments are unmapped: waits for every copy, frees what may be freed,
   // unregisters the segments. Idempotent.
   void shutdown();

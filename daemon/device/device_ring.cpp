@@ -15,7 +15,7 @@ DeviceRing::DeviceRing(device::Backend& backend, int device, const device::Uuid&
                        const DeviceRingPlan& plan, std::uint64_t alloc_id)
     : backend_(backend), device_(device), uuid_(uuid), plan_(plan), alloc_id_(alloc_id) {
   labels_offset_ = align_up(plan.device_image_bytes * plan.batch_size, kDeviceAlign);
-  slot_stride_ = align_up(labels_offset_ + 8ull * plan.batch_size, kDeviceAlign);
+  slot_stride_ = align_up(labels_offset_ + plan.label_bytes * plan.batch_size, kDeviceAlign);
 }
 
 std::shared_ptr<DeviceRing> DeviceRing::create(device::Backend& backend, int device,
@@ -58,7 +58,7 @@ DeviceRing::~DeviceRing() {
 }
 
 bool DeviceRing::copy_slot(std::uint32_t s, const std::uint8_t* images, std::uint32_t count,
-                           const std::int64_t* labels, std::string& why) {
+                           const void* labels, std::string& why) {
   std::lock_guard lock(mu_);
   if (released_ || s >= plan_.slots) {
     why = "device ring released";
@@ -73,7 +73,7 @@ bool DeviceRing::copy_slot(std::uint32_t s, const std::uint8_t* images, std::uin
     ok = ok && backend_.copy_to_device(stream_, memory_, dst, images, plan_.host_image_bytes * count, why);
   }
   if (count > 0) {
-    ok = ok && backend_.copy_to_device(stream_, memory_, dst + labels_offset_, labels, 8ull * count, why);
+    ok = ok && backend_.copy_to_device(stream_, memory_, dst + labels_offset_, labels, plan_.label_bytes * count, why);
   }
   ok = ok && backend_.record(device_, ready_[s], stream_, why);
   copied_[s] = 1;

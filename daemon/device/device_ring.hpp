@@ -5,7 +5,8 @@
 //   copy_slot(s):  stream waits release[s]   (the consumer recorded it on its stream before it
 //                                             released slot s: its reads of the last batch in
 //                                             slot s are done before the overwrite)
-//                  H2D images (+ normalize), H2D labels, record ready[s]
+//                  H2D images (+ normalize), H2D labels (as the segment holds them: int64
+//                  class indices or soft rows), record ready[s]
 //   consumer:      its stream waits ready[s], reads, records release[s], sends Release.
 // Host payload reuse: the copy reads the slot's host bytes asynchronously, so the job calls
 // wait_host_read(s) before workers rewrite that slot (in practice long complete).
@@ -33,6 +34,8 @@ struct DeviceRingPlan {
   std::uint32_t batch_size = 0;
   std::uint64_t host_image_bytes = 0;    // one sample as the workers write it
   std::uint64_t device_image_bytes = 0;  // one sample on the device
+  std::uint64_t label_bytes = 8;         // one sample's labels, copied as the host has them
+                                         // (int64 class index, or a mixing job's soft row)
   proto::DType device_dtype = proto::DType::kUInt8;
   bool normalize = false;                // uint8 host samples -> spec's table on the device
   device::NormalizeSpec spec;
@@ -48,9 +51,10 @@ class DeviceRing {
   DeviceRing(const DeviceRing&) = delete;
   DeviceRing& operator=(const DeviceRing&) = delete;
 
-  // Queues slot s's copy (see the ordering above). `images` holds `count` samples.
+  // Queues slot s's copy (see the ordering above). `images` holds `count` samples, `labels`
+  // count rows of plan.label_bytes.
   bool copy_slot(std::uint32_t s, const std::uint8_t* images, std::uint32_t count,
-                 const std::int64_t* labels, std::string& why);
+                 const void* labels, std::string& why);
   // Host wait until slot s's last copy has read its host bytes.
   void wait_host_read(std::uint32_t s);
   // Host wait for every queued copy.

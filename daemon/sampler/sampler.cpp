@@ -19,15 +19,20 @@ std::vector<std::uint32_t> epoch_permutation(std::uint32_t n, bool shuffle, std:
   return p;
 }
 
-std::uint64_t samples_per_rank(std::uint64_t n, std::uint32_t world, bool drop_last) {
-  if (world == 0) return 0;
-  return drop_last ? n / world : (n + world - 1) / world;
+std::uint64_t samples_per_rank(std::uint64_t n, std::uint32_t world, std::uint32_t rank, Shards shards) {
+  if (world == 0 || rank >= world) return 0;
+  switch (shards) {
+    case Shards::kDrop: return n / world;
+    case Shards::kUneven: return n / world + (rank < n % world ? 1 : 0);
+    case Shards::kPad: break;
+  }
+  return (n + world - 1) / world;
 }
 
 std::vector<std::uint32_t> rank_samples(const std::vector<std::uint32_t>& permutation,
-                                        std::uint32_t world, std::uint32_t rank, bool drop_last) {
+                                        std::uint32_t world, std::uint32_t rank, Shards shards) {
   const std::uint64_t n = permutation.size();
-  const std::uint64_t per_rank = samples_per_rank(n, world, drop_last);
+  const std::uint64_t per_rank = samples_per_rank(n, world, rank, shards);
   std::vector<std::uint32_t> out;
   if (n == 0 || rank >= world) return out;
   out.reserve(per_rank);

@@ -18,6 +18,8 @@
 
 #include "device/device_delivery.hpp"
 #include "server/job.hpp"
+#include "server/job_loader.hpp"
+#include "server/job_table.hpp"
 #include "server/sd_notify.hpp"
 
 namespace stoker::server {
@@ -36,11 +38,12 @@ std::string errno_text() { return std::strerror(errno); }
 
 }  // namespace
 
-ControlServer::ControlServer(std::string socket_path, std::vector<Job*> jobs,
+ControlServer::ControlServer(std::string socket_path, JobTable& jobs,
                              std::uint64_t daemon_generation, unsigned workers,
-                             DeviceDelivery& delivery, const Limits& limits)
+                             DeviceDelivery& delivery, const Limits& limits, JobSources sources)
     : socket_path_(std::move(socket_path)),
-      jobs_(std::move(jobs)),
+      jobs_(jobs),
+      sources_(std::move(sources)),
       daemon_generation_(daemon_generation),
       workers_(workers),
       delivery_(delivery),
@@ -78,6 +81,7 @@ ControlServer::ControlServer(std::string socket_path, std::vector<Job*> jobs,
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);  // reload (the caller blocked it in every thread)
   signal_fd_ = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
   if (epoll_fd_ < 0 || event_fd_ < 0 || signal_fd_ < 0) {
     throw std::runtime_error("cannot create the event loop: " + errno_text());
@@ -93,11 +97,11 @@ ControlServer::ControlServer(std::string socket_path, std::vector<Job*> jobs,
   add(signal_fd_, kSignalTag);
 
   started_ = last_sample_ = std::chrono::steady_clock::now();
-  last_samples_ok_.assign(jobs_.size(), 0);
-  rates_.assign(jobs_.size(), 0.0);
+  loader_ = std::make_unique<JobLoader>([this] { notify(); });
 }
 
 ControlServer::~ControlServer() {
+  loader_.reset();  // waits for loads in progress (they wake the loop through event_fd_)
   for (auto& [fd, s] : sessions_) {
     if (s.job != nullptr) delivery_.retire(s.job->detach(s.rank, s.reader), s.peer);
     ::close(fd);
@@ -142,10 +146,14 @@ bool ControlServer::run_once(int timeout_ms) {
         }
       } else if (tag == kSignalTag) {
         signalfd_siginfo si{};
-        if (::read(signal_fd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-          spdlog::info("received {}, shutting down", strsignal(static_cast<int>(si.ssi_signo)));
+        while (::read(signal_fd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+          if (si.ssi_signo == SIGHUP) {
+            start_reload();
+          } else {
+            spdlog::info("received {}, shutting down", strsignal(static_cast<int>(si.ssi_signo)));
+            stop = true;
+          }
         }
-        stop = true;
       } else {
         auto it = sessions_.find(static_cast<int>(tag));
         if (it == sessions_.end()) continue;
@@ -155,6 +163,7 @@ bool ControlServer::run_once(int timeout_ms) {
     }
     for (int fd : doomed_) evict(fd, nullptr);
     doomed_.clear();
+    apply_loaded();
     deliver_ready();
     for (int fd : doomed_) evict(fd, nullptr);
     doomed_.clear();
@@ -162,7 +171,8 @@ bool ControlServer::run_once(int timeout_ms) {
     delivery_.reap();
     close_silent_connections();
     evict_stuck_consumers();
-    for (int fd : doomed_) evict(fd, nullptr);  // silent, idle or stuck: logged when found
+    settle_draining();
+    for (int fd : doomed_) evict(fd, nullptr);  // silent, idle, stuck or drained: logged when found
     doomed_.clear();
     return !stop;
   }
@@ -197,6 +207,8 @@ void ControlServer::accept_clients() {
     s.fd = fd;
     s.pid = static_cast<std::uint32_t>(cred.pid);
     s.peer_pid = cred.pid;
+    s.peer_uid = cred.uid;
+    s.token = next_token_++;
     s.connected_at = s.last_message = std::chrono::steady_clock::now();
     sessions_[fd] = s;
     epoll_event ev{};
@@ -359,6 +371,13 @@ bool ControlServer::handle_message(Session& s, const std::uint8_t* data, std::si
                  "unmapped device ring " + std::to_string(m.alloc_id) + " that this process does not hold");
       return false;
     }
+    case proto::MsgType::kCommand:
+      if (h.size != n) {
+        send_error(s, proto::ErrorCode::kBadMessage,
+                   "command message has size " + std::to_string(n) + " but its header claims " + std::to_string(h.size));
+        return false;
+      }
+      return handle_command(s, data, n);
     case proto::MsgType::kStatusQuery: {
       if (!expect(sizeof(proto::StatusQueryMsg))) return false;
       return send_status(s);
@@ -372,13 +391,16 @@ bool ControlServer::handle_message(Session& s, const std::uint8_t* data, std::si
 bool ControlServer::handle_hello(Session& s, const proto::HelloMsg& hello) {
   proto::HelloMsg m = hello;
   const std::string job_name(m.job, proto::bounded_strlen(m.job));
-  Job* job = nullptr;
+  Job* job = jobs_.serving(job_name);
   std::string names;
-  for (Job* j : jobs_) {
-    if (j->name() == job_name) job = j;
-    names += (names.empty() ? "" : ", ") + j->name();
-  }
+  for (Job* j : jobs_.serving_jobs()) names += (names.empty() ? "" : ", ") + j->name();
   if (job == nullptr) {
+    for (Job* j : jobs_.jobs()) {
+      if (j->name() != job_name) continue;
+      send_error(s, proto::ErrorCode::kJobDrained,
+                 "job '" + job_name + "' is draining (" + jobs_.entry(j)->drain_reason + "); jobs: " + names);
+      return false;
+    }
     send_error(s, proto::ErrorCode::kUnknownJob,
                "no job '" + job_name + "' in this stokerd; jobs: " + names);
     return false;
@@ -469,8 +491,8 @@ bool ControlServer::handle_hello(Session& s, const proto::HelloMsg& hello) {
   w.daemon_generation = daemon_generation_;
   w.ring_index = m.rank - job->first_rank();
   w.slot_count = job->config().prefetch;
-  w.batches_per_epoch = job->batches_per_epoch();
-  w.samples_per_rank = job->samples_per_rank();
+  w.batches_per_epoch = job->batches_per_epoch(m.rank);
+  w.samples_per_rank = job->samples_per_rank(m.rank);
   w.readers = job->readers();
   w.reader = m.reader;
   w.rank = m.rank;
@@ -498,6 +520,12 @@ void ControlServer::deliver_ready() {
     if (auto msg = s.job->take_ready(s.rank, s.reader)) {
       s.acquire_pending = false;
       if (!send_all(s, &*msg, sizeof *msg)) doomed_.push_back(fd);
+    } else if (s.job->drained_for(s.rank, s.reader)) {
+      const JobTable::Entry* e = jobs_.entry(s.job);
+      send_error(s, proto::ErrorCode::kJobDrained,
+                 "job '" + s.job->name() + "' was drained (" + (e ? e->drain_reason : std::string("drained")) +
+                     "): every batch already planned was delivered, no more will come");
+      doomed_.push_back(fd);
     }
   }
 }
@@ -506,7 +534,11 @@ void ControlServer::send_error(Session& s, proto::ErrorCode code, const std::str
   auto m = proto::make_message<proto::ErrorMsg>(proto::MsgType::kError);
   m.code = static_cast<std::int32_t>(code);
   proto::copy_cstr(m.message, text.c_str());
-  if (code != proto::ErrorCode::kJobFailed) spdlog::warn("client pid {}: {}", s.pid, text);
+  if (code == proto::ErrorCode::kJobDrained) {
+    spdlog::info("client pid {}: {}", s.pid, text);
+  } else if (code != proto::ErrorCode::kJobFailed) {
+    spdlog::warn("client pid {}: {}", s.pid, text);
+  }
   send_all(s, &m, sizeof m);
 }
 
@@ -541,16 +573,17 @@ bool ControlServer::send_with_fd(Session& s, const void* data, std::size_t n, in
   return w == static_cast<ssize_t>(n);
 }
 
-bool ControlServer::send_status(Session& s) {
+bool ControlServer::send_status(Session& s) { return send_json(s, status_json(), proto::MsgType::kStatusReply); }
+
+bool ControlServer::send_json(Session& s, const std::string& json, proto::MsgType type) {
   // The JSON in as many messages as it takes, each flagged kStatusMoreFollows but the last;
   // a reader concatenates them (stoker_daemon_status). Queued whole, then flushed.
-  const std::string json = status_json();
   constexpr std::size_t kChunk = proto::kMaxMessageBytes - sizeof(proto::MessageHeader);
   std::size_t at = 0;
   do {
     const std::size_t len = std::min(kChunk, json.size() - at);
     std::vector<std::uint8_t> msg(sizeof(proto::MessageHeader) + len);
-    auto hdr = proto::make_message<proto::StatusQueryMsg>(proto::MsgType::kStatusReply).header;
+    auto hdr = proto::make_message<proto::StatusQueryMsg>(type).header;
     hdr.size = static_cast<std::uint32_t>(msg.size());
     hdr.reserved = at + len < json.size() ? proto::kStatusMoreFollows : 0;
     std::memcpy(msg.data(), &hdr, sizeof hdr);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -18,6 +19,9 @@
 namespace stoker::server {
 
 class Job;
+class JobTable;
+class JobLoader;
+struct LoadResult;
 class DeviceDelivery;
 class DeviceRing;
 class PeerProcess;
@@ -32,10 +36,21 @@ class ControlServer {
     double idle_timeout_s = 5;
     std::size_t max_connections = 256;
   };
+  // Where jobs come from while running: SIGHUP re-reads `config_file`; clients may define jobs
+  // (server.client_jobs), drained once unused for `client_job_linger_s`.
+  struct JobSources {
+    std::filesystem::path config_file;  // empty: SIGHUP is logged and ignored (tests)
+    std::filesystem::path state_dir;
+    bool client_jobs = true;
+    double client_job_linger_s = 30;
+    std::size_t max_client_jobs = 16;
+    double drain_timeout_s = 60;  // a draining job's consumers that do not finish are told then
+  };
   // Binds the socket (mode 0600). Throws std::runtime_error naming the path on failure.
   // `delivery` serves consumers that ask for device batches (or says why it cannot).
-  ControlServer(std::string socket_path, std::vector<Job*> jobs, std::uint64_t daemon_generation,
-                unsigned workers, DeviceDelivery& delivery, const Limits& limits);
+  ControlServer(std::string socket_path, JobTable& jobs, std::uint64_t daemon_generation,
+                unsigned workers, DeviceDelivery& delivery, const Limits& limits,
+                JobSources sources);
   ~ControlServer();  // closes every client and unlinks the socket
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;
@@ -60,6 +75,9 @@ class ControlServer {
     std::uint32_t pid = 0;
     bool spoke = false;  // sent at least one valid message
     std::int32_t peer_pid = 0;                   // SO_PEERCRED: trusted, unlike Hello's pid
+    std::uint32_t peer_uid = ~0u;                // SO_PEERCRED
+    std::uint64_t token = 0;                     // unique per connection (fds are reused)
+    bool command_pending = false;                // a define_job reply is owed once loaded
     std::shared_ptr<DeviceRing> device;          // device consumers: the ring they map
     std::shared_ptr<PeerProcess> peer;           // device consumers: liveness of their process
     std::chrono::steady_clock::time_point connected_at;
@@ -92,8 +110,22 @@ class ControlServer {
   // and close it.
   void refuse(int fd, const std::string& why);
 
+  // --- jobs coming and going (control_jobs.cpp) ---
+  bool handle_command(Session& s, const std::uint8_t* data, std::size_t n);
+  bool send_json(Session& s, const std::string& json, proto::MsgType type);
+  void start_reload();
+  void apply_loaded();
+  void apply_reload(LoadResult& r);
+  void apply_define(LoadResult& r);
+  // Consumers of draining jobs that got everything are told; removed jobs are collected.
+  void settle_draining();
+  void drain_job(Job* job, const std::string& reason);
+
   std::string socket_path_;
-  std::vector<Job*> jobs_;
+  JobTable& jobs_;
+  JobSources sources_;
+  std::unique_ptr<JobLoader> loader_;
+  std::uint64_t next_token_ = 1;
   std::uint64_t daemon_generation_;
   unsigned workers_;
   DeviceDelivery& delivery_;
@@ -112,10 +144,9 @@ class ControlServer {
   // images/s over the last sampling interval, per job
   std::chrono::steady_clock::time_point started_;
   std::chrono::steady_clock::time_point last_sample_;
-  std::vector<std::uint64_t> last_samples_ok_;
-  // (time, samples_ok per job), one a second, oldest first, spanning the rate window.
-  std::deque<std::pair<std::chrono::steady_clock::time_point, std::vector<std::uint64_t>>> rate_history_;
-  std::vector<double> rates_;
+  // (time, samples_ok per job index), one a second, oldest first, spanning the rate window.
+  std::deque<std::pair<std::chrono::steady_clock::time_point, std::map<std::size_t, std::uint64_t>>> rate_history_;
+  std::map<std::size_t, double> rates_;  // by job index
 };
 
 }  // namespace stoker::server

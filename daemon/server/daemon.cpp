@@ -21,6 +21,8 @@
 #include "server/control_server.hpp"
 #include "server/instance_lock.hpp"
 #include "server/job.hpp"
+#include "server/job_factory.hpp"
+#include "server/job_table.hpp"
 #include "server/sd_notify.hpp"
 #include "server/worker_pool.hpp"
 #include "source/dataset.hpp"
@@ -60,54 +62,6 @@ std::size_t default_max_connections(std::uint64_t open_files, unsigned workers, 
   const std::uint64_t reserve = 32 + 2ull * workers + 4ull * jobs;
   const std::uint64_t left = open_files > reserve ? open_files - reserve : 0;
   return static_cast<std::size_t>(std::clamp<std::uint64_t>(left / 2, 4, 65536));
-}
-
-// <job>-<16 hex>: keyed by the dataset's identity (source type, root, list, shard patterns),
-// so the same job name pointed at another dataset does not read this one's state.
-std::string dataset_state_name(const config::JobConfig& jc) {
-  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
-  std::string identity = jc.source.type + ":" + jc.source.root.lexically_normal().string() + ":" +
-                         jc.source.file.lexically_normal().string();
-  for (const auto& s : jc.source.shards) identity += ":" + s;  // none unless tar: old names unchanged
-  for (const char c : identity) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return jc.name + "-" + hex;
-}
-
-// <state_dir>/<job>-<16 hex>.quarantine: the bad samples found so far.
-std::string default_quarantine_name(const config::JobConfig& jc) { return dataset_state_name(jc) + ".quarantine"; }
-
-source::Dataset load_dataset(const config::JobConfig& job, const std::filesystem::path& state_dir) {
-  if (job.source.type == "filelist") return source::read_file_list(job.source.file, job.source.root);
-  if (job.source.type == "tar") {
-    // The index cache sits beside the quarantine, keyed the same way.
-    return source::read_tar_shards(job.source.shards, state_dir / (dataset_state_name(job) + ".tarindex"),
-                                   "job " + job.name);
-  }
-  return source::scan_image_folder(job.source.root);
-}
-
-// "jpg 1281167, png 12, webp 3": what a scan found, one line (the decoders go by content, so
-// this is what the names say, which is what a user checks against their tree).
-std::string extension_summary(const source::Dataset& ds) {
-  std::map<std::string, std::size_t> count;
-  for (std::size_t i = 0; i < ds.samples.size(); ++i) {
-    // The name's extension, as std::filesystem::path::extension() gives it (without building
-    // a path per sample: 0.7 s for 1.28M samples).
-    const std::string_view name = ds.name(i).substr(ds.name(i).rfind('/') + 1);
-    const std::size_t dot = name.rfind('.');
-    std::string ext(dot == std::string_view::npos || dot == 0 || name == ".." ? std::string_view() : name.substr(dot + 1));
-    for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (ext == "jpeg") ext = "jpg";
-    if (ext == "tif") ext = "tiff";
-    ++count[ext.empty() ? "(none)" : ext];
-  }
-  std::vector<std::pair<std::string, std::size_t>> v(count.begin(), count.end());
-  std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  std::string out;
-  for (const auto& [ext, n] : v) out += (out.empty() ? "" : ", ") + ext + " " + std::to_string(n);
-  return out;
 }
 
 std::uint64_t new_generation() {
@@ -173,7 +127,7 @@ bool parse_daemon_args(int argc, char** argv, DaemonOptions& out, int& exit_code
 
 int run_daemon(const DaemonOptions& options) {
   config::Config cfg;
-  std::vector<source::Dataset> datasets;
+  std::vector<PreparedJob> prepared;
   std::string socket;
   std::filesystem::path state_dir;
   try {
@@ -184,14 +138,7 @@ int run_daemon(const DaemonOptions& options) {
     spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [stokerd] [%^%l%$] %v");
     socket = proto::resolve_socket_path(options.socket_path, cfg.server.socket);
     state_dir = !cfg.server.state_dir.empty() ? cfg.server.state_dir : std::filesystem::path(socket).parent_path();
-    for (const auto& job : cfg.jobs) {
-      try {
-        datasets.push_back(load_dataset(job, state_dir));
-      } catch (const source::SourceError& e) {
-        throw config::ConfigError(cfg.file.string(), job.source.root_mark,
-                                  "jobs." + job.name + ".source." + job.source.root_key, e.what());
-      }
-    }
+    for (const auto& job : cfg.jobs) prepared.push_back(prepare_job(job, state_dir, cfg.file.string()));
   } catch (const config::ConfigError& e) {
     std::fprintf(stderr, "stokerd: config refused: %s\n", e.what());
     return 2;
@@ -208,6 +155,7 @@ int run_daemon(const DaemonOptions& options) {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);  // reload
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
   const std::uint64_t open_files = raise_open_files_limit();
@@ -234,60 +182,52 @@ int run_daemon(const DaemonOptions& options) {
       }
     }
 
-    // One lane per job, in job order (a job's index is its lane): how the jobs share the pool.
-    std::vector<JobShare> shares;
-    for (const auto& jc : cfg.jobs) shares.push_back(JobShare{jc.weight, jc.max_workers});
-    WorkQueue queue(std::move(shares));
+    // One lane per job (its index): how the jobs share the pool (work_queue.hpp).
+    WorkQueue queue;
     std::atomic<ControlServer*> server_ptr{nullptr};
-    auto notify = [&server_ptr] {
+    JobContext ctx;
+    ctx.socket = socket;
+    ctx.shm_mode = cfg.server.shm_mode;
+    ctx.generation = generation;
+    ctx.workers = workers;
+    ctx.queue = &queue;
+    ctx.notify = [&server_ptr] {
       if (ControlServer* s = server_ptr.load()) s->notify();
     };
-    std::vector<std::unique_ptr<Job>> jobs;
-    std::vector<Job*> job_ptrs;
-    for (std::size_t i = 0; i < cfg.jobs.size(); ++i) {
-      config::JobConfig jc = cfg.jobs[i];
-      if (jc.quarantine.empty()) jc.quarantine = state_dir / default_quarantine_name(jc);
-      const auto& ds = datasets[i];
-      spdlog::info("job {}: files by extension: {}", jc.name, extension_summary(ds));
-      spdlog::info("job {}: {} samples in {} classes from {}, batch {}, {} consumer(s), {} slots each",
-                   jc.name, ds.samples.size(), ds.classes.size(),
-                   jc.source.type == "tar" ? std::to_string(ds.shards.size()) + " tar shard(s)" : jc.source.root.string(),
-                   jc.batch_size, jc.consumers, jc.prefetch);
-      if (cfg.jobs.size() > 1 || jc.max_workers != 0) {
-        spdlog::info("job {}: shares the {} worker(s) with weight {}, at most {} at once", jc.name, workers,
-                     jc.weight, jc.max_workers != 0 ? std::min(jc.max_workers, workers) : workers);
-      }
-      jobs.push_back(std::make_unique<Job>(i, jc, std::move(datasets[i]),
-                                           proto::segment_name(socket, jc.name),
-                                           cfg.server.shm_mode, generation, queue, notify));
-      job_ptrs.push_back(jobs.back().get());
-    }
     {
+      // The table outlives the workers (they hold WorkItems naming its jobs) and the server.
+      JobTable table(ctx, delivery);
+      std::vector<Job*> started;
+      for (auto& p : prepared) started.push_back(table.add(std::move(p)));
       ControlServer::Limits limits;
       limits.handshake_timeout_s = cfg.server.handshake_timeout_s;
       limits.idle_timeout_s = cfg.server.idle_timeout_s;
       limits.max_connections = cfg.server.max_connections != 0
                                    ? cfg.server.max_connections
-                                   : default_max_connections(open_files, workers, job_ptrs.size());
+                                   : default_max_connections(open_files, workers, started.size());
       spdlog::info("descriptors: limit {}, at most {} connections (server.max_connections{})", open_files,
                    limits.max_connections, cfg.server.max_connections != 0 ? "" : " derived from the limit");
-      ControlServer server(socket, job_ptrs, generation, workers, delivery, limits);
+      ControlServer::JobSources sources;
+      sources.config_file = std::filesystem::absolute(options.config_path);
+      sources.state_dir = state_dir;
+      sources.client_jobs = cfg.server.client_jobs;
+      sources.client_job_linger_s = cfg.server.client_job_linger_s;
+      sources.drain_timeout_s = cfg.server.drain_timeout_s;
+      ControlServer server(socket, table, generation, workers, delivery, limits, sources);
       server_ptr.store(&server);
       {
-        WorkerPool pool(workers, queue, job_ptrs);
-        for (Job* j : job_ptrs) j->start();
+        WorkerPool pool(workers, queue);
         spdlog::info("stokerd ready on {} with {} worker(s)", socket, workers);
         SdNotify systemd;  // Type=notify: ready once every job is planned and the socket listens
         std::string names;
-        for (Job* j : job_ptrs) names += (names.empty() ? "" : ", ") + j->name();
-        systemd.send("READY=1\nSTATUS=serving " + std::to_string(job_ptrs.size()) + " job(s) (" + names + ") on " +
+        for (Job* j : started) names += (names.empty() ? "" : ", ") + j->name();
+        systemd.send("READY=1\nSTATUS=serving " + std::to_string(started.size()) + " job(s) (" + names + ") on " +
                      socket + " with " + std::to_string(workers) + " worker(s)\nMAINPID=" + std::to_string(::getpid()));
         server.run(&systemd);
       }  // workers joined: nothing writes the segments any more
       server_ptr.store(nullptr);
-    }  // socket closed and unlinked
-    delivery.shutdown();  // copies finished, segments unregistered before they are unmapped
-    jobs.clear();         // segments removed
+    }  // socket closed and unlinked; jobs destroyed after their device copies settled
+    delivery.shutdown();
     spdlog::info("stopped cleanly");
     return 0;
   } catch (const std::exception& e) {

@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "sampler/sampler.hpp"
+#include "server/batch_mix.hpp"
 #include "server/job_state.hpp"
 
 namespace stoker::server {
@@ -31,6 +32,16 @@ proto::BatchGeometry geometry_of(const config::JobConfig& cfg) {
   return g;
 }
 
+// A mixing job's labels are soft rows of num_classes (float16 for float16 images, float32
+// otherwise); everyone else's stay int64 class indices.
+std::uint32_t label_dtype_of(const config::JobConfig& cfg, const source::Dataset& dataset) {
+  if (!cfg.mix.enabled()) return 0;
+  if (dataset.classes.empty()) {
+    throw std::runtime_error("job " + cfg.name + ": mixup/cutmix need class labels, and the source has no classes");
+  }
+  return static_cast<std::uint32_t>(soft_label_dtype(cfg.pipeline.dtype));
+}
+
 }  // namespace
 
 Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset dataset,
@@ -39,7 +50,10 @@ Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset datase
     : index_(index),
       cfg_(cfg),
       dataset_(std::move(dataset)),
-      plan_(proto::plan_segment(geometry_of(cfg), cfg.consumers, cfg.prefetch)),
+      label_dtype_(label_dtype_of(cfg, dataset_)),
+      label_width_(label_dtype_ == 0 ? 1 : static_cast<std::uint32_t>(dataset_.classes.size())),
+      plan_(proto::plan_segment(geometry_of(cfg), cfg.consumers, cfg.prefetch,
+                                proto::label_row_bytes(label_dtype_, label_width_))),
       queue_(queue),
       notify_ready_(std::move(notify_ready)) {
   (void)shm_mode;  // access to a sealed memfd is the control socket's (see ShmSegment)
@@ -61,6 +75,8 @@ Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset datase
   h->geometry = geometry_of(cfg);
   h->samples_per_epoch = dataset_.samples.size();
   h->num_classes = static_cast<std::uint32_t>(dataset_.classes.size());
+  h->label_dtype = label_dtype_;
+  h->label_width = label_width_;
   proto::copy_cstr(h->job_name, cfg.name.c_str());
   header_copy_ = *h;  // what the header must say for the life of the segment
 
@@ -100,6 +116,7 @@ Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset datase
     for (auto& s : ring->slots) {
       s.ids.resize(cfg.batch_size);
       s.ok.resize(cfg.batch_size);
+      if (label_dtype_ != 0) s.class_labels.resize(cfg.batch_size);
       s.leased_at.resize(cfg.readers);
     }
     auto* rh = ring_header(r);
@@ -136,12 +153,12 @@ bool Job::restore_layout() {
   return repaired;
 }
 
-std::uint64_t Job::samples_per_rank() const {
-  return sampler::samples_per_rank(dataset_.samples.size(), cfg_.world_size, cfg_.drop_last);
+std::uint64_t Job::samples_per_rank(std::uint32_t rank) const {
+  return sampler::samples_per_rank(dataset_.samples.size(), cfg_.world_size, rank, cfg_.shards());
 }
 
-std::uint64_t Job::batches_per_epoch() const {
-  return sampler::batches_per_epoch(samples_per_rank(), cfg_.batch_size, cfg_.drop_last);
+std::uint64_t Job::batches_per_epoch(std::uint32_t rank) const {
+  return sampler::batches_per_epoch(samples_per_rank(rank), cfg_.batch_size, cfg_.drop_last);
 }
 
 proto::RingHeader* Job::ring_header(std::uint32_t ring) const {
@@ -159,7 +176,12 @@ std::uint8_t* Job::payload(std::uint32_t ring, std::uint32_t slot) const {
 }
 
 std::int64_t* Job::labels(std::uint32_t ring, std::uint32_t slot) const {
-  return reinterpret_cast<std::int64_t*>(payload(ring, slot) + plan_.labels_offset);
+  if (label_dtype_ != 0) return rings_[ring]->slots[slot].class_labels.data();
+  return reinterpret_cast<std::int64_t*>(label_region(ring, slot));
+}
+
+std::uint8_t* Job::label_region(std::uint32_t ring, std::uint32_t slot) const {
+  return payload(ring, slot) + plan_.labels_offset;
 }
 
 std::int64_t* Job::ids(std::uint32_t ring, std::uint32_t slot) const {
@@ -174,7 +196,7 @@ std::shared_ptr<Job::EpochStream> Job::make_stream(std::uint32_t rank, std::uint
   // Quarantined samples stay in the stream: batch k is always positions [kB, (k+1)B) of the
   // rank's share, whichever files are bad and whenever they were found (a restarted daemon
   // with a bigger quarantine, a resume at batch k). Bad ones are dropped inside their batch.
-  st->ids = sampler::rank_samples(perm, cfg_.world_size, cfg_.first_rank + rank, cfg_.drop_last);
+  st->ids = sampler::rank_samples(perm, cfg_.world_size, cfg_.first_rank + rank, cfg_.shards());
   return st;
 }
 
@@ -196,7 +218,7 @@ void Job::start() {
 }
 
 void Job::plan_free_slots(Ring& ring, std::vector<WorkItem>& out) {
-  if (failed_.load()) return;
+  if (failed_.load() || draining_.load()) return;
   const std::uint32_t B = cfg_.batch_size;
   for (std::uint32_t s = 0; s < ring.slots.size(); ++s) {
     Slot& slot = ring.slots[s];
@@ -325,7 +347,7 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
 
   std::vector<WorkItem> more;
   {
-    std::lock_guard lock(ring.mu);
+    std::unique_lock lock(ring.mu);
     Slot& slot = ring.slots[item.slot];
     slot.ok[item.position] = result.ok() ? 1 : 0;
     if (EpochStream* st = slot.stream.get(); st != nullptr && !slot.stale) {
@@ -337,24 +359,65 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
       }
       check_epoch_failed(ring, *st);
     }
-    if (--slot.pending == 0) finish_batch(ring, item.slot, more);
+    if (--slot.pending == 0) {
+      if (label_dtype_ == 0) {
+        finish_batch(ring, item.slot, more);
+      } else if (!drop_unwanted(ring, item.slot, more)) {
+        // Mixed after bad samples are settled (the batch's final positions), outside the lock.
+        settle_bad_samples(ring, item.slot);
+        const std::uint64_t epoch_of = slot.epoch, batch = slot.batch_index;
+        const std::uint32_t count = slot.count;
+        lock.unlock();
+        mix_batch(item.ring, item.slot, epoch_of, batch, count);
+        lock.lock();
+        if (!drop_unwanted(ring, item.slot, more)) {
+          publish(ring, item.slot);
+          if (consumed(ring, slot)) free_consumed(ring, more);
+        }
+      }
+    }
   }
   queue_.push(std::move(more));
 }
 
 void Job::finish_batch(Ring& ring, std::uint32_t s, std::vector<WorkItem>& out) {
-  Slot& slot = ring.slots[s];
-  if (slot.stale || failed_.load()) {
-    set_slot_state(ring, s, SlotState::kFree);
-    slot.stream.reset();
-    if (failed_.load()) {
-      notify_ready_();  // wake the control thread to report the failure
-      return;
-    }
-    plan_free_slots(ring, out);
-    return;
-  }
+  if (drop_unwanted(ring, s, out)) return;
+  settle_bad_samples(ring, s);
+  publish(ring, s);
+  // Planned before its readers moved past it (a reader joined further on): nobody takes it.
+  if (consumed(ring, ring.slots[s])) free_consumed(ring, out);
+}
 
+bool Job::drop_unwanted(Ring& ring, std::uint32_t s, std::vector<WorkItem>& out) {
+  Slot& slot = ring.slots[s];
+  if (!slot.stale && !failed_.load()) return false;
+  set_slot_state(ring, s, SlotState::kFree);
+  slot.stream.reset();
+  if (failed_.load()) {
+    notify_ready_();  // wake the control thread to report the failure
+    return true;
+  }
+  plan_free_slots(ring, out);
+  return true;
+}
+
+void Job::mix_batch(std::uint32_t ring, std::uint32_t s, std::uint64_t epoch, std::uint64_t batch_index,
+                    std::uint32_t count) {
+  const proto::BatchGeometry g = geometry_of(cfg_);
+  const MixDraw draw = draw_mix(cfg_.mix, cfg_.seed, epoch, batch_index, cfg_.first_rank + ring, g.height, g.width);
+  MixBatch b;
+  b.images = payload(ring, s);
+  b.count = count;
+  b.geometry = g;
+  b.labels = labels(ring, s);
+  b.soft = label_region(ring, s);
+  b.num_classes = label_width_;
+  b.label_dtype = static_cast<proto::DType>(label_dtype_);
+  apply_mix(draw, b);
+}
+
+void Job::settle_bad_samples(Ring& ring, std::uint32_t s) {
+  Slot& slot = ring.slots[s];
   std::uint32_t bad = 0;
   for (std::uint32_t j = 0; j < slot.count; ++j) bad += slot.ok[j] == 0 ? 1 : 0;
 
@@ -398,10 +461,6 @@ void Job::finish_batch(Ring& ring, std::uint32_t s, std::vector<WorkItem>& out) 
     std::lock_guard lock(stats_mu_);
     stats_.substituted += substituted;
   }
-
-  publish(ring, s);
-  // Planned before its readers moved past it (a reader joined further on): nobody takes it.
-  if (consumed(ring, slot)) free_consumed(ring, out);
 }
 
 void Job::publish(Ring& ring, std::uint32_t s) {

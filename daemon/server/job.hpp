@@ -95,9 +95,15 @@ class Job {
   double oldest_lease_s(std::uint32_t rank, std::uint32_t reader);
   std::uint32_t readers() const { return cfg_.readers; }
   bool serves(std::uint32_t rank) const { return rank >= cfg_.first_rank && rank - cfg_.first_rank < cfg_.consumers; }
-  std::uint64_t batches_per_epoch() const;
-  std::uint64_t samples_per_rank() const;
+  // What global `rank` gets per epoch (ranks differ only with pad_shards: false, by one sample).
+  std::uint64_t batches_per_epoch(std::uint32_t rank) const;
+  std::uint64_t samples_per_rank(std::uint32_t rank) const;
   const ShmSegment& segment() const { return *segment_; }
+  // Labels as the segment carries them (proto::SegmentHeader::label_dtype/label_width):
+  // 0 and 1 for int64 class indices; a float dtype and num_classes for a mixing job's soft rows.
+  std::uint32_t label_dtype() const { return label_dtype_; }
+  std::uint32_t label_width() const { return label_width_; }
+  std::uint64_t label_bytes() const { return proto::label_row_bytes(label_dtype_, label_width_); }
 
   // Plans every slot of every ring from epoch 0, batch 0 (prefetch before anyone connects).
   void start();
@@ -120,6 +126,16 @@ class Job {
   bool release(std::uint32_t rank, std::uint32_t reader, std::uint32_t slot, std::uint32_t generation);
   // Set when on_error: fail met a bad sample: "path: reason".
   std::optional<std::string> failure() const;
+
+  // --- removal (job_table.hpp: reload, `stokerctl drain`, client-defined jobs) ---
+  // From now on no batch is planned; batches already planned still fill and are handed out.
+  void drain();
+  bool draining() const { return draining_.load(); }
+  // Draining, and nothing more will come for this reader: no batch at or past its position is
+  // filling or ready for it.
+  bool drained_for(std::uint32_t rank, std::uint32_t reader);
+  // Waits for every device copy still reading the segment (before the job is destroyed).
+  void settle_device_copies();
 
   JobStats stats() const;
   // The finished-sample cache's figures (`cache: {bytes}`), when the job has one.
@@ -146,6 +162,16 @@ class Job {
   Ring& ring_of(std::uint32_t rank) { return *rings_.at(rank - cfg_.first_rank); }
   void plan_free_slots(Ring& ring, std::vector<WorkItem>& out);      // ring.mu held
   void finish_batch(Ring& ring, std::uint32_t s, std::vector<WorkItem>& out);  // ring.mu held
+  // finish_batch in steps, so that a mixing job mixes between them without the ring's lock:
+  // drops a batch nobody wants any more (true: dropped, slot FREE), and fills or compacts
+  // the places of bad samples (on_error); both with ring.mu held.
+  bool drop_unwanted(Ring& ring, std::uint32_t s, std::vector<WorkItem>& out);
+  void settle_bad_samples(Ring& ring, std::uint32_t s);
+  // MixUp/CutMix of a batch whose samples are all done (server/batch_mix.hpp). Called without
+  // ring.mu: the slot is FILLING with nothing pending, so no worker or planner touches its
+  // bytes, positions or count until finish_batch's last step runs under the lock again.
+  void mix_batch(std::uint32_t ring, std::uint32_t s, std::uint64_t epoch, std::uint64_t batch_index,
+                 std::uint32_t count);
   void publish(Ring& ring, std::uint32_t s);                          // ring.mu held
   void set_slot_state(Ring& ring, std::uint32_t s, proto::SlotState st);  // ring.mu held
   // Every expected reader has taken and released the slot (or will never take it).
@@ -178,12 +204,17 @@ class Job {
   std::uint8_t* payload(std::uint32_t ring, std::uint32_t slot) const;
   proto::SlotHeader* slot_header(std::uint32_t ring, std::uint32_t slot) const;
   proto::RingHeader* ring_header(std::uint32_t ring) const;
+  // Class index per position: in the segment (int64 labels), or the slot's own array when
+  // the segment carries soft labels (a mixing job), which label_region then holds.
   std::int64_t* labels(std::uint32_t ring, std::uint32_t slot) const;
+  std::uint8_t* label_region(std::uint32_t ring, std::uint32_t slot) const;
   std::int64_t* ids(std::uint32_t ring, std::uint32_t slot) const;
 
   const std::size_t index_;
   const config::JobConfig cfg_;
   const source::Dataset dataset_;
+  const std::uint32_t label_dtype_;  // see label_dtype(); before plan_, which sizes labels by it
+  const std::uint32_t label_width_;
   const proto::SegmentPlan plan_;
   std::unique_ptr<ShmSegment> segment_;
   std::unique_ptr<Quarantine> quarantine_;
@@ -199,6 +230,7 @@ class Job {
   JobStats stats_;                         // guarded by stats_mu_
   std::optional<std::string> failure_;     // guarded by stats_mu_
   std::atomic<bool> failed_{false};
+  std::atomic<bool> draining_{false};  // set once by drain(); read under each ring's lock
   proto::SegmentHeader header_copy_{};  // the header as written at start
   std::atomic<std::uint32_t> transient_burst_{0};  // workers inside a transient-error burst
   std::unique_ptr<source::SampleReader> reader_;   // before read_ahead_, whose threads use it

@@ -12,7 +12,7 @@ namespace stoker::server {
 bool Job::copy_to_device(Ring& ring, std::uint32_t s, const std::shared_ptr<DeviceRing>& to) {
   Slot& slot = ring.slots[s];
   std::string why;
-  if (!to->copy_slot(s, payload(ring.rank, s), slot.count, labels(ring.rank, s), why)) {
+  if (!to->copy_slot(s, payload(ring.rank, s), slot.count, label_region(ring.rank, s), why)) {
     spdlog::error("job {} rank {}: batch {}:{} not copied to the device: {}", cfg_.name, ring.rank,
                   slot.epoch, slot.batch_index, why);
     return false;

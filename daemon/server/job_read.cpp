@@ -1,5 +1,8 @@
 // How a job reads a sample's bytes: a fault of the machine is not a bad file.
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <sys/resource.h>
 #include <thread>
 
 #include <spdlog/spdlog.h>
@@ -25,8 +28,21 @@ void Job::start_reading() {
   o.sequential = !cfg_.shuffle;  // members are then read in shard order
   reader_ = std::make_unique<source::SampleReader>(dataset_, o);
   if (cfg_.read_ahead_requests == 0 || cfg_.read_ahead_bytes == 0) return;
+  // Each read in flight holds a descriptor: at most an eighth of the limit, so read-ahead can
+  // never take the descriptors the daemon's sockets and the workers need (a low LimitNOFILE).
+  std::uint32_t requests = cfg_.read_ahead_requests;
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
+    const auto cap = static_cast<std::uint32_t>(std::clamp<rlim_t>(lim.rlim_cur / 8, 1, UINT32_MAX));
+    if (requests > cap) {
+      spdlog::warn("job {}: read_ahead.requests {} lowered to {} (an eighth of the descriptor limit {}: each "
+                   "read in flight holds one; raise LimitNOFILE for more)",
+                   cfg_.name, requests, cap, lim.rlim_cur);
+      requests = cap;
+    }
+  }
   read_ahead_ = std::make_unique<ReadAhead>(
-      cfg_.name, cfg_.read_ahead_bytes, cfg_.read_ahead_requests,
+      cfg_.name, cfg_.read_ahead_bytes, requests,
       [this](std::uint32_t id, std::vector<std::uint8_t>& out) { return reader_->read(id, out); },
       [this](std::uint32_t id) { return dataset_.samples[id].size; });
 }

@@ -218,13 +218,13 @@ double Job::oldest_lease_s(std::uint32_t rank, std::uint32_t reader) {
 }
 
 std::vector<RingStatus> Job::ring_status() const {
-  const std::uint64_t per_epoch = std::max<std::uint64_t>(batches_per_epoch(), 1);
-  auto index = [&](BatchPos p) { return p.epoch * per_epoch + p.batch; };
   std::vector<RingStatus> out;
   for (const auto& ring : rings_) {
     std::lock_guard lock(ring->mu);
     RingStatus r{};
     r.rank = cfg_.first_rank + ring->rank;  // global
+    const std::uint64_t per_epoch = std::max<std::uint64_t>(batches_per_epoch(r.rank), 1);
+    auto index = [&](BatchPos p) { return p.epoch * per_epoch + p.batch; };
     r.attached = ring->any_attached();
     for (const auto& s : ring->slots) {
       switch (s.state) {
@@ -266,6 +266,37 @@ std::vector<RingStatus> Job::ring_status() const {
     out.push_back(std::move(r));
   }
   return out;
+}
+
+}  // namespace stoker::server
+
+namespace stoker::server {
+
+void Job::drain() {
+  // Each ring's lock is taken once after the flag is set: a planner that read the flag clear
+  // holds that lock, so once this returns no ring plans again.
+  draining_.store(true);
+  for (auto& ring : rings_) std::lock_guard lock(ring->mu);
+}
+
+bool Job::drained_for(std::uint32_t rank, std::uint32_t reader) {
+  if (!draining_.load()) return false;
+  Ring& ring = ring_of(rank);
+  std::lock_guard lock(ring.mu);
+  const Reader& me = ring.readers.at(reader);
+  for (const Slot& slot : ring.slots) {
+    if (slot.state == SlotState::kFilling && !slot.stale) return false;
+    const bool ready = slot.state == SlotState::kReady || slot.state == SlotState::kLeased;
+    if (ready && slot.pos() >= me.next && (slot.leased_by & bit(reader)) == 0) return false;
+  }
+  return true;
+}
+
+void Job::settle_device_copies() {
+  for (auto& ring : rings_) {
+    std::lock_guard lock(ring->mu);
+    for (std::uint32_t s = 0; s < ring->slots.size(); ++s) settle_device_copy(*ring, s);
+  }
 }
 
 }  // namespace stoker::server

@@ -61,6 +61,9 @@ struct Job::Slot {
   std::shared_ptr<EpochStream> stream;
   std::vector<std::uint32_t> ids;  // sample id per position
   std::vector<std::int8_t> ok;     // per position: 1 good, 0 bad, -1 pending
+  // Mixing jobs: class index per position (the segment's labels hold the soft rows made
+  // from these when the batch is finished); empty otherwise.
+  std::vector<std::int64_t> class_labels;
   // The device rings whose copies of this slot may still be reading its host bytes; cleared
   // (after waiting) before the slot is planned again.
   std::vector<std::shared_ptr<DeviceRing>> copied_to;

@@ -7,6 +7,7 @@
 #include "device/device_delivery.hpp"
 #include "server/control_server.hpp"
 #include "server/job.hpp"
+#include "server/job_table.hpp"
 
 namespace stoker::server {
 namespace {
@@ -25,13 +26,28 @@ void ControlServer::sample_rates() {
   const auto now = std::chrono::steady_clock::now();
   if (now - last_sample_ < std::chrono::seconds(1)) return;
   last_sample_ = now;
-  rate_history_.emplace_back(now, std::vector<std::uint64_t>());
-  for (Job* j : jobs_) rate_history_.back().second.push_back(j->stats().samples_ok);
+  rate_history_.emplace_back(now, std::map<std::size_t, std::uint64_t>());
+  for (Job* j : jobs_.jobs()) rate_history_.back().second[j->index()] = j->stats().samples_ok;
   while (rate_history_.size() > 2 && now - rate_history_[1].first >= kRateWindow) rate_history_.pop_front();
   const auto& [t_old, ok_old] = rate_history_.front();
   const double dt = std::chrono::duration<double>(now - t_old).count();
-  for (std::size_t i = 0; i < jobs_.size(); ++i) {
-    rates_[i] = dt > 0 ? static_cast<double>(rate_history_.back().second[i] - ok_old[i]) / dt : 0.0;
+  rates_.clear();
+  for (const auto& [index, ok] : rate_history_.back().second) {
+    // A job added inside the window is measured from its first snapshot.
+    std::uint64_t before = 0;
+    double span = dt;
+    if (auto it = ok_old.find(index); it != ok_old.end()) {
+      before = it->second;
+    } else {
+      for (const auto& [t, snap] : rate_history_) {
+        if (auto f = snap.find(index); f != snap.end()) {
+          before = f->second;
+          span = std::chrono::duration<double>(now - t).count();
+          break;
+        }
+      }
+    }
+    rates_[index] = span > 0 ? static_cast<double>(ok - before) / span : 0.0;
   }
 }
 
@@ -51,11 +67,15 @@ std::string ControlServer::status_json() const {
                    {"rings_awaiting_free", delivery_.live_rings()},
                    {"rings_freed", delivery_.rings_freed()}};
   Json jobs = Json::array();
-  for (std::size_t i = 0; i < jobs_.size(); ++i) {
-    const Job& j = *jobs_[i];
+  for (Job* jp : jobs_.jobs()) {
+    const Job& j = *jp;
+    const JobTable::Entry* entry = jobs_.entry(jp);
     const JobStats st = j.stats();
     Json job;
     job["name"] = j.name();
+    job["state"] = j.draining() ? "draining" : "serving";
+    if (j.draining() && entry != nullptr) job["drain_reason"] = entry->drain_reason;
+    job["defined_by_client"] = entry != nullptr && entry->defined_by_client;
     job["samples"] = j.dataset().samples.size();
     job["classes"] = j.dataset().classes.size();
     job["class_names"] = j.dataset().classes;
@@ -66,14 +86,18 @@ std::string ControlServer::status_json() const {
     job["seed"] = j.config().seed;
     job["drop_last"] = j.config().drop_last;
     job["batch_size"] = j.config().batch_size;
-    job["batches_per_epoch"] = j.batches_per_epoch();
+    job["sampler_drop_last"] = j.config().sampler_drop_last;
+    job["pad_shards"] = j.config().pad_shards;
+    // Rank first_rank's; with pad_shards: false each consumer's own are in its entry.
+    job["batches_per_epoch"] = j.batches_per_epoch(j.first_rank());
     job["world_size"] = j.world_size();
     job["ranks"] = {j.first_rank(), j.first_rank() + j.consumers() - 1};
     job["readers"] = j.readers();
     job["weight"] = j.config().weight;  // share of the worker pool while other jobs are busy
     // Most workers running the job's items at once; null: no cap (any of the pool's).
     job["workers"] = j.config().max_workers != 0 ? Json(j.config().max_workers) : Json(nullptr);
-    job["images_per_s"] = rates_[i];  // over the last 10 s
+    const auto rate = rates_.find(j.index());
+    job["images_per_s"] = rate != rates_.end() ? rate->second : 0.0;  // over the last 10 s
     job["samples_ok"] = st.samples_ok;
     job["batches_published"] = st.batches_published;
     job["decode_warnings"] = st.decode_warnings;
@@ -94,6 +118,8 @@ std::string ControlServer::status_json() const {
     for (const auto& rs : j.ring_status()) {
       Json c;
       c["rank"] = rs.rank;
+      c["samples_per_epoch"] = j.samples_per_rank(rs.rank);  // what this rank really gets
+      c["batches_per_epoch"] = j.batches_per_epoch(rs.rank);
       c["connected"] = rs.attached;
       c["slots"] = {{"free", rs.free}, {"filling", rs.filling}, {"ready", rs.ready}, {"leased", rs.leased}};
       c["next"] = {{"epoch", rs.next_epoch}, {"batch", rs.next_batch}};

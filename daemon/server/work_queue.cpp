@@ -42,11 +42,32 @@ void WorkQueue::wake(Lane& l, std::size_t job) {
   l.vtime = std::max(l.vtime, floor != std::numeric_limits<double>::infinity() ? floor : clock_);
 }
 
+void WorkQueue::set_share(std::size_t job, JobShare share) {
+  std::lock_guard lock(mu_);
+  lane(job).share = share;
+}
+
+void WorkQueue::close(std::size_t job) {
+  std::lock_guard lock(mu_);
+  Lane& l = lane(job);
+  l.closed = true;
+  queued_ -= l.items.size();
+  l.items.clear();
+  l.items.shrink_to_fit();
+  closures_.fetch_add(1, std::memory_order_release);
+}
+
+bool WorkQueue::closed(std::size_t job) const {
+  std::lock_guard lock(mu_);
+  return job < lanes_.size() && lanes_[job].closed;
+}
+
 void WorkQueue::push(std::size_t job, std::vector<WorkItem>&& items) {
   if (items.empty()) return;
   {
     std::lock_guard lock(mu_);
     Lane& l = lane(job);
+    if (l.closed) return;  // the job is being removed (its batches are no longer wanted)
     wake(l, job);
     l.items.insert(l.items.end(), items.begin(), items.end());
     queued_ += items.size();

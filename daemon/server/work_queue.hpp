@@ -16,6 +16,7 @@
 // Cost: O(jobs) per pop, push and done; jobs are few.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -56,6 +57,14 @@ class WorkQueue {
   bool pop(WorkItem& out, std::size_t& job);
   // The item of `job` that pop() handed out has finished: frees its place under the cap.
   void done(std::size_t job);
+  // A job added while running (reload, a client-defined job) gets its share before its first push.
+  void set_share(std::size_t job, JobShare share);
+  // The job is being removed: its queued items are dropped and later pushes for it discarded
+  // (under the queue's lock, so no item of it can be queued after this returns). Items already
+  // handed out still finish; the job may be destroyed once in_flight(job) is 0.
+  void close(std::size_t job);
+  bool closed(std::size_t job) const;
+  std::uint64_t closures() const { return closures_.load(std::memory_order_acquire); }  // close() calls so far
   void stop();
   std::size_t depth() const;             // items queued, all jobs
   std::size_t in_flight(std::size_t job) const;
@@ -66,6 +75,7 @@ class WorkQueue {
     std::deque<WorkItem> items;
     std::uint32_t running = 0;  // popped and not yet done()
     double vtime = 0;           // virtual time: items served / weight, plus catch-up
+    bool closed = false;        // job being removed: pushes discarded
   };
   Lane& lane(std::size_t job);                  // mu_ held; grows lanes_ as needed
   bool runnable(const Lane& l) const;           // mu_ held
@@ -80,6 +90,7 @@ class WorkQueue {
   // job is idle restarts (no lower, so idling banks nothing). Guarded by mu_.
   double clock_ = 0;
   bool stopped_ = false;      // guarded by mu_
+  std::atomic<std::uint64_t> closures_{0};
 };
 
 }  // namespace stoker::server

@@ -1,5 +1,6 @@
 #include "server/worker_pool.hpp"
 
+#include <map>
 #include <memory>
 
 #include <spdlog/spdlog.h>
@@ -9,8 +10,7 @@
 
 namespace stoker::server {
 
-WorkerPool::WorkerPool(unsigned threads, WorkQueue& queue, const std::vector<Job*>& jobs)
-    : queue_(queue), jobs_(jobs) {
+WorkerPool::WorkerPool(unsigned threads, WorkQueue& queue) : queue_(queue) {
   for (unsigned i = 0; i < threads; ++i) threads_.emplace_back([this, i] { run(i); });
 }
 
@@ -20,16 +20,23 @@ WorkerPool::~WorkerPool() {
 }
 
 void WorkerPool::run(unsigned index) {
-  // Processors are built lazily per job so a thread touches only the jobs it serves.
-  std::vector<std::unique_ptr<image::SampleProcessor>> processors(jobs_.size());
+  // Processors are built lazily per job so a thread touches only the jobs it serves. Jobs come
+  // and go while the daemon runs (job_table.hpp); an index is never reused, so a processor is
+  // only ever used for the job it was built for, and the processors of removed jobs (whose
+  // lanes are closed) are dropped when this thread next takes an item after a closure.
+  std::map<std::size_t, std::unique_ptr<image::SampleProcessor>> processors;
   std::vector<std::uint8_t> file_buffer;
   WorkItem item{};
   std::size_t j = 0;
+  std::uint64_t closures_seen = 0;
   while (queue_.pop(item, j)) {
-    if (!processors[j]) {
-      processors[j] = std::make_unique<image::SampleProcessor>(item.job->pipeline());
+    if (const std::uint64_t c = queue_.closures(); c != closures_seen) {
+      closures_seen = c;
+      std::erase_if(processors, [this](const auto& kv) { return queue_.closed(kv.first); });
     }
-    item.job->run(item, *processors[j], file_buffer);
+    std::unique_ptr<image::SampleProcessor>& p = processors[j];
+    if (!p) p = std::make_unique<image::SampleProcessor>(item.job->pipeline());
+    item.job->run(item, *p, file_buffer);
     queue_.done(j);  // the job's place under its `workers` cap is free again
   }
   spdlog::debug("worker {} stopped", index);

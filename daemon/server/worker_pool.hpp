@@ -14,7 +14,8 @@ class Job;
 class WorkerPool {
  public:
   // Threads start at once; each builds its own per-job SampleProcessor.
-  WorkerPool(unsigned threads, WorkQueue& queue, const std::vector<Job*>& jobs);
+  // Jobs reach the threads only through the queue's items (WorkItem::job).
+  WorkerPool(unsigned threads, WorkQueue& queue);
   ~WorkerPool();  // stops the queue and joins
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
@@ -23,7 +24,6 @@ class WorkerPool {
  private:
   void run(unsigned index);
   WorkQueue& queue_;
-  std::vector<Job*> jobs_;
   std::vector<std::thread> threads_;
 };
 

@@ -22,6 +22,7 @@
 #include "server/control_server.hpp"
 #include "server/job.hpp"
 #include "server/worker_pool.hpp"
+#include "server/job_table.hpp"
 #include "source/dataset.hpp"
 #include "stoker/proto/control.hpp"
 
@@ -35,8 +36,16 @@ struct World {
   std::string socket;
   server::WorkQueue queue;
   std::unique_ptr<server::DeviceDelivery> delivery;
-  std::unique_ptr<server::Job> job;
+  std::unique_ptr<server::JobTable> table;
   std::unique_ptr<server::ControlServer> server;
+  config::JobConfig job_config;
+
+  // An input that drained the job (the "drain" command) does not starve the next ones.
+  void add_job() {
+    if (table->serving("demo") == nullptr) {
+      table->add(server::PreparedJob{job_config, source::scan_image_folder(job_config.source.root)});
+    }
+  }
 
   World() {
     dir = fs::temp_directory_path() / ("stoker-fuzz-control-" + std::to_string(::getpid()));
@@ -51,13 +60,23 @@ struct World {
     jc.quarantine = dir / "q";
     std::string why;
     delivery = std::make_unique<server::DeviceDelivery>(nullptr, "no device in the fuzz harness");
-    job = std::make_unique<server::Job>(0, jc, source::scan_image_folder(jc.source.root),
-                                        "stoker-fuzz-" + std::to_string(::getpid()), 0600, 1, queue, [] {});
+    server::JobContext ctx;
+    ctx.socket = socket;
+    ctx.generation = 1;
+    ctx.queue = &queue;
+    ctx.notify = [] {};
+    table = std::make_unique<server::JobTable>(ctx, *delivery);
+    // add() plans work items; nothing runs them: slots stay FILLING.
+    job_config = jc;
+    add_job();
     server::ControlServer::Limits limits;
     limits.max_connections = 64;
-    server = std::make_unique<server::ControlServer>(socket, std::vector<server::Job*>{job.get()}, 1, 1, *delivery,
-                                                     limits);
-    job->start();  // plans work items; nothing runs them: slots stay FILLING
+    // Commands are fuzzed up to their parsing; a define_job would start scanning whatever
+    // folder the input names, so client-defined jobs are off here (drain is on: the harness
+    // runs as the daemon's own user, so "drain" of "demo" ends the job as it would).
+    server::ControlServer::JobSources sources;
+    sources.client_jobs = false;
+    server = std::make_unique<server::ControlServer>(socket, *table, 1, 1, *delivery, limits, sources);
   }
 };
 
@@ -80,6 +99,7 @@ void drain(int fd) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static World w;
+  w.add_job();
   const int fd = connect_to(w.socket);
   w.server->run_once(0);  // accept
   for (std::size_t at = 0; at + 2 <= size;) {

@@ -34,6 +34,15 @@ int main(void) {
   EXPECT(stoker_client_next(NULL, 0, &b) == STOKER_ERR_INVALID_ARGUMENT);
   EXPECT(stoker_batch_release(NULL) == STOKER_OK);
   EXPECT(stoker_batch_count(NULL) == 0);
+  /* Labels: class indices or (mixup/cutmix) soft rows; a NULL batch has neither. */
+  {
+    uint64_t shape[2] = {7, 7};
+    EXPECT(stoker_batch_labels(NULL) == NULL);
+    EXPECT(stoker_batch_label_data(NULL) == NULL);
+    EXPECT(stoker_batch_label_shape(NULL, shape) == 0);
+    EXPECT(shape[0] == 0 && shape[1] == 0);
+    EXPECT(STOKER_INT64 == 4);
+  }
   EXPECT(stoker_daemon_status("/nonexistent/stoker-c-test.sock", &json) == STOKER_ERR_NO_DAEMON);
   EXPECT(json == NULL);
   EXPECT(strcmp(stoker_status_name(STOKER_ERR_TIMEOUT), "timeout") == 0);
@@ -46,6 +55,7 @@ int main(void) {
     EXPECT(stoker_batch_device_images(NULL, NULL, &dptr) == STOKER_ERR_INVALID_ARGUMENT);
     EXPECT(stoker_batch_device_labels(NULL, NULL, &lptr) == STOKER_ERR_INVALID_ARGUMENT);
     EXPECT(stoker_batch_device_to_host(NULL, NULL, NULL) == STOKER_ERR_INVALID_ARGUMENT);
+    EXPECT(stoker_batch_device_label_data(NULL, NULL, &dptr) == STOKER_ERR_INVALID_ARGUMENT);
     EXPECT(stoker_batch_device_synchronize(NULL) == STOKER_ERR_INVALID_ARGUMENT);
     EXPECT(stoker_client_pin_memory(NULL, 0) == STOKER_ERR_INVALID_ARGUMENT);
     EXPECT(stoker_batch_on_device(NULL) == 0);

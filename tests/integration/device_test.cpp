@@ -454,3 +454,37 @@ TEST_CASE("fan-out on the device: the readers of a rank on two GPUs and one on t
                        Catch::Contains("GPU-5afe5130-0000-0000-0000-000000000001"));
   }
 }
+
+TEST_CASE("device batches of a mixing job carry the soft labels as the host has them", "[integration][device][mix]") {
+  use_backend();
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec host, dev;
+  host.name = "host";
+  host.extra = "    mixup: {alpha: 0.2}\n    cutmix: {alpha: 1.0}\n";
+  dev = host;
+  dev.name = "dev";
+  Daemon d(write_config(dir.path(), {host, dev}, 2), socket);
+  stoker::ClientOptions ho;
+  ho.socket_path = socket;
+  stoker::Client hc("host", 0, ho);
+  stoker::Client dc("dev", 0, device_options(socket));
+  REQUIRE(dc.info().label_dtype == STOKER_FLOAT32);
+  REQUIRE(dc.info().label_width == 4);
+  const std::uint64_t row = 4 * 4;
+  for (int i = 0; i < 10; ++i) {
+    stoker::Batch h = hc.next(30000);
+    stoker::Batch b = dc.next(30000);
+    REQUIRE(b.on_device());
+    REQUIRE(h.count() == b.count());
+    REQUIRE(std::equal(h.ids(), h.ids() + h.count(), b.ids()));
+    // int64 device labels are refused for soft labels; the raw pointer is there.
+    CHECK_THROWS(b.device_labels());
+    CHECK(b.device_label_data() != nullptr);
+    std::vector<std::uint8_t> images(dc.info().device_image_bytes * b.count()), labels(row * b.count());
+    b.device_to_host(images.data(), labels.data());
+    const auto* hl = h.soft_labels<std::uint8_t>();
+    CHECK(std::equal(labels.begin(), labels.end(), hl));
+    CHECK(std::equal(images.begin(), images.end(), h.images()));
+  }
+}

@@ -123,8 +123,14 @@ TEST_CASE("two greedy jobs of weight 3 and 1 get decode work about 3:1", "[integ
   const auto socket = (dir.path() / "s.sock").string();
   JobSpec heavy;
   heavy.name = "heavy";
+  // Deep rings: the ratio holds only while both jobs have work queued, and a consumer thread
+  // starved of CPU on a loaded machine must not let its ring fill up (its job then has nothing
+  // queued and the other job rightly takes the workers).
+  // Large outputs: decode, not the consumers' round trips through the control thread, must be
+  // what limits the rate.
   heavy.batch_size = 16;
-  heavy.prefetch = 4;
+  heavy.prefetch = 8;
+  heavy.out_size = 192;
   heavy.extra = "    weight: 3\n    workers: 2\n";
   JobSpec plain = heavy;
   plain.name = "plain";
@@ -139,7 +145,7 @@ TEST_CASE("two greedy jobs of weight 3 and 1 get decode work about 3:1", "[integ
 
   Greedy a(socket, "heavy"), b(socket, "plain");
   // Counted from a steady state: the rings' first fill at start is 1:1 whatever the weights.
-  std::this_thread::sleep_for(700ms);
+  std::this_thread::sleep_for(1500ms);
   const std::uint64_t a0 = samples_ok(socket, "heavy"), b0 = samples_ok(socket, "plain");
   std::this_thread::sleep_for(3s);
   const std::uint64_t a1 = samples_ok(socket, "heavy"), b1 = samples_ok(socket, "plain");

@@ -5,7 +5,7 @@ target_link_libraries(stoker_daemon_fixture PUBLIC stoker_catch_main)
 stoker_add_test(integration_test LABEL integration
   SOURCES integration/serve_test.cpp integration/startup_test.cpp integration/multinode_test.cpp
           integration/status_test.cpp integration/fanout_test.cpp integration/fair_share_test.cpp
-          integration/tar_serve_test.cpp
+          integration/tar_serve_test.cpp integration/reload_test.cpp integration/mix_test.cpp
   LIBS stoker_daemon_fixture stoker::client stoker::proto Boost::headers stoker_sampler)
 add_dependencies(integration_test stokerd stokerctl)
 

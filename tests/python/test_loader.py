@@ -415,3 +415,44 @@ jobs:
         loader.close()
     finally:
         d.stop()
+
+
+def test_dataset_samples_of_a_tar_job_are_the_daemons(fw, tmp_path, demo_root):
+    """Tar members have no file of their own: loader.dataset.samples is the daemon's list
+    (protocol 2.2's samples command), SHARD:MEMBER paths with the .cls labels, by id."""
+    import glob
+    import tarfile
+    files = sorted(glob.glob(os.path.join(demo_root, "*", "*.jpg")))[:10]
+    for s in range(2):
+        with tarfile.open(tmp_path / f"shard-{s}.tar", "w") as t:
+            for i, f in enumerate(files[s * 5:(s + 1) * 5]):
+                key = f"{s:02d}{i:02d}"
+                t.add(f, arcname=f"{key}.jpg")
+                cls = tmp_path / f"{key}.cls"
+                cls.write_text(str((s * 5 + i) % 3))
+                t.add(str(cls), arcname=f"{key}.cls")
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(f"""server: {{workers: 2, log_level: warn}}
+jobs:
+  demo:
+    source: {{type: tar, shards: "{tmp_path}/shard-{{0..1}}.tar"}}
+    batch_size: 4
+    shuffle: false
+    pipeline:
+      - decode: {{}}
+      - random_resized_crop: {{size: 16}}
+""")
+    from conftest import Daemon
+    d = Daemon(str(cfg), str(tmp_path / "s.sock"), str(tmp_path / "d.log"), "demo")
+    try:
+        loader = stoker.Loader("demo", socket=d.socket, framework=fw)
+        samples = loader.dataset.samples
+        assert len(samples) == len(loader.dataset) == 10
+        assert [l for _, l in samples] == [i % 3 for i in range(10)]
+        assert all(".tar" in p for p, _ in samples)
+        assert loader.dataset.targets == [i % 3 for i in range(10)]
+        b = next(loader.batches())
+        assert [samples[int(i)][1] for i in b.ids] == [int(x) for x in b.labels]
+        loader.close()
+    finally:
+        d.stop()

@@ -941,3 +941,51 @@ TEST_CASE("config: random_rotation as RandomRotation checks it and refused at fi
                                "    output: {dtype: float32}\n")),
              Contains("random_rotation works on uint8 pixels: put it before normalize"));
 }
+
+TEST_CASE("config: the two drop_lasts and pad_shards", "[config]") {
+  using stoker::sampler::Shards;
+  const auto plain = parse(train_job()).jobs.at(0);
+  CHECK(plain.shards() == Shards::kPad);
+  CHECK_FALSE(plain.drop_last);
+  // drop_last alone keeps its old meaning: both.
+  const auto both = parse(train_job("    drop_last: true\n")).jobs.at(0);
+  CHECK(both.drop_last);
+  CHECK(both.shards() == Shards::kDrop);
+  const auto batch_only = parse(train_job("    drop_last: true\n    sampler_drop_last: false\n")).jobs.at(0);
+  CHECK(batch_only.drop_last);
+  CHECK(batch_only.shards() == Shards::kPad);
+  const auto val = parse(train_job("    pad_shards: false\n")).jobs.at(0);
+  CHECK(val.shards() == Shards::kUneven);
+  CHECK_THAT(refusal(train_job("    sampler_drop_last: true\n    pad_shards: false\n")),
+             Catch::StartsWith("test.yaml:6:17: jobs.train.pad_shards: ") && Catch::Contains("choose one"));
+}
+
+TEST_CASE("config: server keys for jobs that come and go", "[config]") {
+  const auto cfg = parse("server: {client_jobs: false, client_job_linger_s: 5, drain_timeout_s: 9}\n" + train_job());
+  CHECK_FALSE(cfg.server.client_jobs);
+  CHECK(cfg.server.client_job_linger_s == 5);
+  CHECK(cfg.server.drain_timeout_s == 9);
+  CHECK_THAT(refusal("server: {drain_timeout_s: 0}\n" + train_job()),
+             Catch::Contains("server.drain_timeout_s") && Catch::Contains("(0, 86400]"));
+}
+
+TEST_CASE("config: a client-defined job is one job, no server keys, absolute paths", "[config]") {
+  const std::string job = "jobs:\n  mine:\n    source: {root: \"" + std::string(STOKER_SOURCE_DIR) +
+                          "/tests/data/demo\"}\n    batch_size: 4\n    pipeline: [{decode: {}}, {resize: {size: [8, 8]}}]\n";
+  const auto jc = stoker::config::parse_client_job(job, "<client>");
+  CHECK(jc.name == "mine");
+  CHECK_FALSE(jc.definition.empty());
+  auto refused = [](const std::string& text) {
+    try {
+      stoker::config::parse_client_job(text, "<client>");
+    } catch (const stoker::config::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  CHECK_THAT(refused("server: {workers: 1}\n" + job), Catch::StartsWith("<client>:1:") && Catch::Contains("server"));
+  CHECK_THAT(refused(job + "  second:\n    source: {root: /}\n    batch_size: 1\n    pipeline: [{decode: {}}, {resize: {size: [8, 8]}}]\n"),
+             Catch::Contains("exactly one job"));
+  CHECK_THAT(refused("jobs:\n  r:\n    source: {root: relative/dir}\n    batch_size: 4\n    pipeline: [{decode: {}}]\n"),
+             Catch::StartsWith("<client>:3:"));
+}

@@ -38,7 +38,9 @@ TEST_CASE("segment header fields", "[layout]") {
   CHECK(offsetof(SegmentHeader, samples_per_epoch) == 112);
   CHECK(offsetof(SegmentHeader, num_classes) == 120);
   CHECK(offsetof(SegmentHeader, job_name) == 128);
-  CHECK(offsetof(SegmentHeader, reserved) == 192);
+  CHECK(offsetof(SegmentHeader, label_dtype) == 192);  // layout 1.1
+  CHECK(offsetof(SegmentHeader, label_width) == 196);
+  CHECK(offsetof(SegmentHeader, reserved) == 200);
   CHECK(sizeof(BatchGeometry) == 32);
   CHECK(offsetof(BatchGeometry, channels) == 4);
   CHECK(offsetof(BatchGeometry, height) == 8);
@@ -130,6 +132,30 @@ TEST_CASE("segment plan keeps payloads page aligned and slots disjoint", "[layou
   CHECK(p.slot_stride % 4096 == 0);
   CHECK(p.slot_stride >= p.payload_offset + p.ids_offset + 8 * 256);
   CHECK(p.segment_size == p.first_slot_offset + p.slot_stride * 32);
+}
+
+TEST_CASE("soft labels (layout 1.1) widen only the labels region", "[layout]") {
+  CHECK(kLayoutMinor == 1);
+  CHECK(label_row_bytes(0, 1) == 8);  // int64 class index, as layout 1.0
+  CHECK(label_row_bytes(static_cast<std::uint32_t>(DType::kFloat32), 1000) == 4000);
+  CHECK(label_row_bytes(static_cast<std::uint32_t>(DType::kFloat16), 10) == 20);
+  BatchGeometry g{};
+  g.batch_size = 256;
+  g.channels = 3;
+  g.height = 224;
+  g.width = 224;
+  g.dtype = DType::kUInt8;
+  g.layout = Layout::kNCHW;
+  g.image_bytes = 3ull * 224 * 224;
+  // Default argument: int64 labels, the same plan as layout 1.0 (old and new readers agree).
+  CHECK(plan_segment(g, 8, 4, 8).ids_offset == plan_segment(g, 8, 4).ids_offset);
+  const SegmentPlan p = plan_segment(g, 8, 4, 4000);  // float32 rows of 1000 classes
+  CHECK(p.labels_offset == 38535168);
+  CHECK(p.ids_offset == 38535168 + 1024000);          // 256 * 4000, already 64-aligned
+  CHECK(p.slot_stride % 4096 == 0);
+  CHECK(p.slot_stride >= p.payload_offset + p.ids_offset + 8 * 256);
+  const SegmentPlan q = plan_segment(g, 1, 1, 6);       // 3 float16 classes: rows padded to 64 in all
+  CHECK(q.ids_offset == 38535168 + 1536);
 }
 
 TEST_CASE("segment names are per socket and per job", "[names]") {

@@ -173,3 +173,29 @@ TEST_CASE("sampler: samples per rank and batches per epoch", "[sampler]") {
   CHECK(batches_per_epoch(160146, 256, false) == 626);
   CHECK(batches_per_epoch(160145, 256, true) == 625);
 }
+
+TEST_CASE("sampler: pad_shards false gives every sample exactly once, ranks uneven by at most one", "[sampler]") {
+  using stoker::sampler::Shards;
+  for (std::uint32_t n : {1u, 7u, 63u, 64u, 65u}) {
+    for (std::uint32_t world : {1u, 2u, 3u, 8u}) {
+      const auto perm = stoker::sampler::epoch_permutation(n, true, 11, 2);
+      std::vector<std::uint32_t> all;
+      std::uint64_t most = 0, least = UINT64_MAX;
+      for (std::uint32_t r = 0; r < world; ++r) {
+        const auto mine = stoker::sampler::rank_samples(perm, world, r, Shards::kUneven);
+        CHECK(mine.size() == stoker::sampler::samples_per_rank(n, world, r, Shards::kUneven));
+        most = std::max<std::uint64_t>(most, mine.size());
+        least = std::min<std::uint64_t>(least, mine.size());
+        // Same positions as DistributedSampler's, without the padded tail.
+        const auto padded = stoker::sampler::rank_samples(perm, world, r, false);
+        CHECK(std::equal(mine.begin(), mine.end(), padded.begin()));
+        all.insert(all.end(), mine.begin(), mine.end());
+      }
+      std::sort(all.begin(), all.end());
+      std::vector<std::uint32_t> every(n);
+      std::iota(every.begin(), every.end(), 0u);
+      CHECK(all == every);
+      CHECK(most - least <= 1);
+    }
+  }
+}

@@ -38,7 +38,8 @@ typedef enum stoker_status {
   STOKER_ERR_INTERNAL = 9
 } stoker_status;
 
-typedef enum stoker_dtype { STOKER_UINT8 = 1, STOKER_FLOAT16 = 2, STOKER_FLOAT32 = 3 } stoker_dtype;
+/* STOKER_INT64 is only ever a label type (class indices), never an image type. */
+typedef enum stoker_dtype { STOKER_UINT8 = 1, STOKER_FLOAT16 = 2, STOKER_FLOAT32 = 3, STOKER_INT64 = 4 } stoker_dtype;
 typedef enum stoker_layout { STOKER_NCHW = 1, STOKER_NHWC = 2 } stoker_layout;
 
 typedef struct stoker_client stoker_client;
@@ -93,6 +94,13 @@ typedef struct stoker_job_info {
   uint32_t rank;              /* the global rank this client reads */
   uint32_t writable;          /* nonzero: batches are mapped read-write (map_writable, and
                                  the job has one reader per rank) */
+  /* The labels' type and shape. STOKER_INT64, label_width 1: one class index per sample,
+   * shape {count} (jobs without mixing, as always). STOKER_FLOAT32 or STOKER_FLOAT16 (the
+   * images' dtype; float32 for uint8 images): a job with mixup/cutmix, whose labels are soft
+   * targets, shape {count, label_width} with label_width = num_classes, each row
+   * lambda * onehot(own class) + (1 - lambda) * onehot(previous sample's class). */
+  stoker_dtype label_dtype;
+  uint32_t label_width;
 } stoker_job_info;
 
 /* Fills defaults: everything zero/NULL. */
@@ -113,7 +121,14 @@ STOKER_API stoker_status stoker_batch_release(stoker_batch* batch);
 /* A batch holds stoker_batch_count() samples (<= batch_size; the last batch of an epoch may
  * be short, and after skipped bad files a last-in-epoch batch may even hold 0). */
 STOKER_API const void* stoker_batch_images(const stoker_batch* batch);
+/* int64 class indices; NULL for a job whose labels are soft (stoker_job_info.label_dtype is
+ * a float type): read those with stoker_batch_label_data(). */
 STOKER_API const int64_t* stoker_batch_labels(const stoker_batch* batch);
+/* The labels in the job's label type (stoker_job_info.label_dtype), whatever it is. */
+STOKER_API const void* stoker_batch_label_data(const stoker_batch* batch);
+/* The labels' shape: {count} (returns 1) for class indices, {count, label_width} (returns 2)
+ * for soft labels; 0 for a NULL batch. */
+STOKER_API int stoker_batch_label_shape(const stoker_batch* batch, uint64_t shape[2]);
 STOKER_API const int64_t* stoker_batch_ids(const stoker_batch* batch);
 STOKER_API uint32_t stoker_batch_count(const stoker_batch* batch);
 STOKER_API uint64_t stoker_batch_epoch(const stoker_batch* batch);
@@ -131,7 +146,11 @@ STOKER_API int stoker_batch_last_in_epoch(const stoker_batch* batch);
  * queue the batch's readers on that stream (or make it wait for them) before releasing.
  * Images: stoker_batch_count() samples of device_image_bytes (stoker_job_info); labels: int64. */
 STOKER_API stoker_status stoker_batch_device_images(stoker_batch* batch, void* stream, void** out);
+/* Device labels are laid out as on the host (label_dtype, stoker_batch_label_shape);
+ * stoker_batch_device_labels refuses soft labels (STOKER_ERR_INVALID_ARGUMENT): use
+ * stoker_batch_device_label_data for them. */
 STOKER_API stoker_status stoker_batch_device_labels(stoker_batch* batch, void* stream, int64_t** out);
+STOKER_API stoker_status stoker_batch_device_label_data(stoker_batch* batch, void* stream, void** out);
 /* Host wait until the work queued so far on the batch's stream is done (its device copy can
  * then be read by the CPU where device memory is host-addressable: the hostsim backend). */
 STOKER_API stoker_status stoker_batch_device_synchronize(stoker_batch* batch);
@@ -142,12 +161,19 @@ STOKER_API stoker_status stoker_client_pin_memory(stoker_client* client, int ord
 /* Nonzero when the batch has a device copy. */
 STOKER_API int stoker_batch_on_device(const stoker_batch* batch);
 /* Copies the device copy back to host memory (blocking; for checks and dumps):
- * images_out holds count * device_image_bytes, labels_out count int64 (either may be NULL). */
+ * images_out holds count * device_image_bytes, labels_out count * label_width values of
+ * label_dtype (count int64 without mixing); either may be NULL. */
 STOKER_API stoker_status stoker_batch_device_to_host(stoker_batch* batch, void* images_out,
-                                                     int64_t* labels_out);
+                                                     void* labels_out);
 
 /* The daemon's status as JSON; free with stoker_free(). */
 STOKER_API stoker_status stoker_daemon_status(const char* socket_path, char** json_out);
+/* A JSON command to the daemon (protocol 2.2; see proto/LAYOUT.md, message 11): e.g.
+ * {"op": "drain", "job": "train"} or {"op": "define_job", "config": "jobs: {...}"}. The JSON
+ * reply ({"ok": true, ...} or {"ok": false, "error": "..."}) in *reply_json, free with
+ * stoker_free(); timeout_ms bounds the wait (a job definition waits for its dataset scan). */
+STOKER_API stoker_status stoker_daemon_command(const char* socket_path, const char* request_json, int timeout_ms,
+                                               char** reply_json);
 STOKER_API void stoker_free(void* p);
 
 /* Message of the last failed call on this thread ("" if none). */

@@ -50,7 +50,18 @@ class Batch {
   explicit operator bool() const { return b_ != nullptr; }
   template <class T = std::uint8_t>
   const T* images() const { return static_cast<const T*>(stoker_batch_images(b_)); }
+  // Class indices; nullptr for a mixing job, whose soft labels soft_labels<T>() gives.
   const std::int64_t* labels() const { return stoker_batch_labels(b_); }
+  // Labels in the job's label dtype (Client::info().label_dtype): T = float (or std::uint16_t
+  // holding float16) for soft rows [count][label_width], std::int64_t for class indices.
+  template <class T = float>
+  const T* soft_labels() const { return static_cast<const T*>(stoker_batch_label_data(b_)); }
+  // {count, 1} for class indices, {count, label_width} for soft labels.
+  std::array<std::uint64_t, 2> label_shape() const {
+    std::array<std::uint64_t, 2> s{};
+    if (stoker_batch_label_shape(b_, s.data()) == 1) s[1] = 1;
+    return s;
+  }
   const std::int64_t* ids() const { return stoker_batch_ids(b_); }
   std::uint32_t count() const { return stoker_batch_count(b_); }
   std::uint64_t epoch() const { return stoker_batch_epoch(b_); }
@@ -75,8 +86,15 @@ class Batch {
     check(stoker_batch_device_labels(b_, stream, &p));
     return p;
   }
-  // Copies the device copy back to host memory (blocking; checks and dumps).
-  void device_to_host(void* images, std::int64_t* labels) {
+  // Device labels as the host has them (class indices or soft rows).
+  void* device_label_data(void* stream = nullptr) {
+    void* p = nullptr;
+    check(stoker_batch_device_label_data(b_, stream, &p));
+    return p;
+  }
+  // Copies the device copy back to host memory (blocking; checks and dumps); `labels` holds
+  // count x label_width values of the label dtype.
+  void device_to_host(void* images, void* labels) {
     check(stoker_batch_device_to_host(b_, images, labels));
   }
   // Hands the C handle over (the caller releases it with stoker_batch_release).

@@ -43,7 +43,7 @@ struct BatchHandle {
   std::uint32_t count;
   bool last;
   const void* images;
-  const std::int64_t* labels;
+  const void* labels;  // class indices or soft rows (ClientState::info.label_dtype)
   const std::int64_t* ids;
   bool on_device;
   BatchHandle(stoker_batch* b, std::shared_ptr<ClientState> c)
@@ -54,7 +54,7 @@ struct BatchHandle {
         count(stoker_batch_count(b)),
         last(stoker_batch_last_in_epoch(b) != 0),
         images(stoker_batch_images(b)),
-        labels(stoker_batch_labels(b)),
+        labels(stoker_batch_label_data(b)),
         ids(stoker_batch_ids(b)),
         on_device(stoker_batch_on_device(b) != 0) {}
   ~BatchHandle() { release(); }
@@ -81,7 +81,18 @@ void BatchHandle::release() {
   });
 }
 
-std::int64_t dtype_bits(stoker_dtype t) { return t == STOKER_UINT8 ? 8 : t == STOKER_FLOAT16 ? 16 : 32; }
+std::int64_t dtype_bits(stoker_dtype t) {
+  return t == STOKER_UINT8 ? 8 : t == STOKER_FLOAT16 ? 16 : t == STOKER_INT64 ? 64 : 32;
+}
+
+// Labels: int64 class indices, or (mixup/cutmix jobs) float soft targets of label_width.
+dlpack::DLDataType label_dl_type(const stoker_job_info& i) {
+  const std::uint8_t code = i.label_dtype == STOKER_INT64 ? dlpack::kDLInt : dlpack::kDLFloat;
+  return {code, static_cast<std::uint8_t>(dtype_bits(i.label_dtype)), 1};
+}
+const char* dtype_name(stoker_dtype t) {
+  return t == STOKER_UINT8 ? "uint8" : t == STOKER_FLOAT16 ? "float16" : t == STOKER_INT64 ? "int64" : "float32";
+}
 
 // A DLPack tensor owning a shared reference to its batch.
 struct DLPackOwner {
@@ -166,13 +177,19 @@ class Batch {
     return make_capsule(h_, p, dt, {s[0], s[1], s[2], s[3]}, where());
   }
   py::capsule device_labels_dlpack(std::uintptr_t stream) const {
-    int64_t* p = nullptr;
-    device_pointer(stream, [&] { return stoker_batch_device_labels(h_->batch, reinterpret_cast<void*>(stream), &p); });
-    return make_capsule(h_, p, {dlpack::kDLInt, 64, 1}, {count()}, where());
+    void* p = nullptr;
+    device_pointer(stream, [&] { return stoker_batch_device_label_data(h_->batch, reinterpret_cast<void*>(stream), &p); });
+    const auto& i = h_->client->info;
+    if (i.label_dtype == STOKER_INT64) return make_capsule(h_, p, label_dl_type(i), {count()}, where());
+    return make_capsule(h_, p, label_dl_type(i), {count(), i.label_width}, where());
   }
 
+  // [count] int64, or [count, num_classes] float for a mixing job (same dtype as the images,
+  // float32 for uint8 images).
   py::capsule labels_dlpack() const {
-    return make_capsule(h_, h_->labels, {dlpack::kDLInt, 64, 1}, {count()});
+    const auto& i = h_->client->info;
+    if (i.label_dtype == STOKER_INT64) return make_capsule(h_, h_->labels, label_dl_type(i), {count()});
+    return make_capsule(h_, h_->labels, label_dl_type(i), {count(), i.label_width});
   }
   py::capsule ids_dlpack() const {
     return make_capsule(h_, h_->ids, {dlpack::kDLInt, 64, 1}, {count()});
@@ -186,7 +203,11 @@ class Batch {
     py::dtype dt = i.dtype == STOKER_UINT8 ? py::dtype("uint8") : i.dtype == STOKER_FLOAT16 ? py::dtype("float16") : py::dtype("float32");
     return view(dt, {s[0], s[1], s[2], s[3]}, h_->images);
   }
-  py::array labels_numpy() const { return view(py::dtype("int64"), {count()}, h_->labels); }
+  py::array labels_numpy() const {
+    const auto& i = h_->client->info;
+    if (i.label_dtype == STOKER_INT64) return view(py::dtype("int64"), {count()}, h_->labels);
+    return view(py::dtype(dtype_name(i.label_dtype)), {count(), i.label_width}, h_->labels);
+  }
   py::array ids_numpy() const { return view(py::dtype("int64"), {count()}, h_->ids); }
 
  private:
@@ -305,6 +326,8 @@ class Client {
     d["samples_per_rank"] = i.samples_per_rank;
     d["batches_per_epoch"] = i.batches_per_epoch;
     d["num_classes"] = i.num_classes;
+    d["label_dtype"] = dtype_name(i.label_dtype);  // "int64", or a float type for soft labels
+    d["label_width"] = i.label_width;              // 1, or num_classes for soft labels
     d["slot_count"] = i.slot_count;
     d["daemon_generation"] = i.daemon_generation;
     d["device_ordinal"] = i.device_ordinal;
@@ -384,4 +407,17 @@ PYBIND11_MODULE(_stoker, m) {
     stoker_free(json);
     return s;
   }, py::arg("socket") = "");
+
+  m.def("daemon_command", [](const std::string& socket, const std::string& request, int timeout_ms) {
+    char* json = nullptr;
+    stoker_status st;
+    {
+      py::gil_scoped_release unlocked;  // a job definition waits for its dataset scan
+      st = stoker_daemon_command(socket.empty() ? nullptr : socket.c_str(), request.c_str(), timeout_ms, &json);
+    }
+    if (st != STOKER_OK) raise_status(st);
+    std::string s(json);
+    stoker_free(json);
+    return s;
+  }, py::arg("socket"), py::arg("request"), py::arg("timeout_ms") = 600000);
 }

@@ -18,6 +18,7 @@ from ._stoker import (  # noqa: F401  (re-exported)
     daemon_status,
 )
 from ._stoker import Client as _NativeClient  # noqa: F401
+from .jobdef import TranslationError  # noqa: F401
 from .loader import Batch, HoldError, Loader  # noqa: F401
 
 __all__ = [

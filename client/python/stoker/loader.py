@@ -5,9 +5,9 @@ import json
 import os
 import time
 import warnings
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
-from . import _stoker
+from . import _stoker, jobdef
 
 try:  # torch is optional: without it the loader yields NumPy arrays
     import torch
@@ -63,7 +63,9 @@ def _resolve_device(device: Any) -> Tuple[str, int]:
 class Batch:
     """One batch: `images`, `labels`, `ids` (tensors or arrays viewing shared memory, or the
     daemon's copy on the GPU for a device loader), `epoch`, `index`. Iterating a Loader yields
-    `(images, labels)`; use `Loader.batches()` to get these objects instead."""
+    `(images, labels)`; use `Loader.batches()` to get these objects instead. `labels` are int64
+    class indices `[B]`, or for a job with `mixup`/`cutmix` float soft targets
+    `[B, num_classes]` (the images' dtype, float32 for uint8 images), zero-copy as well."""
 
     def __init__(self, native: "_stoker.Batch", framework: str, copy: bool,
                  device_index: int = -1, device_backend: str = ""):
@@ -198,7 +200,7 @@ class Loader:
                  timeout_s: Optional[float] = None, hold_timeout_s: float = 60.0,
                  device: Any = None, pin_memory: bool = False,
                  reconnect_timeout_s: Optional[float] = None, wait_for_daemon: float = 0.0,
-                 reader: Optional[int] = None):
+                 reader: Optional[int] = None, lazy: bool = False):
         self.job = job
         if reconnect_timeout_s is not None and reconnect_timeout_s < 0:
             raise ValueError("reconnect_timeout_s must be >= 0")
@@ -241,19 +243,34 @@ class Loader:
             raise ValueError("world_size must be >= 1")
         if self.rank < 0:
             raise ValueError(f"rank must be >= 0, not {self.rank}")
+        self._wait_for_daemon = max(0.0, float(wait_for_daemon))
+        self._info: Optional[Dict[str, Any]] = None
+        self._definition: Optional[str] = None  # from_folder: the job's YAML, sent on first use
+        # lazy: nothing is asked of the daemon until the loader is first used (iterated, len(),
+        # batch_size, ...): a validation loader built at start-up holds no connection until then.
+        if not lazy:
+            self._open(0, 0)
+
+    def _open(self, epoch: int, batch: int) -> None:
+        """First use: defines the job (from_folder), connects at (epoch, batch), checks the world."""
+        if self._info is not None:
+            return
+        if self._definition is not None:
+            self._define()
         # A trainer started beside its daemon (a launch script, a SLURM step) may come up first:
         # wait_for_daemon seconds of "no daemon yet" are waited out before giving up.
-        deadline = time.monotonic() + max(0.0, float(wait_for_daemon))
+        deadline = time.monotonic() + self._wait_for_daemon
         while True:
             try:
-                self._connect(0, 0)
+                self._connect(epoch, batch)
                 break
             except _stoker.NoDaemonError:
                 if time.monotonic() >= deadline:
                     raise
                 time.sleep(0.05)
         info = self._client.info()
-        self.info: Dict[str, Any] = info
+        self._info = info
+        job, framework = self.job, self.framework
         if self._split_rank:
             self._split_rank = False  # reconnects ask for what was served
             readers = int(info.get("readers", 1))
@@ -271,6 +288,179 @@ class Loader:
             self.close()
             raise ValueError("device batches on a GPU need framework='torch'")
         self._check_world_size()
+
+    @property
+    def info(self) -> Dict[str, Any]:
+        """What the daemon said when this loader connected (batch_size, batches_per_epoch,
+        samples_per_rank of this rank, shape, dtype, readers, ...)."""
+        self._open(self._epoch, self._batch)
+        return self._info
+
+    def _define(self) -> None:
+        """Registers the from_folder job with the daemon (or finds the one every local rank
+        with the same definition shares) and takes its name."""
+        request = json.dumps({"op": "define_job", "config": self._definition})
+        deadline = time.monotonic() + self._wait_for_daemon
+        while True:
+            try:
+                reply = json.loads(_stoker.daemon_command(self.socket, request))
+                break
+            except _stoker.NoDaemonError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)
+        if not reply.get("ok"):
+            raise _stoker.RefusedError(f"stokerd refused the job: {reply.get('error', reply)}")
+        self.job = reply["job"]
+        self._status = None
+
+    @classmethod
+    def from_folder(cls, root: str, batch_size: int = 256, train: bool = True, *,
+                    crop_size: int = 224, resize_size: int = 256,
+                    mean: Sequence[float] = (0.485, 0.456, 0.406),
+                    std: Sequence[float] = (0.229, 0.224, 0.225),
+                    dtype: str = "float32", layout: str = "NCHW",
+                    shuffle: Optional[bool] = None, drop_last: Optional[bool] = None,
+                    seed: int = 0, prefetch: int = 4, on_error: str = "skip",
+                    world_size: Optional[int] = None, local_world_size: Optional[int] = None,
+                    node_rank: Optional[int] = None, **kwargs: Any) -> "Loader":
+        """A loader over an ImageFolder tree with torchvision's standard recipe, no YAML:
+
+            train = stoker.Loader.from_folder("/data/imagenet/train", batch_size=256)
+            val = stoker.Loader.from_folder("/data/imagenet/val", batch_size=256, train=False)
+
+        train=True: RandomResizedCrop(crop_size) + RandomHorizontalFlip, shuffled, short last
+        batch dropped (drop_last=True, as the references' train loaders). train=False:
+        Resize(resize_size) + CenterCrop(crop_size), dataset order, and every sample exactly
+        once across the ranks (no padding: ranks differ by at most one sample), which is the
+        validation a metric needs. Both ToTensor + Normalize(mean, std) into `dtype`
+        (float32/float16; "uint8" leaves normalizing to the trainer, e.g. on the GPU).
+
+        The job is registered with the running stokerd on first use (lazy: iteration, len(),
+        batch_size), validated as a config file is (errors name the key), shared by every
+        local rank that sends the same definition, and removed once its last consumer left
+        (server.client_job_linger_s later). The world comes from torch.distributed or
+        torchrun's WORLD_SIZE / LOCAL_WORLD_SIZE / GROUP_RANK (or the arguments): this node's
+        daemon serves ranks node_rank * local_world_size .. + local_world_size - 1 of it.
+        Other arguments (rank, socket, device, copy, timeout_s, ...) are Loader's.
+        For anything else (other sources, augmentations, long-lived jobs) write the job in the
+        daemon's YAML config and use Loader(name)."""
+        root_path = os.path.abspath(os.fspath(root))
+        if dtype not in ("float32", "float16", "uint8"):
+            raise ValueError(f"dtype must be float32, float16 or uint8, not {dtype!r}")
+        dist_rank, dist_world = _distributed()
+        world = world_size if world_size is not None else (
+            dist_world if dist_world is not None else (_env_int("WORLD_SIZE") or 1))
+        local = local_world_size if local_world_size is not None else (_env_int("LOCAL_WORLD_SIZE") or world)
+        if world < 1 or local < 1 or world % local != 0:
+            raise ValueError(f"world_size {world} must be a positive multiple of local_world_size {local}")
+        if node_rank is None:
+            node_rank = _env_int("GROUP_RANK")
+            if node_rank is None:
+                rank = kwargs.get("rank")
+                if rank is None:
+                    rank = dist_rank if dist_rank is not None else (_env_int("RANK") or 0)
+                node_rank = int(rank) // local
+        first = node_rank * local
+        if shuffle is None:
+            shuffle = train
+        if drop_last is None:
+            drop_last = train
+        steps = ["decode: {}"]
+        if train:
+            steps += [f"random_resized_crop: {{size: {int(crop_size)}}}", "horizontal_flip: {p: 0.5}"]
+        else:
+            steps += [f"resize: {{size: {int(resize_size)}}}", f"center_crop: {{size: {int(crop_size)}}}"]
+        if dtype != "uint8":
+            steps.append(f"normalize: {{mean: {json.dumps([float(m) for m in mean])}, "
+                         f"std: {json.dumps([float(s) for s in std])}}}")
+        definition = jobdef.job_yaml(name="from_folder", root=root_path, batch_size=batch_size, shuffle=shuffle,
+                                     seed=seed, drop_last=drop_last, pad_shards=train, world=world, first=first,
+                                     local=local, prefetch=prefetch, on_error=on_error, steps=steps, dtype=dtype,
+                                     layout=layout)
+        kwargs.setdefault("world_size", world)
+        loader = cls("", lazy=True, **kwargs)
+        loader._definition = definition
+        return loader
+
+    @classmethod
+    def from_dataset(cls, dataset: Any, batch_size: int = 1, shuffle: bool = False, sampler: Any = None,
+                     drop_last: bool = False, *, mixup: Any = None, cutmix: Any = None,
+                     seed: int = 0, prefetch: int = 4, on_error: str = "skip", layout: str = "NCHW",
+                     local_world_size: Optional[int] = None, **kwargs: Any) -> "Loader":
+        """The DataLoader a script already builds, served by stokerd:
+
+            train = stoker.Loader.from_dataset(ImageFolder(root, transform=preset), batch_size=256,
+                                               sampler=DistributedSampler(ds), drop_last=True,
+                                               mixup=0.2, cutmix=1.0)
+
+        `dataset` is a torchvision ImageFolder; its transform (a Compose of torchvision
+        transforms) becomes the daemon's pipeline with the same parameters, interpolation
+        included, and any transform without an exact equivalent is refused with its name and
+        position (TranslationError): nothing is dropped. `sampler`: None/SequentialSampler
+        (dataset order), RandomSampler (shuffled), or DistributedSampler (its num_replicas,
+        rank, shuffle, seed and drop_last); the permutation is stokerd's (same semantics, not
+        torch's random numbers). `mixup` / `cutmix`: an alpha, or the classification
+        references' RandomMixup / RandomCutmix (p must be 1; both given: one of the two per
+        batch, as their RandomChoice); labels are then float soft targets [B, num_classes].
+        The job is defined on first use as from_folder's."""
+        from torchvision import datasets
+        from torch.utils import data as tud
+        if not isinstance(dataset, datasets.ImageFolder):
+            raise jobdef.TranslationError(
+                f"from_dataset takes a torchvision ImageFolder, not {type(dataset).__name__} (stokerd reads "
+                f"the folder itself; other sources are defined in the daemon's YAML)")
+        if dataset.target_transform is not None:
+            raise jobdef.TranslationError("the ImageFolder has a target_transform, which stokerd cannot apply")
+        if dataset.loader is not datasets.folder.default_loader and dataset.loader is not datasets.folder.pil_loader:
+            raise jobdef.TranslationError("the ImageFolder has a custom loader, which stokerd cannot apply")
+        steps, dtype = jobdef.translate(dataset.transform)
+        dist_rank, dist_world = _distributed()
+        sampler_drop_last = None
+        if sampler is None or isinstance(sampler, tud.SequentialSampler) or isinstance(sampler, tud.RandomSampler):
+            if isinstance(sampler, tud.RandomSampler):
+                if sampler.replacement or sampler._num_samples is not None:
+                    raise jobdef.TranslationError("RandomSampler with replacement or num_samples has no stokerd equivalent")
+                shuffle = True
+            elif isinstance(sampler, tud.SequentialSampler):
+                shuffle = False
+            world = dist_world if dist_world is not None else (_env_int("WORLD_SIZE") or 1)
+            if world != 1:
+                raise jobdef.TranslationError(
+                    f"no DistributedSampler in a world of {world}: every rank would read the whole dataset; "
+                    f"pass sampler=DistributedSampler(dataset)")
+            rank = 0
+        elif isinstance(sampler, tud.DistributedSampler):
+            world, rank = int(sampler.num_replicas), int(sampler.rank)
+            shuffle, seed, sampler_drop_last = bool(sampler.shuffle), int(sampler.seed), bool(sampler.drop_last)
+        else:
+            raise jobdef.TranslationError(f"sampler {type(sampler).__name__} has no stokerd equivalent")
+        local = local_world_size if local_world_size is not None else (_env_int("LOCAL_WORLD_SIZE") or world)
+        if world % local != 0:
+            raise ValueError(f"world size {world} is not a multiple of local_world_size {local}")
+        first = (rank // local) * local
+
+        def alpha(m: Any, what: str) -> Optional[float]:
+            if m is None:
+                return None
+            if isinstance(m, (int, float)):
+                return float(m)
+            if hasattr(m, "alpha"):
+                if float(getattr(m, "p", 1.0)) != 1.0:
+                    raise jobdef.TranslationError(f"{what} with p={m.p}: stokerd mixes every batch (p=1)")
+                return float(m.alpha)
+            raise jobdef.TranslationError(f"{what}: an alpha or the references' Random{what.capitalize()}")
+
+        definition = jobdef.job_yaml(
+            name="from_dataset", root=os.path.abspath(dataset.root), batch_size=batch_size, shuffle=shuffle,
+            seed=seed, drop_last=drop_last, sampler_drop_last=sampler_drop_last, world=world, first=first,
+            local=local, prefetch=prefetch, on_error=on_error, steps=steps, dtype=dtype, layout=layout,
+            mixup=alpha(mixup, "mixup"), cutmix=alpha(cutmix, "cutmix"))
+        kwargs.setdefault("world_size", world)
+        kwargs.setdefault("rank", rank)
+        loader = cls("", lazy=True, **kwargs)
+        loader._definition = definition
+        return loader
 
     # --- what scripts written for torch.utils.data.DataLoader read -------------------------
     @property
@@ -291,13 +481,17 @@ class Loader:
         """ImageFolder's interface: classes, class_to_idx, samples ((path, class) in id order,
         the order the daemon numbers samples), targets, len()."""
         if self._dataset is None:
-            self._dataset = _Dataset(self._job_status())
+            self._dataset = _Dataset(self._job_status(), self.socket)
         return self._dataset
 
     def _job_status(self) -> Dict[str, Any]:
+        self._open(self._epoch, self._batch)  # a lazy loader's first use (from_folder: defines the job)
         if self._status is None:
             status = json.loads(_stoker.daemon_status(self.socket))
-            self._status = next((j for j in status.get("jobs", []) if j.get("name") == self.job), {})
+            # A job restarted by a reload is listed twice for a while: the draining one and
+            # its successor, which is the one new connections get.
+            same = [j for j in status.get("jobs", []) if j.get("name") == self.job]
+            self._status = next((j for j in same if j.get("state", "serving") == "serving"), same[0] if same else {})
         return self._status
 
     def _check_world_size(self) -> None:
@@ -340,14 +534,24 @@ class Loader:
                     f"view slots the daemon refills (copy what you keep, or use copy=True)",
                     RuntimeWarning, stacklevel=4)
             self.close()
-        self._client = _stoker.Client(self.job, self.rank, self.socket, epoch, batch, True, self.device,
-                                      self.reader, self._split_rank)
+        try:
+            self._client = _stoker.Client(self.job, self.rank, self.socket, epoch, batch, True, self.device,
+                                          self.reader, self._split_rank)
+        except _stoker.RefusedError:
+            if self._definition is None or self._info is None:
+                raise
+            # A from_folder job unused for the daemon's linger time was removed (or the
+            # daemon restarted): define it again, the same definition gives the same job.
+            self._define()
+            self._client = _stoker.Client(self.job, self.rank, self.socket, epoch, batch, True, self.device,
+                                          self.reader, self._split_rank)
         if self.pin_memory:
             index = _resolve_device("cuda")[1]
             self._client.pin_memory(index)
         self._stream = (epoch, batch)
 
     def _ensure_stream_at(self, epoch: int, batch: int) -> None:
+        self._open(epoch, batch)
         if self._client is None or self._stream != (epoch, batch):
             self._connect(epoch, batch)
 
@@ -513,11 +717,12 @@ _IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".ti
 
 class _Dataset:
     """loader.dataset: torchvision ImageFolder's attributes for the job's source. Class names
-    come from the daemon; `samples` is listed on first use with ImageFolder's rules (sorted
-    class folders, files below each, recursively, sorted, by extension), which is how stokerd
-    numbers its samples: samples[id] is the file of sample id."""
+    come from the daemon; `samples` is the daemon's own list on first use ((path, label) by
+    sample id, for every source type; tar members as SHARD:MEMBER), listed by ImageFolder's
+    rules only from a daemon older than protocol 2.2: samples[id] is the file of sample id."""
 
-    def __init__(self, job: Dict[str, Any]):
+    def __init__(self, job: Dict[str, Any], socket: str = ""):
+        self._job, self._socket = job.get("name"), socket
         self.root = job.get("root", "")
         self.classes = list(job.get("class_names", []))
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
@@ -544,8 +749,27 @@ class _Dataset:
     def __len__(self) -> int:
         return self._len
 
+    def _from_daemon(self):
+        """The daemon's own list, by id (protocol 2.2); None from an older daemon."""
+        if self._job is None:
+            return None
+        out = []
+        while True:
+            request = json.dumps({"op": "samples", "job": self._job, "offset": len(out), "count": 100000})
+            try:
+                reply = json.loads(_stoker.daemon_command(self._socket, request))
+            except _stoker.StokerError:
+                return None
+            if not reply.get("ok"):
+                return None
+            out += [(p, int(l)) for p, l in reply["samples"]]
+            if not reply["samples"] or len(out) >= reply["total"]:
+                return out
+
     @property
     def samples(self):
+        if self._samples is None:
+            self._samples = self._from_daemon()
         if self._samples is None and self._file:
             self._samples = self._read_list()
         if self._samples is None:

@@ -20,7 +20,8 @@ inline constexpr std::uint32_t kControlMagic = 0x4b4f5453u;  // "STOK"
 // so a 1.x client could not map it; status replies may span several messages.
 inline constexpr std::uint16_t kProtoMajor = 2;
 // 2.1: Hello.reader and Welcome.readers/reader (fan-out: several readers of one rank).
-inline constexpr std::uint16_t kProtoMinor = 1;
+// 2.2: Command (JSON requests: define a job, drain a job) and error kJobDrained.
+inline constexpr std::uint16_t kProtoMinor = 2;
 inline constexpr std::size_t kMaxMessageBytes = 65536;       // status replies carry JSON
 // MessageHeader.reserved of a StatusReply: more StatusReply messages follow with the rest of
 // the JSON (a status for thousands of consumers spans several messages). Readers that do not
@@ -38,6 +39,8 @@ enum class MsgType : std::uint16_t {
   kStatusReply = 8,  // daemon -> client, JSON text follows the header
   kDeviceRing = 9,   // daemon -> client, right after Welcome when device output was granted
   kUnmapped = 10,    // client -> daemon, "I closed every device handle of this connection"
+  kCommand = 11,     // client -> daemon, JSON request text follows the header (2.2); answered
+                     // with StatusReply message(s) holding a JSON reply {"ok": ..., ...}
 };
 
 struct MessageHeader {
@@ -109,6 +112,7 @@ enum class ErrorCode : std::int32_t {
   kTooManyConnections = 10,  // server.max_connections reached, or no descriptor to spare
   kLeaseTimeout = 11,        // the consumer held a batch longer than the job's lease_timeout_s
   kOutOfStep = 12,           // a reader asked for a position its rank's other readers are not at
+  kJobDrained = 13,          // the job was drained (reload, stokerctl drain) and nothing more comes (2.2)
 };
 
 struct ErrorMsg {
@@ -120,8 +124,9 @@ struct ErrorMsg {
 static_assert(sizeof(ErrorMsg) == 512);
 
 // Device delivery, per connection: one allocation on the consumer's GPU holds every slot's
-// device copy (slot i at i * slot_stride: images, then int64 labels at labels_offset), plus two
-// interprocess events per slot: `ready` (recorded by stokerd after the slot's copy; the
+// device copy (slot i at i * slot_stride: images, then the labels at labels_offset in the
+// segment header's label format), plus two interprocess events per slot: `ready` (recorded by
+// stokerd after the slot's copy; the
 // consumer's stream waits on it) and `release` (recorded by the consumer on its stream before
 // it sends Release; stokerd's copy stream waits on it before overwriting the slot). The
 // allocation lives until the consumer said kUnmapped or its process is gone.
@@ -132,7 +137,7 @@ struct DeviceRingMsg {
   std::uint64_t alloc_bytes;    // bytes of the allocation behind mem_handle
   std::uint64_t slot_stride;    // device bytes from one slot to the next
   std::uint64_t image_bytes;    // device bytes of one sample
-  std::uint64_t labels_offset;  // from a slot's start to its int64 labels[batch_size]
+  std::uint64_t labels_offset;  // from a slot's start to its labels (SegmentHeader::label_dtype rows)
   std::uint32_t slot_count;     // == WelcomeMsg::slot_count
   std::uint32_t flags;          // kDeviceNormalized
   std::uint8_t device_uuid[16]; // the GPU the allocation is on

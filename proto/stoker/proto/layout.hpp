@@ -18,7 +18,7 @@ namespace stoker::proto {
 
 inline constexpr std::uint64_t kSegmentMagic = 0x314d48534b4f5453ull;  // "STOKSHM1" little-endian
 inline constexpr std::uint32_t kLayoutMajor = 1;
-inline constexpr std::uint32_t kLayoutMinor = 0;
+inline constexpr std::uint32_t kLayoutMinor = 1;  // 1.1: label_dtype/label_width (soft labels)
 
 // Payloads start on this boundary so that they can be pinned/registered page by page and
 // so that every image in a batch stays 64-byte aligned for vector loads.
@@ -65,14 +65,21 @@ struct SegmentHeader {
   std::uint64_t ring_table_offset;   // RingHeader[ring_count]
   std::uint64_t slot_stride;         // bytes from one slot's header to the next
   std::uint64_t payload_offset;      // from a slot header to its payload (kPayloadAlign multiple)
-  std::uint64_t labels_offset;       // from the payload start to int64 labels[batch_size]
+  std::uint64_t labels_offset;       // from the payload start to the labels (see label_dtype)
   std::uint64_t ids_offset;          // from the payload start to int64 sample ids[batch_size]
   BatchGeometry geometry;
   std::uint64_t samples_per_epoch;   // dataset size
   std::uint32_t num_classes;
   std::uint32_t reserved0;
   char job_name[64];                 // NUL-terminated
-  std::uint8_t reserved[64];         // zero
+  // Layout 1.1. 0: labels are int64 class indices, labels[batch_size] (layout 1.0's only
+  // format). DType::kFloat16/kFloat32: soft targets labels[batch_size][label_width] of that
+  // type (a job with mixup/cutmix; label_width = num_classes). A 1.0 reader sees zero here and
+  // plans int64 labels, so its geometry check refuses a soft-label segment rather than
+  // misreading floats as class indices.
+  std::uint32_t label_dtype;
+  std::uint32_t label_width;         // values per sample: 1 for class indices
+  std::uint8_t reserved[56];         // zero
 };
 static_assert(sizeof(SegmentHeader) == 256);
 static_assert(offsetof(SegmentHeader, magic) == 0);
@@ -91,7 +98,14 @@ static_assert(offsetof(SegmentHeader, geometry) == 80);
 static_assert(offsetof(SegmentHeader, samples_per_epoch) == 112);
 static_assert(offsetof(SegmentHeader, num_classes) == 120);
 static_assert(offsetof(SegmentHeader, job_name) == 128);
-static_assert(offsetof(SegmentHeader, reserved) == 192);
+static_assert(offsetof(SegmentHeader, label_dtype) == 192);
+static_assert(offsetof(SegmentHeader, label_width) == 196);
+static_assert(offsetof(SegmentHeader, reserved) == 200);
+
+// Bytes of one sample's labels: 8 for an int64 class index (label_dtype 0), else a soft row.
+constexpr std::uint64_t label_row_bytes(std::uint32_t label_dtype, std::uint32_t label_width) {
+  return label_dtype == 0 ? 8u : std::uint64_t{dtype_size(static_cast<DType>(label_dtype))} * label_width;
+}
 
 // One per consumer rank, right after the segment header.
 struct RingHeader {
@@ -146,15 +160,16 @@ struct SegmentPlan {
   std::uint64_t segment_size;
 };
 
+// `label_bytes`: one sample's labels (label_row_bytes; 8 for int64 class indices).
 constexpr SegmentPlan plan_segment(const BatchGeometry& g, std::uint32_t rings,
-                                   std::uint32_t slots_per_ring) {
+                                   std::uint32_t slots_per_ring, std::uint64_t label_bytes = 8) {
   SegmentPlan p{};
   p.ring_table_offset = sizeof(SegmentHeader);
   p.first_slot_offset = align_up(p.ring_table_offset + sizeof(RingHeader) * rings, kPayloadAlign);
   p.payload_offset = kPayloadAlign;  // slot header padded to one page
   const std::uint64_t images = g.image_bytes * g.batch_size;
   p.labels_offset = align_up(images, 64);
-  p.ids_offset = p.labels_offset + align_up(8ull * g.batch_size, 64);
+  p.ids_offset = p.labels_offset + align_up(label_bytes * g.batch_size, 64);
   p.slot_stride = p.payload_offset + align_up(p.ids_offset + 8ull * g.batch_size, kPayloadAlign);
   p.segment_size = p.first_slot_offset + p.slot_stride * rings * slots_per_ring;
   return p;

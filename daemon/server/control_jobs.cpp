@@ -1,0 +1,245 @@
+// ControlServer's part in jobs coming and going while the daemon runs: SIGHUP reloads, the
+// Command message (a client defines a job; `stokerctl drain`), draining and removal.
+// Loading (a scan, a tar index) happens on JobLoader's threads; everything here runs on the
+// control thread, so the jobs that are not touched keep being served throughout.
+#include <algorithm>
+#include <cstdio>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "server/control_server.hpp"
+#include "server/job.hpp"
+#include "server/job_loader.hpp"
+#include "server/job_table.hpp"
+
+namespace stoker::server {
+namespace {
+
+using Json = nlohmann::json;
+
+std::string reply_error(const std::string& why) { return Json{{"ok", false}, {"error", why}}.dump(); }
+
+// "py-<12 hex>": a client-defined job's name, from its definition, so every rank that sends
+// the same definition gets the same job.
+std::string client_job_name(const std::string& definition) {
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+  for (const char c : definition) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+  char name[24];
+  std::snprintf(name, sizeof name, "py-%012llx", static_cast<unsigned long long>(h & 0xffffffffffffull));
+  return name;
+}
+
+}  // namespace
+
+bool ControlServer::handle_command(Session& s, const std::uint8_t* data, std::size_t n) {
+  const std::string text(reinterpret_cast<const char*>(data) + sizeof(proto::MessageHeader),
+                         n - sizeof(proto::MessageHeader));
+  const Json req = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (req.is_discarded() || !req.is_object() || !req.contains("op") || !req["op"].is_string()) {
+    return send_json(s, reply_error("a command is a JSON object with a string \"op\""), proto::MsgType::kStatusReply);
+  }
+  if (s.command_pending) {
+    return send_json(s, reply_error("one command at a time per connection"), proto::MsgType::kStatusReply);
+  }
+  const std::string op = req["op"].get<std::string>();
+  const std::string who = "pid " + std::to_string(s.peer_pid) + " uid " + std::to_string(s.peer_uid);
+  if (op == "drain") {
+    if (s.peer_uid != ::geteuid() && s.peer_uid != 0) {
+      spdlog::warn("refused drain from {}: only stokerd's own user or root may drain jobs", who);
+      return send_json(s, reply_error("only stokerd's own user (uid " + std::to_string(::geteuid()) +
+                                      ") or root may drain jobs"),
+                       proto::MsgType::kStatusReply);
+    }
+    const std::string name = req.contains("job") && req["job"].is_string() ? req["job"].get<std::string>() : "";
+    Job* job = jobs_.serving(name);
+    if (job == nullptr) {
+      std::string names;
+      for (Job* j : jobs_.serving_jobs()) names += (names.empty() ? "" : ", ") + j->name();
+      return send_json(s, reply_error("no serving job '" + name + "'; jobs: " + names), proto::MsgType::kStatusReply);
+    }
+    std::size_t consumers = 0;
+    for (const auto& [fd, other] : sessions_) consumers += other.job == job ? 1 : 0;
+    drain_job(job, "drained by stokerctl drain from " + who);
+    return send_json(s, Json{{"ok", true}, {"job", name}, {"consumers", consumers}}.dump(), proto::MsgType::kStatusReply);
+  }
+  if (op == "define_job") {
+    if (!sources_.client_jobs) {
+      return send_json(s, reply_error("this stokerd does not take jobs from clients (server.client_jobs: false in " +
+                                      sources_.config_file.string() + "); define the job in its config"),
+                       proto::MsgType::kStatusReply);
+    }
+    if (!req.contains("config") || !req["config"].is_string()) {
+      return send_json(s, reply_error("define_job needs \"config\": the job's YAML text"), proto::MsgType::kStatusReply);
+    }
+    std::size_t defined = 0;
+    for (Job* j : jobs_.serving_jobs()) defined += jobs_.entry(j)->defined_by_client ? 1 : 0;
+    const std::string origin = "<job defined by client " + who + ">";
+    config::JobConfig jc;
+    try {
+      jc = config::parse_client_job(req["config"].get<std::string>(), origin);
+    } catch (const config::ConfigError& e) {
+      return send_json(s, reply_error(e.what()), proto::MsgType::kStatusReply);
+    }
+    // Shared by definition: the name the client chose is not part of it.
+    const std::string definition = jc.definition;
+    if (Job* same = jobs_.defined(definition)) {
+      return send_json(s, Json{{"ok", true}, {"job", same->name()}, {"created", false}}.dump(),
+                       proto::MsgType::kStatusReply);
+    }
+    if (defined >= sources_.max_client_jobs) {
+      return send_json(s, reply_error("this stokerd already serves " + std::to_string(defined) +
+                                      " client-defined jobs (at most " + std::to_string(sources_.max_client_jobs) +
+                                      "); close unused loaders or define the job in the config"),
+                       proto::MsgType::kStatusReply);
+    }
+    jc.name = client_job_name(definition);
+    spdlog::info("job {}: defined by client {}; loading its dataset", jc.name, who);
+    s.command_pending = true;
+    loader_->define(s.fd, s.token, std::move(jc), definition, sources_.state_dir, origin);
+    return true;
+  }
+  if (op == "samples") {
+    // The job's samples as [path, label] by id, a page at a time (a million samples would
+    // exceed a client's reply backlog in one): loader.dataset.samples is exactly the
+    // daemon's list, whatever the source type.
+    constexpr std::uint64_t kMaxPage = 100000;
+    const std::string name = req.contains("job") && req["job"].is_string() ? req["job"].get<std::string>() : "";
+    const Job* job = jobs_.serving(name);
+    if (job == nullptr) return send_json(s, reply_error("no serving job '" + name + "'"), proto::MsgType::kStatusReply);
+    const auto& dataset = job->dataset();
+    const auto& samples = dataset.samples;
+    const std::uint64_t offset = req.contains("offset") && req["offset"].is_number_unsigned() ? req["offset"].get<std::uint64_t>() : 0;
+    std::uint64_t count = req.contains("count") && req["count"].is_number_unsigned() ? req["count"].get<std::uint64_t>() : kMaxPage;
+    count = std::min({count, kMaxPage, offset < samples.size() ? samples.size() - offset : 0});
+    Json page = Json::array();
+    for (std::uint64_t i = offset; i < offset + count; ++i) page.push_back({dataset.path(i), samples[i].label});
+    return send_json(s, Json{{"ok", true}, {"total", samples.size()}, {"offset", offset}, {"samples", std::move(page)}}.dump(),
+                     proto::MsgType::kStatusReply);
+  }
+  return send_json(s, reply_error("unknown command \"" + op + "\" (known: define_job, drain, samples)"),
+                   proto::MsgType::kStatusReply);
+}
+
+void ControlServer::start_reload() {
+  if (sources_.config_file.empty()) {
+    spdlog::warn("received SIGHUP but this stokerd has no config file to re-read");
+    return;
+  }
+  std::map<std::string, std::string> serving;
+  for (Job* j : jobs_.serving_jobs()) {
+    if (!jobs_.entry(j)->defined_by_client) serving[j->name()] = j->config().definition;
+  }
+  if (loader_->reload(sources_.config_file, sources_.state_dir, std::move(serving))) {
+    spdlog::info("received SIGHUP: re-reading {}", sources_.config_file.string());
+  } else {
+    spdlog::warn("received SIGHUP while the previous reload is still loading; ignored (send it again when done)");
+  }
+}
+
+void ControlServer::apply_loaded() {
+  for (LoadResult& r : loader_->take_done()) {
+    if (r.kind == LoadResult::Kind::kReload) {
+      apply_reload(r);
+    } else {
+      apply_define(r);
+    }
+  }
+}
+
+void ControlServer::apply_reload(LoadResult& r) {
+  if (!r.error.empty()) {
+    spdlog::error("reload refused, the running jobs keep serving: {}", r.error);
+    return;
+  }
+  const config::Config& cfg = *r.config;
+  std::size_t added = 0, restarted = 0, unchanged = 0, removed = 0;
+  for (Job* j : jobs_.serving_jobs()) {
+    if (jobs_.entry(j)->defined_by_client) continue;
+    bool kept = false;
+    for (const auto& jc : cfg.jobs) kept = kept || jc.name == j->name();
+    if (!kept) {
+      drain_job(j, "removed from the config by a reload");
+      ++removed;
+    }
+  }
+  for (std::size_t i = 0; i < cfg.jobs.size(); ++i) {
+    if (!r.prepared[i]) {
+      ++unchanged;
+      continue;
+    }
+    Job* old = jobs_.serving(cfg.jobs[i].name);
+    if (old != nullptr) {
+      drain_job(old, "changed in the config; restarted by a reload");
+      ++restarted;
+    } else {
+      ++added;
+    }
+    try {
+      jobs_.add(std::move(*r.prepared[i]));
+    } catch (const std::exception& e) {
+      spdlog::error("reload: job {} could not start: {}", cfg.jobs[i].name, e.what());
+    }
+  }
+  spdlog::info("reload of {} applied: {} job(s) added, {} restarted, {} removed, {} unchanged "
+               "(server settings are read at start only)",
+               cfg.file.string(), added, restarted, removed, unchanged);
+}
+
+void ControlServer::apply_define(LoadResult& r) {
+  Session* s = nullptr;
+  for (auto& [fd, session] : sessions_) {
+    if (fd == r.fd && session.token == r.token) s = &session;
+  }
+  if (s == nullptr) return;  // the client left while its job loaded: nothing is kept
+  s->command_pending = false;
+  if (!r.error.empty()) {
+    if (!send_json(*s, reply_error(r.error), proto::MsgType::kStatusReply)) doomed_.push_back(r.fd);
+    return;
+  }
+  std::string reply;
+  if (Job* same = jobs_.defined(r.definition)) {  // another rank's definition loaded first
+    reply = Json{{"ok", true}, {"job", same->name()}, {"created", false}}.dump();
+  } else if (jobs_.serving(r.job->config.name) != nullptr) {
+    reply = reply_error("a job named '" + r.job->config.name + "' is already served");
+  } else {
+    try {
+      Job* job = jobs_.add(std::move(*r.job), /*defined_by_client=*/true, r.definition);
+      reply = Json{{"ok", true}, {"job", job->name()}, {"created", true}}.dump();
+    } catch (const std::exception& e) {
+      reply = reply_error(e.what());
+    }
+  }
+  if (!send_json(*s, reply, proto::MsgType::kStatusReply)) doomed_.push_back(r.fd);
+}
+
+void ControlServer::drain_job(Job* job, const std::string& reason) {
+  jobs_.drain(job, reason);
+  notify();  // consumers waiting for a batch that will not come are told on the next turn
+}
+
+void ControlServer::settle_draining() {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& [fd, s] : sessions_) {
+    if (s.job == nullptr || !s.job->draining()) continue;
+    const JobTable::Entry* e = jobs_.entry(s.job);
+    if (e == nullptr || std::chrono::duration<double>(now - e->drain_started).count() < sources_.drain_timeout_s) {
+      continue;
+    }
+    send_error(s, proto::ErrorCode::kJobDrained,
+               "job '" + s.job->name() + "' was drained (" + e->drain_reason + ") and this consumer did not finish its " +
+                   "batches within " + std::to_string(static_cast<int>(sources_.drain_timeout_s)) + " s");
+    doomed_.push_back(fd);
+  }
+  jobs_.collect(
+      [this](const Job* job) {
+        for (const auto& [fd, s] : sessions_) {
+          if (s.job == job) return true;
+        }
+        return false;
+      },
+      sources_.client_job_linger_s);
+}
+
+}  // namespace stoker::server
