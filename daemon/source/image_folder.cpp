@@ -3,14 +3,12 @@
 // scan ImageNet's 1.28M files in seconds: one readdir pass per directory, the file type taken
 // from readdir's d_type (no stat per file, except for symlinks), one sort per directory.
 #include <dirent.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <exception>
-#include <new>
 #include <thread>
 #include <cstring>
 #include <limits>
@@ -18,6 +16,7 @@
 #include <system_error>
 
 #include "source/dataset.hpp"
+#include "source/mapped_allocator.hpp"
 
 namespace stoker::source {
 namespace fs = std::filesystem;
@@ -45,25 +44,6 @@ bool has_image_extension(std::string_view name) {
 }
 
 constexpr std::size_t kScanThreads = 8;  // class folders listed at once
-
-// Memory straight from mmap, given back by munmap: what a scan thread allocates through it
-// leaves nothing in that thread's malloc arena (glibc trims a thread arena only from its top
-// and past a threshold that big frees raise, so freed scan buffers would stay resident).
-template <typename T>
-struct MappedAllocator {
-  using value_type = T;
-  MappedAllocator() = default;
-  template <typename U>
-  MappedAllocator(const MappedAllocator<U>&) {}
-  T* allocate(std::size_t n) {
-    void* p = ::mmap(nullptr, n * sizeof(T), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::bad_alloc();
-    return static_cast<T*>(p);
-  }
-  void deallocate(T* p, std::size_t n) { ::munmap(p, n * sizeof(T)); }
-  template <typename U>
-  bool operator==(const MappedAllocator<U>&) const { return true; }
-};
 
 // One scan thread's file names, back to back: two growing buffers per thread rather than an
 // allocation per file.

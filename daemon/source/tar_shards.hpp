@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "source/mapped_allocator.hpp"
+
 namespace stoker::source::tar {
 
 // One sample of a shard: its image member's bytes are [offset, offset + size) of the file; its
@@ -32,10 +34,11 @@ inline constexpr std::array<const char*, kSkipKinds> kSkipWhat = {
 struct ShardIndex {
   std::uint64_t file_size = 0;  // of the shard when it was indexed
   std::int64_t mtime_ns = 0;    // likewise: with the size, what makes a cached index valid
-  std::vector<Entry> entries;   // in member order
-  // The entries' member names back to back: one growing buffer a shard rather than a string
-  // a member, so what the indexing threads allocated goes back to the system once freed.
-  std::string names;
+  // In member order. Both buffers are mapped memory: the indexing threads fill them, and a
+  // thread's malloc arena would keep them resident after they are freed.
+  std::vector<Entry, MappedAllocator<Entry>> entries;
+  // The entries' member names back to back: one growing buffer a shard, not a string a member.
+  std::basic_string<char, std::char_traits<char>, MappedAllocator<char>> names;
   std::array<std::uint64_t, kSkipKinds> skipped{};
   std::array<std::string, kSkipKinds> first_skipped;  // member (or key) of the first of each kind
 

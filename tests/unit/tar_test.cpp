@@ -14,6 +14,7 @@
 
 #include "source/dataset.hpp"
 #include "source/file_reader.hpp"
+#include "source/mapped_allocator.hpp"
 #include "source/sample_reader.hpp"
 
 #include <sys/resource.h>
@@ -359,4 +360,25 @@ TEST_CASE("tar: out of descriptors (EMFILE) is transient and the shard cache giv
   CHECK(open_after == 0);  // the two cached descriptors were closed for the machine's sake
   CHECK(read_with(reader, 2) == "m2");  // and reads work again once descriptors are back
   CHECK(read_with(reader, 0) == "m0");
+}
+
+TEST_CASE("mapped allocator: big blocks mapped and unmapped, small ones and those past the mapping cap from "
+          "operator new, contents kept across growth", "[source][tar]") {
+  using stoker::source::g_mapped_blocks;
+  using Alloc = stoker::source::MappedAllocator<std::uint64_t>;
+  const std::size_t before = g_mapped_blocks.load();
+  {
+    std::vector<std::uint64_t, Alloc> big;
+    for (std::uint64_t i = 0; i < 100000; ++i) big.push_back(i * 7);  // grows through mapped blocks
+    CHECK(g_mapped_blocks.load() == before + 1);
+    std::vector<std::uint64_t, Alloc> small(10, 3);  // 80 bytes: operator new
+    CHECK(g_mapped_blocks.load() == before + 1);
+    bool same = true;
+    for (std::uint64_t i = 0; i < 100000; ++i) same = same && big[i] == i * 7;
+    CHECK(same);
+    std::vector<std::vector<std::uint64_t, Alloc>> many(Alloc::kMaxMappings + 10);
+    for (auto& v : many) v.resize(4096);  // 32 KiB each: mapped until the cap, then operator new
+    CHECK(g_mapped_blocks.load() == Alloc::kMaxMappings);
+  }
+  CHECK(g_mapped_blocks.load() == before);
 }
