@@ -20,7 +20,7 @@ if [[ "${1:-}" == "--runs" ]]; then
 fi
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTOKER_FUZZ=ON \
   -DSTOKER_SANITIZE=ON -DSTOKER_CUDA=OFF -DSTOKER_PYTHON=OFF >/dev/null
-cmake --build build-fuzz -j "$(nproc)" --target fuzz_sample_processor fuzz_config fuzz_control
+cmake --build build-fuzz -j "$(nproc)" --target fuzz_sample_processor fuzz_config fuzz_control fuzz_metrics_http
 run() {  # harness, dictionary, seed folders...
   local h=$1 dict=$2; shift 2
   mkdir -p "$corpus_root/$h" "build-fuzz/crashes/$h"
@@ -31,4 +31,5 @@ run() {  # harness, dictionary, seed folders...
 run sample_processor tests/fuzz/image.dict tests/data/demo tests/data/corpus tests/data/formats tests/data/fuzz-regressions
 run config tests/fuzz/config.dict tests/data/configs-malformed configs
 run control tests/fuzz/control.dict tests/data/control-messages
+run metrics_http tests/fuzz/http.dict tests/data/http-requests
 echo "fuzz: no crash in $secs per harness"

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <poll.h>
 #include <sys/mman.h>
@@ -290,6 +291,8 @@ Connection::Connection(const std::string& socket_path, const std::string& job, s
     info_.label_dtype = soft ? static_cast<stoker_dtype>(hdr.label_dtype) : STOKER_INT64;
     info_.label_width = soft ? hdr.label_width : 1;
     info_.slot_count = w.slot_count;
+    daemon_minor_ = h.proto_minor;
+    slot_wait_ns_ = std::make_unique<std::atomic<std::uint64_t>[]>(w.slot_count);
     info_.readers = std::max<std::uint32_t>(w.readers, 1);  // 0 from a 2.0 daemon
     info_.reader = w.reader;
     // A 2.0 daemon leaves it zero: it served the rank that was asked for (no split there).
@@ -381,6 +384,17 @@ void Connection::close() {
 }
 
 BatchView Connection::next(int timeout_ms) {
+  // The trainer's wait: from this call until the batch is here, whatever way the call ends
+  // (a timed-out call's time is added to the next batch's wait).
+  const auto called = std::chrono::steady_clock::now();
+  struct WaitClock {
+    std::uint64_t& pending;
+    std::chrono::steady_clock::time_point since;
+    ~WaitClock() {
+      pending += static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - since).count());
+    }
+  };
   int fd;
   {
     std::lock_guard lock(send_mu_);
@@ -393,7 +407,11 @@ BatchView Connection::next(int timeout_ms) {
     }
   }
   alignas(8) std::uint8_t buf[1024];
-  const std::size_t n = recv_message(fd, buf, sizeof buf, timeout_ms, socket_path_);
+  std::size_t n = 0;
+  {
+    WaitClock clock{wait_pending_ns_, called};
+    n = recv_message(fd, buf, sizeof buf, timeout_ms, socket_path_);
+  }
   acquire_outstanding_ = false;
   proto::MessageHeader h;
   std::memcpy(&h, buf, sizeof h);
@@ -420,6 +438,8 @@ BatchView Connection::next(int timeout_ms) {
   v.labels = payload + labels_offset_;
   v.ids = reinterpret_cast<const std::int64_t*>(payload + ids_offset_);
   v.on_device = device_ && (m.flags & proto::kBatchOnDevice) != 0;
+  slot_wait_ns_[m.slot].store(wait_pending_ns_, std::memory_order_relaxed);
+  wait_pending_ns_ = 0;
   outstanding_++;
   return v;
 }
@@ -441,7 +461,11 @@ void Connection::release(std::uint32_t slot, std::uint32_t generation,
   auto r = proto::make_message<proto::ReleaseMsg>(proto::MsgType::kRelease);
   r.slot = slot;
   r.generation = generation;
-  [[maybe_unused]] ssize_t w = ::send(fd_, &r, sizeof r, MSG_NOSIGNAL);
+  r.wait_ns = slot < info_.slot_count ? slot_wait_ns_[slot].load(std::memory_order_relaxed) : 0;
+  // A daemon older than 2.3 takes only the 24-byte Release (and would evict a longer one).
+  const std::size_t size = daemon_minor_ >= proto::kReleaseWaitMinor ? sizeof r : proto::kReleaseV21Bytes;
+  r.header.size = static_cast<std::uint32_t>(size);
+  [[maybe_unused]] ssize_t w = ::send(fd_, &r, size, MSG_NOSIGNAL);
 }
 
 }  // namespace stoker::client

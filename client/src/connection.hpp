@@ -60,6 +60,11 @@ class Connection {
   int fd_ = -1;                      // guarded by send_mu_ for send/close
   std::mutex send_mu_;
   bool acquire_outstanding_ = false; // only the next() caller touches it
+  // Trainer wait (protocol 2.3): time spent inside next() until a batch came, summed over
+  // calls that timed out before it; handed to the batch's slot, sent with its Release.
+  std::uint64_t wait_pending_ns_ = 0;                         // only the next() caller
+  std::unique_ptr<std::atomic<std::uint64_t>[]> slot_wait_ns_;  // per slot of this ring
+  std::uint16_t daemon_minor_ = 0;  // Welcome's proto_minor: Release carries wait_ns from 2.3
   // This connection's mapping of the job's segment (a sealed memfd received with the Welcome).
   class Mapping {
    public:

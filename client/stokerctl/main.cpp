@@ -16,7 +16,20 @@ constexpr const char* kUsage =
     "      connect as a real consumer; one JSON line per batch, then a throughput line\n"
     "      (--reader I: reader I of the rank, for jobs with `readers: K`)\n"
     "  status [--socket PATH]\n"
-    "      jobs, consumers, ring occupancy, images/s and error counts as JSON\n";
+    "      jobs, consumers, ring occupancy, images/s and error counts as JSON\n"
+    "  top [-d SECONDS] [-n N] [--clear | --no-clear] [--socket PATH]\n"
+    "      live view of jobs and consumers (rate, trainer wait %, ring occupancy, errors),\n"
+    "      refreshed every -d seconds (2); -n N: N frames then exit (0: until ^C)\n"
+    "  preview JOB --out FILE.png [--rank R] [--reader I] [--epoch E] [--batch B] [--columns C]\n"
+    "          [--socket PATH]\n"
+    "      contact sheet of one real batch as the trainer gets it (float output de-normalized),\n"
+    "      label under each tile; attaches as rank R's consumer (refused while a trainer has it)\n"
+    "  drain JOB [--socket PATH]\n"
+    "      stop planning JOB's batches; its consumers get those already planned, then are told;\n"
+    "      the job is removed (until a reload or restart brings it back)\n"
+    "  reload [--socket PATH]\n"
+    "      make stokerd re-read its config (SIGHUP, as systemctl reload): new jobs start, changed\n"
+    "      ones restart, removed ones drain, unchanged ones are not disturbed\n";
 
 }  // namespace
 
@@ -48,6 +61,8 @@ int main(int argc, char** argv) {
   if (cmd == "status") return stoker::ctl::status_main(argc - 1, argv + 1);
   if (cmd == "drain") return stoker::ctl::drain_main(argc - 1, argv + 1);
   if (cmd == "reload") return stoker::ctl::reload_main(argc - 1, argv + 1);
+  if (cmd == "top") return stoker::ctl::top_main(argc - 1, argv + 1);
+  if (cmd == "preview") return stoker::ctl::preview_main(argc - 1, argv + 1);
   std::fprintf(stderr, "stokerctl: unknown command '%s'\n%s", cmd.c_str(), kUsage);
   return 2;
 }

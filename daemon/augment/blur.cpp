@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "augment/pixel_math.hpp"
+
 namespace stoker::augment {
 namespace {
 
@@ -33,23 +35,31 @@ void gaussian_blur(std::uint8_t* rgb, int width, int height, int kernel_x, int k
   const std::vector<float> ky = gaussian_kernel1d(kernel_y, sigma_y);
   const int rx = kernel_x / 2, ry = kernel_y / 2;
   const std::size_t row = static_cast<std::size_t>(width) * 3;
+  // Buffers kept per worker thread: the hot path allocates nothing once warmed up.
+  thread_local std::vector<float> tmp, padded, acc;
+  tmp.resize(row * static_cast<std::size_t>(height));
+  padded.resize(static_cast<std::size_t>(width + 2 * rx) * 3);
+  acc.resize(row);
   // Horizontal pass into float32 (no rounding between the passes, as torch's single conv).
-  std::vector<float> tmp(row * static_cast<std::size_t>(height));
+  // Each row is first widened to float with its reflect padding, so the taps are plain
+  // strided reads the compiler vectorises; every output still sums its taps left to right,
+  // starting from 0, as before.
   for (int y = 0; y < height; ++y) {
     const std::uint8_t* src = rgb + row * y;
+    for (int x = -rx; x < width + rx; ++x) {
+      const std::uint8_t* p = src + 3 * reflect(x, width);
+      float* q = padded.data() + 3 * (x + rx);
+      q[0] = p[0], q[1] = p[1], q[2] = p[2];
+    }
     float* dst = tmp.data() + row * y;
-    for (int x = 0; x < width; ++x) {
-      float acc[3] = {0, 0, 0};
-      for (int t = -rx; t <= rx; ++t) {
-        const std::uint8_t* p = src + 3 * reflect(x + t, width);
-        const float w = kx[t + rx];
-        for (int c = 0; c < 3; ++c) acc[c] += w * static_cast<float>(p[c]);
-      }
-      for (int c = 0; c < 3; ++c) dst[3 * x + c] = acc[c];
+    std::fill(dst, dst + row, 0.0f);
+    for (int t = 0; t < kernel_x; ++t) {
+      const float w = kx[t];
+      const float* p = padded.data() + 3 * t;
+      for (std::size_t i = 0; i < row; ++i) dst[i] += w * p[i];
     }
   }
   // Vertical pass, accumulated a row at a time so the inner loop runs along memory.
-  std::vector<float> acc(row);
   for (int y = 0; y < height; ++y) {
     std::fill(acc.begin(), acc.end(), 0.0f);
     for (int t = -ry; t <= ry; ++t) {
@@ -60,9 +70,7 @@ void gaussian_blur(std::uint8_t* rgb, int width, int height, int kernel_x, int k
     std::uint8_t* dst = rgb + row * y;
     // torch.round (half to even) then .to(uint8); the kernel sums to 1, so the sum stays
     // within [0, 255] but for float rounding: clamp that.
-    for (std::size_t i = 0; i < row; ++i) {
-      dst[i] = static_cast<std::uint8_t>(std::fmin(255.0f, std::fmax(0.0f, std::nearbyint(acc[i]))));
-    }
+    for (std::size_t i = 0; i < row; ++i) dst[i] = round_to_u8(acc[i]);
   }
 }
 

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <string_view>
 
+#include <arpa/inet.h>
 #include <yaml-cpp/yaml.h>
 
 namespace stoker::config {
@@ -335,6 +336,41 @@ image::AugmentStep parse_gaussian_blur(const Reader& r, const Value& body, const
   return a;
 }
 
+// interpolation: nearest or bilinear (the two torchvision's tensor warps offer).
+augment::Interpolation parse_interpolation(const Reader& r, const Value& v) {
+  return r.choice(v, {"nearest", "bilinear"}) == "bilinear" ? augment::Interpolation::kBilinear
+                                                            : augment::Interpolation::kNearest;
+}
+
+// fill: a pixel value 0..255 or [r, g, b].
+std::array<float, 3> parse_fill(const Reader& r, const Value& v) {
+  auto one = [&](const Value& x) {
+    const double p = r.number(x);
+    if (!(p >= 0 && p <= 255)) r.fail(x, "must be a pixel value within [0, 255]");
+    return static_cast<float>(p);
+  };
+  std::array<float, 3> fill{};
+  if (v.node.IsSequence()) {
+    if (v.node.size() != 3) r.fail(v, "expected a number or a list of 3 (R, G, B)");
+    for (std::size_t c = 0; c < 3; ++c) fill[c] = one(r.element(v, c));
+  } else {
+    fill.fill(one(v));
+  }
+  return fill;
+}
+
+// An angle range as torchvision's _setup_angle: a number d >= 0 meaning [-d, d], or [min, max].
+std::array<double, 2> parse_angle_range(const Reader& r, const Value& d) {
+  if (d.node.IsSequence()) {
+    const auto q = r.numbers(d, 2);
+    if (!(q[0] <= q[1])) r.fail(d, "must be [min, max] with min <= max");
+    return {q[0], q[1]};
+  }
+  const double x = r.number(d);
+  if (x < 0) r.fail(d, "must be >= 0 (the angle is drawn in [-degrees, degrees])");
+  return {-x, x};
+}
+
 // random_rotation: {degrees, interpolation, fill} as torchvision's RandomRotation (expand=False,
 // about the centre): degrees (required) a number d >= 0 meaning [-d, d] or [min, max];
 // interpolation nearest (default) or bilinear; fill a pixel value 0..255 or [r, g, b] (0).
@@ -342,33 +378,87 @@ image::AugmentStep parse_random_rotation(const Reader& r, const Value& body) {
   const Fields f(r, body, {"degrees", "interpolation", "fill"});
   image::AugmentStep a;
   a.kind = image::AugmentStep::Kind::kRotation;
-  const Value& d = f.need("degrees");
-  if (d.node.IsSequence()) {
-    const auto q = r.numbers(d, 2);
-    if (!(q[0] <= q[1])) r.fail(d, "must be [min, max] with min <= max");
-    a.degrees = {q[0], q[1]};
-  } else {
-    const double x = r.number(d);
-    if (x < 0) r.fail(d, "must be >= 0 (the angle is drawn in [-degrees, degrees])");
-    a.degrees = {-x, x};
+  a.degrees = parse_angle_range(r, f.need("degrees"));
+  if (const Value* v = f.get("interpolation")) a.interpolation = parse_interpolation(r, *v);
+  if (const Value* v = f.get("fill")) a.fill = parse_fill(r, *v);
+  return a;
+}
+
+// random_affine: {degrees, translate, scale, shear, interpolation, fill} as torchvision's
+// RandomAffine (about the centre): degrees as random_rotation's (required, 0 for none);
+// translate [a, b] maximum fractions of width and height within [0, 1]; scale [min, max] with
+// 0 < min <= max; shear a number s >= 0 ([-s, s] along x), [min, max] along x, or
+// [xmin, xmax, ymin, ymax]; interpolation nearest (default) or bilinear; fill as rotation's.
+image::AugmentStep parse_random_affine(const Reader& r, const Value& body) {
+  const Fields f(r, body, {"degrees", "translate", "scale", "shear", "interpolation", "fill"});
+  image::AugmentStep a;
+  a.kind = image::AugmentStep::Kind::kAffine;
+  augment::RandomAffineParams& p = a.affine;
+  p.degrees = parse_angle_range(r, f.need("degrees"));
+  if (const Value* v = f.get("translate")) {
+    const auto q = r.numbers(*v, 2);
+    for (std::size_t i = 0; i < 2; ++i) {
+      if (!(q[i] >= 0 && q[i] <= 1)) r.fail(r.element(*v, i), "must be a fraction of the side within [0, 1]");
+    }
+    p.has_translate = true;
+    p.translate = {q[0], q[1]};
   }
-  if (const Value* v = f.get("interpolation")) {
-    a.interpolation = r.choice(*v, {"nearest", "bilinear"}) == "bilinear" ? augment::Interpolation::kBilinear
-                                                                          : augment::Interpolation::kNearest;
+  if (const Value* v = f.get("scale")) {
+    const auto q = r.numbers(*v, 2);
+    if (!(q[0] > 0 && q[0] <= q[1])) r.fail(*v, "must be [min, max] with 0 < min <= max");
+    p.has_scale = true;
+    p.scale = {q[0], q[1]};
   }
-  if (const Value* v = f.get("fill")) {
-    auto one = [&](const Value& x) {
-      const double p = r.number(x);
-      if (!(p >= 0 && p <= 255)) r.fail(x, "must be a pixel value within [0, 255]");
-      return static_cast<float>(p);
-    };
-    if (v->node.IsSequence()) {
-      if (v->node.size() != 3) r.fail(*v, "expected a number or a list of 3 (R, G, B)");
-      for (std::size_t c = 0; c < 3; ++c) a.fill[c] = one(r.element(*v, c));
+  if (const Value* v = f.get("shear")) {
+    if (v->node.IsSequence() && v->node.size() == 4) {
+      const auto q = r.numbers(*v, 4);
+      if (!(q[0] <= q[1] && q[2] <= q[3])) r.fail(*v, "must be [xmin, xmax, ymin, ymax] with xmin <= xmax, ymin <= ymax");
+      p.shear_ranges = 2;
+      p.shear = {q[0], q[1], q[2], q[3]};
+    } else if (v->node.IsSequence() && v->node.size() != 2) {
+      r.fail(*v, "expected a number s (x shear in [-s, s]), [min, max] (x) or [xmin, xmax, ymin, ymax] (degrees)");
     } else {
-      a.fill.fill(one(*v));
+      const auto x = parse_angle_range(r, *v);
+      p.shear_ranges = 1;
+      p.shear = {x[0], x[1], 0, 0};
     }
   }
+  if (const Value* v = f.get("interpolation")) a.interpolation = parse_interpolation(r, *v);
+  if (const Value* v = f.get("fill")) a.fill = parse_fill(r, *v);
+  return a;
+}
+
+// trivial_augment_wide: {num_magnitude_bins, interpolation}, rand_augment: {num_ops, magnitude,
+// num_magnitude_bins, interpolation}, auto_augment: {policy, interpolation}: torchvision's
+// TrivialAugmentWide / RandAugment / AutoAugment with their defaults (31 bins; 2 ops at
+// magnitude 9; the imagenet policy; nearest) and fill None (black).
+image::AugmentStep parse_policy(const Reader& r, const Value& body, const std::string& name) {
+  image::AugmentStep a;
+  a.kind = image::AugmentStep::Kind::kPolicy;
+  augment::PolicyParams& p = a.policy;
+  const bool rand = name == "rand_augment", automatic = name == "auto_augment";
+  const Fields f(r, body, rand        ? std::initializer_list<std::string_view>{"num_ops", "magnitude", "num_magnitude_bins", "interpolation"}
+                          : automatic ? std::initializer_list<std::string_view>{"policy", "interpolation"}
+                                      : std::initializer_list<std::string_view>{"num_magnitude_bins", "interpolation"});
+  p.kind = rand ? augment::PolicyKind::kRandAugment
+           : automatic ? augment::PolicyKind::kAutoAugmentImagenet
+                       : augment::PolicyKind::kTrivialAugmentWide;
+  if (automatic) {
+    if (const Value* v = f.get("policy")) r.choice(*v, {"imagenet"});  // the one policy Stoker has
+  } else {
+    // At least 2 bins: torchvision's posterize levels divide by num_bins - 1.
+    if (const Value* v = f.get("num_magnitude_bins")) p.num_magnitude_bins = static_cast<int>(r.integer(*v, 2, 1024));
+  }
+  if (rand) {
+    if (const Value* v = f.get("num_ops")) p.num_ops = static_cast<int>(r.integer(*v, 0, augment::kMaxPolicyOps));
+    const Value* v = f.get("magnitude");
+    if (v != nullptr) p.magnitude = static_cast<int>(r.integer(*v, 0, 1024));
+    if (p.magnitude >= p.num_magnitude_bins) {
+      r.fail(v != nullptr ? *v : body, "magnitude " + std::to_string(p.magnitude) + " is a bin index: must be below num_magnitude_bins (" +
+                                           std::to_string(p.num_magnitude_bins) + ")");
+    }
+  }
+  if (const Value* v = f.get("interpolation")) p.interpolation = parse_interpolation(r, *v);
   return a;
 }
 
@@ -603,6 +693,17 @@ void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec
       stage = kAfterGeometry;
       flips_first = "random_rotation";
       spec.augment.push_back(parse_random_rotation(r, body));
+    } else if (name == "random_affine" || name == "trivial_augment_wide" || name == "rand_augment" ||
+               name == "auto_augment") {
+      // Geometric ops (and policies holding them) on the upright uint8 image: after the
+      // geometry, before normalize, and after horizontal_flip (the engine flips first).
+      if (normalize) r.fail(at_name, name + " works on uint8 pixels: put it before normalize");
+      if (!geometry) r.fail(at_name, name + " comes after the geometry step (random_resized_crop or resize)");
+      stage = kAfterGeometry;
+      flips_first = name == "random_affine" ? "random_affine"
+                    : name == "trivial_augment_wide" ? "trivial_augment_wide"
+                    : name == "rand_augment" ? "rand_augment" : "auto_augment";
+      spec.augment.push_back(name == "random_affine" ? parse_random_affine(r, body) : parse_policy(r, body, name));
     } else if (name == "random_erasing") {
       if (!geometry) r.fail(at_name, "random_erasing comes after the geometry step");
       stage = kAfterGeometry;
@@ -634,11 +735,13 @@ void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec
                                               "horizontal_flip", "normalize", "color_jitter", "random_grayscale",
                                               "random_solarize", "random_posterize", "random_autocontrast",
                                               "random_equalize", "random_adjust_sharpness", "gaussian_blur",
-                                              "random_erasing", "random_rotation"});
+                                              "random_erasing", "random_rotation", "random_affine",
+                                              "trivial_augment_wide", "rand_augment", "auto_augment"});
       r.fail(at_name, near.empty() ? "unknown step (known: decode, random_resized_crop, resize, "
                                      "center_crop, horizontal_flip, color_jitter, random_grayscale, "
                                      "random_solarize, random_posterize, random_autocontrast, random_equalize, "
-                                     "random_adjust_sharpness, gaussian_blur, random_rotation, random_erasing, normalize)"
+                                     "random_adjust_sharpness, gaussian_blur, random_rotation, random_affine, "
+                                     "trivial_augment_wide, rand_augment, auto_augment, random_erasing, normalize)"
                                    : "unknown step; did you mean '" + near + "'?");
     }
     if (name == "horizontal_flip" || name == "normalize") {
@@ -957,9 +1060,42 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
   return job;
 }
 
+// "HOST:PORT" or "[V6]:PORT" -> numeric host and port; false with `why` otherwise.
+bool split_metrics_address(const std::string& a, std::string& host, std::uint16_t& port, bool& loopback,
+                           std::string& why) {
+  const std::size_t colon = a.rfind(':');
+  if (colon == std::string::npos || colon + 1 == a.size()) {
+    why = "expected HOST:PORT like \"127.0.0.1:9400\", got '" + a + "'";
+    return false;
+  }
+  host = a.substr(0, colon);
+  const std::string p = a.substr(colon + 1);
+  unsigned long n = 0;
+  const auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), n);
+  if (ec != std::errc() || end != p.data() + p.size() || n > 65535) {
+    why = "port must be 0..65535 (0: any free port), got '" + p + "'";
+    return false;
+  }
+  port = static_cast<std::uint16_t>(n);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host == "localhost") host = "127.0.0.1";
+  in_addr v4{};
+  in6_addr v6{};
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) {
+    loopback = (ntohl(v4.s_addr) >> 24) == 127;
+  } else if (::inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
+    loopback = IN6_IS_ADDR_LOOPBACK(&v6);
+  } else {
+    why = "host must be a numeric IPv4/IPv6 address or localhost (no name lookups), got '" + host + "'";
+    return false;
+  }
+  return true;
+}
+
 void parse_server(const Reader& r, const Value& s, const fs::path& base_dir, ServerConfig& out) {
   const Fields f(r, s, {"workers", "socket", "log_level", "state_dir", "shm_mode", "handshake_timeout_s",
-                        "idle_timeout_s", "max_connections", "client_jobs", "client_job_linger_s", "drain_timeout_s"});
+                        "idle_timeout_s", "max_connections", "client_jobs", "client_job_linger_s", "drain_timeout_s",
+                        "metrics", "metrics_allow_remote", "metrics_textfile", "log_interval_s"});
   if (auto* v = f.get("workers")) out.workers = static_cast<std::uint32_t>(r.integer(*v, 0, 1024));
   if (auto* v = f.get("socket")) {
     out.socket = r.string(*v);
@@ -1003,6 +1139,27 @@ void parse_server(const Reader& r, const Value& s, const fs::path& base_dir, Ser
   if (auto* v = f.get("drain_timeout_s")) {
     out.drain_timeout_s = r.number(*v);
     if (!(out.drain_timeout_s > 0 && out.drain_timeout_s <= 86400)) r.fail(*v, "must be within (0, 86400] seconds");
+  }
+  if (auto* v = f.get("metrics_allow_remote")) out.metrics_allow_remote = r.boolean(*v);
+  if (auto* v = f.get("metrics")) {
+    out.metrics = r.string(*v);
+    bool loopback = false;
+    std::string why;
+    if (!split_metrics_address(out.metrics, out.metrics_host, out.metrics_port, loopback, why)) r.fail(*v, why);
+    // The endpoint has no authentication: off the loopback only when asked for in so many words.
+    if (!loopback && !out.metrics_allow_remote) {
+      r.fail(*v, "'" + out.metrics_host + "' is not a loopback address; /metrics has no authentication, so "
+                 "set server.metrics_allow_remote: true to serve it there");
+    }
+  }
+  if (auto* v = f.get("metrics_textfile")) {
+    const fs::path d = r.string(*v);
+    if (d.empty()) r.fail(*v, "must not be empty (leave the key out for none)");
+    out.metrics_textfile = resolve(d, base_dir);
+  }
+  if (auto* v = f.get("log_interval_s")) {
+    out.log_interval_s = r.number(*v);
+    if (!(out.log_interval_s >= 0 && out.log_interval_s <= 86400)) r.fail(*v, "must be within [0, 86400] seconds (0: off)");
   }
 }
 

@@ -126,6 +126,15 @@ struct ServerConfig {
   double client_job_linger_s = 30;
   double drain_timeout_s = 60;
   std::filesystem::path state_dir;  // quarantine files; default: next to the socket
+  // Operations (daemon/server/metrics*): Prometheus text on http://metrics_host:metrics_port/metrics
+  // when `metrics` is set (port 0: any free port, logged and shown in status). Validated here:
+  // a numeric IPv4/IPv6 literal or "localhost", loopback unless metrics_allow_remote.
+  std::string metrics;              // as written, "127.0.0.1:9400"; empty: no endpoint
+  std::string metrics_host;         // numeric literal ("localhost" becomes 127.0.0.1)
+  std::uint16_t metrics_port = 0;
+  bool metrics_allow_remote = false;
+  std::filesystem::path metrics_textfile;  // node_exporter textfile directory; empty: none
+  double log_interval_s = 0;        // periodic one-line throughput log; 0: off
 };
 
 struct Config {

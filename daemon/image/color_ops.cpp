@@ -6,12 +6,16 @@
 #include "augment/blur.hpp"
 #include "augment/geometric.hpp"
 #include "augment/hue.hpp"
+#include "augment/pixel_math.hpp"
 
 namespace stoker::image {
 namespace {
 
 // torchvision's `.clamp(0, 255).to(torch.uint8)` of a float32: clamp, then truncate.
-inline std::uint8_t to_u8(float v) { return static_cast<std::uint8_t>(std::min(255.0f, std::max(0.0f, v))); }
+inline std::uint8_t to_u8(float v) {
+  // Through int32 (exact for 0..255): float to int32 is what SSE2 converts in vectors.
+  return static_cast<std::uint8_t>(static_cast<std::int32_t>(std::min(255.0f, std::max(0.0f, v))));
+}
 
 // rgb_to_grayscale for uint8: (0.2989 r + 0.587 g + 0.114 b) in float32, in that order,
 // truncated to uint8.
@@ -21,18 +25,27 @@ inline std::uint8_t gray_of(const std::uint8_t* p) {
 }
 
 // _blend(img1, img2, ratio): ratio * img1 + (1 - ratio) * img2, both products in float32
-// (the Python float ratio and 1.0 - ratio each rounded to float32 once).
+// (the Python float ratio and 1.0 - ratio each rounded to float32 once). Each product is
+// rounded before the sum, as torch does: this library is compiled with -ffp-contract=off, so
+// no fused multiply-add merges them (daemon/image/CMakeLists.txt).
 inline std::uint8_t blend(std::uint8_t a, float b, float r, float one_minus_r) {
-  const volatile float x = r * static_cast<float>(a);  // volatile: no fused multiply-add
-  const volatile float y = one_minus_r * b;
+  const float x = r * static_cast<float>(a);
+  const float y = one_minus_r * b;
   return to_u8(x + y);
+}
+
+// A pointwise op whose result depends on the value alone: evaluated once per possible value.
+void apply_lut(std::uint8_t* rgb, std::size_t values, const std::uint8_t (&lut)[256]) {
+  for (std::size_t i = 0; i < values; ++i) rgb[i] = lut[rgb[i]];
 }
 
 }  // namespace
 
 void adjust_brightness(std::uint8_t* rgb, std::size_t pixels, double factor) {
   const float r = static_cast<float>(factor), s = static_cast<float>(1.0 - factor);
-  for (std::size_t i = 0; i < pixels * 3; ++i) rgb[i] = blend(rgb[i], 0.0f, r, s);
+  std::uint8_t lut[256];
+  for (int v = 0; v < 256; ++v) lut[v] = blend(static_cast<std::uint8_t>(v), 0.0f, r, s);
+  apply_lut(rgb, pixels * 3, lut);
 }
 
 void adjust_contrast(std::uint8_t* rgb, std::size_t pixels, double factor) {
@@ -41,15 +54,22 @@ void adjust_contrast(std::uint8_t* rgb, std::size_t pixels, double factor) {
   for (std::size_t i = 0; i < pixels; ++i) sum += gray_of(rgb + 3 * i);
   const float mean = static_cast<float>(sum / static_cast<double>(pixels));
   const float r = static_cast<float>(factor), s = static_cast<float>(1.0 - factor);
-  for (std::size_t i = 0; i < pixels * 3; ++i) rgb[i] = blend(rgb[i], mean, r, s);
+  std::uint8_t lut[256];
+  for (int v = 0; v < 256; ++v) lut[v] = blend(static_cast<std::uint8_t>(v), mean, r, s);
+  apply_lut(rgb, pixels * 3, lut);
 }
 
 void adjust_saturation(std::uint8_t* rgb, std::size_t pixels, double factor) {
   const float r = static_cast<float>(factor), s = static_cast<float>(1.0 - factor);
-  for (std::size_t i = 0; i < pixels; ++i) {
-    std::uint8_t* p = rgb + 3 * i;
-    const float g = gray_of(p);
-    for (int c = 0; c < 3; ++c) p[c] = blend(p[c], g, r, s);
+  // In blocks: each pixel's gray repeated for its three values, then one blend loop along the
+  // values, which vectorises (the same blend of the same value and gray as pixel by pixel).
+  constexpr std::size_t kBlock = 256;
+  float gray3[3 * kBlock];
+  for (std::size_t start = 0; start < pixels; start += kBlock) {
+    const std::size_t n = std::min(kBlock, pixels - start);
+    std::uint8_t* p = rgb + 3 * start;
+    for (std::size_t k = 0; k < n; ++k) gray3[3 * k] = gray3[3 * k + 1] = gray3[3 * k + 2] = gray_of(p + 3 * k);
+    for (std::size_t i = 0; i < 3 * n; ++i) p[i] = blend(p[i], gray3[i], r, s);
   }
 }
 
@@ -72,21 +92,25 @@ void posterize(std::uint8_t* rgb, std::size_t pixels, int bits) {
 }
 
 void autocontrast(std::uint8_t* rgb, std::size_t pixels) {
-  for (int c = 0; c < 3; ++c) {
-    std::uint8_t lo = 255, hi = 0;
-    for (std::size_t i = 0; i < pixels; ++i) {
-      lo = std::min(lo, rgb[3 * i + c]);
-      hi = std::max(hi, rgb[3 * i + c]);
+  std::uint8_t lo[3] = {255, 255, 255}, hi[3] = {0, 0, 0};
+  for (std::size_t i = 0; i < pixels; ++i) {
+    for (int c = 0; c < 3; ++c) {
+      lo[c] = std::min(lo[c], rgb[3 * i + c]);
+      hi[c] = std::max(hi[c], rgb[3 * i + c]);
     }
+  }
+  std::uint8_t lut[3][256];
+  for (int c = 0; c < 3; ++c) {
     // torch evaluates `255 / (max - min)` as reciprocal(max - min) * 255, two roundings in
     // float32: done the same way here, or values at the top of the range differ by one.
-    const volatile float reciprocal = 1.0f / (static_cast<float>(hi) - static_cast<float>(lo));
-    float minimum = lo, scale = reciprocal * 255.0f;
+    const float reciprocal = 1.0f / (static_cast<float>(hi[c]) - static_cast<float>(lo[c]));
+    float minimum = lo[c], scale = reciprocal * 255.0f;
     if (!std::isfinite(scale)) minimum = 0, scale = 1;  // a flat channel stays as it is
-    for (std::size_t i = 0; i < pixels; ++i) {
-      const volatile float d = static_cast<float>(rgb[3 * i + c]) - minimum;
-      rgb[3 * i + c] = to_u8(d * scale);
-    }
+    for (int v = 0; v < 256; ++v) lut[c][v] = to_u8((static_cast<float>(v) - minimum) * scale);
+  }
+  for (std::size_t i = 0; i < pixels; ++i) {
+    std::uint8_t* p = rgb + 3 * i;
+    p[0] = lut[0][p[0]], p[1] = lut[1][p[1]], p[2] = lut[2][p[2]];
   }
 }
 
@@ -113,31 +137,89 @@ void equalize(std::uint8_t* rgb, std::size_t pixels) {
   }
 }
 
+void invert(std::uint8_t* rgb, std::size_t pixels) {
+  for (std::size_t i = 0; i < pixels * 3; ++i) rgb[i] = static_cast<std::uint8_t>(255 - rgb[i]);
+}
+
 void adjust_sharpness(std::uint8_t* rgb, int width, int height, double factor) {
   if (width <= 2 || height <= 2) return;  // torchvision: nothing inside the border to blur
   // The degenerate image: the 3x3 kernel [1 1 1; 1 5 1; 1 1 1] / 13 in float32, rounded to
-  // uint8 inside the border; the border keeps the original pixels.
-  std::vector<std::uint8_t> blurred(rgb, rgb + std::size_t(width) * height * 3);
+  // uint8 inside the border; the border keeps the original pixels. Each value sums its nine
+  // taps row by row, left to right (dy, then dx), as before; the loops run along a row of
+  // values so they vectorise.
+  const std::size_t row = std::size_t(width) * 3;
+  const std::size_t total = row * height;
+  thread_local std::vector<std::uint8_t> blurred;
+  thread_local std::vector<float> acc, as_float;
+  blurred.assign(rgb, rgb + total);
+  acc.resize(row);
+  as_float.resize(total);
+  for (std::size_t i = 0; i < total; ++i) as_float[i] = static_cast<float>(rgb[i]);  // converted once, not 9 times
   const float k_side = 1.0f / 13.0f, k_mid = 5.0f / 13.0f;
+  const std::size_t n = row - 6;  // the values of columns 1 .. width - 2
   for (int y = 1; y < height - 1; ++y) {
-    for (int x = 1; x < width - 1; ++x) {
-      for (int c = 0; c < 3; ++c) {
-        float acc = 0;
-        for (int dy = -1; dy <= 1; ++dy) {
-          for (int dx = -1; dx <= 1; ++dx) {
-            const float v = rgb[(std::size_t(y + dy) * width + (x + dx)) * 3 + c];
-            acc += v * (dx == 0 && dy == 0 ? k_mid : k_side);
-          }
-        }
-        blurred[(std::size_t(y) * width + x) * 3 + c] = static_cast<std::uint8_t>(std::min(255.0f, std::nearbyint(acc)));
+    float* __restrict a = acc.data();
+    std::fill(a, a + n, 0.0f);
+    for (int dy = -1; dy <= 1; ++dy) {
+      const float* src = as_float.data() + row * (y + dy);  // column x - 1 + dx at value i
+      for (int dx = 0; dx < 3; ++dx) {
+        const float k = dy == 0 && dx == 1 ? k_mid : k_side;
+        const float* __restrict p = src + 3 * dx;
+        for (std::size_t i = 0; i < n; ++i) a[i] += p[i] * k;
       }
     }
+    std::uint8_t* out = blurred.data() + row * y + 3;
+    for (std::size_t i = 0; i < n; ++i) out[i] = augment::round_to_u8(a[i]);
   }
   const float r = static_cast<float>(factor), s = static_cast<float>(1.0 - factor);
-  for (std::size_t i = 0; i < blurred.size(); ++i) rgb[i] = blend(rgb[i], blurred[i], r, s);
+  for (std::size_t i = 0; i < total; ++i) rgb[i] = blend(rgb[i], blurred[i], r, s);
+}
+
+void apply_policy_op(std::uint8_t* rgb, int width, int height, const augment::PolicyDraw& d,
+                     augment::Interpolation mode) {
+  using augment::PolicyOp;
+  thread_local std::vector<std::uint8_t> scratch;
+  const std::size_t pixels = std::size_t(width) * height;
+  const double m = d.magnitude;
+  augment::AffineParams a;
+  switch (d.op) {
+    case PolicyOp::kIdentity:
+      return;
+    case PolicyOp::kShearX:
+    case PolicyOp::kShearY: {
+      // degrees(atan(m)) about center=[0, 0], the top-left corner: torchvision's center_f of
+      // it is (0 - w/2, 0 - h/2).
+      const double deg = std::atan(m) * 180.0 / M_PI;
+      a.shear = d.op == PolicyOp::kShearX ? std::array<double, 2>{deg, 0.0} : std::array<double, 2>{0.0, deg};
+      a.center = {-width * 0.5, -height * 0.5};
+      augment::affine(rgb, width, height, a, mode, nullptr, scratch);
+      return;
+    }
+    case PolicyOp::kTranslateX:
+    case PolicyOp::kTranslateY: {
+      const double t = std::trunc(m);  // int(magnitude)
+      a.translate = d.op == PolicyOp::kTranslateX ? std::array<double, 2>{t, 0.0} : std::array<double, 2>{0.0, t};
+      augment::affine(rgb, width, height, a, mode, nullptr, scratch);
+      return;
+    }
+    case PolicyOp::kRotate:
+      augment::rotate(rgb, width, height, m, mode, nullptr, scratch);
+      return;
+    case PolicyOp::kBrightness: adjust_brightness(rgb, pixels, 1.0 + m); return;
+    case PolicyOp::kColor: adjust_saturation(rgb, pixels, 1.0 + m); return;
+    case PolicyOp::kContrast: adjust_contrast(rgb, pixels, 1.0 + m); return;
+    case PolicyOp::kSharpness: adjust_sharpness(rgb, width, height, 1.0 + m); return;
+    case PolicyOp::kPosterize: posterize(rgb, pixels, static_cast<int>(m)); return;
+    // img >= threshold compares in float32: the integer threshold is its ceiling.
+    case PolicyOp::kSolarize: solarize(rgb, pixels, static_cast<int>(std::ceil(static_cast<float>(m)))); return;
+    case PolicyOp::kAutoContrast: autocontrast(rgb, pixels); return;
+    case PolicyOp::kEqualize: equalize(rgb, pixels); return;
+    case PolicyOp::kInvert: invert(rgb, pixels); return;
+  }
 }
 
 void apply_augment(const std::vector<AugmentStep>& steps, std::uint8_t* rgb, int width, int height, CounterRng& rng) {
+  augment::clear_avx_upper_state();  // the decode and resample before may leave it dirty
   const std::size_t pixels = std::size_t(width) * height;
   for (const AugmentStep& s : steps) {
     switch (s.kind) {
@@ -184,8 +266,19 @@ void apply_augment(const std::vector<AugmentStep>& steps, std::uint8_t* rgb, int
       }
       case AugmentStep::Kind::kRotation: {
         const double angle = rng.uniform(s.degrees[0], s.degrees[1]);
-        std::vector<std::uint8_t> scratch;
+        thread_local std::vector<std::uint8_t> scratch;
         augment::rotate(rgb, width, height, angle, s.interpolation, s.fill, scratch);
+        break;
+      }
+      case AugmentStep::Kind::kAffine: {
+        thread_local std::vector<std::uint8_t> scratch;
+        augment::affine(rgb, width, height, augment::draw_random_affine(s.affine, width, height, rng), s.interpolation,
+                        &s.fill, scratch);
+        break;
+      }
+      case AugmentStep::Kind::kPolicy: {
+        const augment::PolicyDraws d = augment::draw_policy(s.policy, height, width, rng);
+        for (int i = 0; i < d.count; ++i) apply_policy_op(rgb, width, height, d.ops[i], s.policy.interpolation);
         break;
       }
       case AugmentStep::Kind::kErasing:

@@ -11,6 +11,7 @@
 
 #include "augment/erasing.hpp"
 #include "augment/geometric.hpp"
+#include "augment/policies.hpp"
 #include "core/rng.hpp"
 
 namespace stoker::image {
@@ -21,6 +22,8 @@ struct AugmentStep {
     kGaussianBlur,  // daemon/augment/blur.hpp
     kErasing,       // daemon/augment/erasing.hpp, on uint8 pixels (before normalize)
     kRotation,      // daemon/augment/geometric.hpp
+    kAffine,        // random_affine, daemon/augment/geometric.hpp
+    kPolicy,        // trivial_augment_wide / rand_augment / auto_augment, daemon/augment/policies.hpp
   };
   Kind kind = Kind::kColorJitter;
   double p = 1.0;  // probability the step applies (random_* steps)
@@ -41,6 +44,9 @@ struct AugmentStep {
   std::array<double, 2> degrees{0, 0};
   augment::Interpolation interpolation = augment::Interpolation::kNearest;
   std::array<float, 3> fill{0, 0, 0};  // pixel units, for what comes from outside the image
+  // random_affine: its ranges (interpolation and fill as above).
+  augment::RandomAffineParams affine;
+  augment::PolicyParams policy;  // kPolicy (its own interpolation; no fill: black, as torchvision's None)
 };
 
 // The individual operations (exposed for the fidelity probe and tests).
@@ -52,8 +58,14 @@ void solarize(std::uint8_t* rgb, std::size_t pixels, int threshold);
 void posterize(std::uint8_t* rgb, std::size_t pixels, int bits);
 void autocontrast(std::uint8_t* rgb, std::size_t pixels);
 void equalize(std::uint8_t* rgb, std::size_t pixels);
+void invert(std::uint8_t* rgb, std::size_t pixels);
 // Needs the image's shape (a 3x3 smoothing filter; the border keeps its pixels, as torchvision).
 void adjust_sharpness(std::uint8_t* rgb, int width, int height, double factor);
+
+// torchvision's autoaugment._apply_op(img, op, magnitude, interpolation, fill=None) for one
+// drawn op (its magnitude already signed).
+void apply_policy_op(std::uint8_t* rgb, int width, int height, const augment::PolicyDraw& d,
+                     augment::Interpolation mode);
 
 // Applies `steps` in order to the packed RGB image, drawing from `rng`.
 void apply_augment(const std::vector<AugmentStep>& steps, std::uint8_t* rgb, int width, int height, CounterRng& rng);

@@ -6,8 +6,17 @@ namespace stoker::image {
 
 int exif_orientation(const std::uint8_t* data, std::size_t size) {
   if (data == nullptr || size < 14 || std::memcmp(data, "Exif\0\0", 6) != 0) return 1;
-  const std::uint8_t* tiff = data + 6;
-  const std::size_t n = size - 6;
+  return exif_orientation_tiff(data + 6, size - 6);
+}
+
+int exif_orientation_tiff(const std::uint8_t* data, std::size_t size) {
+  if (data != nullptr && size >= 14 && std::memcmp(data, "Exif\0\0", 6) == 0) {
+    data += 6;
+    size -= 6;
+  }
+  if (data == nullptr || size < 8) return 1;
+  const std::uint8_t* tiff = data;
+  const std::size_t n = size;
   bool little;
   if (tiff[0] == 'I' && tiff[1] == 'I') {
     little = true;

@@ -31,10 +31,12 @@ bool too_large(SampleResult& r, const char* format, std::uint64_t w, std::uint64
 }
 
 bool decode_other(OtherFormat f, std::span<const std::uint8_t> data, std::uint64_t max_pixels,
-                  std::vector<std::uint8_t>& rgb, std::uint32_t& w, std::uint32_t& h, SampleResult& r) {
+                  std::vector<std::uint8_t>& rgb, std::uint32_t& w, std::uint32_t& h, int& orientation,
+                  SampleResult& r) {
+  orientation = 1;
   switch (f) {
-    case OtherFormat::kWebp: return decode_webp(data, max_pixels, rgb, w, h, r);
-    case OtherFormat::kTiff: return decode_tiff(data, max_pixels, rgb, w, h, r);
+    case OtherFormat::kWebp: return decode_webp(data, max_pixels, rgb, w, h, orientation, r);
+    case OtherFormat::kTiff: return decode_tiff(data, max_pixels, rgb, w, h, orientation, r);
     case OtherFormat::kBmp: return decode_bmp(data, max_pixels, rgb, w, h, r);
     case OtherFormat::kPnm: return decode_pnm(data, max_pixels, rgb, w, h, r);
   }

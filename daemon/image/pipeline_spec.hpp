@@ -24,6 +24,10 @@ struct PipelineSpec {
   bool strict = false;                 // every libjpeg warning is an error
   std::uint64_t max_pixels = 178956970;  // header w*h above this is refused before allocating
   std::uint64_t max_memory_bytes = std::uint64_t{256} << 20;  // per worker's decoder; 0: unbounded
+  // WebP: decode only the window a sample needs, at a reduced scale where the output allows
+  // (as JPEG always does). Not a config key: false only in benchmarks and tests, to compare
+  // with a whole-image decode.
+  bool webp_region_decode = true;
 
   // geometry
   Geometry geometry = Geometry::kResizeCenterCrop;

@@ -1,6 +1,11 @@
 // Binary PGM (P5) and PPM (P6), written by hand: header tokens with comments, maxval 1..65535
 // (two big-endian bytes per sample above 255). Samples are scaled to 8 bits when maxval is
-// not 255 (round(v * 255 / maxval)); gray is expanded to RGB.
+// not 255 with PIL's own arithmetic (PpmDecoder: min(255, round(v / maxval * 255)) in double
+// precision, half to even), so maxval < 255 gives PIL's pixels exactly; above 255 PIL clips
+// instead (see other_decoders.hpp). Gray is expanded to RGB.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <string>
 
 #include "image/other_decoders.hpp"
@@ -53,13 +58,30 @@ bool decode_pnm(std::span<const std::uint8_t> d, std::uint64_t max_pixels, std::
   if (d.size() - at < need) return refuse(r, SampleErrorKind::kTruncated, "PNM: premature end of pixel data");
   rgb.resize(std::size_t{w} * h * 3);
   const std::uint8_t* p = d.data() + at;
-  for (std::uint64_t i = 0; i < width * height; ++i) {
-    for (std::uint64_t c = 0; c < 3; ++c) {
-      const std::uint64_t k = (i * channels + (color ? c : 0)) * bytes;
-      std::uint32_t v = bytes == 2 ? (p[k] << 8) | p[k + 1] : p[k];
-      if (v > maxval) v = static_cast<std::uint32_t>(maxval);
-      rgb[3 * i + c] = maxval == 255 ? static_cast<std::uint8_t>(v)
-                                     : static_cast<std::uint8_t>((v * 255 + maxval / 2) / maxval);
+  const std::size_t n = std::size_t{w} * h;
+  if (maxval == 255 && color) {
+    std::memcpy(rgb.data(), p, n * 3);  // already what we want: the common PPM
+    return true;
+  }
+  // Every sample value through one table: 8-bit values map to themselves at maxval 255, else
+  // PIL's arithmetic once per value, not once per sample (nearbyint in the default rounding
+  // mode is Python's round(): half to even). Values above maxval are white, as in PIL.
+  // One table per worker thread, rebuilt only when maxval changes.
+  thread_local std::vector<std::uint8_t> lut;
+  thread_local std::uint64_t lut_maxval = 0;
+  if (lut_maxval != maxval) {
+    lut.resize(65536);
+    for (std::size_t v = 0; v < lut.size(); ++v) {
+      lut[v] = maxval == 255 ? static_cast<std::uint8_t>(std::min<std::size_t>(v, 255))
+                             : static_cast<std::uint8_t>(std::min(
+                                   255.0, std::nearbyint(static_cast<double>(v) / static_cast<double>(maxval) * 255.0)));
+    }
+    lut_maxval = maxval;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t c = 0; c < 3; ++c) {
+      const std::size_t k = (i * channels + (color ? c : 0)) * bytes;
+      rgb[3 * i + c] = lut[bytes == 2 ? (p[k] << 8) | p[k + 1] : p[k]];
     }
   }
   return true;

@@ -1,6 +1,10 @@
 // TIFF through libtiff, read from memory: the first page, any photometric libtiff's RGBA
 // interface handles (RGB, gray, palette, YCbCr; 8 or 16 bits per sample, scaled to 8), any
 // compression built into Debian's libtiff (LZW, Deflate, PackBits, JPEG...).
+// Pixels come out in stored order whatever the Orientation tag says, and the tag is handed to
+// the caller, which applies it like a JPEG's EXIF orientation (or not: PIL does not).
+// Alpha is dropped the way PIL's convert("RGB") drops it: the stored colour values, never
+// premultiplied (libtiff's RGBA interface would premultiply unassociated alpha).
 #include <tiffio.h>
 
 #include <algorithm>
@@ -52,7 +56,7 @@ void install_quiet_handlers() {
 }  // namespace
 
 bool decode_tiff(std::span<const std::uint8_t> data, std::uint64_t max_pixels, std::vector<std::uint8_t>& rgb,
-                 std::uint32_t& w, std::uint32_t& h, SampleResult& r) {
+                 std::uint32_t& w, std::uint32_t& h, int& orientation, SampleResult& r) {
   install_quiet_handlers();
   Memory m{data.data(), static_cast<toff_t>(data.size()), 0};
   TIFF* tif = TIFFClientOpen("memory", "rm", &m, read_proc, write_proc, seek_proc, close_proc, size_proc,
@@ -71,8 +75,22 @@ bool decode_tiff(std::span<const std::uint8_t> data, std::uint64_t max_pixels, s
   if (std::uint64_t{w} * h > max_pixels) return too_large(r, "TIFF", w, h, max_pixels);
   char why[1024] = {};
   if (!TIFFRGBAImageOK(tif, why)) return refuse(r, SampleErrorKind::kUnsupported, std::string("TIFF: ") + why);
+  std::uint16_t stored = ORIENTATION_TOPLEFT;
+  TIFFGetFieldDefaulted(tif, TIFFTAG_ORIENTATION, &stored);
+  orientation = stored >= 1 && stored <= 8 ? stored : 1;
+  // Unassociated alpha relabelled associated (in memory only): libtiff then passes the colour
+  // samples through instead of multiplying them by alpha.
+  std::uint16_t extra_count = 0;
+  std::uint16_t* extra = nullptr;
+  if (TIFFGetField(tif, TIFFTAG_EXTRASAMPLES, &extra_count, &extra) && extra_count > 0 &&
+      extra[0] == EXTRASAMPLE_UNASSALPHA) {
+    std::vector<std::uint16_t> relabelled(extra, extra + extra_count);
+    relabelled[0] = EXTRASAMPLE_ASSOCALPHA;
+    TIFFSetField(tif, TIFFTAG_EXTRASAMPLES, extra_count, relabelled.data());
+  }
   std::vector<std::uint32_t> raster(std::size_t{w} * h);
-  if (!TIFFReadRGBAImageOriented(tif, w, h, raster.data(), ORIENTATION_TOPLEFT, 0)) {
+  // Asking for the file's own orientation makes libtiff flip nothing: stored order, top row first.
+  if (!TIFFReadRGBAImageOriented(tif, w, h, raster.data(), orientation, 0)) {
     return refuse(r, m.pos >= m.size ? SampleErrorKind::kTruncated : SampleErrorKind::kCorrupt,
                   "TIFF: the image data does not decode");
   }

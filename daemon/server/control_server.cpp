@@ -341,9 +341,11 @@ bool ControlServer::handle_message(Session& s, const std::uint8_t* data, std::si
       s.acquire_pending = true;
       return true;
     case proto::MsgType::kRelease: {
-      if (!expect(sizeof(proto::ReleaseMsg))) return false;
-      proto::ReleaseMsg m;
-      std::memcpy(&m, data, sizeof m);
+      // 32 bytes with the trainer's wait (2.3), or the 24 of a 2.0..2.2 client (no wait).
+      const bool v21 = n == proto::kReleaseV21Bytes && h.size == n;
+      if (!v21 && !expect(sizeof(proto::ReleaseMsg))) return false;
+      proto::ReleaseMsg m{};
+      std::memcpy(&m, data, n);
       if (s.job == nullptr || !s.job->release(s.rank, s.reader, m.slot, m.generation)) {
         send_error(s, proto::ErrorCode::kBadRelease,
                    "release of slot " + std::to_string(m.slot) + " generation " +
@@ -352,6 +354,7 @@ bool ControlServer::handle_message(Session& s, const std::uint8_t* data, std::si
                      m.generation);
         return false;
       }
+      note_release_wait(s, v21 ? std::nullopt : std::optional<std::uint64_t>(m.wait_ns));
       return true;
     }
     case proto::MsgType::kUnmapped:

@@ -11,9 +11,12 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "server/metrics_text.hpp"
 #include "stoker/proto/control.hpp"
 
 namespace stoker::server {
@@ -27,6 +30,8 @@ class DeviceRing;
 class PeerProcess;
 
 class SdNotify;
+class MetricsHttpServer;
+class WorkerPool;
 
 class ControlServer {
  public:
@@ -54,6 +59,17 @@ class ControlServer {
   ~ControlServer();  // closes every client and unlinks the socket
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;
+
+  // Operations beside the control loop (metrics_control.cpp), all optional; set before run().
+  // Once a second the loop renders the metrics document for `http` and `textfile_dir`, and
+  // every `log_interval_s` it logs one throughput line.
+  struct Operations {
+    MetricsHttpServer* http = nullptr;      // GET /metrics (server.metrics)
+    std::filesystem::path textfile_dir;     // node_exporter textfile collector; empty: none
+    const WorkerPool* pool = nullptr;       // for the workers' busy fraction
+    double log_interval_s = 0;              // 0: no throughput log
+  };
+  void set_operations(Operations ops) { ops_ = std::move(ops); }
 
   // Thread-safe, async-signal-safe: wakes the loop to deliver ready batches.
   void notify();
@@ -147,6 +163,27 @@ class ControlServer {
   // (time, samples_ok per job index), one a second, oldest first, spanning the rate window.
   std::deque<std::pair<std::chrono::steady_clock::time_point, std::map<std::size_t, std::uint64_t>>> rate_history_;
   std::map<std::size_t, double> rates_;  // by job index
+
+  // --- operations (metrics_control.cpp) ---
+  // Trainer wait reported with releases (protocol 2.3), per (job index, rank, reader); kept
+  // across reconnects so the totals only grow (they are Prometheus counters).
+  struct ConsumerWait {
+    double wait_s = 0;
+    std::uint64_t releases = 0;  // all releases
+    std::uint64_t reported = 0;  // releases that carried a wait (2.3 clients)
+  };
+  using ConsumerKey = std::tuple<std::size_t, std::uint32_t, std::uint32_t>;
+  void note_release_wait(const Session& s, std::optional<std::uint64_t> wait_ns);
+  // Fraction of the last 10 s the consumer's trainer spent waiting for data.
+  double wait_fraction(const ConsumerKey& k) const;
+  void run_operations(std::chrono::steady_clock::time_point now);  // once a second
+  std::string metrics_text() const;
+  std::string throughput_line() const;
+  Operations ops_;
+  std::map<ConsumerKey, ConsumerWait> waits_;
+  CounterWindow op_window_{std::chrono::seconds(10)};  // keys: "busy", "wait/J/R/K"
+  std::chrono::steady_clock::time_point last_log_{};
+  bool textfile_failing_ = false;  // logged once per failure streak
 };
 
 }  // namespace stoker::server

@@ -23,6 +23,7 @@
 #include "server/job.hpp"
 #include "server/job_factory.hpp"
 #include "server/job_table.hpp"
+#include "server/metrics_http.hpp"
 #include "server/sd_notify.hpp"
 #include "server/worker_pool.hpp"
 #include "source/dataset.hpp"
@@ -217,6 +218,14 @@ int run_daemon(const DaemonOptions& options) {
       server_ptr.store(&server);
       {
         WorkerPool pool(workers, queue);
+        // --- operations: /metrics, node_exporter textfile, throughput log (metrics_*.cpp) ---
+        std::unique_ptr<MetricsHttpServer> metrics;
+        if (!cfg.server.metrics.empty()) {
+          metrics = std::make_unique<MetricsHttpServer>(cfg.server.metrics_host, cfg.server.metrics_port);
+          spdlog::info("metrics on http://{}/metrics", metrics->address());
+        }
+        server.set_operations({metrics.get(), cfg.server.metrics_textfile, &pool, cfg.server.log_interval_s});
+        // --- end operations ---
         spdlog::info("stokerd ready on {} with {} worker(s)", socket, workers);
         SdNotify systemd;  // Type=notify: ready once every job is planned and the socket listens
         std::string names;

@@ -329,6 +329,9 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
       // Finished earlier (a deterministic pipeline gives the same bytes every epoch).
     } else if (read_sample(item, id, file_buffer, result)) {
       result = processor.process(file_buffer, cfg_.seed, epoch, id, out);
+      if (formats_.record(id, result.format)) {
+        spdlog::info("job {}: formats by content: {}", cfg_.name, formats_.summary());
+      }
       if (result.ok() && cache_) cache_->put(id, out);
     }
     if (result.ok()) {
@@ -488,7 +491,9 @@ std::optional<std::string> Job::failure() const {
 
 JobStats Job::stats() const {
   std::lock_guard lock(stats_mu_);
-  return stats_;
+  JobStats st = stats_;
+  st.bytes_read = bytes_read_.load(std::memory_order_relaxed);
+  return st;
 }
 
 }  // namespace stoker::server

@@ -23,6 +23,7 @@
 #include "config/config.hpp"
 #include "device/device_ring.hpp"
 #include "image/sample_processor.hpp"
+#include "server/format_counts.hpp"
 #include "server/quarantine.hpp"
 #include "server/read_ahead.hpp"
 #include "server/sample_cache.hpp"
@@ -44,6 +45,7 @@ struct JobStats {
   std::uint64_t quarantined = 0;
   std::uint64_t transient_read_errors = 0;  // machine faults, retried (never quarantined)
   std::uint64_t missing = 0;                // unreadable now, skipped this epoch (ENOENT, EACCES)
+  std::uint64_t bytes_read = 0;             // sample bytes read from storage (cache hits excluded)
 };
 
 struct ReaderStatus {
@@ -145,6 +147,8 @@ class Job {
   std::vector<RingStatus> ring_status() const;
   // Seconds worker threads spent waiting for sample bytes (reads, read-ahead, retries).
   double read_wait_s() const { return static_cast<double>(read_wait_ns_.load()) * 1e-9; }
+  // Samples by image format, by content (format_counts.hpp).
+  const FormatCounts& formats() const { return formats_; }
 
   // --- worker threads ---
   void run(const WorkItem& item, image::SampleProcessor& processor,
@@ -222,6 +226,7 @@ class Job {
   // By sample id: files listed at start or found bad while running; later epochs skip them.
   std::unique_ptr<std::atomic<std::uint8_t>[]> quarantined_;
   std::atomic<std::size_t> quarantined_count_{0};
+  FormatCounts formats_{dataset_.samples.size()};
   WorkQueue& queue_;
   std::function<void()> notify_ready_;
   std::vector<std::unique_ptr<Ring>> rings_;
@@ -236,6 +241,7 @@ class Job {
   std::unique_ptr<source::SampleReader> reader_;   // before read_ahead_, whose threads use it
   std::unique_ptr<ReadAhead> read_ahead_;          // null with read-ahead off
   std::atomic<std::uint64_t> read_wait_ns_{0};
+  std::atomic<std::uint64_t> bytes_read_{0};       // JobStats::bytes_read (no lock per read)
 };
 
 }  // namespace stoker::server

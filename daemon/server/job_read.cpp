@@ -106,7 +106,10 @@ bool Job::read_sample(const WorkItem& item, std::uint32_t id, std::vector<std::u
                    cfg_.name, path, kRetryBudget.count(), r.reason);
     }
   }
-  if (r.ok()) return true;
+  if (r.ok()) {
+    bytes_read_.fetch_add(buffer.size(), std::memory_order_relaxed);
+    return true;
+  }
   if (r.status == source::ReadStatus::kMissing) {
     spdlog::warn("job {}: {}: {}; skipped this epoch, tried again next epoch", cfg_.name, path, r.reason);
   }

@@ -1,4 +1,5 @@
 // `stokerctl status` reads this JSON: jobs, consumers, ring occupancy, images/s, errors.
+#include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include "server/control_server.hpp"
 #include "server/job.hpp"
 #include "server/job_table.hpp"
+#include "server/metrics_http.hpp"
 
 namespace stoker::server {
 namespace {
@@ -49,6 +51,7 @@ void ControlServer::sample_rates() {
     }
     rates_[index] = span > 0 ? static_cast<double>(ok - before) / span : 0.0;
   }
+  run_operations(now);  // metrics document, textfile, throughput log (metrics_control.cpp)
 }
 
 std::string ControlServer::status_json() const {
@@ -63,6 +66,12 @@ std::string ControlServer::status_json() const {
   doc["workers"] = workers_;
   doc["uptime_s"] = uptime;
   doc["clients"] = sessions_.size();
+  doc["metrics"] = ops_.http != nullptr ? Json("http://" + ops_.http->address() + "/metrics") : Json(nullptr);
+  doc["rss_bytes"] = resident_memory_bytes();
+  // Fraction of the workers' time spent decoding over the last 10 s (null before operations start).
+  doc["worker_busy_fraction"] = ops_.pool != nullptr && workers_ > 0
+                                    ? Json(std::clamp(op_window_.rate("busy") / workers_, 0.0, 1.0))
+                                    : Json(nullptr);
   doc["device"] = {{"backend", delivery_.describe()},
                    {"rings_awaiting_free", delivery_.live_rings()},
                    {"rings_freed", delivery_.rings_freed()}};
@@ -106,9 +115,24 @@ std::string ControlServer::status_json() const {
     job["transient_read_errors"] = st.transient_read_errors;
     job["missing"] = st.missing;
     job["read_wait_s"] = j.read_wait_s();  // workers waiting for sample bytes, all threads summed
+    job["bytes_read"] = st.bytes_read;
+    // What preview (and people) need to turn float output back into pixels.
+    job["output"] = {{"dtype", j.pipeline().dtype == proto::DType::kUInt8 ? "uint8"
+                               : j.pipeline().dtype == proto::DType::kFloat16 ? "float16" : "float32"},
+                     {"layout", j.pipeline().layout == proto::Layout::kNHWC ? "NHWC" : "NCHW"},
+                     {"normalize", j.pipeline().normalize},
+                     {"mean", j.pipeline().mean},
+                     {"std", j.pipeline().stddev}};
     Json errors = Json::object();
     for (int k = 1; k < 6; ++k) errors[image::to_string(static_cast<image::SampleErrorKind>(k))] = st.errors[k];
     job["errors"] = std::move(errors);
+    // Samples by format, by content, each counted the first time it is read (format_counts.hpp).
+    Json formats = Json::object();
+    const auto fc = j.formats().counts();
+    for (std::size_t k = 1; k <= fc.size(); ++k) {  // "unknown" (0) last
+      formats[image::to_string(static_cast<image::ImageFormat>(k % fc.size()))] = fc[k % fc.size()];
+    }
+    job["formats"] = std::move(formats);
     job["failure"] = j.failure() ? Json(*j.failure()) : Json(nullptr);
     if (auto c = j.cache_stats()) {
       job["cache"] = {{"budget_bytes", c->budget_bytes}, {"used_bytes", c->used_bytes}, {"entries", c->entries},
@@ -128,6 +152,21 @@ std::string ControlServer::status_json() const {
       c["device"] = rs.device_uuid.empty() ? Json(nullptr) : Json(rs.device_uuid);
       c["oldest_lease_s"] = rs.oldest_lease_s;
       c["stuck"] = rs.oldest_lease_s >= stuck_after(j.config());
+      // Trainer wait reported by the client with each release (protocol 2.3): seconds blocked
+      // in next() in all, and the fraction of the last 10 s (the rank's slowest reader).
+      double wait_s = 0, wait_frac = 0;
+      std::uint64_t reported = 0;
+      for (std::uint32_t k = 0; k < j.readers(); ++k) {
+        const ConsumerKey key{j.index(), rs.rank, k};
+        if (auto w = waits_.find(key); w != waits_.end()) {
+          wait_s += w->second.wait_s;
+          reported += w->second.reported;
+        }
+        wait_frac = std::max(wait_frac, wait_fraction(key));
+      }
+      c["wait_s"] = wait_s;
+      c["wait_fraction"] = wait_frac;
+      c["wait_reports"] = reported;
       if (j.readers() > 1) {
         // Fan-out: who holds the group back. A reader `behind` by `prefetch` batches is the
         // one the others wait for.
@@ -140,6 +179,8 @@ std::string ControlServer::status_json() const {
                              {"behind", r.behind},
                              {"oldest_lease_s", r.oldest_lease_s},
                              {"stuck", r.oldest_lease_s >= stuck_after(j.config())},
+                             {"wait_s", waits_.count({j.index(), rs.rank, r.reader}) ? waits_.at({j.index(), rs.rank, r.reader}).wait_s : 0.0},
+                             {"wait_fraction", wait_fraction({j.index(), rs.rank, r.reader})},
                              {"device", r.device_uuid.empty() ? Json(nullptr) : Json(r.device_uuid)}});
         }
         c["readers"] = std::move(readers);

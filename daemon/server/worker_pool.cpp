@@ -1,6 +1,7 @@
 #include "server/worker_pool.hpp"
 
 #include <map>
+#include <chrono>
 #include <memory>
 
 #include <spdlog/spdlog.h>
@@ -36,7 +37,11 @@ void WorkerPool::run(unsigned index) {
     }
     std::unique_ptr<image::SampleProcessor>& p = processors[j];
     if (!p) p = std::make_unique<image::SampleProcessor>(item.job->pipeline());
+    const auto t0 = std::chrono::steady_clock::now();
     item.job->run(item, *p, file_buffer);
+    busy_ns_.fetch_add(static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::steady_clock::now() - t0).count()),
+                       std::memory_order_relaxed);
     queue_.done(j);  // the job's place under its `workers` cap is free again
   }
   spdlog::debug("worker {} stopped", index);

@@ -2,6 +2,8 @@
 // weight, see work_queue.hpp). Each item is reported done() once run, so per-job caps hold.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <thread>
 #include <vector>
 
@@ -20,11 +22,14 @@ class WorkerPool {
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
   unsigned size() const { return static_cast<unsigned>(threads_.size()); }
+  // Seconds the threads together spent running items (metrics: busy fraction = its rate / size()).
+  double busy_seconds() const { return static_cast<double>(busy_ns_.load(std::memory_order_relaxed)) * 1e-9; }
 
  private:
   void run(unsigned index);
   WorkQueue& queue_;
   std::vector<std::thread> threads_;
+  std::atomic<std::uint64_t> busy_ns_{0};
 };
 
 }  // namespace stoker::server

@@ -6,7 +6,8 @@ stoker_add_test(integration_test LABEL integration
   SOURCES integration/serve_test.cpp integration/startup_test.cpp integration/multinode_test.cpp
           integration/status_test.cpp integration/fanout_test.cpp integration/fair_share_test.cpp
           integration/tar_serve_test.cpp integration/reload_test.cpp integration/mix_test.cpp
-  LIBS stoker_daemon_fixture stoker::client stoker::proto Boost::headers stoker_sampler)
+          integration/metrics_serve_test.cpp integration/augment_serve_test.cpp integration/formats_serve_test.cpp
+  LIBS stoker_daemon_fixture stoker::client stoker::proto Boost::headers stoker_sampler PNG::PNG)
 add_dependencies(integration_test stokerd stokerctl)
 
 # The C header compiled as C.

@@ -192,6 +192,8 @@ TEST_CASE("stokerctl drain ends a job after the batches already planned, and ref
   // The other job never noticed.
   for (int i = 0; i < 4; ++i) CHECK(b.next(20000).count() == 4);
 
+  CHECK(run_program({bin("stokerctl"), "drain", "--help"}, out) == 0);
+  CHECK_THAT(out, Catch::Contains("usage: stokerctl drain JOB"));
   CHECK(run_program({bin("stokerctl"), "drain", "nosuch", "--socket", socket}, out) == 1);
   CHECK_THAT(out, Catch::Contains("no serving job 'nosuch'; jobs: b"));
 }

@@ -55,6 +55,16 @@ def test_eval_preset_translates_exactly_and_matches_torchvision_pixels(daemon, d
         assert diff < 2 / 255, (i, diff)
 
 
+def test_ta_wide_preset_with_random_erasing_is_served(daemon, demo_root):
+    ds = datasets.ImageFolder(demo_root, transform=train_preset(crop=32, auto_augment="ta_wide", random_erase=0.5))
+    loader = stoker.Loader.from_dataset(ds, batch_size=8, shuffle=True, socket=daemon.socket)
+    images, labels = next(iter(loader))
+    assert images.dtype == torch.float32 and tuple(images.shape) == (8, 3, 32, 32)
+    assert labels.dtype == torch.int64
+    st = json.loads(stoker.daemon_status(daemon.socket))
+    assert any(j["name"] == loader.job and j["defined_by_client"] for j in st["jobs"])
+
+
 def test_train_presets_translate_with_their_parameters():
     steps, dtype = jobdef.translate(train_preset(crop=176, auto_augment="ta_wide", random_erase=0.1))
     assert dtype == "float32"
@@ -80,6 +90,8 @@ def test_train_presets_translate_with_their_parameters():
      "transform 2 (RandomHorizontalFlip): after the tensor conversion"),
     (T.Compose([T.RandomResizedCrop(16)]), "never converts to a tensor"),
     (T.Compose([T.RandomRotation(10, expand=True), T.PILToTensor()]), "transform 0 (RandomRotation): expand"),
+    (T.Compose([T.RandomResizedCrop(16), T.TrivialAugmentWide(fill=[128, 128, 128]), T.PILToTensor()]),
+     "transform 1 (TrivialAugmentWide): fill"),
 ])
 def test_untranslatable_transforms_are_refused_by_name_and_position(compose, words):
     with pytest.raises(stoker.TranslationError, match=words.replace("(", r"\(").replace(")", r"\)")):

@@ -942,6 +942,76 @@ TEST_CASE("config: random_rotation as RandomRotation checks it and refused at fi
              Contains("random_rotation works on uint8 pixels: put it before normalize"));
 }
 
+TEST_CASE("config: random_affine as RandomAffine, checked and refused at file:line", "[config][augment]") {
+  auto steps = [](const std::string& more) { return "      - random_resized_crop: {size: 224}\n" + more; };
+  auto step = [&](const std::string& line) { return parse(train_job("", steps(line))).jobs.at(0).pipeline.augment.at(0); };
+  const auto a = step("      - random_affine: {degrees: 10}\n");
+  CHECK(a.kind == stoker::image::AugmentStep::Kind::kAffine);
+  CHECK(a.affine.degrees == std::array<double, 2>{-10, 10});
+  CHECK_FALSE(a.affine.has_translate);
+  CHECK_FALSE(a.affine.has_scale);
+  CHECK(a.affine.shear_ranges == 0);
+  const auto b = step("      - random_affine: {degrees: [0, 5], translate: [0.1, 0.2], scale: [0.9, 1.1], shear: 7, "
+                      "interpolation: bilinear, fill: 9}\n");
+  CHECK(b.affine.translate == std::array<double, 2>{0.1, 0.2});
+  CHECK(b.affine.scale == std::array<double, 2>{0.9, 1.1});
+  CHECK(b.affine.shear_ranges == 1);
+  CHECK(b.affine.shear == std::array<double, 4>{-7, 7, 0, 0});
+  CHECK(b.interpolation == stoker::augment::Interpolation::kBilinear);
+  CHECK(b.fill == std::array<float, 3>{9, 9, 9});
+  CHECK(step("      - random_affine: {degrees: 0, shear: [-1, 2, -3, 4]}\n").affine.shear_ranges == 2);
+  CHECK(refusal(train_job("", steps("      - random_affine: {degrees: 0, translate: [0.1, 1.5]}\n"))) ==
+        "test.yaml:8:54: jobs.train.pipeline[2].random_affine.translate[1]: must be a fraction of the side within [0, 1]");
+  CHECK_THAT(refusal(train_job("", steps("      - random_affine: {degrees: 0, scale: [0, 1]}\n"))),
+             Contains("random_affine.scale: must be [min, max] with 0 < min <= max"));
+  CHECK_THAT(refusal(train_job("", steps("      - random_affine: {degrees: 0, shear: [1, 2, 3]}\n"))),
+             Contains("random_affine.shear: expected a number s (x shear in [-s, s]), [min, max] (x) or [xmin, xmax, ymin, ymax]"));
+  CHECK_THAT(refusal(train_job("", steps("      - random_affine: {translate: [0.1, 0.1]}\n"))),
+             Contains("random_affine.degrees: required key is missing"));
+  CHECK_THAT(refusal(train_job("", steps("      - random_affine: {degrees: 3, center: [0, 0]}\n"))),
+             Contains("random_affine.center"));
+  CHECK_THAT(refusal(train_job("", steps("      - random_affine: {degrees: 5}\n      - horizontal_flip\n"))),
+             Contains("horizontal_flip must come before random_affine"));
+}
+
+TEST_CASE("config: trivial_augment_wide, rand_augment, auto_augment with torchvision's defaults and refusals",
+          "[config][augment]") {
+  using stoker::augment::PolicyKind;
+  auto steps = [](const std::string& more) { return "      - random_resized_crop: {size: 224}\n" + more; };
+  auto step = [&](const std::string& line) { return parse(train_job("", steps(line))).jobs.at(0).pipeline.augment.at(0); };
+  const auto ta = step("      - trivial_augment_wide\n");
+  CHECK(ta.kind == stoker::image::AugmentStep::Kind::kPolicy);
+  CHECK(ta.policy.kind == PolicyKind::kTrivialAugmentWide);
+  CHECK(ta.policy.num_magnitude_bins == 31);
+  CHECK(ta.policy.interpolation == stoker::augment::Interpolation::kNearest);
+  CHECK(step("      - trivial_augment_wide: {num_magnitude_bins: 11, interpolation: bilinear}\n").policy.num_magnitude_bins == 11);
+  const auto ra = step("      - rand_augment: {}\n");
+  CHECK(ra.policy.kind == PolicyKind::kRandAugment);
+  CHECK((ra.policy.num_ops == 2 && ra.policy.magnitude == 9 && ra.policy.num_magnitude_bins == 31));
+  const auto ra2 = step("      - rand_augment: {num_ops: 3, magnitude: 4, num_magnitude_bins: 5}\n");
+  CHECK((ra2.policy.num_ops == 3 && ra2.policy.magnitude == 4 && ra2.policy.num_magnitude_bins == 5));
+  CHECK(step("      - auto_augment: {policy: imagenet}\n").policy.kind == PolicyKind::kAutoAugmentImagenet);
+  CHECK(step("      - auto_augment\n").policy.kind == PolicyKind::kAutoAugmentImagenet);
+  CHECK(refusal(train_job("", steps("      - auto_augment: {policy: cifar10}\n"))) ==
+        "test.yaml:8:32: jobs.train.pipeline[2].auto_augment.policy: must be one of imagenet, got 'cifar10'");
+  CHECK_THAT(refusal(train_job("", steps("      - rand_augment: {num_magnitude_bins: 5}\n"))),
+             Contains("magnitude 9 is a bin index: must be below num_magnitude_bins (5)"));
+  CHECK_THAT(refusal(train_job("", steps("      - rand_augment: {num_ops: 17}\n"))),
+             Contains("rand_augment.num_ops: must be between 0 and 16, got 17"));
+  CHECK_THAT(refusal(train_job("", steps("      - trivial_augment_wide: {num_magnitude_bins: 1}\n"))),
+             Contains("trivial_augment_wide.num_magnitude_bins: must be between 2 and 1024, got 1"));
+  CHECK_THAT(refusal(train_job("", steps("      - trivial_augment_wide: {num_ops: 2}\n"))),
+             Contains("trivial_augment_wide.num_ops"));
+  CHECK_THAT(refusal(train_job("", steps("      - trivial_augment_wide: {interpolation: bicubic}\n"))),
+             Contains("must be one of nearest, bilinear, got 'bicubic'"));
+  CHECK_THAT(refusal(train_job("", steps("      - trivial_agument_wide\n"))), Contains("did you mean 'trivial_augment_wide'?"));
+  CHECK_THAT(refusal(train_job("", steps("      - trivial_augment_wide\n      - horizontal_flip\n"))),
+             Contains("horizontal_flip must come before trivial_augment_wide"));
+  CHECK_THAT(refusal(train_job("", steps("      - normalize: {mean: [0, 0, 0], std: [1, 1, 1]}\n      - rand_augment\n"),
+                               "    output: {dtype: float32}\n")),
+             Contains("rand_augment works on uint8 pixels: put it before normalize"));
+}
+
 TEST_CASE("config: the two drop_lasts and pad_shards", "[config]") {
   using stoker::sampler::Shards;
   const auto plain = parse(train_job()).jobs.at(0);

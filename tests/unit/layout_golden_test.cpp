@@ -111,7 +111,12 @@ TEST_CASE("control messages", "[layout]") {
   CHECK(offsetof(BatchMsg, batch_index) == 32);
   CHECK(offsetof(BatchMsg, count) == 40);
   CHECK(offsetof(BatchMsg, flags) == 44);
-  CHECK(sizeof(ReleaseMsg) == 24);
+  CHECK(sizeof(ReleaseMsg) == 32);
+  CHECK(offsetof(ReleaseMsg, slot) == 16);
+  CHECK(offsetof(ReleaseMsg, generation) == 20);
+  CHECK(offsetof(ReleaseMsg, wait_ns) == 24);  // 2.3
+  CHECK(kReleaseV21Bytes == 24);               // the 2.1 Release: still accepted
+  CHECK(kReleaseWaitMinor == 3);
 }
 
 TEST_CASE("segment plan keeps payloads page aligned and slots disjoint", "[layout]") {

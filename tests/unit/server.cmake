@@ -10,3 +10,8 @@ stoker_add_test(read_ahead_test LABEL unit
 stoker_add_test(batch_mix_test LABEL unit
   SOURCES unit/batch_mix_test.cpp
   LIBS stoker_server)
+
+# Operations: server.metrics* keys, Prometheus text, the /metrics responder on garbage.
+stoker_add_test(metrics_test LABEL unit
+  SOURCES unit/metrics_test.cpp
+  LIBS stoker_server)

@@ -119,20 +119,22 @@ def translate(transform: Any) -> Tuple[List[str], str]:
                 "scale": _pair(t.scale) if t.scale is not None else None,
                 "shear": [float(v) for v in t.shear] if t.shear is not None else None,
                 "interpolation": _interp(t, where, ["nearest", "bilinear"]), "fill": _fill(t, where)}))
+        elif isinstance(t, (T.TrivialAugmentWide, T.RandAugment, T.AutoAugment)) and t.fill is not None:
+            raise TranslationError(f"{where}: fill={t.fill!r}: stokerd's automatic policies fill with black "
+                                   f"(torchvision's default fill=None) only")
         elif isinstance(t, T.TrivialAugmentWide):
             steps.append("trivial_augment_wide: " + _flow({
                 "num_magnitude_bins": int(t.num_magnitude_bins),
-                "interpolation": _interp(t, where, ["nearest", "bilinear"]), "fill": _fill(t, where)}))
+                "interpolation": _interp(t, where, ["nearest", "bilinear"])}))
         elif isinstance(t, T.RandAugment):
             steps.append("rand_augment: " + _flow({
                 "num_ops": int(t.num_ops), "magnitude": int(t.magnitude),
                 "num_magnitude_bins": int(t.num_magnitude_bins),
-                "interpolation": _interp(t, where, ["nearest", "bilinear"]), "fill": _fill(t, where)}))
+                "interpolation": _interp(t, where, ["nearest", "bilinear"])}))
         elif isinstance(t, T.AutoAugment):
             policy = getattr(t.policy, "value", str(t.policy))
             steps.append("auto_augment: " + _flow({
-                "policy": policy, "interpolation": _interp(t, where, ["nearest", "bilinear"]),
-                "fill": _fill(t, where)}))
+                "policy": policy, "interpolation": _interp(t, where, ["nearest", "bilinear"])}))
         elif isinstance(t, T.PILToTensor):
             dtype = "uint8"
         elif isinstance(t, T.ToTensor):

@@ -21,7 +21,9 @@ inline constexpr std::uint32_t kControlMagic = 0x4b4f5453u;  // "STOK"
 inline constexpr std::uint16_t kProtoMajor = 2;
 // 2.1: Hello.reader and Welcome.readers/reader (fan-out: several readers of one rank).
 // 2.2: Command (JSON requests: define a job, drain a job) and error kJobDrained.
-inline constexpr std::uint16_t kProtoMinor = 2;
+// 2.3: Release.wait_ns (the trainer's time blocked waiting for that batch), sent only to a
+// daemon whose Welcome says 2.3 or later; a 2.3 daemon still takes the 24-byte Release.
+inline constexpr std::uint16_t kProtoMinor = 3;
 inline constexpr std::size_t kMaxMessageBytes = 65536;       // status replies carry JSON
 // MessageHeader.reserved of a StatusReply: more StatusReply messages follow with the rest of
 // the JSON (a status for thousands of consumers spans several messages). Readers that do not
@@ -187,8 +189,15 @@ struct ReleaseMsg {
   MessageHeader header;
   std::uint32_t slot;
   std::uint32_t generation;
+  // 2.3: nanoseconds the trainer spent blocked in next() until this batch arrived (across
+  // timed-out calls too). Untrusted: the daemon clamps it to the connection's age.
+  std::uint64_t wait_ns;
 };
-static_assert(sizeof(ReleaseMsg) == 24);
+static_assert(sizeof(ReleaseMsg) == 32);
+static_assert(offsetof(ReleaseMsg, wait_ns) == 24);
+// The Release of protocol 2.0..2.2 (no wait_ns): still accepted from older clients.
+inline constexpr std::size_t kReleaseV21Bytes = 24;
+inline constexpr std::uint16_t kReleaseWaitMinor = 3;  // first minor whose daemon takes wait_ns
 
 struct StatusQueryMsg {
   MessageHeader header;

@@ -1,0 +1,221 @@
+// `stokerctl preview JOB --out FILE.png`: a contact sheet of one real batch as the trainer
+// receives it, so the augmentation can be looked at before burning GPU hours.
+//
+// Where the batch comes from: preview attaches as an ordinary consumer of (rank, reader) at
+// (--epoch, --batch), default 0/0, takes that one batch and disconnects. It steals nothing
+// silently: while a trainer holds that rank (or reader) the daemon refuses it ("already has a
+// consumer"), and a trainer that connects afterwards asks for its own position in its Hello,
+// so it gets every batch it would have got (only the prefetched slots are planned again).
+// For a job with `readers: K`, --reader picks one of the rank's readers.
+//
+// Pixels: uint8 output is shown as is; float16/float32 output is de-normalized with the job's
+// mean/std (status "output"): p = round(clamp((x * std[c] + mean[c]) * 255, 0, 255)), which
+// is ToTensor's scaling undone when `normalize` is absent (mean 0, std 1). NCHW or NHWC.
+//
+// Sheet geometry (also printed as JSON so scripts and tests can find each tile):
+// tile k at column k % C, row k / C; its top-left pixel at
+// (kPad + col * (W + kPad), kPad + row * (H + kLabelHeight + kPad)); its label under it.
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <png.h>
+
+#include "commands.hpp"
+#include "preview_font.hpp"
+#include "stoker/stoker.h"
+
+namespace stoker::ctl {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr int kPad = 4;
+constexpr int kLabelHeight = kCellHeight + 3;
+constexpr std::uint8_t kBackground[3] = {32, 32, 32};
+constexpr std::uint8_t kInk[3] = {240, 240, 240};
+
+float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = (h >> 15) & 1u, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  float v;
+  if (exp == 0) v = std::ldexp(static_cast<float>(mant), -24);
+  else if (exp == 31) v = mant != 0 ? NAN : INFINITY;
+  else v = std::ldexp(static_cast<float>(mant | 0x400u), static_cast<int>(exp) - 25);
+  return sign ? -v : v;
+}
+
+int fail(const std::string& what) {
+  std::fprintf(stderr, "stokerctl preview: %s\n", what.c_str());
+  return 1;
+}
+
+bool parse_u64(const char* s, std::uint64_t& out) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(s, &end, 10);
+  if (errno != 0 || end == s || *end != '\0' || s[0] == '-') return false;
+  out = v;
+  return true;
+}
+
+}  // namespace
+
+int preview_main(int argc, char** argv) {
+  std::string job, out, socket;
+  std::uint64_t rank = ~0ull, reader = 0, epoch = 0, batch = 0, columns = 0, timeout_ms = 60000;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k.rfind("--", 0) != 0) {
+      if (!job.empty()) {
+        std::fprintf(stderr, "stokerctl preview: one JOB only (got '%s' and '%s')\n", job.c_str(), k.c_str());
+        return 2;
+      }
+      job = k;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "stokerctl preview: %s needs a value\n", k.c_str());
+      return 2;
+    }
+    const char* v = argv[++i];
+    std::uint64_t n = 0;
+    const bool num = parse_u64(v, n);
+    if (k == "--job") job = v;
+    else if (k == "--out") out = v;
+    else if (k == "--socket") socket = v;
+    else if (k == "--rank" && num && n < (1ull << 32)) rank = n;
+    else if (k == "--reader" && num && n < (1ull << 32)) reader = n;
+    else if (k == "--epoch" && num) epoch = n;
+    else if (k == "--batch" && num) batch = n;
+    else if (k == "--columns" && num && n >= 1 && n <= 1024) columns = n;
+    else if (k == "--timeout-ms" && num && n <= 3600000) timeout_ms = n;
+    else {
+      std::fprintf(stderr, "stokerctl preview: bad option %s %s\n", k.c_str(), v);
+      return 2;
+    }
+  }
+  if (job.empty() || out.empty()) {
+    std::fprintf(stderr, "stokerctl preview: usage: stokerctl preview JOB --out FILE.png [--rank R] [--reader I]\n");
+    return 2;
+  }
+
+  // The job's output description (mean/std, class names, first rank) from the status.
+  char* text = nullptr;
+  if (stoker_daemon_status(socket.empty() ? nullptr : socket.c_str(), &text) != STOKER_OK) {
+    return fail(stoker_last_error());
+  }
+  const Json st = Json::parse(text, nullptr, false);
+  stoker_free(text);
+  if (st.is_discarded()) return fail("stokerd sent a status that is not JSON");
+  const Json* jj = nullptr;
+  if (st.contains("jobs") && st["jobs"].is_array()) {
+    for (const Json& j : st["jobs"]) {
+      if (j.is_object() && j.value("name", "") == job) jj = &j;
+    }
+  }
+  if (jj == nullptr) return fail("no job '" + job + "' in this stokerd");
+  const Json output = jj->value("output", Json::object());
+  std::array<float, 3> mean{0, 0, 0}, stdv{1, 1, 1};
+  if (output.value("normalize", false)) {
+    for (int c = 0; c < 3; ++c) {
+      mean[c] = output["mean"].at(c).get<float>();
+      stdv[c] = output["std"].at(c).get<float>();
+    }
+  }
+  const std::vector<std::string> class_names = jj->value("class_names", std::vector<std::string>());
+  if (rank == ~0ull) rank = jj->value("ranks", Json::array({0})).at(0).get<std::uint64_t>();
+
+  stoker_options opt;
+  stoker_options_init(&opt);
+  opt.socket_path = socket.empty() ? nullptr : socket.c_str();
+  opt.job = job.c_str();
+  opt.rank = static_cast<std::uint32_t>(rank);
+  opt.reader = static_cast<std::uint32_t>(reader);
+  opt.start_epoch = epoch;
+  opt.start_batch = batch;
+  stoker_client* client = nullptr;
+  if (stoker_client_open(&opt, &client) != STOKER_OK) return fail(stoker_last_error());
+  stoker_job_info info{};
+  stoker_client_info(client, &info);
+  stoker_batch* b = nullptr;
+  if (stoker_client_next(client, static_cast<int>(timeout_ms), &b) != STOKER_OK) {
+    const std::string why = stoker_last_error();
+    stoker_client_close(client);
+    return fail(why);
+  }
+
+  const int n = static_cast<int>(stoker_batch_count(b));
+  const int H = static_cast<int>(info.height), W = static_cast<int>(info.width), C = static_cast<int>(info.channels);
+  const int cols = static_cast<int>(columns != 0 ? columns : std::ceil(std::sqrt(std::max(n, 1))));
+  const int rows = std::max(1, (n + cols - 1) / cols);
+  const int sheet_w = kPad + cols * (W + kPad), sheet_h = kPad + rows * (H + kLabelHeight + kPad);
+  std::vector<std::uint8_t> sheet(static_cast<std::size_t>(sheet_w) * sheet_h * 3);
+  for (std::size_t p = 0; p < sheet.size(); p += 3) std::memcpy(&sheet[p], kBackground, 3);
+
+  const auto* images = static_cast<const std::uint8_t*>(stoker_batch_images(b));
+  const std::int64_t* labels = stoker_batch_labels(b);
+  const std::size_t dsize = info.dtype == STOKER_UINT8 ? 1 : info.dtype == STOKER_FLOAT16 ? 2 : 4;
+  Json tiles = Json::array();
+  for (int k = 0; k < n; ++k) {
+    const std::uint8_t* img = images + static_cast<std::size_t>(k) * info.image_bytes;
+    const int x0 = kPad + (k % cols) * (W + kPad), y0 = kPad + (k / cols) * (H + kLabelHeight + kPad);
+    for (int y = 0; y < H; ++y) {
+      for (int x = 0; x < W; ++x) {
+        std::uint8_t* px = &sheet[(static_cast<std::size_t>(y0 + y) * sheet_w + x0 + x) * 3];
+        for (int c = 0; c < 3; ++c) {
+          const int sc = std::min(c, C - 1);  // grey images: the one channel three times
+          const std::size_t at = info.layout == STOKER_NCHW
+                                     ? (static_cast<std::size_t>(sc) * H + y) * W + x
+                                     : (static_cast<std::size_t>(y) * W + x) * C + sc;
+          const std::uint8_t* e = img + at * dsize;
+          if (info.dtype == STOKER_UINT8) {
+            px[c] = *e;
+            continue;
+          }
+          float v;
+          if (info.dtype == STOKER_FLOAT16) {
+            std::uint16_t h;
+            std::memcpy(&h, e, 2);
+            v = half_to_float(h);
+          } else {
+            std::memcpy(&v, e, 4);
+          }
+          const float p = (v * stdv[sc] + mean[sc]) * 255.0f;
+          px[c] = static_cast<std::uint8_t>(std::lround(std::clamp(std::isnan(p) ? 0.0f : p, 0.0f, 255.0f)));
+        }
+      }
+    }
+    const std::int64_t label = labels[k];
+    std::string caption = std::to_string(label);
+    if (label >= 0 && static_cast<std::size_t>(label) < class_names.size()) caption += " " + class_names[label];
+    draw_text(sheet, sheet_w, sheet_h, x0, y0 + H + 2, W, caption, kInk);
+    tiles.push_back({{"x", x0}, {"y", y0}, {"label", label}, {"id", stoker_batch_ids(b)[k]}});
+  }
+  const std::uint64_t got_epoch = stoker_batch_epoch(b), got_batch = stoker_batch_index(b);
+  stoker_batch_release(b);
+  stoker_client_close(client);
+
+  png_image png{};
+  png.version = PNG_IMAGE_VERSION;
+  png.width = static_cast<png_uint_32>(sheet_w);
+  png.height = static_cast<png_uint_32>(sheet_h);
+  png.format = PNG_FORMAT_RGB;
+  if (png_image_write_to_file(&png, out.c_str(), 0, sheet.data(), sheet_w * 3, nullptr) == 0) {
+    return fail("cannot write " + out + ": " + png.message);
+  }
+  const Json summary = {{"out", out}, {"job", job}, {"rank", info.rank}, {"reader", info.reader},
+                        {"epoch", got_epoch}, {"batch", got_batch}, {"count", n}, {"columns", cols},
+                        {"width", sheet_w}, {"height", sheet_h}, {"tile", {W, H}},
+                        {"denormalized", info.dtype != STOKER_UINT8}, {"tiles", tiles}};
+  std::puts(summary.dump().c_str());
+  return 0;
+}
+
+}  // namespace stoker::ctl
