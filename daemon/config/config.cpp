@@ -847,6 +847,20 @@ void parse_cache(const Reader& r, const Value& v, JobConfig& job) {
   }
 }
 
+// read_ahead: {bytes: SIZE, requests: N} (either 0: off), or false to turn it off. The
+// defaults hold a few hundred typical JPEGs; requests is the most reads in flight per job.
+void parse_read_ahead(const Reader& r, const Value& v, JobConfig& job) {
+  if (v.node.IsScalar()) {
+    if (r.boolean(v)) return;  // true: the defaults
+    job.read_ahead_bytes = 0;
+    job.read_ahead_requests = 0;
+    return;
+  }
+  const Fields ra(r, v, {"bytes", "requests"});
+  if (auto* b = ra.get("bytes")) job.read_ahead_bytes = r.bytes(*b, 0, std::uint64_t{1} << 40);
+  if (auto* q = ra.get("requests")) job.read_ahead_requests = static_cast<std::uint32_t>(r.integer(*q, 0, 256));
+}
+
 // mixup: {alpha}, cutmix: {alpha} (torchvision's MixUp/CutMix, α > 0 of Beta(α, α)) and,
 // with both, mix_switch_prob: the probability that a batch takes CutMix rather than MixUp.
 double parse_mix_alpha(const Reader& r, const Value& v) {
@@ -885,7 +899,7 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
                         "consumers", "world_size",
                         "ranks", "node_rank", "local_world_size", "readers", "prefetch", "lease_timeout_s", "cache",
                         "weight", "workers", "on_error", "quarantine", "device", "device_normalize", "pipeline", "output",
-                        "mixup", "cutmix", "mix_switch_prob"});
+                        "mixup", "cutmix", "mix_switch_prob", "read_ahead"});
   JobConfig job;
   job.name = name;
   job.definition = YAML::Dump(j.node) + "\n# relative to " + base_dir.string();
@@ -1037,6 +1051,7 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
     job.pipeline.normalize = false;
   }
   if (auto* v = f.get("cache")) parse_cache(r, *v, job);
+  if (auto* v = f.get("read_ahead")) parse_read_ahead(r, *v, job);
   parse_mix(r, f, job);
   const std::uint64_t slot_bytes = job.pipeline.sample_bytes() * job.batch_size;
   if (slot_bytes > kMaxSlotBytes) {

@@ -85,6 +85,10 @@ struct JobConfig {
   // RAM for finished samples of a deterministic pipeline (0: no cache); later epochs copy
   // them instead of reading and decoding.
   std::uint64_t cache_bytes = 0;
+  // Read-ahead (key `read_ahead`): sample bytes fetched ahead of decode by `requests` reader
+  // threads, holding at most about `bytes` (server/read_ahead.hpp); either 0: off.
+  std::uint64_t read_ahead_bytes = std::uint64_t{64} << 20;
+  std::uint32_t read_ahead_requests = 16;
   // A consumer holding a batch longer than this (alive but stuck) is disconnected so its
   // ring's slots come back; 0: never (status still reports it as stuck).
   double lease_timeout_s = 0;

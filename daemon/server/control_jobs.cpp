@@ -115,12 +115,13 @@ bool ControlServer::handle_command(Session& s, const std::uint8_t* data, std::si
     const std::string name = req.contains("job") && req["job"].is_string() ? req["job"].get<std::string>() : "";
     const Job* job = jobs_.serving(name);
     if (job == nullptr) return send_json(s, reply_error("no serving job '" + name + "'"), proto::MsgType::kStatusReply);
-    const auto& samples = job->dataset().samples;
+    const auto& dataset = job->dataset();
+    const auto& samples = dataset.samples;
     const std::uint64_t offset = req.contains("offset") && req["offset"].is_number_unsigned() ? req["offset"].get<std::uint64_t>() : 0;
     std::uint64_t count = req.contains("count") && req["count"].is_number_unsigned() ? req["count"].get<std::uint64_t>() : kMaxPage;
     count = std::min({count, kMaxPage, offset < samples.size() ? samples.size() - offset : 0});
     Json page = Json::array();
-    for (std::uint64_t i = offset; i < offset + count; ++i) page.push_back({samples[i].path, samples[i].label});
+    for (std::uint64_t i = offset; i < offset + count; ++i) page.push_back({dataset.path(i), samples[i].label});
     return send_json(s, Json{{"ok", true}, {"total", samples.size()}, {"offset", offset}, {"samples", std::move(page)}}.dump(),
                      proto::MsgType::kStatusReply);
   }

@@ -85,7 +85,7 @@ Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset datase
   std::size_t skipped = 0, changed = 0;
   if (quarantine_->size() > 0) {
     for (std::size_t i = 0; i < dataset_.samples.size(); ++i) {
-      const std::string& path = dataset_.samples[i].path;
+      const std::string path = dataset_.path(i);
       if (!quarantine_->contains(path)) continue;
       if (quarantine_->still_bad(path)) {
         quarantined_[i] = 1;
@@ -126,6 +126,7 @@ Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset datase
         plan_.first_slot_offset + static_cast<std::uint64_t>(r) * cfg.prefetch * plan_.slot_stride;
     rings_.push_back(std::move(ring));
   }
+  start_reading();
 }
 
 Job::~Job() = default;
@@ -269,12 +270,13 @@ void Job::plan_free_slots(Ring& ring, std::vector<WorkItem>& out) {
     }
     for (std::uint32_t j = 0; j < n; ++j) {
       out.push_back(WorkItem{this, ring.rank, s, j, slot.generation});
+      want_read(out.back(), slot.ids[j]);
     }
   }
 }
 
 void Job::record_error(std::uint64_t id, const image::SampleResult& r) {
-  const auto& path = dataset_.samples[id].path;
+  const std::string path = dataset_.path(id);
   const char* kind = image::to_string(r.error);
   {
     std::lock_guard lock(stats_mu_);
@@ -325,7 +327,7 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
                         static_cast<std::uint64_t>(item.position) * cfg_.pipeline.sample_bytes();
     if (cache_ && cache_->get(id, out)) {
       // Finished earlier (a deterministic pipeline gives the same bytes every epoch).
-    } else if (read_sample(id, file_buffer, result)) {
+    } else if (read_sample(item, id, file_buffer, result)) {
       result = processor.process(file_buffer, cfg_.seed, epoch, id, out);
       if (formats_.record(id, result.format)) {
         spdlog::info("job {}: formats by content: {}", cfg_.name, formats_.summary());
@@ -344,6 +346,7 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
   } else {
     result.error = image::SampleErrorKind::kIo;  // job stopped: not decoded, not counted
   }
+  drop_read(item);  // not read (quarantined, cached, job stopped): read-ahead frees its bytes
 
   std::vector<WorkItem> more;
   {
@@ -354,7 +357,7 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
       st->done++;
       st->good += result.ok() ? 1 : 0;
       if (!result.ok() && st->first_failures.size() < 3) {
-        st->first_failures.push_back(dataset_.samples[id].path + ": " +
+        st->first_failures.push_back(dataset_.path(id) + ": " +
                                      (result.reason.empty() ? std::string("quarantined earlier") : result.reason));
       }
       check_epoch_failed(ring, *st);

@@ -25,10 +25,12 @@
 #include "image/sample_processor.hpp"
 #include "server/format_counts.hpp"
 #include "server/quarantine.hpp"
+#include "server/read_ahead.hpp"
 #include "server/sample_cache.hpp"
 #include "server/shm_segment.hpp"
 #include "server/worker_pool.hpp"
 #include "source/dataset.hpp"
+#include "source/sample_reader.hpp"
 #include "stoker/proto/control.hpp"
 #include "stoker/proto/layout.hpp"
 
@@ -143,6 +145,8 @@ class Job {
     return cache_ ? std::optional<SampleCacheStats>(cache_->stats()) : std::nullopt;
   }
   std::vector<RingStatus> ring_status() const;
+  // Seconds worker threads spent waiting for sample bytes (reads, read-ahead, retries).
+  double read_wait_s() const { return static_cast<double>(read_wait_ns_.load()) * 1e-9; }
   // Samples by image format, by content (format_counts.hpp).
   const FormatCounts& formats() const { return formats_; }
 
@@ -184,7 +188,15 @@ class Job {
   // Reads sample `id` into `buffer`, retrying transient failures with bounded backoff (the
   // batch waits). false with `result` set when the file is missing or the machine did not
   // recover within the retry budget: skipped this epoch, never quarantined (job_read.cpp).
-  bool read_sample(std::uint32_t id, std::vector<std::uint8_t>& buffer, image::SampleResult& result);
+  // `item`'s bytes come from read-ahead when it fetched them.
+  bool read_sample(const WorkItem& item, std::uint32_t id, std::vector<std::uint8_t>& buffer,
+                   image::SampleResult& result);
+  // Read-ahead (job_read.cpp): built in the constructor from the `read_ahead` key; an item
+  // planned is announced (ring.mu held), one not read is dropped.
+  void start_reading();
+  void want_read(const WorkItem& item, std::uint32_t id);
+  void drop_read(const WorkItem& item);
+  std::uint64_t read_key(const WorkItem& item) const;
   // Ends the job when a whole epoch of a rank failed (every sample bad, missing or unreadable):
   // better a clear error than empty batches forever. Called under the ring's lock.
   void check_epoch_failed(const Ring& ring, const EpochStream& st);
@@ -226,6 +238,9 @@ class Job {
   std::atomic<bool> draining_{false};  // set once by drain(); read under each ring's lock
   proto::SegmentHeader header_copy_{};  // the header as written at start
   std::atomic<std::uint32_t> transient_burst_{0};  // workers inside a transient-error burst
+  std::unique_ptr<source::SampleReader> reader_;   // before read_ahead_, whose threads use it
+  std::unique_ptr<ReadAhead> read_ahead_;          // null with read-ahead off
+  std::atomic<std::uint64_t> read_wait_ns_{0};
   std::atomic<std::uint64_t> bytes_read_{0};       // JobStats::bytes_read (no lock per read)
 };
 

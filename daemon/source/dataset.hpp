@@ -5,27 +5,58 @@
 #include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace stoker::source {
 
-// Where a sample's bytes are: a whole file (`path`), or a tar member, the `size` bytes at
-// `offset` of the shard file `Dataset::shards[shard]`. `path` names the sample in logs and in
-// the quarantine either way: for a tar member it is "SHARD:MEMBER".
+// Where a sample's bytes are: a whole file, or a tar member, the `size` bytes at `offset` of
+// the shard file `Dataset::shards[shard]`. Its name (Dataset::name) is the file's path below
+// Dataset::root, or the member's name; Dataset::path gives the whole path, which names the
+// sample in logs and in the quarantine: ROOT/NAME, or "SHARD:MEMBER" for a tar member.
+// 40 bytes a sample plus its name's bytes (no string object, no allocation per sample): a
+// million-sample index takes ~70 MB, not the ~150 MB of a std::string path each.
 struct Sample {
   static constexpr std::uint32_t kWholeFile = 0xffffffffu;
-  std::string path;     // absolute
-  std::int64_t label;
-  std::uint32_t shard = kWholeFile;
+  std::int64_t label = 0;
   std::uint64_t offset = 0;
   std::uint64_t size = 0;
+  std::uint64_t name_at = 0;       // its name is Dataset::names[name_at, name_at + name_size)
+  std::uint32_t shard = kWholeFile;
+  std::uint32_t name_size = 0;
 };
 
 struct Dataset {
   std::vector<std::string> classes;  // label -> class name
   std::vector<Sample> samples;       // id -> sample
   std::vector<std::string> shards;   // tar sources: absolute shard paths, in pattern order
+  // Whole files: the folder their names are relative to, without a trailing '/' ("" when the
+  // names are absolute paths).
+  std::string root;
+  std::string names;  // every sample's name, back to back
+
+  // Appends a sample named `name` (a path below root, or a member of shards[shard]).
+  void add(std::string_view name, std::int64_t label, std::uint32_t shard = Sample::kWholeFile,
+           std::uint64_t offset = 0, std::uint64_t size = 0) {
+    samples.push_back(Sample{label, offset, size, names.size(), shard, static_cast<std::uint32_t>(name.size())});
+    names.append(name);
+  }
+  std::string_view name(std::size_t id) const {
+    const Sample& s = samples[id];
+    return std::string_view(names).substr(s.name_at, s.name_size);
+  }
+  // The absolute path of a whole file; "SHARD:MEMBER" for a tar member.
+  std::string path(std::size_t id) const {
+    const Sample& s = samples[id];
+    const std::string_view n = name(id);
+    if (s.shard != Sample::kWholeFile) return shards[s.shard] + ":" + std::string(n);
+    return root.empty() ? std::string(n) : root + "/" + std::string(n);
+  }
 };
+
+// Shrinks a loaded dataset's arrays to their size and returns freed heap to the system (the
+// sources call it last, so RSS after start-up is what the index really costs).
+void settle(Dataset& d);
 
 class SourceError : public std::runtime_error {
  public:

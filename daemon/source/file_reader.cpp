@@ -85,6 +85,10 @@ ReadResult read_range(const std::string& path, std::uint64_t offset, std::uint64
   const int fd = open_retrying(path);
   if (fd < 0) return failure("cannot open", errno);
   Fd guard{fd};
+  return read_range_at(fd, offset, size, out);
+}
+
+ReadResult read_range_at(int fd, std::uint64_t offset, std::uint64_t size, std::vector<std::uint8_t>& out) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return failure("cannot stat", errno);
   const auto file_size = static_cast<std::uint64_t>(st.st_size);
@@ -97,6 +101,12 @@ ReadResult read_range(const std::string& path, std::uint64_t offset, std::uint64
   }
   out.resize(static_cast<std::size_t>(size));
   return read_fully(fd, offset, out);
+}
+
+int open_for_read(const std::string& path, ReadResult& failed) {
+  const int fd = open_retrying(path);
+  if (fd < 0) failed = failure("cannot open", errno);
+  return fd;
 }
 
 }  // namespace stoker::source

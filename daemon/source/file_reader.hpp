@@ -37,4 +37,12 @@ ReadResult read_file(const std::string& path, std::vector<std::uint8_t>& out);
 ReadResult read_range(const std::string& path, std::uint64_t offset, std::uint64_t size,
                       std::vector<std::uint8_t>& out);
 
+// read_range on a descriptor the caller keeps open (a cached shard): the same size check
+// (fstat on every read, so a shard truncated in place is still missing) and the same verdicts.
+ReadResult read_range_at(int fd, std::uint64_t offset, std::uint64_t size, std::vector<std::uint8_t>& out);
+
+// open(O_RDONLY | O_CLOEXEC), retried on EINTR; on failure returns -1 with `failed` set to
+// the verdict (transient or missing) read_file would give.
+int open_for_read(const std::string& path, ReadResult& failed);
+
 }  // namespace stoker::source

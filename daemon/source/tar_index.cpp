@@ -73,8 +73,7 @@ std::map<std::string, ShardIndex> load_index_cache(const std::filesystem::path& 
       // Bounds are checked again here: a cache edited by hand must not send a read past the
       // shard's end (the read would fail cleanly anyway, but as a transient error).
       if (e.size > ix.file_size || e.offset > ix.file_size - e.size) return {};
-      e.member = std::string(l);
-      ix.entries.push_back(std::move(e));
+      ix.add(l, e.offset, e.size, e.label);
     }
     out[path] = std::move(ix);
   }
@@ -100,7 +99,7 @@ std::string save_index_cache(const std::filesystem::path& file, const std::vecto
       for (std::size_t k = 0; k < kSkipKinds; ++k) {
         if (ix.skipped[k] != 0) out << "skip " << k << ' ' << ix.skipped[k] << ' ' << ix.first_skipped[k] << '\n';
       }
-      for (const auto& e : ix.entries) out << e.offset << ' ' << e.size << ' ' << e.label << ' ' << e.member << '\n';
+      for (const auto& e : ix.entries) out << e.offset << ' ' << e.size << ' ' << e.label << ' ' << ix.member(e) << '\n';
     }
     out.flush();
     if (!out) {

@@ -168,7 +168,11 @@ std::optional<std::int64_t> decimal(std::string_view s) {
 struct Group {
   std::string key;
   bool duplicate = false;
-  std::optional<Entry> image;
+  struct Image {
+    std::string member;
+    std::uint64_t offset, size;
+  };
+  std::optional<Image> image;
   std::string image_ext;
   std::optional<std::int64_t> cls, txt;
 };
@@ -184,6 +188,9 @@ ShardIndex index_shard(const std::string& path) {
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) throw SourceError(path + ": cannot stat: " + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) throw SourceError(path + ": not a regular file");
+  // The walk goes forward through the shard: let the kernel read ahead in large requests
+  // (headers of small members share pages, so most of a shard is read either way).
+  (void)::posix_fadvise(f.fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   ShardIndex ix;
   ix.file_size = static_cast<std::uint64_t>(st.st_size);
   ix.mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec;
@@ -213,9 +220,7 @@ ShardIndex index_shard(const std::string& path) {
     } else if (!g.image) {
       skip(kNoImage, g.key);
     } else {
-      Entry e = std::move(*g.image);
-      e.label = g.cls ? *g.cls : g.txt ? *g.txt : -1;
-      ix.entries.push_back(std::move(e));
+      ix.add(g.image->member, g.image->offset, g.image->size, g.cls ? *g.cls : g.txt ? *g.txt : -1);
     }
     g = Group{};
   };
@@ -323,7 +328,7 @@ ShardIndex index_shard(const std::string& path) {
         if (ext == g.image_ext) skip(kDuplicateKey, name);
         continue;
       }
-      g.image = Entry{name, data, size, -1};
+      g.image = Group::Image{name, data, size};
       g.image_ext = ext;
     } else if (ext == "cls" || ext == "txt") {
       if (ext == "cls" && size > kMaxLabelBytes) {
@@ -411,7 +416,9 @@ bool compressed_name(const std::string& path) {
 
 }  // namespace
 
-Dataset read_tar_shards(const std::vector<std::string>& patterns, const std::filesystem::path& index_cache,
+namespace {
+
+Dataset read_tar_shards_unsettled(const std::vector<std::string>& patterns, const std::filesystem::path& index_cache,
                         const std::string& log_name) {
   std::vector<std::string> shards;
   for (const auto& p : patterns) {
@@ -516,7 +523,8 @@ Dataset read_tar_shards(const std::vector<std::string>& patterns, const std::fil
     for (std::size_t i = 0; i < shards.size(); ++i) {
       for (const auto& e : indexes[i]->entries) {
         if (e.label < 0) {
-          throw SourceError(shards[i] + ": sample '" + e.member.substr(0, e.member.rfind('.')) +
+          const std::string member(indexes[i]->member(e));
+          throw SourceError(shards[i] + ": sample '" + member.substr(0, member.rfind('.')) +
                             "' has no .cls label, but other samples have one");
         }
       }
@@ -526,13 +534,7 @@ Dataset read_tar_shards(const std::vector<std::string>& patterns, const std::fil
   ds.samples.reserve(total);
   for (std::size_t i = 0; i < shards.size(); ++i) {
     for (const auto& e : indexes[i]->entries) {
-      Sample s;
-      s.path = shards[i] + ":" + e.member;
-      s.label = e.label;
-      s.shard = static_cast<std::uint32_t>(i);
-      s.offset = e.offset;
-      s.size = e.size;
-      ds.samples.push_back(std::move(s));
+      ds.add(indexes[i]->member(e), e.label, static_cast<std::uint32_t>(i), e.offset, e.size);
     }
   }
 
@@ -561,6 +563,15 @@ Dataset read_tar_shards(const std::vector<std::string>& patterns, const std::fil
                  skipped[tar::kNotRegular]);
   }
   return ds;
+}
+
+}  // namespace
+
+Dataset read_tar_shards(const std::vector<std::string>& patterns, const std::filesystem::path& index_cache,
+                        const std::string& log_name) {
+  Dataset d = read_tar_shards_unsettled(patterns, index_cache, log_name);
+  settle(d);
+  return d;
 }
 
 }  // namespace stoker::source

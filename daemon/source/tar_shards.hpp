@@ -7,16 +7,21 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "source/mapped_allocator.hpp"
 
 namespace stoker::source::tar {
 
-// One sample of a shard: its image member's bytes are [offset, offset + size) of the file.
+// One sample of a shard: its image member's bytes are [offset, offset + size) of the file; its
+// name ("n01440764/img_1.jpg") is ShardIndex::member(entry).
 struct Entry {
-  std::string member;   // the image member's name inside the tar ("n01440764/img_1.jpg")
   std::uint64_t offset = 0;
   std::uint64_t size = 0;
   std::int64_t label = -1;  // -1: the sample has no .cls (or numeric .txt) member
+  std::uint64_t member_at = 0;  // the name is ShardIndex::names[member_at, member_at + member_size)
+  std::uint32_t member_size = 0;
 };
 
 // Members (or groups) skipped while indexing, by reason; never fatal, each counted and the
@@ -29,9 +34,19 @@ inline constexpr std::array<const char*, kSkipKinds> kSkipWhat = {
 struct ShardIndex {
   std::uint64_t file_size = 0;  // of the shard when it was indexed
   std::int64_t mtime_ns = 0;    // likewise: with the size, what makes a cached index valid
-  std::vector<Entry> entries;   // in member order
+  // In member order. Both buffers are mapped memory: the indexing threads fill them, and a
+  // thread's malloc arena would keep them resident after they are freed.
+  std::vector<Entry, MappedAllocator<Entry>> entries;
+  // The entries' member names back to back: one growing buffer a shard, not a string a member.
+  std::basic_string<char, std::char_traits<char>, MappedAllocator<char>> names;
   std::array<std::uint64_t, kSkipKinds> skipped{};
   std::array<std::string, kSkipKinds> first_skipped;  // member (or key) of the first of each kind
+
+  void add(std::string_view member, std::uint64_t offset, std::uint64_t size, std::int64_t label) {
+    entries.push_back(Entry{offset, size, label, names.size(), static_cast<std::uint32_t>(member.size())});
+    names.append(member);
+  }
+  std::string_view member(const Entry& e) const { return std::string_view(names).substr(e.member_at, e.member_size); }
 };
 
 // Walks the 512-byte headers of `path` (ustar with prefix, GNU long names 'L', pax 'x' path

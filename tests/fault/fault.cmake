@@ -8,6 +8,12 @@ add_library(stoker_fail_open SHARED support/fail_open.c)
 target_link_libraries(stoker_fail_open PRIVATE ${CMAKE_DL_LIBS})
 add_dependencies(fault_test stoker_fail_open)
 target_compile_definitions(fault_test PRIVATE STOKER_FAIL_OPEN_LIB="$<TARGET_FILE:stoker_fail_open>")
+# Preloaded to make reads of some files slow (storage latency): the read-ahead fault test and
+# scripts/bench-coldread.py.
+add_library(stoker_slow_read SHARED support/slow_read.c)
+target_link_libraries(stoker_slow_read PRIVATE ${CMAKE_DL_LIBS})
+add_dependencies(fault_test stoker_slow_read)
+target_compile_definitions(fault_test PRIVATE STOKER_SLOW_READ_LIB="$<TARGET_FILE:stoker_slow_read>")
 
 # Soak (issue #13): 20 epochs, 4 consumers, one SIGKILLed and restarted every 1.5 s, bad files;
 # daemon RSS and descriptors must stay flat after the first epoch and the consumers that stayed

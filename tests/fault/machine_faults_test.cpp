@@ -425,3 +425,90 @@ TEST_CASE("a JPEG refused for max_pixels does not cost the next one its decode: 
   CHECK_THAT(st, Catch::Contains("\"too_large\":3") && Catch::Contains("\"corrupt\":0"));
   CHECK_THAT(d.log(), !Catch::Contains("state 202"));
 }
+
+TEST_CASE("EMFILE met by read-ahead (64 reads in flight, the whole epoch planned) is retried and never "
+          "quarantines a good file", "[fault][machine][read_ahead]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec j;
+  j.shuffle = false;
+  j.prefetch = 8;  // the whole epoch is planned at start, so its reads are all asked for ahead
+  j.extra = "    read_ahead: {bytes: 64MiB, requests: 64}\n";
+  std::unique_ptr<Daemon> d;
+  {
+    ScopedEnv env;
+    env.fail_open("/flower/:12:24");  // the first 12 opens of flower photos: EMFILE
+    d = std::make_unique<Daemon>(write_config(dir.path(), {j}, 2), socket);
+  }
+  stoker::Client c("demo", 0, at(socket));
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::vector<std::int64_t> ids;
+    for (;;) {
+      stoker::Batch b = c.next(60000);
+      ids.insert(ids.end(), b.ids(), b.ids() + b.count());
+      if (b.last_in_epoch()) break;
+    }
+    REQUIRE(ids.size() == kDemoSamples);
+    for (int i = 0; i < kDemoSamples; ++i) CHECK(ids[i] == i);  // unshuffled: in order, none skipped
+  }
+  CHECK_THAT(status(socket), Catch::Contains("\"quarantined\":0") && Catch::Contains("\"missing\":0") &&
+                                 !Catch::Contains("\"transient_read_errors\":0"));
+  CHECK_THAT(d->log(), Catch::Contains("(cannot open: Too many open files)") && !Catch::Contains("quarantine "));
+  CHECK(quarantine_files(dir.path(), "demo").empty());
+}
+
+TEST_CASE("read-ahead under a low LimitNOFILE (18) with 64 reads asked for and slow storage: capped to an "
+          "eighth of the limit, the daemon starts and serves every sample in order, nothing quarantined",
+          "[fault][machine][read_ahead]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec j;
+  j.shuffle = false;
+  j.prefetch = 8;
+  j.extra = "    read_ahead: {bytes: 64MiB, requests: 64}\n";
+  std::unique_ptr<Daemon> d;
+  {
+    ScopedEnv env;
+    // An idle daemon holds about a dozen descriptors; reads of the photos take 3 ms each, so
+    // reads in flight hold their descriptors together. Uncapped, the 64 readers took every
+    // descriptor and the daemon could not open its own socket.
+    env.set("STOKER_TEST_NOFILE", "18");
+    env.set("LD_PRELOAD", STOKER_SLOW_READ_LIB);
+    env.set("STOKER_SLOW_READ", "/demo/:3000");
+    const char* asan = std::getenv("ASAN_OPTIONS");
+    env.set("ASAN_OPTIONS", std::string(asan ? asan : "") + ":verify_asan_link_order=0");
+    d = std::make_unique<Daemon>(write_config(dir.path(), {j}, 2), socket);
+  }
+  CHECK_THAT(d->log(), Catch::Contains("read_ahead.requests 64 lowered to 2"));
+  // A connection met while descriptors are short is refused as the machine fault it is
+  // ("out of file descriptors"): a trainer retries, so does this one.
+  std::unique_ptr<stoker::Client> client;
+  for (int attempt = 0; attempt < 100 && !client; ++attempt) {
+    try {
+      client = std::make_unique<stoker::Client>("demo", 0, at(socket));
+    } catch (const stoker::Error& e) {
+      REQUIRE_THAT(e.what(), Catch::Contains("out of file descriptors"));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  REQUIRE(client);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::vector<std::int64_t> ids;
+    for (;;) {
+      stoker::Batch b = client->next(60000);
+      ids.insert(ids.end(), b.ids(), b.ids() + b.count());
+      if (b.last_in_epoch()) break;
+    }
+    REQUIRE(ids.size() == kDemoSamples);
+    for (int i = 0; i < kDemoSamples; ++i) CHECK(ids[i] == i);
+  }
+  std::string st;
+  for (int i = 0; i < 50 && st.empty(); ++i) {
+    if (run_program({bin("stokerctl"), "status", "--socket", socket}, st) != 0) {
+      st.clear();
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+  CHECK_THAT(st, Catch::Contains("\"quarantined\":0") && Catch::Contains("\"missing\":0"));
+  CHECK(quarantine_files(dir.path(), "demo").empty());
+}

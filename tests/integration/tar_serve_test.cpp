@@ -209,3 +209,39 @@ TEST_CASE("tar: a member that does not decode is quarantined as SHARD:MEMBER, sk
     CHECK_THAT(d.log(), Catch::Contains("1 listed file(s) changed since and are tried again"));
   }
 }
+
+TEST_CASE("read-ahead on or off, shuffled: the same ids, labels and pixels from a folder and from tar shards, "
+          "and status counts the workers' wait for bytes", "[integration][tar][read_ahead]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  const std::string pattern = write_demo_shards(dir.path());
+  JobSpec off;
+  off.name = "off";
+  off.extra = "    read_ahead: false\n";
+  JobSpec on = off;
+  on.name = "on";
+  on.extra = "";  // the default: 16 reads in flight
+  JobSpec tight = off;  // a budget of about one photo, 3 reads in flight: reads withdrawn and waited for
+  tight.name = "tight";
+  tight.extra = "    read_ahead: {bytes: 16KiB, requests: 3}\n";
+  JobSpec tar_on = off;
+  tar_on.name = "tar_on";
+  tar_on.source = "{type: tar, shards: \"" + pattern + "\"}";
+  tar_on.extra = "    read_ahead: {bytes: 1MiB, requests: 8}\n";
+  Daemon d(write_config(dir.path(), {off, on, tight, tar_on}, 2), socket);
+
+  stoker::ClientOptions o;
+  o.socket_path = socket;
+  stoker::Client a("off", 0, o), b("on", 0, o), c("tight", 0, o), t("tar_on", 0, o);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    const auto x = take_epoch(a), y = take_epoch(b), z = take_epoch(c), w = take_epoch(t);
+    REQUIRE(x.size() == 8);
+    CHECK(x == y);
+    CHECK(x == z);
+    CHECK(x == w);
+  }
+  std::string st;
+  REQUIRE(run_program({bin("stokerctl"), "status", "--socket", socket}, st) == 0);
+  CHECK_THAT(st, Catch::Contains("\"read_wait_s\":"));
+  CHECK_THAT(st, !Catch::Contains("\"read_wait_s\":0.0,"));  // the job without read-ahead waited on every read
+}

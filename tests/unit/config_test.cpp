@@ -708,6 +708,28 @@ TEST_CASE("config: cache takes a size with a binary unit, only for a determinist
   CHECK_THAT(refusal(train_job("    cache: {bytes: 1GiB}\n", val + "      - horizontal_flip: {p: 0.5}\n")), Contains("has horizontal_flip"));
 }
 
+TEST_CASE("config: read_ahead takes bytes and requests (on by default), false or a 0 turns it off, bad values "
+          "refused at file:line", "[config][read_ahead]") {
+  const auto plain = parse(train_job()).jobs.at(0);
+  CHECK(plain.read_ahead_bytes == std::uint64_t{64} << 20);
+  CHECK(plain.read_ahead_requests == 16u);
+  const auto big = parse(train_job("    read_ahead: {bytes: 256MiB, requests: 64}\n")).jobs.at(0);
+  CHECK(big.read_ahead_bytes == std::uint64_t{256} << 20);
+  CHECK(big.read_ahead_requests == 64u);
+  const auto off = parse(train_job("    read_ahead: false\n")).jobs.at(0);
+  CHECK((off.read_ahead_bytes == 0 && off.read_ahead_requests == 0));
+  CHECK(parse(train_job("    read_ahead: {requests: 0}\n")).jobs.at(0).read_ahead_requests == 0u);
+  CHECK(parse(train_job("    read_ahead: true\n")).jobs.at(0).read_ahead_requests == 16u);
+  CHECK(refusal(train_job("    read_ahead: {bytes: 1GB}\n")) ==
+        "test.yaml:5:25: jobs.train.read_ahead.bytes: expected a size in bytes: an integer, or one with KiB, MiB, "
+        "GiB or TiB (e.g. 8GiB), got '1GB'");
+  CHECK(refusal(train_job("    read_ahead: {requests: 257}\n")) ==
+        "test.yaml:5:28: jobs.train.read_ahead.requests: must be between 0 and 256, got 257");
+  CHECK(refusal(train_job("    read_ahead: {depth: 8}\n")) ==
+        "test.yaml:5:18: jobs.train.read_ahead.depth: unknown key (allowed: bytes, requests)");
+  CHECK_THAT(refusal(train_job("    read_ahead: lots\n")), StartsWith("test.yaml:5:17: jobs.train.read_ahead: expected true or false"));
+}
+
 TEST_CASE("config: weight and workers share the worker pool between jobs, refused out of range at file:line",
           "[config]") {
   const auto plain = parse(train_job()).jobs.at(0);

@@ -2,6 +2,9 @@
 stoker_add_test(work_queue_test LABEL unit
   SOURCES unit/work_queue_test.cpp
   LIBS stoker_server)
+stoker_add_test(read_ahead_test LABEL unit
+  SOURCES unit/read_ahead_test.cpp
+  LIBS stoker_server)
 
 # MixUp/CutMix on a finished batch (server/batch_mix.hpp) and its job keys.
 stoker_add_test(batch_mix_test LABEL unit

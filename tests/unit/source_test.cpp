@@ -50,7 +50,7 @@ class TempTree {
 
 std::vector<std::string> relative_paths(const stoker::source::Dataset& ds, const fs::path& root) {
   std::vector<std::string> out;
-  for (const auto& s : ds.samples) out.push_back(fs::path(s.path).lexically_relative(root).string());
+  for (std::size_t i = 0; i < ds.samples.size(); ++i) out.push_back(fs::path(ds.path(i)).lexically_relative(root).string());
   return out;
 }
 
@@ -106,7 +106,7 @@ TEST_CASE("source: classes, labels and order are torchvision's", "[source]") {
                                             "b/sub/deeper/w.Tiff",
                                         });
   CHECK(labels(ds) == std::vector<std::int64_t>{0, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3});
-  for (const auto& s : ds.samples) CHECK(fs::path(s.path).is_absolute());
+  for (std::size_t i = 0; i < ds.samples.size(); ++i) CHECK(fs::path(ds.path(i)).is_absolute());
 }
 
 TEST_CASE("source: symlinks are followed - what cannot be read as a file is not a sample", "[source]") {
@@ -133,7 +133,7 @@ TEST_CASE("source: a relative root gives absolute sample paths", "[source]") {
   REQUIRE(rel.is_relative());
   const auto ds = scan_image_folder(rel);
   REQUIRE(ds.samples.size() == 1);
-  CHECK(ds.samples[0].path == (t.root() / "k" / "a.jpg").string());
+  CHECK(ds.path(0) == (t.root() / "k" / "a.jpg").string());
 }
 
 TEST_CASE("source: a missing root, a file, or a root without images is refused naming it", "[source]") {
@@ -205,11 +205,11 @@ TEST_CASE("file list: the file's order, integer labels as given, paths relative 
   const auto d = stoker::source::read_file_list(
       write_list(dir, "# comment\nb/2.jpg,7\n\n  a/1.jpg\t3  \n/abs/x.png,0\n"), "/data");
   REQUIRE(d.samples.size() == 3);
-  CHECK(d.samples[0].path == "/data/b/2.jpg");
+  CHECK(d.path(0) == "/data/b/2.jpg");
   CHECK(d.samples[0].label == 7);
-  CHECK(d.samples[1].path == "/data/a/1.jpg");
+  CHECK(d.path(1) == "/data/a/1.jpg");
   CHECK(d.samples[1].label == 3);
-  CHECK(d.samples[2].path == "/abs/x.png");
+  CHECK(d.path(2) == "/abs/x.png");
   CHECK(d.classes.size() == 8);  // "0".."7"
   fs::remove_all(dir);
 }
@@ -224,7 +224,7 @@ TEST_CASE("file list: class names sorted as ImageFolder sorts folders - without 
   auto folders = stoker::source::read_file_list(write_list(dir, "dog/1.jpg\ncat/2.jpg\ndog/3.jpg\n"), dir);
   CHECK(folders.classes == std::vector<std::string>{"cat", "dog"});
   CHECK((folders.samples[0].label == 1 && folders.samples[1].label == 0));
-  CHECK(folders.samples[0].path == (dir / "dog/1.jpg").string());
+  CHECK(folders.path(0) == (dir / "dog/1.jpg").string());
   fs::remove_all(dir);
 }
 
@@ -239,5 +239,22 @@ TEST_CASE("file list errors name the file and line", "[source]") {
   CHECK(list_error(write_list(dir, "a.jpg,\n"), dir) == f + ":1: empty label after the separator");
   CHECK(list_error(write_list(dir, "# nothing\n\n"), dir) == f + ": the file list holds no samples");
   CHECK(list_error(write_list(dir, "top.jpg\n"), dir) == f + ":1: no label and no parent folder to take the class from");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("file list: paths are normalised as before ('.', '..', '//'), names kept below the root when all are",
+          "[source]") {
+  const fs::path dir = fs::temp_directory_path() / ("stoker-list3-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const auto below = stoker::source::read_file_list(write_list(dir, "a/./b.jpg,0\nc//d.jpg,1\ne/../f.jpg,0\n"), "/data");
+  CHECK(below.root == "/data");
+  CHECK(below.name(0) == "a/b.jpg");  // the dataset holds the name, path() adds the root
+  CHECK(below.path(0) == "/data/a/b.jpg");
+  CHECK(below.path(1) == "/data/c/d.jpg");
+  CHECK(below.path(2) == "/data/f.jpg");
+  const auto escaping = stoker::source::read_file_list(write_list(dir, "a.jpg,0\n../up.jpg,1\n"), "/data/x");
+  CHECK(escaping.root.empty());  // one path leaves the root: every name is absolute
+  CHECK(escaping.path(0) == "/data/x/a.jpg");
+  CHECK(escaping.path(1) == "/data/up.jpg");
   fs::remove_all(dir);
 }

@@ -14,6 +14,10 @@
 
 #include "source/dataset.hpp"
 #include "source/file_reader.hpp"
+#include "source/mapped_allocator.hpp"
+#include "source/sample_reader.hpp"
+
+#include <sys/resource.h>
 #include "source/tar_shards.hpp"
 #include "tar_writer.hpp"
 
@@ -116,12 +120,12 @@ TEST_CASE("tar: samples are groups of members sharing a key, with byte ranges an
   const auto ds = read_tar_shards({d / "s0.tar"}, {});
   REQUIRE(ds.samples.size() == 6);
   CHECK(ds.classes == std::vector<std::string>{"0", "1", "2", "3"});
-  CHECK(ds.samples[0].path == d / "s0.tar" + ":cls0/a.jpg");
-  CHECK(ds.samples[1].path == d / "s0.tar" + ":cls0/b.JPEG");
-  CHECK(ds.samples[2].path == d / "s0.tar" + ":" + long_dir + "/c.png");
-  CHECK(ds.samples[3].path == d / "s0.tar" + ":gnu/" + std::string(150, 'g') + ".webp");
-  CHECK(ds.samples[4].path == d / "s0.tar" + ":pax/p.tiff");
-  CHECK(ds.samples[5].path == d / "s0.tar" + ":dot/e.bmp");
+  CHECK(ds.path(0) == d / "s0.tar" + ":cls0/a.jpg");
+  CHECK(ds.path(1) == d / "s0.tar" + ":cls0/b.JPEG");
+  CHECK(ds.path(2) == d / "s0.tar" + ":" + long_dir + "/c.png");
+  CHECK(ds.path(3) == d / "s0.tar" + ":gnu/" + std::string(150, 'g') + ".webp");
+  CHECK(ds.path(4) == d / "s0.tar" + ":pax/p.tiff");
+  CHECK(ds.path(5) == d / "s0.tar" + ":dot/e.bmp");
   const std::vector<std::int64_t> labels = {0, 2, 1, 3, 1, 0};
   const std::vector<std::string> bytes = {"AAAA", "BBBBB", "CC", "GNU", "PAXPAX", std::string(1000, 'E')};
   for (std::size_t i = 0; i < 6; ++i) {
@@ -239,7 +243,7 @@ TEST_CASE("tar: the index cache is reused while a shard keeps its size and mtime
   const auto second = read_tar_shards({d / "s-{0..1}.tar"}, cache);
   REQUIRE(second.samples.size() == 4);
   for (std::size_t i = 0; i < 4; ++i) {
-    CHECK(second.samples[i].path == first.samples[i].path);
+    CHECK(second.path(i) == first.path(i));
     CHECK(second.samples[i].offset == first.samples[i].offset);
     CHECK(second.samples[i].size == first.samples[i].size);
     CHECK(second.samples[i].label == first.samples[i].label);
@@ -286,4 +290,95 @@ TEST_CASE("tar: reading a member of a shard that shrank since indexing is 'missi
   CHECK_THAT(r.reason, Contains("changed since it was indexed"));
   fs::remove(d / "s.tar");
   CHECK(stoker::source::read_range(ds.shards[0], 0, 1, out).status == stoker::source::ReadStatus::kMissing);
+}
+
+namespace {
+
+// Five one-member shards (member bytes "m0".."m4") and their dataset.
+stoker::source::Dataset five_shards(const Dir& d) {
+  for (int i = 0; i < 5; ++i) {
+    TarWriter w;
+    w.file("k" + std::to_string(i) + ".jpg", "m" + std::to_string(i)).file("k" + std::to_string(i) + ".cls", "0");
+    w.save(d / ("c-" + std::to_string(i) + ".tar"));
+  }
+  return read_tar_shards({d / "c-{0..4}.tar"}, {});
+}
+
+std::string read_with(stoker::source::SampleReader& r, std::uint32_t id) {
+  std::vector<std::uint8_t> out;
+  const auto res = r.read(id, out);
+  REQUIRE(res.ok());
+  return std::string(out.begin(), out.end());
+}
+
+}  // namespace
+
+TEST_CASE("tar: shard descriptors are cached in a bounded LRU and give the same bytes as a read by offset",
+          "[source][tar][read_ahead]") {
+  Dir d;
+  const auto ds = five_shards(d);
+  stoker::source::SampleReader reader(ds, {.sequential = true, .max_open_shards = 2});
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::uint32_t i = 0; i < 5; ++i) {
+      CHECK(read_with(reader, i) == "m" + std::to_string(i));
+      CHECK(reader.open_shards() == (pass == 0 ? std::min<std::size_t>(i + 1, 2) : 2));
+    }
+  }
+  // A shard truncated in place is still 'missing' through a cached descriptor (fstat per read).
+  fs::resize_file(d / "c-4.tar", 10);
+  std::vector<std::uint8_t> out;
+  CHECK(reader.read(4, out).status == stoker::source::ReadStatus::kMissing);
+  stoker::source::SampleReader uncached(ds, {.sequential = false, .max_open_shards = 0});
+  CHECK(read_with(uncached, 0) == "m0");
+  CHECK(uncached.open_shards() == 0);
+}
+
+TEST_CASE("tar: out of descriptors (EMFILE) is transient and the shard cache gives its descriptors back",
+          "[source][tar][read_ahead]") {
+  Dir d;
+  const auto ds = five_shards(d);
+  stoker::source::SampleReader reader(ds, {.sequential = false, .max_open_shards = 4});
+  CHECK(read_with(reader, 0) == "m0");
+  CHECK(read_with(reader, 1) == "m1");
+  REQUIRE(reader.open_shards() == 2);
+
+  rlimit saved{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  const int lowest_free = ::dup(0);
+  REQUIRE(lowest_free >= 0);
+  ::close(lowest_free);
+  rlimit low = saved;
+  low.rlim_cur = static_cast<rlim_t>(lowest_free);  // every descriptor number below is taken
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  std::vector<std::uint8_t> out;
+  const auto r = reader.read(2, out);
+  const std::size_t open_after = reader.open_shards();
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
+
+  CHECK(r.status == stoker::source::ReadStatus::kTransient);
+  CHECK_THAT(r.reason, Contains("Too many open files"));
+  CHECK(open_after == 0);  // the two cached descriptors were closed for the machine's sake
+  CHECK(read_with(reader, 2) == "m2");  // and reads work again once descriptors are back
+  CHECK(read_with(reader, 0) == "m0");
+}
+
+TEST_CASE("mapped allocator: big blocks mapped and unmapped, small ones and those past the mapping cap from "
+          "operator new, contents kept across growth", "[source][tar]") {
+  using stoker::source::g_mapped_blocks;
+  using Alloc = stoker::source::MappedAllocator<std::uint64_t>;
+  const std::size_t before = g_mapped_blocks.load();
+  {
+    std::vector<std::uint64_t, Alloc> big;
+    for (std::uint64_t i = 0; i < 100000; ++i) big.push_back(i * 7);  // grows through mapped blocks
+    CHECK(g_mapped_blocks.load() == before + 1);
+    std::vector<std::uint64_t, Alloc> small(10, 3);  // 80 bytes: operator new
+    CHECK(g_mapped_blocks.load() == before + 1);
+    bool same = true;
+    for (std::uint64_t i = 0; i < 100000; ++i) same = same && big[i] == i * 7;
+    CHECK(same);
+    std::vector<std::vector<std::uint64_t, Alloc>> many(Alloc::kMaxMappings + 10);
+    for (auto& v : many) v.resize(4096);  // 32 KiB each: mapped until the cap, then operator new
+    CHECK(g_mapped_blocks.load() == Alloc::kMaxMappings);
+  }
+  CHECK(g_mapped_blocks.load() == before);
 }

@@ -1,0 +1,75 @@
+#include "source/sample_reader.hpp"
+
+#include <algorithm>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+namespace stoker::source {
+
+struct SampleReader::ShardFd {
+  int fd;
+  explicit ShardFd(int f) : fd(f) {}
+  ~ShardFd() { ::close(fd); }
+  ShardFd(const ShardFd&) = delete;
+  ShardFd& operator=(const ShardFd&) = delete;
+};
+
+SampleReader::SampleReader(const Dataset& dataset, Options options)
+    : dataset_(dataset), sequential_(options.sequential), max_open_(options.max_open_shards) {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
+    max_open_ = std::min<std::size_t>(max_open_, static_cast<std::size_t>(lim.rlim_cur / 8));
+  }
+  if (dataset_.shards.empty()) max_open_ = 0;
+}
+
+std::size_t SampleReader::open_shards() const {
+  std::lock_guard lock(mu_);
+  return open_.size();
+}
+
+std::shared_ptr<SampleReader::ShardFd> SampleReader::shard_fd(std::uint32_t shard, ReadResult& failed) {
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = open_.find(shard); it != open_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second.at);
+      return it->second.fd;
+    }
+  }
+  // Opened outside the lock (an open can take a network round trip); two threads may open the
+  // same shard at once, and the second simply keeps its own descriptor for its read.
+  const int fd = open_for_read(dataset_.shards[shard], failed);
+  if (fd < 0) {
+    if (failed.status == ReadStatus::kTransient) {
+      // Out of descriptors or memory: give back every cached descriptor (each closes once the
+      // reads using it finish), then the caller retries as for any machine fault.
+      std::lock_guard lock(mu_);
+      open_.clear();
+      lru_.clear();
+    }
+    return nullptr;
+  }
+  auto shared = std::make_shared<ShardFd>(fd);
+  if (sequential_) (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  std::lock_guard lock(mu_);
+  if (max_open_ == 0 || open_.count(shard) != 0) return shared;
+  while (open_.size() >= max_open_) {
+    open_.erase(lru_.back());
+    lru_.pop_back();
+  }
+  lru_.push_front(shard);
+  open_.emplace(shard, Cached{shared, lru_.begin()});
+  return shared;
+}
+
+ReadResult SampleReader::read(std::uint32_t id, std::vector<std::uint8_t>& out) {
+  const Sample& s = dataset_.samples[id];
+  if (s.shard == Sample::kWholeFile) return read_file(dataset_.path(id), out);
+  ReadResult failed;
+  const std::shared_ptr<ShardFd> fd = shard_fd(s.shard, failed);
+  if (!fd) return failed;
+  return read_range_at(fd->fd, s.offset, s.size, out);
+}
+
+}  // namespace stoker::source

@@ -1,0 +1,63 @@
+// Reads a sample's bytes wherever its dataset keeps them: a whole file, or a member of a tar
+// shard read by offset through a small cache of open shard descriptors.
+//
+// Why cache shard descriptors: a member costs open + fstat + pread + close without it; on a
+// network file system the open is a round trip per member. With it, a shard is opened once
+// while its members are read, and an unshuffled job's shard gets POSIX_FADV_SEQUENTIAL so the
+// kernel reads ahead in large requests along the shard.
+//
+// Invariants: at most `max_open_shards` descriptors are cached (a bounded LRU, sized from the
+// descriptor limit); when an open fails for lack of descriptors or memory (a transient
+// verdict) every cached descriptor is given back, so the cache never holds what the machine
+// needs; a descriptor is closed only when no read uses it (shared ownership). Verdicts are
+// file_reader's: transient, missing, or bytes.
+// Threads: read() may be called from any number of threads at once.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "source/dataset.hpp"
+#include "source/file_reader.hpp"
+
+namespace stoker::source {
+
+class SampleReader {
+ public:
+  struct Options {
+    bool sequential = false;  // members are read in shard order (an unshuffled job)
+    // Most shard descriptors kept open; 0: open per member. Capped at an eighth of the soft
+    // RLIMIT_NOFILE so the cache never crowds out the workers' and the sockets' descriptors.
+    std::size_t max_open_shards = 64;
+  };
+
+  SampleReader(const Dataset& dataset, Options options);
+  SampleReader(const SampleReader&) = delete;
+  SampleReader& operator=(const SampleReader&) = delete;
+
+  ReadResult read(std::uint32_t id, std::vector<std::uint8_t>& out);
+
+  std::size_t open_shards() const;
+  std::size_t max_open_shards() const { return max_open_; }
+
+ private:
+  struct ShardFd;
+  std::shared_ptr<ShardFd> shard_fd(std::uint32_t shard, ReadResult& failed);
+
+  const Dataset& dataset_;
+  const bool sequential_;
+  std::size_t max_open_;
+  mutable std::mutex mu_;
+  std::list<std::uint32_t> lru_;  // shard numbers, most recently used first; guarded by mu_
+  struct Cached {
+    std::shared_ptr<ShardFd> fd;
+    std::list<std::uint32_t>::iterator at;
+  };
+  std::unordered_map<std::uint32_t, Cached> open_;  // guarded by mu_
+};
+
+}  // namespace stoker::source

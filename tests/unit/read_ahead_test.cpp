@@ -1,0 +1,184 @@
+// Unit tier: read-ahead (server/read_ahead.hpp) with a read function the test controls: bytes
+// handed over unchanged and in order, the byte budget held, reads not started withdrawn for the
+// worker to do itself, verdicts passed through, dropped reads freed.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "server/read_ahead.hpp"
+
+using stoker::server::ReadAhead;
+using stoker::source::ReadResult;
+using stoker::source::ReadStatus;
+
+namespace {
+
+// A gate the test opens: reads wait on it.
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  int waiting = 0;
+  void pass() {
+    std::unique_lock lock(mu);
+    ++waiting;
+    cv.notify_all();
+    cv.wait(lock, [&] { return open; });
+  }
+  void wait_for_waiting(int n) {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return waiting >= n; });
+  }
+  void release() {
+    std::lock_guard lock(mu);
+    open = true;
+    cv.notify_all();
+  }
+};
+
+std::string text(const std::vector<std::uint8_t>& v) { return std::string(v.begin(), v.end()); }
+
+// Until `n` reads have begun (a read that has begun is waited for by take, never withdrawn).
+void until_started(const std::atomic<int>& calls, int n) {
+  while (calls.load() < n) std::this_thread::yield();
+}
+
+}  // namespace
+
+TEST_CASE("read-ahead hands each item its sample's bytes and keeps within the byte budget",
+          "[server][read_ahead]") {
+  std::atomic<int> in_flight{0}, calls{0};
+  std::atomic<std::uint64_t> worst{0};
+  ReadAhead* self = nullptr;
+  std::mutex self_mu;
+  ReadAhead ra(
+      "t", /*budget_bytes=*/10, /*requests=*/4,
+      [&](std::uint32_t id, std::vector<std::uint8_t>& out) {
+        ++in_flight;
+        ++calls;
+        {
+          std::lock_guard lock(self_mu);
+          // Bytes held ahead plus reads in flight (4 bytes each): a read starts only under 10,
+          // so the total can pass it by the last read started, never more. Held bytes first,
+          // then the count: a read finishing between the two is counted once at most.
+          const std::uint64_t held = self->stats().held_bytes;
+          const std::uint64_t total = held + 4 * static_cast<std::uint64_t>(in_flight.load());
+          std::uint64_t w = worst.load();
+          while (total > w && !worst.compare_exchange_weak(w, total)) {
+          }
+        }
+        out.assign(4, static_cast<std::uint8_t>('a' + id));
+        --in_flight;
+        return ReadResult{};
+      },
+      [](std::uint32_t) -> std::uint64_t { return 4; });
+  {
+    std::lock_guard lock(self_mu);
+    self = &ra;
+  }
+  for (std::uint32_t k = 0; k < 8; ++k) ra.want(100 + k, 1, k);
+  // Before anything is taken, the readers fill the budget and stop: three 4-byte reads
+  // (a read starts while held + in flight < 10).
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (ra.stats().held_bytes < 12 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+  CHECK(ra.stats().held_bytes == 12);
+  CHECK(calls.load() == 3);
+  std::vector<std::uint8_t> out;
+  for (std::uint32_t k = 0; k < 8; ++k) {
+    until_started(calls, static_cast<int>(k) + 1);  // in order, as the budget frees
+    auto r = ra.take(100 + k, 1, out);
+    REQUIRE(r.has_value());
+    CHECK(r->ok());
+    CHECK(text(out) == std::string(4, static_cast<char>('a' + k)));
+  }
+  const auto st = ra.stats();
+  CHECK(st.ready + st.waited == 8);
+  CHECK(st.withdrawn == 0);
+  CHECK(st.held_bytes == 0);
+  CHECK(worst.load() <= 12);
+  CHECK(calls.load() == 8);
+}
+
+TEST_CASE("read-ahead: an item not started is withdrawn for the worker; one being read is waited for",
+          "[server][read_ahead]") {
+  Gate gate;
+  std::atomic<int> calls{0};
+  ReadAhead ra(
+      "t", 1 << 20, /*requests=*/1,
+      [&](std::uint32_t id, std::vector<std::uint8_t>& out) {
+        ++calls;
+        if (id == 0) gate.pass();
+        out.assign(1, static_cast<std::uint8_t>('0' + id));
+        return ReadResult{};
+      },
+      nullptr);
+  ra.want(1, 7, 0);
+  ra.want(2, 7, 1);
+  ra.want(3, 7, 2);
+  gate.wait_for_waiting(1);  // the one reader is inside item 1's read
+  std::vector<std::uint8_t> out;
+  CHECK_FALSE(ra.take(3, 7, out).has_value());  // queued: the worker reads it itself
+  CHECK_FALSE(ra.take(1, 8, out).has_value());  // another generation's item: not this read
+  gate.release();
+  auto first = ra.take(1, 7, out);
+  REQUIRE(first.has_value());
+  CHECK(text(out) == "0");
+  until_started(calls, 2);
+  auto second = ra.take(2, 7, out);
+  REQUIRE(second.has_value());
+  CHECK(text(out) == "1");
+  const auto st = ra.stats();
+  CHECK(st.withdrawn == 1);  // item 3 (a take of another generation withdraws nothing)
+  CHECK(calls.load() == 2);  // item 3 was withdrawn before any reader reached it
+}
+
+TEST_CASE("read-ahead passes transient and missing verdicts through and frees dropped reads",
+          "[server][read_ahead]") {
+  Gate gate;
+  std::atomic<int> calls{0};
+  ReadAhead ra(
+      "t", 1 << 20, 2,
+      [&](std::uint32_t id, std::vector<std::uint8_t>& out) {
+        ++calls;
+        ReadResult r;
+        if (id == 1) {
+          r.status = ReadStatus::kTransient;
+          r.error = 24;
+          r.reason = "cannot open: Too many open files";
+        } else if (id == 2) {
+          r.status = ReadStatus::kMissing;
+          r.reason = "cannot open: No such file or directory";
+        } else {
+          gate.pass();
+          out.assign(1000, 'x');
+        }
+        return r;
+      },
+      nullptr);
+  ra.want(10, 1, 1);
+  ra.want(11, 1, 2);
+  std::vector<std::uint8_t> out;
+  until_started(calls, 2);
+  auto t = ra.take(10, 1, out);
+  auto m = ra.take(11, 1, out);
+  REQUIRE(t.has_value());
+  REQUIRE(m.has_value());
+  CHECK(t->status == ReadStatus::kTransient);
+  CHECK(t->reason == "cannot open: Too many open files");
+  CHECK(m->status == ReadStatus::kMissing);
+  ra.want(12, 1, 3);
+  gate.wait_for_waiting(1);
+  ra.drop(12, 1);  // dropped while being read: freed when the read ends
+  gate.release();
+  ra.want(13, 1, 4);
+  until_started(calls, 4);
+  auto last = ra.take(13, 1, out);
+  REQUIRE(last.has_value());
+  CHECK(out.size() == 1000);
+  CHECK(ra.stats().held_bytes == 0);
+}
