@@ -104,7 +104,7 @@ TEST_CASE("read-ahead hands each item its sample's bytes and keeps within the by
   CHECK(calls.load() == 8);
 }
 
-TEST_CASE("read-ahead: an item not started is withdrawn for the worker; one being read is waited for",
+TEST_CASE("read-ahead: an item not started is withdrawn for the worker, one being read is waited for",
           "[server][read_ahead]") {
   Gate gate;
   std::atomic<int> calls{0};
