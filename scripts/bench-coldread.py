@@ -43,19 +43,11 @@ jobs:
 """
 
 
-def drop_caches() -> bool:
-    try:
-        subprocess.run(["sync"], check=True)
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
 
 
 def cold_read_mb_s(images: str) -> float:
     """MB/s reading every photo once in one thread right after a drop (storage's own speed)."""
-    drop_caches()
+    benchlib.drop_caches()
     t0 = time.monotonic()
     total = 0
     for d, _, files in os.walk(images):
@@ -79,7 +71,7 @@ def run(build: str, images: str, workers: int, read_ahead: str, epochs: int, env
                 os.environ[k] = v
     try:
         if cold:
-            drop_caches()  # the daemon prefetched a few batches at start: drop those too
+            benchlib.drop_caches()  # the daemon prefetched a few batches at start: drop those too
         wait0 = d.status()["jobs"][0]["read_wait_s"]
         cpu0 = d.cpu()
         t0 = time.monotonic()
@@ -108,7 +100,7 @@ def main() -> int:
     shim = os.path.join(build, "lib", "libstoker_slow_read.so")
     print(f"machine: {benchlib.machine()}; {files} photos in {a.images}; {a.workers} workers; "
           f"read-ahead {a.read_ahead}")
-    can_drop = drop_caches()
+    can_drop = benchlib.drop_caches()
     if can_drop:
         print(f"cold sequential read of the photos, one thread: {cold_read_mb_s(a.images):.0f} MB/s")
     else:
@@ -123,7 +115,7 @@ def main() -> int:
         for _ in range(a.repeat):  # off and on alternate, so a burst of load hits both alike
             for label, ra in (("off", "false"), ("on", a.read_ahead)):
                 if cold:
-                    drop_caches()
+                    benchlib.drop_caches()
                 else:  # warm the page cache (the slow state's files too: only the shim is slow)
                     for d_, _, fs in os.walk(a.images):
                         for f in fs:

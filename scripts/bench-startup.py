@@ -24,6 +24,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
 from benchlib import accepts, machine  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -107,14 +108,6 @@ def make_data(work: str, n: int) -> None:
     open(marker, "w").close()
 
 
-def drop_caches() -> bool:
-    try:
-        subprocess.run(["sync"], check=True)
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
 
 
 def rss_mb(pid: int) -> tuple[float, float]:
@@ -182,7 +175,7 @@ def main() -> int:
         "filelist": f"{{type: filelist, list: \"{work}/list.txt\", root: \"{work}/tree\"}}",
         "tar": f"{{type: tar, shards: \"{work}/shards/train-{{000000..{SHARDS - 1:06d}}}.tar\"}}",
     }
-    dropped = drop_caches()
+    dropped = benchlib.drop_caches()
     print(f"page cache drop: {'yes' if dropped else 'not permitted (cold figures are warm)'}")
     print(f"{'source':34} {'ready s':>8} {'RSS MB':>8} {'peak MB':>8} {'MB/1M samples':>14}")
     base_rss = 0.0
@@ -195,7 +188,7 @@ def main() -> int:
             for f in os.listdir(os.path.join(work, "state")):
                 if f.endswith(".tarindex"):
                     os.remove(os.path.join(work, "state", f))
-            drop_caches()
+            benchlib.drop_caches()
             runs.append(("tar, cold cache, no index", src))
             runs.append(("tar, cold cache, cached index", src))
             runs.append(("tar, warm, cached index", src))
@@ -203,7 +196,7 @@ def main() -> int:
             runs = [(f"{name}, cold cache", src), (f"{name}, warm", src)]
         for label, s in runs:
             if "cold" in label and dropped:
-                drop_caches()
+                benchlib.drop_caches()
             ready, rss, hwm, log = start(args.build, work, s, label.split(",")[0].split()[0])
             if name.startswith("base"):
                 base_rss = max(base_rss, rss)

@@ -85,3 +85,14 @@ def summary(proc: subprocess.Popen) -> Dict:
     if proc.returncode != 0:
         raise RuntimeError(f"stokerctl consume failed ({proc.returncode})")
     return json.loads(out.strip().splitlines()[-1])
+
+
+def drop_caches() -> bool:
+    """Empties the page cache (root only): for cold-storage figures. False when not allowed."""
+    try:
+        subprocess.run(["sync"], check=True)
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
