@@ -11,7 +11,7 @@ target_compile_definitions(fault_test PRIVATE STOKER_FAIL_OPEN_LIB="$<TARGET_FIL
 # Preloaded to make reads of some files slow (storage latency): the read-ahead fault test and
 # scripts/bench-coldread.py.
 add_library(stoker_slow_read SHARED support/slow_read.c)
-target_link_libraries(stoker_slow_read PRIVATE ${CMAKE_DL_LIBS})
+target_link_libraries(stoker_slow_read PRIVATE ${CMAKE_DL_LIBS} Threads::Threads)
 add_dependencies(fault_test stoker_slow_read)
 target_compile_definitions(fault_test PRIVATE STOKER_SLOW_READ_LIB="$<TARGET_FILE:stoker_slow_read>")
 

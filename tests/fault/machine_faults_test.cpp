@@ -385,6 +385,9 @@ TEST_CASE("decode.max_memory_mb bounds the daemon's peak memory: huge progressiv
   j.root = root.string();
   j.batch_size = 4;
   j.pipeline_yaml = "    pipeline:\n      - decode: {max_memory_mb: 24}\n      - random_resized_crop: {size: 32}\n";
+  // The bound below is about decode memory: read-ahead's own budget (64 MiB of file bytes by
+  // default, here the panoramas' several MB each) is a separate, configured figure.
+  j.extra = "    read_ahead: false\n";
   const auto socket = (dir.path() / "s.sock").string();
   Daemon d(write_config(dir.path(), {j}, 2), socket);
   stoker::Client c("demo", 0, at(socket));

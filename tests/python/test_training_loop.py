@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -134,6 +135,17 @@ def test_main_style_training_on_two_nodes_resumes_exactly_and_validates_every_sa
         full = _run(tmp_path, "full", sockets, demo_root, str(val_root), "-1:-1")
         first = _run(tmp_path, "first", sockets, demo_root, str(val_root), "1:2")
         resumed = _run(tmp_path, "resumed", sockets, demo_root, str(val_root), "-1:-1")
+        # The trainers are gone: their jobs are removed once unused for the linger time (1 s).
+        import stoker
+        deadline = time.monotonic() + 20
+        left = None
+        while time.monotonic() < deadline:
+            left = [j["name"] for s in sockets for j in json.loads(stoker.daemon_status(s))["jobs"]
+                    if j["name"].startswith("py-")]
+            if not left:
+                break
+            time.sleep(0.1)
+        assert not left, left
     finally:
         logs = [open(d.log).read() for d in daemons]
         for d in daemons:
@@ -150,7 +162,7 @@ def test_main_style_training_on_two_nodes_resumes_exactly_and_validates_every_sa
     assert full[0]["job"] == resumed[0]["job"] and full[0]["job"].startswith("py-")
     for log in logs:
         assert "defined by client" in log
-        assert "client-defined job unused for 1 s" in log  # removed between the runs
+        assert "client-defined job unused for 1 s" in log
 
 
 def test_lazy_from_folder_defines_nothing_until_first_use(tmp_path, demo_root):

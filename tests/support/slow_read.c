@@ -7,7 +7,7 @@
  * Other descriptors (sockets, the segment, pipes) go straight to libc. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
-#include <stdatomic.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,24 +15,30 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Set once (pthread_once) before any wrapped call goes on: read-only afterwards, so the
+ * wrappers may run in any number of threads (the ThreadSanitizer tier preloads this too). */
 static char pattern[256];
-static long delay_us = -1; /* -1: not parsed yet */
+static long delay_us;
+static ssize_t (*real_pread)(int, void*, size_t, off_t);
+static ssize_t (*real_pread64)(int, void*, size_t, off_t);
+static ssize_t (*real_read)(int, void*, size_t);
+static pthread_once_t once = PTHREAD_ONCE_INIT;
 
-static void parse(void) {
+static void init(void) {
+  real_pread = (ssize_t(*)(int, void*, size_t, off_t))dlsym(RTLD_NEXT, "pread");
+  real_pread64 = (ssize_t(*)(int, void*, size_t, off_t))dlsym(RTLD_NEXT, "pread64");
+  real_read = (ssize_t(*)(int, void*, size_t))dlsym(RTLD_NEXT, "read");
   const char* spec = getenv("STOKER_SLOW_READ");
-  long us = 0;
   if (spec != NULL) {
     const char* colon = strrchr(spec, ':');
     if (colon != NULL && (size_t)(colon - spec) < sizeof pattern) {
       memcpy(pattern, spec, (size_t)(colon - spec));
-      us = atol(colon + 1);
+      delay_us = atol(colon + 1);
     }
   }
-  __atomic_store_n(&delay_us, us, __ATOMIC_RELEASE);
 }
 
 static void maybe_wait(int fd) {
-  if (__atomic_load_n(&delay_us, __ATOMIC_ACQUIRE) < 0) parse();
   if (delay_us <= 0 || pattern[0] == '\0') return;
   char link[64], path[4096];
   snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
@@ -46,22 +52,19 @@ static void maybe_wait(int fd) {
 }
 
 ssize_t pread(int fd, void* buf, size_t count, off_t offset) {
-  static ssize_t (*real)(int, void*, size_t, off_t);
-  if (real == NULL) real = (ssize_t(*)(int, void*, size_t, off_t))dlsym(RTLD_NEXT, "pread");
+  pthread_once(&once, init);
   maybe_wait(fd);
-  return real(fd, buf, count, offset);
+  return real_pread(fd, buf, count, offset);
 }
 
 ssize_t pread64(int fd, void* buf, size_t count, off_t offset) {
-  static ssize_t (*real)(int, void*, size_t, off_t);
-  if (real == NULL) real = (ssize_t(*)(int, void*, size_t, off_t))dlsym(RTLD_NEXT, "pread64");
+  pthread_once(&once, init);
   maybe_wait(fd);
-  return real(fd, buf, count, offset);
+  return real_pread64(fd, buf, count, offset);
 }
 
 ssize_t read(int fd, void* buf, size_t count) {
-  static ssize_t (*real)(int, void*, size_t);
-  if (real == NULL) real = (ssize_t(*)(int, void*, size_t))dlsym(RTLD_NEXT, "read");
+  pthread_once(&once, init);
   maybe_wait(fd);
-  return real(fd, buf, count);
+  return real_read(fd, buf, count);
 }
