@@ -399,7 +399,14 @@ TEST_CASE("decode.max_memory_mb bounds the daemon's peak memory: huge progressiv
   // panoramas decoding at once take ~120 MB on their own (checked: this bound fails then).
   const std::uint64_t peak = peak_rss_kib(d.pid());
   INFO("stokerd peak RSS " << peak << " KiB");
-  CHECK(peak < 2 * 24 * 1024 + 40 * 1024);
+#if defined(__SANITIZE_ADDRESS__)
+  // ASan's shadow, redzones and its quarantine of freed blocks: measured 94 MB here against
+  // the release build's far lower peak; without the budget the panoramas still go well past.
+  constexpr std::uint64_t kSanitizerKiB = 24 * 1024;
+#else
+  constexpr std::uint64_t kSanitizerKiB = 0;
+#endif
+  CHECK(peak < 2 * 24 * 1024 + 40 * 1024 + kSanitizerKiB);
 }
 
 TEST_CASE("a JPEG refused for max_pixels does not cost the next one its decode: one worker, "
