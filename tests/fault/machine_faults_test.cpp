@@ -467,9 +467,18 @@ TEST_CASE("EMFILE met by read-ahead (64 reads in flight, the whole epoch planned
   CHECK(quarantine_files(dir.path(), "demo").empty());
 }
 
-TEST_CASE("read-ahead under a low LimitNOFILE (18) with 64 reads asked for and slow storage: capped to an "
-          "eighth of the limit, the daemon starts and serves every sample in order, nothing quarantined",
+// (No ':' in the name: Catch 2.13 aborts printing a failure whose name has one past column 79.)
+TEST_CASE("read-ahead under a low LimitNOFILE (18) with 64 reads asked for and slow storage is capped to "
+          "an eighth of the limit, the daemon starts and serves every sample in order, nothing quarantined",
           "[fault][machine][read_ahead]") {
+#if defined(__SANITIZE_ADDRESS__)
+  // The sanitizer runtime opens files of its own (UBSan's vptr check reads the module map; with
+  // every descriptor taken it reported a virtual call in nlohmann::json as "invalid vptr" and
+  // stopped the daemon): a few more descriptors for it.
+  constexpr int kNoFile = 34;
+#else
+  constexpr int kNoFile = 18;
+#endif
   TempDir dir;
   const auto socket = (dir.path() / "s.sock").string();
   JobSpec j;
@@ -482,14 +491,14 @@ TEST_CASE("read-ahead under a low LimitNOFILE (18) with 64 reads asked for and s
     // An idle daemon holds about a dozen descriptors; reads of the photos take 3 ms each, so
     // reads in flight hold their descriptors together. Uncapped, the 64 readers took every
     // descriptor and the daemon could not open its own socket.
-    env.set("STOKER_TEST_NOFILE", "18");
+    env.set("STOKER_TEST_NOFILE", std::to_string(kNoFile));
     env.set("LD_PRELOAD", STOKER_SLOW_READ_LIB);
     env.set("STOKER_SLOW_READ", "/demo/:3000");
     const char* asan = std::getenv("ASAN_OPTIONS");
     env.set("ASAN_OPTIONS", std::string(asan ? asan : "") + ":verify_asan_link_order=0");
     d = std::make_unique<Daemon>(write_config(dir.path(), {j}, 2), socket);
   }
-  CHECK_THAT(d->log(), Catch::Contains("read_ahead.requests 64 lowered to 2"));
+  CHECK_THAT(d->log(), Catch::Contains("read_ahead.requests 64 lowered to " + std::to_string(kNoFile / 8)));
   // A connection met while descriptors are short is refused as the machine fault it is
   // ("out of file descriptors"): a trainer retries, so does this one.
   std::unique_ptr<stoker::Client> client;
@@ -512,13 +521,19 @@ TEST_CASE("read-ahead under a low LimitNOFILE (18) with 64 reads asked for and s
     REQUIRE(ids.size() == kDemoSamples);
     for (int i = 0; i < kDemoSamples; ++i) CHECK(ids[i] == i);
   }
-  std::string st;
-  for (int i = 0; i < 50 && st.empty(); ++i) {
+  // The consumer hangs up first: its connection's descriptor is one of the 18, and while it is
+  // connected the daemon keeps reading the next epoch ahead for it.
+  client.reset();
+  std::string st, last;
+  for (int i = 0; i < 150 && st.empty(); ++i) {
     if (run_program({bin("stokerctl"), "status", "--socket", socket}, st) != 0) {
+      last = st;
       st.clear();
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
   }
+  INFO("last refusal: " << last);
+  INFO("daemon log: " << d->log().substr(d->log().size() > 20000 ? d->log().size() - 20000 : 0));
   CHECK_THAT(st, Catch::Contains("\"quarantined\":0") && Catch::Contains("\"missing\":0"));
   CHECK(quarantine_files(dir.path(), "demo").empty());
 }
