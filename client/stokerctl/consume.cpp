@@ -11,7 +11,9 @@
 #include <thread>
 #include <vector>
 
+#include "cli_args.hpp"
 #include "commands.hpp"
+#include "stoker/proto/half.hpp"
 #include "npy_writer.hpp"
 #include "stoker/stoker.h"
 
@@ -27,15 +29,6 @@ struct ConsumeArgs {
   int hold_ms = 0;
   int timeout_ms = -1;
 };
-
-bool parse_u64(const char* s, std::uint64_t& out) {
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = std::strtoull(s, &end, 10);
-  if (errno != 0 || end == s || *end != '\0' || s[0] == '-') return false;
-  out = v;
-  return true;
-}
 
 bool parse_consume(int argc, char** argv, ConsumeArgs& a) {
   for (int i = 1; i < argc; ++i) {
@@ -78,14 +71,6 @@ bool parse_consume(int argc, char** argv, ConsumeArgs& a) {
 
 const char* npy_descr(stoker_dtype t) {
   return t == STOKER_UINT8 ? "|u1" : t == STOKER_FLOAT16 ? "<f2" : t == STOKER_INT64 ? "<i8" : "<f4";
-}
-
-float half_to_float(std::uint16_t h) {
-  const int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  const float mag = exp == 0 ? std::ldexp(static_cast<float>(mant), -24)
-                    : exp == 31 ? (mant ? NAN : INFINITY)
-                                : std::ldexp(static_cast<float>(mant | 0x400), exp - 25);
-  return (h & 0x8000) ? -mag : mag;
 }
 
 // --ids text of one sample's labels: its class index, or for soft labels (mixup/cutmix) the

@@ -28,7 +28,9 @@
 #include <nlohmann/json.hpp>
 #include <png.h>
 
+#include "cli_args.hpp"
 #include "commands.hpp"
+#include "stoker/proto/half.hpp"
 #include "preview_font.hpp"
 #include "stoker/stoker.h"
 
@@ -42,27 +44,9 @@ constexpr int kLabelHeight = kCellHeight + 3;
 constexpr std::uint8_t kBackground[3] = {32, 32, 32};
 constexpr std::uint8_t kInk[3] = {240, 240, 240};
 
-float half_to_float(std::uint16_t h) {
-  const std::uint32_t sign = (h >> 15) & 1u, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-  float v;
-  if (exp == 0) v = std::ldexp(static_cast<float>(mant), -24);
-  else if (exp == 31) v = mant != 0 ? NAN : INFINITY;
-  else v = std::ldexp(static_cast<float>(mant | 0x400u), static_cast<int>(exp) - 25);
-  return sign ? -v : v;
-}
-
 int fail(const std::string& what) {
   std::fprintf(stderr, "stokerctl preview: %s\n", what.c_str());
   return 1;
-}
-
-bool parse_u64(const char* s, std::uint64_t& out) {
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = std::strtoull(s, &end, 10);
-  if (errno != 0 || end == s || *end != '\0' || s[0] == '-') return false;
-  out = v;
-  return true;
 }
 
 }  // namespace
