@@ -13,6 +13,7 @@
 #include <thread>
 #include <unistd.h>
 
+#include "batch_copy.hpp"
 #include "daemon_fixture.hpp"
 #include "stoker/proto/control.hpp"
 #include "stoker/stoker.hpp"
@@ -21,12 +22,6 @@ using namespace stoker::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-stoker::ClientOptions at(const std::string& socket) {
-  stoker::ClientOptions o;
-  o.socket_path = socket;
-  return o;
-}
 
 int raw_connect(const std::string& socket) {
   const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET, 0);

@@ -23,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "batch_copy.hpp"
 #include "daemon_fixture.hpp"
 #include "stoker/proto/control.hpp"
 #include "stoker/stoker.hpp"
@@ -32,12 +33,6 @@ using Json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-stoker::ClientOptions at(const std::string& socket) {
-  stoker::ClientOptions o;
-  o.socket_path = socket;
-  return o;
-}
 
 Json status(const std::string& socket) {
   char* text = nullptr;

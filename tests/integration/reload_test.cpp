@@ -21,12 +21,6 @@ using Json = nlohmann::json;
 
 namespace {
 
-stoker::ClientOptions at(const std::string& socket) {
-  stoker::ClientOptions o;
-  o.socket_path = socket;
-  return o;
-}
-
 Json status(const std::string& socket) { return Json::parse(daemon_status_text(socket)); }
 
 // The job's status entries of that name (a draining one and its restarted successor may both be there).
@@ -60,9 +54,8 @@ std::pair<int, std::string> take_until_dropped(stoker::Client& c, int most = 100
   return {n, ""};
 }
 
-std::string command(const std::string& socket, const Json& request) {
+std::string command_text(const std::string& socket, const std::string& text) {
   char* reply = nullptr;
-  const std::string text = request.dump();
   if (stoker_daemon_command(socket.c_str(), text.c_str(), 60000, &reply) != STOKER_OK) {
     throw std::runtime_error(stoker_last_error());
   }
@@ -70,6 +63,8 @@ std::string command(const std::string& socket, const Json& request) {
   stoker_free(reply);
   return out;
 }
+
+std::string command(const std::string& socket, const Json& request) { return command_text(socket, request.dump()); }
 
 JobSpec spec(const std::string& name, int batch) {
   JobSpec j;
@@ -239,4 +234,27 @@ TEST_CASE("a job defined by clients is shared by definition, validated like the 
   c.reset();
   REQUIRE(eventually(socket, [&](const Json& s) { return job_entries(s, name).empty(); }));
   CHECK_THAT(d.log(), Catch::Contains("client-defined job unused for 1 s"));
+}
+
+TEST_CASE("malformed commands get a clear refusal and the daemon keeps serving", "[integration][reload]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  Daemon d(write_config(dir.path(), {spec("a", 4)}, 2), socket);
+  auto refusal = [&](const std::string& text) {
+    const Json r = Json::parse(command_text(socket, text));
+    CHECK(r["ok"] == false);
+    return r["error"].get<std::string>();
+  };
+  CHECK_THAT(refusal("not json {"), Catch::Contains("a command is a JSON object with a string \"op\""));
+  CHECK_THAT(refusal("{\"op\": 5}"), Catch::Contains("string \"op\""));
+  CHECK_THAT(refusal("{\"op\": \"explode\"}"), Catch::Contains("unknown command \"explode\" (known: define_job, drain, samples)"));
+  CHECK_THAT(refusal("{\"op\": \"define_job\"}"), Catch::Contains("needs \"config\""));
+  CHECK_THAT(refusal("{\"op\": \"define_job\", \"config\": \"jobs: [\"}"), Catch::Contains("<job defined by client"));
+  CHECK_THAT(refusal("{\"op\": \"samples\", \"job\": \"nosuch\"}"), Catch::Contains("no serving job 'nosuch'"));
+  // Still serving, and the samples page of the real job is its list.
+  const Json page = Json::parse(command(socket, {{"op", "samples"}, {"job", "a"}, {"offset", 60}, {"count", 10}}));
+  CHECK(page["total"] == 64);
+  CHECK(page["samples"].size() == 4);
+  stoker::Client c("a", 0, at(socket));
+  CHECK(c.next(20000).count() == 4);
 }

@@ -39,6 +39,13 @@ inline std::vector<BatchCopy> take_epoch(stoker::Client& c) {
   return out;
 }
 
+// Client options for the daemon on `socket` (the rest default).
+inline stoker::ClientOptions at(const std::string& socket) {
+  stoker::ClientOptions o;
+  o.socket_path = socket;
+  return o;
+}
+
 inline std::string daemon_status_text(const std::string& socket) {
   char* json = nullptr;
   REQUIRE(stoker_daemon_status(socket.c_str(), &json) == STOKER_OK);
