@@ -8,6 +8,56 @@
 
 namespace stoker::server {
 
+std::string escape_field(std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7f) {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+std::string unescape_field(std::string_view text) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\\' || i + 1 == text.size()) {
+      out += text[i];
+      continue;
+    }
+    const char next = text[i + 1];
+    if (next == '\\' || next == 'n' || next == 't') {
+      out += next == 'n' ? '\n' : next == 't' ? '\t' : '\\';
+      ++i;
+    } else if (next == 'x' && i + 3 < text.size() && hex(text[i + 2]) >= 0 && hex(text[i + 3]) >= 0) {
+      out += static_cast<char>(hex(text[i + 2]) * 16 + hex(text[i + 3]));
+      i += 3;
+    } else {
+      out += text[i];  // not a sequence escape_field writes (an older file's literal backslash)
+    }
+  }
+  return out;
+}
+
 Quarantine::Quarantine(std::filesystem::path file) : file_(std::move(file)) {
   std::ifstream in(file_);
   std::string line;
@@ -21,7 +71,7 @@ Quarantine::Quarantine(std::filesystem::path file) : file_(std::move(file)) {
       at = tab + 1;
     }
     if (f[0].empty()) continue;
-    paths_[f[0]] = f.size() >= 5 ? f[3] + ":" + f[4] : std::string();
+    paths_[unescape_field(f[0])] = f.size() >= 5 ? f[3] + ":" + f[4] : std::string();
   }
 }
 
@@ -83,12 +133,11 @@ bool Quarantine::add(const std::string& path, const char* kind, const std::strin
       return true;
     }
   }
-  std::string clean = reason;
-  for (char& c : clean) {
-    if (c == '\t' || c == '\n') c = ' ';
-  }
+  // Escaped, so that a name or a reason holding a newline, a tab or another control character
+  // (anyone who can create a file in the dataset chooses its name) stays one line of five
+  // fields: no line of this file is ever written by a file name.
   const auto colon = fp.find(':');
-  std::fprintf(out_, "%s\t%s\t%s\t%s\t%s\n", path.c_str(), kind, clean.c_str(),
+  std::fprintf(out_, "%s\t%s\t%s\t%s\t%s\n", escape_field(path).c_str(), kind, escape_field(reason).c_str(),
                colon == std::string::npos ? "" : fp.substr(0, colon).c_str(),
                colon == std::string::npos ? "" : fp.substr(colon + 1).c_str());
   std::fflush(out_);

@@ -1,4 +1,6 @@
-// Files found bad are listed, one per line ("path<TAB>kind<TAB>reason<TAB>size<TAB>mtime_ns"),
+// Files found bad are listed, one per line ("path<TAB>kind<TAB>reason<TAB>size<TAB>mtime_ns",
+// path and reason escaped by escape_field: a backslash, newline, tab or other control
+// character in a name never splits or adds a line),
 // in a quarantine file that the next start reads so it does not decode them again. Appends
 // are flushed line by line so a killed daemon loses nothing already reported.
 //
@@ -12,9 +14,17 @@
 #include <filesystem>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 namespace stoker::server {
+
+// A quarantine field as written: a backslash is doubled, a newline becomes backslash-n, a tab
+// backslash-t, any other control character (< 0x20, 0x7f) backslash-xHH; everything else
+// (UTF-8 included) stays as it is.
+std::string escape_field(std::string_view text);
+// The inverse; a backslash starting no such sequence (an older file's) is kept as it is.
+std::string unescape_field(std::string_view text);
 
 class Quarantine {
  public:
