@@ -1,12 +1,15 @@
 # Running stokerd as a system service: access by group, socket resolution, state folder
-# (unit), peers of other users refused or admitted (integration, as root), the .deb (package).
+# (unit), client-defined jobs' rules (unit), peers of other users refused or admitted (integration, as
+# root), the .deb (package).
 stoker_add_test(service_test LABEL unit
-  SOURCES unit/service_test.cpp
+  SOURCES unit/service_test.cpp unit/client_job_rules_test.cpp
   LIBS stoker_server stoker_daemon_fixture)
 
-# Against a real stokerd: the state folder; other uids (forked children that drop to uid 65534),
+# Against a real stokerd: the state folder; client-defined jobs (what they may read and write,
+# their caps); other uids (forked children that drop to uid 65534),
 # as root only, otherwise those cases exit 77 and ctest reports them Skipped.
-add_executable(service_integration_test integration/access_test.cpp integration/state_dir_test.cpp)
+add_executable(service_integration_test integration/access_test.cpp integration/state_dir_test.cpp
+  integration/client_job_access_test.cpp)
 target_link_libraries(service_integration_test PRIVATE stoker_catch_main stoker_daemon_fixture stoker::client)
 catch_discover_tests(service_integration_test EXTRA_ARGS -w NoTests PROPERTIES LABELS integration
   SKIP_RETURN_CODE 77 TIMEOUT 300)

@@ -103,7 +103,10 @@ std::string describe(const YAML::Node& n) {
 
 class Reader {
  public:
-  explicit Reader(std::string file) : file_(std::move(file)) {}
+  // `client_job`: the text came from a client (parse_client_job): no value is taken from
+  // stokerd's environment and no key may choose where stokerd writes.
+  explicit Reader(std::string file, bool client_job = false) : file_(std::move(file)), client_job_(client_job) {}
+  bool client_job() const { return client_job_; }
 
   [[noreturn]] void fail(Mark at, const std::string& path, const std::string& msg) const {
     throw ConfigError(file_, at, path, msg);
@@ -120,6 +123,12 @@ class Reader {
       if (raw.compare(i, 2, "${") != 0) {
         out += raw[i++];
         continue;
+      }
+      if (client_job_) {
+        // stokerd's environment is not the client's, and may hold what the client must not
+        // see (a token, a path): the client expands its own variables before it sends.
+        fail(v, "'" + raw + "': a client-defined job cannot use ${...} (it would read stokerd's environment, "
+                "not yours); expand the variable in the client");
       }
       const std::size_t end = raw.find('}', i);
       if (end == std::string::npos) fail(v, "unterminated ${ in '" + raw + "'");
@@ -251,6 +260,7 @@ class Reader {
 
  private:
   std::string file_;
+  bool client_job_ = false;
 };
 
 // A mapping whose keys have been checked against those allowed (unknown and repeated keys
@@ -1004,6 +1014,12 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
     job.on_error = e == "skip" ? OnError::kSkip : e == "substitute" ? OnError::kSubstitute : OnError::kFail;
   }
   if (auto* v = f.get("quarantine")) {
+    if (r.client_job()) {
+      // A client must not choose a file stokerd writes (as root, that is any file): a client's
+      // job always has the server's path, <state_dir>/<job>-<dataset hash>.quarantine.
+      r.fail(*v, "a client-defined job cannot choose its quarantine file (stokerd writes it, under its "
+                 "server.state_dir); leave the key out");
+    }
     const fs::path q = r.string(*v);
     if (q.empty()) r.fail(*v, "must not be empty (leave the key out for the default)");
     job.quarantine = resolve(q, base_dir);
@@ -1118,7 +1134,7 @@ void parse_server(const Reader& r, const Value& s, const fs::path& base_dir, Ser
   const Fields f(r, s, {"workers", "socket", "log_level", "state_dir", "shm_mode", "handshake_timeout_s",
                         "idle_timeout_s", "max_connections", "client_jobs", "client_job_linger_s", "drain_timeout_s",
                         "metrics", "metrics_allow_remote", "metrics_textfile", "log_interval_s", "group",
-                        "client_jobs_for_group"});
+                        "client_jobs_for_group", "client_jobs_per_user"});
   if (auto* v = f.get("workers")) out.workers = static_cast<std::uint32_t>(r.integer(*v, 0, 1024));
   if (auto* v = f.get("socket")) {
     out.socket = r.string(*v);
@@ -1156,6 +1172,9 @@ void parse_server(const Reader& r, const Value& s, const fs::path& base_dir, Ser
   if (auto* v = f.get("max_connections")) out.max_connections = static_cast<std::uint32_t>(r.integer(*v, 1, 1000000));
   if (auto* v = f.get("client_jobs")) out.client_jobs = r.boolean(*v);
   if (auto* v = f.get("client_jobs_for_group")) out.client_jobs_for_group = r.boolean(*v);
+  if (auto* v = f.get("client_jobs_per_user")) {
+    out.client_jobs_per_user = static_cast<std::uint32_t>(r.integer(*v, 1, 16));  // 16: all client jobs
+  }
   if (auto* v = f.get("client_job_linger_s")) {
     out.client_job_linger_s = r.number(*v);
     if (!(out.client_job_linger_s >= 0 && out.client_job_linger_s <= 86400)) r.fail(*v, "must be within [0, 86400] seconds");
@@ -1237,9 +1256,11 @@ std::size_t second_document(const std::string& text) {
 
 }  // namespace
 
-Config parse_config(const std::string& yaml_text, const std::string& file_name,
-                    const fs::path& base_dir) {
-  const Reader r(file_name);
+namespace {
+
+Config parse_config_as(const std::string& yaml_text, const std::string& file_name, const fs::path& base_dir,
+                       bool client_job) {
+  const Reader r(file_name, client_job);
   // One document, read with YAML::Load: yaml-cpp 0.7's LoadAll never returns on some inputs
   // (",a", "---\n---\n,,": it loops allocating ~1 GB/s), which would wedge a daemon reloading
   // its config. A second document is found by its marker instead (second_document()).
@@ -1289,10 +1310,16 @@ Config parse_config(const std::string& yaml_text, const std::string& file_name,
   }
 }
 
+}  // namespace
+
+Config parse_config(const std::string& yaml_text, const std::string& file_name, const fs::path& base_dir) {
+  return parse_config_as(yaml_text, file_name, base_dir, /*client_job=*/false);
+}
+
 JobConfig parse_client_job(const std::string& yaml_text, const std::string& origin) {
   // Relative paths would resolve from "/", which is never what the client meant: refuse them
   // by resolving from a folder that cannot exist.
-  Config cfg = parse_config(yaml_text, origin, "/nonexistent-relative-path-in-a-client-job");
+  Config cfg = parse_config_as(yaml_text, origin, "/nonexistent-relative-path-in-a-client-job", /*client_job=*/true);
   try {
     const YAML::Node doc = YAML::Load(yaml_text);  // parsed once already: it is valid YAML
     if (doc.IsMap() && doc["server"]) {

@@ -124,6 +124,8 @@ struct ServerConfig {
   // its last planned batches within drain_timeout_s are told and disconnected.
   bool client_jobs = true;
   bool client_jobs_for_group = false;  // other users admitted by server.group may define jobs too
+  // Client-defined jobs one uid may have serving or loading at once (of the 16 in all).
+  std::uint32_t client_jobs_per_user = 8;
   double client_job_linger_s = 30;
   double drain_timeout_s = 60;
   std::filesystem::path state_dir;  // quarantine files; default: next to the socket

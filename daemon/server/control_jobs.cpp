@@ -4,6 +4,7 @@
 // control thread, so the jobs that are not touched keep being served throughout.
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +14,8 @@
 #include "server/job.hpp"
 #include "server/job_loader.hpp"
 #include "server/job_table.hpp"
+#include "server/peer_access.hpp"
+#include "source/read_access.hpp"
 
 namespace stoker::server {
 namespace {
@@ -71,7 +74,8 @@ bool ControlServer::handle_command(Session& s, const std::uint8_t* data, std::si
                        proto::MsgType::kStatusReply);
     }
     if (s.peer_uid != ::geteuid() && s.peer_uid != 0 && !sources_.client_jobs_for_group) {
-      // A defined job reads any folder stokerd can read: not for other users unless allowed.
+      // Other users' jobs are read with their own permissions (below), but each still costs
+      // the daemon memory and workers: not for other users unless allowed.
       return send_json(s, reply_error("only stokerd's own user (uid " + std::to_string(::geteuid()) +
                                       ") or root may define jobs; other users (server.group) may when the config says "
                                       "server.client_jobs_for_group: true"),
@@ -80,8 +84,6 @@ bool ControlServer::handle_command(Session& s, const std::uint8_t* data, std::si
     if (!req.contains("config") || !req["config"].is_string()) {
       return send_json(s, reply_error("define_job needs \"config\": the job's YAML text"), proto::MsgType::kStatusReply);
     }
-    std::size_t defined = 0;
-    for (Job* j : jobs_.serving_jobs()) defined += jobs_.entry(j)->defined_by_client ? 1 : 0;
     const std::string origin = "<job defined by client " + who + ">";
     config::JobConfig jc;
     try {
@@ -89,22 +91,57 @@ bool ControlServer::handle_command(Session& s, const std::uint8_t* data, std::si
     } catch (const config::ConfigError& e) {
       return send_json(s, reply_error(e.what()), proto::MsgType::kStatusReply);
     }
-    // Shared by definition: the name the client chose is not part of it.
-    const std::string definition = jc.definition;
-    if (Job* same = jobs_.defined(definition)) {
+    // Shared by definition among the clients of one uid (the ranks of a training run): the
+    // name the client chose is not part of it, the uid is, since what a job may read depends
+    // on who defined it.
+    const std::uint32_t uid = s.peer_uid;
+    const std::string key = "uid " + std::to_string(uid) + "\n" + jc.definition;
+    if (Job* same = jobs_.defined(key)) {
       return send_json(s, Json{{"ok", true}, {"job", same->name()}, {"created", false}}.dump(),
                        proto::MsgType::kStatusReply);
     }
-    if (defined >= sources_.max_client_jobs) {
-      return send_json(s, reply_error("this stokerd already serves " + std::to_string(defined) +
+    if (auto it = defining_.find(key); it != defining_.end()) {
+      // Already loading (another rank sent it first): wait for that load, start no other.
+      it->second.waiters.emplace_back(s.fd, s.token);
+      s.command_pending = true;
+      return true;
+    }
+    // The caps count loads in flight as well as serving jobs: checked and taken here, on the
+    // control thread, before the load starts, so no number of concurrent definitions passes.
+    std::size_t total = defining_.size(), mine = 0;
+    for (const auto& [k, d] : defining_) mine += d.uid == uid ? 1 : 0;
+    for (Job* j : jobs_.serving_jobs()) {
+      const JobTable::Entry* e = jobs_.entry(j);
+      if (!e->defined_by_client) continue;
+      ++total;
+      mine += e->defined_by_uid == uid ? 1 : 0;
+    }
+    if (total >= sources_.max_client_jobs) {
+      return send_json(s, reply_error("this stokerd already serves or loads " + std::to_string(total) +
                                       " client-defined jobs (at most " + std::to_string(sources_.max_client_jobs) +
                                       "); close unused loaders or define the job in the config"),
                        proto::MsgType::kStatusReply);
     }
-    jc.name = client_job_name(definition);
-    spdlog::info("job {}: defined by client {}; loading its dataset", jc.name, who);
+    if (mine >= sources_.client_jobs_per_user) {
+      return send_json(s, reply_error("uid " + std::to_string(uid) + " already has " + std::to_string(mine) +
+                                      " client-defined jobs serving or loading (at most " +
+                                      std::to_string(sources_.client_jobs_per_user) +
+                                      " per user, server.client_jobs_per_user); close unused loaders"),
+                       proto::MsgType::kStatusReply);
+    }
+    // Another user's job reads only what that user could (source/read_access.hpp): stokerd's
+    // own user and root read as stokerd.
+    std::shared_ptr<const source::ReadAs> read_as;
+    if (uid != ::geteuid() && uid != 0) {
+      const PeerCredentials peer{s.peer_pid, uid, s.peer_gid};
+      read_as = std::make_shared<const source::ReadAs>(source::ReadAs{uid, s.peer_gid, peer_groups(peer)});
+    }
+    jc.name = client_job_name(key);
+    spdlog::info("job {}: defined by client {}; loading its dataset{}", jc.name, who,
+                 read_as ? " with that user's permissions" : "");
     s.command_pending = true;
-    loader_->define(s.fd, s.token, std::move(jc), definition, sources_.state_dir, origin);
+    defining_[key] = Defining{uid, {{s.fd, s.token}}};
+    loader_->define(key, std::move(jc), sources_.state_dir, origin, std::move(read_as));
     return true;
   }
   if (op == "samples") {
@@ -115,6 +152,9 @@ bool ControlServer::handle_command(Session& s, const std::uint8_t* data, std::si
     const std::string name = req.contains("job") && req["job"].is_string() ? req["job"].get<std::string>() : "";
     const Job* job = jobs_.serving(name);
     if (job == nullptr) return send_json(s, reply_error("no serving job '" + name + "'"), proto::MsgType::kStatusReply);
+    if (const std::string why = client_job_refusal(s, job); !why.empty()) {
+      return send_json(s, reply_error(why), proto::MsgType::kStatusReply);
+    }
     const auto& dataset = job->dataset();
     const auto& samples = dataset.samples;
     const std::uint64_t offset = req.contains("offset") && req["offset"].is_number_unsigned() ? req["offset"].get<std::uint64_t>() : 0;
@@ -127,6 +167,17 @@ bool ControlServer::handle_command(Session& s, const std::uint8_t* data, std::si
   }
   return send_json(s, reply_error("unknown command \"" + op + "\" (known: define_job, drain, samples)"),
                    proto::MsgType::kStatusReply);
+}
+
+std::string ControlServer::client_job_refusal(const Session& s, const Job* job) const {
+  const JobTable::Entry* e = jobs_.entry(job);
+  if (e == nullptr || !e->defined_by_client || e->defined_by_uid == s.peer_uid || s.peer_uid == ::geteuid() ||
+      s.peer_uid == 0) {
+    return {};
+  }
+  return "job '" + job->name() + "' was defined by another user (uid " + std::to_string(e->defined_by_uid) +
+         ") and is theirs alone: define the job yourself (a client-defined job is shared only among the clients of "
+         "one uid)";
 }
 
 void ControlServer::start_reload() {
@@ -195,30 +246,35 @@ void ControlServer::apply_reload(LoadResult& r) {
 }
 
 void ControlServer::apply_define(LoadResult& r) {
-  Session* s = nullptr;
-  for (auto& [fd, session] : sessions_) {
-    if (fd == r.fd && session.token == r.token) s = &session;
+  auto node = defining_.extract(r.definition);  // the load no longer counts as in flight
+  if (node.empty()) return;
+  std::vector<Session*> waiting;
+  for (const auto& [fd, token] : node.mapped().waiters) {
+    auto it = sessions_.find(fd);
+    if (it != sessions_.end() && it->second.token == token) {
+      it->second.command_pending = false;
+      waiting.push_back(&it->second);
+    }
   }
-  if (s == nullptr) return;  // the client left while its job loaded: nothing is kept
-  s->command_pending = false;
-  if (!r.error.empty()) {
-    if (!send_json(*s, reply_error(r.error), proto::MsgType::kStatusReply)) doomed_.push_back(r.fd);
-    return;
-  }
+  if (waiting.empty()) return;  // every client that asked left while its job loaded: nothing is kept
   std::string reply;
-  if (Job* same = jobs_.defined(r.definition)) {  // another rank's definition loaded first
+  if (!r.error.empty()) {
+    reply = reply_error(r.error);
+  } else if (Job* same = jobs_.defined(r.definition)) {
     reply = Json{{"ok", true}, {"job", same->name()}, {"created", false}}.dump();
   } else if (jobs_.serving(r.job->config.name) != nullptr) {
     reply = reply_error("a job named '" + r.job->config.name + "' is already served");
   } else {
     try {
-      Job* job = jobs_.add(std::move(*r.job), /*defined_by_client=*/true, r.definition);
+      Job* job = jobs_.add(std::move(*r.job), /*defined_by_client=*/true, r.definition, node.mapped().uid);
       reply = Json{{"ok", true}, {"job", job->name()}, {"created", true}}.dump();
     } catch (const std::exception& e) {
       reply = reply_error(e.what());
     }
   }
-  if (!send_json(*s, reply, proto::MsgType::kStatusReply)) doomed_.push_back(r.fd);
+  for (Session* s : waiting) {
+    if (!send_json(*s, reply, proto::MsgType::kStatusReply)) doomed_.push_back(s->fd);
+  }
 }
 
 void ControlServer::drain_job(Job* job, const std::string& reason) {

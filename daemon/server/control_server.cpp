@@ -213,6 +213,7 @@ void ControlServer::accept_clients() {
     s.pid = static_cast<std::uint32_t>(cred.pid);
     s.peer_pid = cred.pid;
     s.peer_uid = cred.uid;
+    s.peer_gid = cred.gid;
     s.token = next_token_++;
     s.connected_at = s.last_message = std::chrono::steady_clock::now();
     sessions_[fd] = s;
@@ -411,6 +412,10 @@ bool ControlServer::handle_hello(Session& s, const proto::HelloMsg& hello) {
     }
     send_error(s, proto::ErrorCode::kUnknownJob,
                "no job '" + job_name + "' in this stokerd; jobs: " + names);
+    return false;
+  }
+  if (const std::string why = client_job_refusal(s, job); !why.empty()) {
+    send_error(s, proto::ErrorCode::kUnknownJob, why);
     return false;
   }
   std::string split;  // how a process index became (rank, reader), for messages

@@ -51,7 +51,10 @@ class ControlServer {
     bool client_jobs = true;
     bool client_jobs_for_group = false;  // users other than stokerd's and root may define jobs too
     double client_job_linger_s = 30;
+    // Client-defined jobs serving or loading at once: all users, and each uid (a load counts
+    // from the moment it is started, so concurrent definitions cannot overshoot).
     std::size_t max_client_jobs = 16;
+    std::size_t client_jobs_per_user = 8;
     double drain_timeout_s = 60;  // a draining job's consumers that do not finish are told then
   };
   // Binds the socket (mode 0600). Throws std::runtime_error naming the path on failure.
@@ -95,6 +98,7 @@ class ControlServer {
     bool spoke = false;  // sent at least one valid message
     std::int32_t peer_pid = 0;                   // SO_PEERCRED: trusted, unlike Hello's pid
     std::uint32_t peer_uid = ~0u;                // SO_PEERCRED
+    std::uint32_t peer_gid = ~0u;                // SO_PEERCRED
     std::uint64_t token = 0;                     // unique per connection (fds are reused)
     bool command_pending = false;                // a define_job reply is owed once loaded
     std::shared_ptr<DeviceRing> device;          // device consumers: the ring they map
@@ -136,6 +140,9 @@ class ControlServer {
   void apply_loaded();
   void apply_reload(LoadResult& r);
   void apply_define(LoadResult& r);
+  // "" when the peer may consume `job` or list its samples; else why not: a client-defined job
+  // holds what its user could read, so only that uid (and stokerd's user, root) may use it.
+  std::string client_job_refusal(const Session& s, const Job* job) const;
   // Consumers of draining jobs that got everything are told; removed jobs are collected.
   void settle_draining();
   void drain_job(Job* job, const std::string& reason);
@@ -160,6 +167,14 @@ class ControlServer {
   int signal_fd_ = -1;
   std::map<int, Session> sessions_;
   std::vector<int> doomed_;   // fds to close after the current event batch
+  // Client job definitions loading (control_jobs.cpp), by key (uid + definition): who defined
+  // it and the connections (fd, token) waiting for its reply. One load per key, however many
+  // ranks send it; counted with the serving client jobs against both caps.
+  struct Defining {
+    std::uint32_t uid = 0;
+    std::vector<std::pair<int, std::uint64_t>> waiters;
+  };
+  std::map<std::string, Defining> defining_;
 
   // images/s over the last sampling interval, per job
   std::chrono::steady_clock::time_point started_;

@@ -223,6 +223,7 @@ int run_daemon(const DaemonOptions& options) {
       sources.state_dir = state_dir;
       sources.client_jobs = cfg.server.client_jobs;
       sources.client_jobs_for_group = cfg.server.client_jobs_for_group;
+      sources.client_jobs_per_user = cfg.server.client_jobs_per_user;
       sources.client_job_linger_s = cfg.server.client_job_linger_s;
       sources.drain_timeout_s = cfg.server.drain_timeout_s;
       limits.access.owner = ::geteuid();  // who may connect: peer_access.hpp

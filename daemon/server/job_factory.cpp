@@ -15,14 +15,15 @@
 namespace stoker::server {
 namespace {
 
-source::Dataset load_dataset(const config::JobConfig& job, const std::filesystem::path& state_dir) {
-  if (job.source.type == "filelist") return source::read_file_list(job.source.file, job.source.root);
+source::Dataset load_dataset(const config::JobConfig& job, const std::filesystem::path& state_dir,
+                             const source::ReadAs* as) {
+  if (job.source.type == "filelist") return source::read_file_list(job.source.file, job.source.root, as);
   if (job.source.type == "tar") {
     // The index cache sits beside the quarantine, keyed the same way.
     return source::read_tar_shards(job.source.shards, state_dir / (dataset_state_name(job) + ".tarindex"),
-                                   "job " + job.name);
+                                   "job " + job.name, as);
   }
-  return source::scan_image_folder(job.source.root);
+  return source::scan_image_folder(job.source.root, as);
 }
 
 // "jpg 1281167, png 12, webp 3": what a scan found, one line (the decoders go by content, so
@@ -61,10 +62,11 @@ std::string dataset_state_name(const config::JobConfig& jc) {
 }
 
 PreparedJob prepare_job(config::JobConfig jc, const std::filesystem::path& state_dir,
-                        const std::string& config_file) {
+                        const std::string& config_file, std::shared_ptr<const source::ReadAs> read_as) {
   PreparedJob p;
   try {
-    p.dataset = load_dataset(jc, state_dir);
+    p.dataset = load_dataset(jc, state_dir, read_as.get());
+    p.dataset.read_as = std::move(read_as);
   } catch (const source::SourceError& e) {
     throw config::ConfigError(config_file, jc.source.root_mark, "jobs." + jc.name + ".source." + jc.source.root_key,
                               e.what());

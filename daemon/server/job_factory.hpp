@@ -28,9 +28,11 @@ struct PreparedJob {
 std::string dataset_state_name(const config::JobConfig& jc);
 
 // Loads the job's dataset and logs what it found. Throws config::ConfigError pointing at the
-// job's source key (with `config_file`) when the source cannot be read.
+// job's source key (with `config_file`) when the source cannot be read. `read_as`: a
+// client-defined job of another user; the dataset is loaded, and later read, only where that
+// user could read (source/read_access.hpp).
 PreparedJob prepare_job(config::JobConfig jc, const std::filesystem::path& state_dir,
-                        const std::string& config_file);
+                        const std::string& config_file, std::shared_ptr<const source::ReadAs> read_as = nullptr);
 
 // What the daemon needs to build any job.
 struct JobContext {

@@ -60,18 +60,16 @@ bool JobLoader::reload(std::filesystem::path file, std::filesystem::path state_d
   return true;
 }
 
-void JobLoader::define(int fd, std::uint64_t token, config::JobConfig job, std::string definition,
-                       std::filesystem::path state_dir, std::string origin) {
+void JobLoader::define(std::string key, config::JobConfig job, std::filesystem::path state_dir, std::string origin,
+                       std::shared_ptr<const source::ReadAs> read_as) {
   std::lock_guard lock(mu_);
-  threads_.emplace_back([this, fd, token, job = std::move(job), definition = std::move(definition),
-                         state_dir = std::move(state_dir), origin = std::move(origin)] {
+  threads_.emplace_back([this, key = std::move(key), job = std::move(job), state_dir = std::move(state_dir),
+                         origin = std::move(origin), read_as = std::move(read_as)] {
     LoadResult r;
     r.kind = LoadResult::Kind::kDefine;
-    r.fd = fd;
-    r.token = token;
-    r.definition = definition;
+    r.definition = key;
     try {
-      r.job = prepare_job(job, state_dir, origin);
+      r.job = prepare_job(job, state_dir, origin, read_as);
     } catch (const config::ConfigError& e) {
       r.error = e.what();
     } catch (const std::exception& e) {

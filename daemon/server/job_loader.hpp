@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -24,10 +25,8 @@ struct LoadResult {
   // kReload: the new config; prepared[i] is set for jobs[i] when it is new or changed.
   std::optional<config::Config> config;
   std::vector<std::optional<PreparedJob>> prepared;
-  // kDefine: the client that asked (its connection, checked to be the same one by `token`),
-  // the canonical definition and the prepared job.
-  int fd = -1;
-  std::uint64_t token = 0;
+  // kDefine: the definition's key (the defining uid and the canonical definition: the
+  // clients waiting for it are found by it) and the prepared job.
   std::string definition;
   std::optional<PreparedJob> job;
 };
@@ -43,9 +42,10 @@ class JobLoader {
   // false (nothing started) while an earlier reload is still loading.
   bool reload(std::filesystem::path file, std::filesystem::path state_dir,
               std::map<std::string, std::string> serving);
-  // Loads one client-defined job, already parsed and validated on the control thread.
-  void define(int fd, std::uint64_t token, config::JobConfig job, std::string definition,
-              std::filesystem::path state_dir, std::string origin);
+  // Loads one client-defined job, already parsed and validated on the control thread;
+  // `read_as` as prepare_job's. The result carries `key` back.
+  void define(std::string key, config::JobConfig job, std::filesystem::path state_dir, std::string origin,
+              std::shared_ptr<const source::ReadAs> read_as);
   std::vector<LoadResult> take_done();
   bool busy() const;
 

@@ -21,12 +21,13 @@ JobTable::~JobTable() {
   }
 }
 
-Job* JobTable::add(PreparedJob prepared, bool defined_by_client, std::string definition) {
+Job* JobTable::add(PreparedJob prepared, bool defined_by_client, std::string definition, std::uint32_t uid) {
   const std::size_t index = next_index_++;
   Entry e;
   e.job = make_job(std::move(prepared), index, ctx_);
   e.defined_by_client = defined_by_client;
   e.definition = std::move(definition);
+  e.defined_by_uid = uid;
   e.unused_since = std::chrono::steady_clock::now();
   Job* job = e.job.get();
   entries_.push_back(std::move(e));

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -33,10 +34,12 @@ class JobTable {
     std::string drain_reason;  // non-empty once draining: what its consumers are told
     std::chrono::steady_clock::time_point drain_started;
     bool lane_closed = false;
-    // Client-defined jobs (stoker.Loader.from_folder): shared by every client that sends the
-    // same definition, drained once unused for the linger time.
+    // Client-defined jobs (stoker.Loader.from_folder): shared by every client of the same uid
+    // that sends the same definition (`definition` is the key: uid and definition), drained
+    // once unused for the linger time.
     bool defined_by_client = false;
     std::string definition;
+    std::uint32_t defined_by_uid = 0;  // counted against server.client_jobs_per_user
     std::chrono::steady_clock::time_point unused_since;
   };
 
@@ -46,7 +49,7 @@ class JobTable {
   JobTable& operator=(const JobTable&) = delete;
 
   // Builds and starts the job (make_job + Job::start). Throws std::runtime_error as make_job.
-  Job* add(PreparedJob prepared, bool defined_by_client = false, std::string definition = {});
+  Job* add(PreparedJob prepared, bool defined_by_client = false, std::string definition = {}, std::uint32_t uid = 0);
   // The serving (not draining) job of that name, or null.
   Job* serving(std::string_view name) const;
   // The serving client-defined job with exactly this definition, or null.

@@ -3,10 +3,13 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "source/read_access.hpp"
 
 namespace stoker::source {
 
@@ -34,6 +37,9 @@ struct Dataset {
   // names are absolute paths).
   std::string root;
   std::string names;  // every sample's name, back to back
+  // A client-defined job of another user: every file read for it (SampleReader) is checked
+  // against that user's permissions (source/read_access.hpp). Null: stokerd's own reads.
+  std::shared_ptr<const ReadAs> read_as;
 
   // Appends a sample named `name` (a path below root, or a member of shards[shard]).
   void add(std::string_view name, std::int64_t label, std::uint32_t shard = Sample::kWholeFile,
@@ -69,7 +75,10 @@ class SourceError : public std::runtime_error {
 // order torchvision gives (folders sorted by path, files by name), classes in order.
 // Symlinks are followed.
 // Throws SourceError when root is missing, unreadable, or holds no images.
-Dataset scan_image_folder(const std::filesystem::path& root);
+// `as`: every folder is listed only when that user could list it (read_access.hpp); a
+// folder that user cannot list stops the scan with an error naming the folder, never what
+// it holds.
+Dataset scan_image_folder(const std::filesystem::path& root, const ReadAs* as = nullptr);
 
 // A text file list, one sample per line in the file's order: `path`, `path,label` or
 // `path<TAB>label` (CSV/TSV); blank lines and lines starting with '#' are skipped; relative
@@ -79,7 +88,9 @@ Dataset scan_image_folder(const std::filesystem::path& root);
 // Files are not opened here (a million-line list indexes in about a second); one that is
 // missing is skipped at read time like any missing file. Throws SourceError naming
 // "FILE:LINE" for a malformed line, mixed labelled/unlabelled lines, or an empty list.
-Dataset read_file_list(const std::filesystem::path& list, const std::filesystem::path& root);
+// `as`: the list is read only when that user could read it.
+Dataset read_file_list(const std::filesystem::path& list, const std::filesystem::path& root,
+                       const ReadAs* as = nullptr);
 
 // WebDataset tar shards (tar_shards.cpp). `patterns`: absolute shard paths, each possibly
 // with brace groups (`train-{000000..001023}.tar`, zero-padded as written; `{a,b}`), expanded
@@ -91,8 +102,9 @@ Dataset read_file_list(const std::filesystem::path& list, const std::filesystem:
 // a .txt holding a decimal integer). Throws SourceError naming the shard (and offset) for a
 // missing, compressed, truncated or corrupt shard, or a sample without a label beside
 // labelled ones. `log_name` prefixes the progress and summary lines ("job train").
+// `as`: every shard is checked readable by that user before its index (cached or not) is used.
 Dataset read_tar_shards(const std::vector<std::string>& patterns, const std::filesystem::path& index_cache,
-                        const std::string& log_name = "tar");
+                        const std::string& log_name = "tar", const ReadAs* as = nullptr);
 
 // Brace expansion of one shard pattern: `a-{00..11}.tar` gives a-00.tar .. a-11.tar (width as
 // written when a bound has a leading zero), `{a,b}` gives each alternative; several groups

@@ -1,9 +1,11 @@
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <fstream>
 #include <map>
 #include <string>
 #include <string_view>
+#include <unistd.h>
 
 #include "source/dataset.hpp"
 
@@ -35,10 +37,34 @@ bool plain_relative(std::string_view p) {
 
 namespace {
 
-Dataset read_file_list_unsettled(const std::filesystem::path& list, const std::filesystem::path& root) {
+// The list's bytes, from a descriptor checked readable by `as` (read_access.hpp).
+std::string read_list_as(const std::filesystem::path& list, const ReadAs& as) {
+  std::string why;
+  const int fd = open_checked(list.string(), as, /*directory=*/false, why);
+  if (fd < 0) throw SourceError(list.string() + ": cannot read the file list: " + why);
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      ::close(fd);
+      throw SourceError(list.string() + ": cannot read the file list");
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return text;
+}
+
+Dataset read_file_list_unsettled(const std::filesystem::path& list, const std::filesystem::path& root,
+                                 const ReadAs* as) {
   // The whole list at once (a 1.28M-line list is ~50 MB), lines as views into it.
   std::string text;
-  {
+  if (as != nullptr) {
+    text = read_list_as(list, *as);
+  } else {
     std::ifstream in(list, std::ios::binary);
     if (!in) throw SourceError(list.string() + ": cannot read the file list");
     in.seekg(0, std::ios::end);
@@ -171,8 +197,8 @@ Dataset read_file_list_unsettled(const std::filesystem::path& list, const std::f
 
 }  // namespace
 
-Dataset read_file_list(const std::filesystem::path& list, const std::filesystem::path& root) {
-  Dataset d = read_file_list_unsettled(list, root);
+Dataset read_file_list(const std::filesystem::path& list, const std::filesystem::path& root, const ReadAs* as) {
+  Dataset d = read_file_list_unsettled(list, root, as);
   settle(d);
   return d;
 }

@@ -4,6 +4,7 @@
 // from readdir's d_type (no stat per file, except for symlinks), one sort per directory.
 #include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -74,7 +75,8 @@ struct DirId {
 
 class Walker {
  public:
-  explicit Walker(NamePool& pool) : pool_(pool) {}
+  // `as`: list only folders that user could list (read_access.hpp); null: stokerd's own.
+  Walker(NamePool& pool, const ReadAs* as) : pool_(pool), as_(as) {}
   // Lists `dir` and everything below it into out_ (unsorted across directories).
   // `chain` holds the directories from the class folder down to `dir`'s parent: a symlink
   // back to one of them is a loop, which os.walk would follow until the path got too long.
@@ -96,7 +98,17 @@ class Walker {
     // readdir's d_type, not std::filesystem (which builds a path object per entry: a third of
     // a 1.28M-file scan): a stat only for symlinks (followed, like os.walk(followlinks=True))
     // and on file systems that leave d_type unknown.
-    DIR* listing = ::opendir(dir.c_str());
+    DIR* listing = nullptr;
+    if (as_ != nullptr) {
+      // Checked on the descriptor that is then listed: no window for a swapped symlink.
+      std::string why;
+      const int fd = open_checked(dir, *as_, /*directory=*/true, why);
+      if (fd < 0) throw SourceError(dir + ": cannot list: " + why);
+      listing = ::fdopendir(fd);
+      if (listing == nullptr) ::close(fd);
+    } else {
+      listing = ::opendir(dir.c_str());
+    }
     if (listing == nullptr) throw SourceError(dir + ": cannot list: " + std::strerror(errno));
     struct Closer {
       DIR* d;
@@ -144,6 +156,7 @@ class Walker {
 
  private:
   NamePool& pool_;
+  const ReadAs* as_;
   std::vector<DirFiles> out_;
 };
 
@@ -151,11 +164,25 @@ class Walker {
 
 namespace {
 
-Dataset scan_image_folder_unsettled(const fs::path& root_in) {
+Dataset scan_image_folder_unsettled(const fs::path& root_in, const ReadAs* as) {
   std::error_code ec;
   const fs::path root = fs::absolute(root_in, ec).lexically_normal();
   std::string root_s = root.native();
   while (root_s.size() > 1 && root_s.back() == '/') root_s.pop_back();
+  // Checked for `as` first (so the texts below tell that user nothing about a path they could
+  // not see), on a descriptor, and the classes are then listed through that very descriptor.
+  int root_fd = -1;
+  if (as != nullptr) {
+    std::string why;
+    root_fd = open_checked(root_s, *as, /*directory=*/true, why);
+    if (root_fd < 0) throw SourceError(root_s + ": cannot list: " + why);
+  }
+  struct Closer {
+    int fd;
+    ~Closer() {
+      if (fd >= 0) ::close(fd);
+    }
+  } closer{root_fd};
   const fs::file_status st = fs::status(root, ec);
   if (!fs::exists(st)) {
     throw SourceError(root_s + ": " + (ec && ec != std::errc::no_such_file_or_directory ? ec.message()
@@ -168,7 +195,8 @@ Dataset scan_image_folder_unsettled(const fs::path& root_in) {
   // code-point order, which is what Python's sorted() gives.
   Dataset ds;
   {
-    fs::directory_iterator it(root, ec);
+    const fs::path listed = root_fd >= 0 ? fs::path("/proc/self/fd/" + std::to_string(root_fd)) : root;
+    fs::directory_iterator it(listed, ec);
     if (ec) throw SourceError(root_s + ": cannot list: " + ec.message());
     for (; it != fs::directory_iterator(); it.increment(ec)) {
       std::error_code type_ec;
@@ -201,7 +229,7 @@ Dataset scan_image_folder_unsettled(const fs::path& root_in) {
         // torchvision: for root, _, files in sorted(os.walk(class_dir)): for f in sorted(files).
         // That is directories ordered by their whole path string ("c/sub" < "c/sub-2" < "c/sub/x"
         // is not how a tree walk goes, hence one sort over all of them), files by name within each.
-        Walker w(pools[thread]);
+        Walker w(pools[thread], as);
         std::vector<DirId> chain;
         w.walk(prefix + "/" + ds.classes[label], chain);
         std::vector<DirFiles> dirs = w.take();
@@ -262,8 +290,8 @@ Dataset scan_image_folder_unsettled(const fs::path& root_in) {
 
 }  // namespace
 
-Dataset scan_image_folder(const fs::path& root_in) {
-  Dataset d = scan_image_folder_unsettled(root_in);
+Dataset scan_image_folder(const fs::path& root_in, const ReadAs* as) {
+  Dataset d = scan_image_folder_unsettled(root_in, as);
   settle(d);
   return d;
 }

@@ -1,6 +1,8 @@
 #include "source/sample_reader.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <sys/stat.h>
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -24,6 +26,18 @@ SampleReader::SampleReader(const Dataset& dataset, Options options)
   if (dataset_.shards.empty()) max_open_ = 0;
 }
 
+int SampleReader::open_for_read_as(const std::string& path, ReadResult& failed) const {
+  if (!dataset_.read_as) return open_for_read(path, failed);
+  std::string why;
+  const int fd = open_checked(path, *dataset_.read_as, /*directory=*/false, why);
+  if (fd < 0) {
+    // Missing, not transient: skipped this epoch and looked at again the next, as any file
+    // its reader may not open (EACCES).
+    failed = ReadResult{ReadStatus::kMissing, EACCES, "cannot open: " + why};
+  }
+  return fd;
+}
+
 std::size_t SampleReader::open_shards() const {
   std::lock_guard lock(mu_);
   return open_.size();
@@ -39,7 +53,7 @@ std::shared_ptr<SampleReader::ShardFd> SampleReader::shard_fd(std::uint32_t shar
   }
   // Opened outside the lock (an open can take a network round trip); two threads may open the
   // same shard at once, and the second simply keeps its own descriptor for its read.
-  const int fd = open_for_read(dataset_.shards[shard], failed);
+  const int fd = open_for_read_as(dataset_.shards[shard], failed);
   if (fd < 0) {
     if (failed.status == ReadStatus::kTransient) {
       // Out of descriptors or memory: give back every cached descriptor (each closes once the
@@ -65,7 +79,16 @@ std::shared_ptr<SampleReader::ShardFd> SampleReader::shard_fd(std::uint32_t shar
 
 ReadResult SampleReader::read(std::uint32_t id, std::vector<std::uint8_t>& out) {
   const Sample& s = dataset_.samples[id];
-  if (s.shard == Sample::kWholeFile) return read_file(dataset_.path(id), out);
+  if (s.shard == Sample::kWholeFile) {
+    if (!dataset_.read_as) return read_file(dataset_.path(id), out);
+    ReadResult failed;
+    const int fd = open_for_read_as(dataset_.path(id), failed);
+    if (fd < 0) return failed;
+    const ShardFd guard(fd);
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) return read_range_at(fd, 0, 0, out);  // gives fstat's verdict
+    return read_range_at(fd, 0, static_cast<std::uint64_t>(st.st_size), out);
+  }
   ReadResult failed;
   const std::shared_ptr<ShardFd> fd = shard_fd(s.shard, failed);
   if (!fd) return failed;

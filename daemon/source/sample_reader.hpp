@@ -10,7 +10,8 @@
 // descriptor limit); when an open fails for lack of descriptors or memory (a transient
 // verdict) every cached descriptor is given back, so the cache never holds what the machine
 // needs; a descriptor is closed only when no read uses it (shared ownership). Verdicts are
-// file_reader's: transient, missing, or bytes.
+// file_reader's: transient, missing, or bytes. A dataset with `read_as` (a client-defined job
+// of another user) reads only what that user could: every open is checked (read_access.hpp).
 // Threads: read() may be called from any number of threads at once.
 #pragma once
 
@@ -18,6 +19,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -47,6 +49,9 @@ class SampleReader {
  private:
   struct ShardFd;
   std::shared_ptr<ShardFd> shard_fd(std::uint32_t shard, ReadResult& failed);
+  // open_for_read, or for a dataset read as a client's user (Dataset::read_as) open_checked:
+  // a file that user may not read is missing.
+  int open_for_read_as(const std::string& path, ReadResult& failed) const;
 
   const Dataset& dataset_;
   const bool sequential_;

@@ -179,11 +179,15 @@ struct Group {
 
 }  // namespace
 
-ShardIndex index_shard(const std::string& path) {
+ShardIndex index_shard(const std::string& path, int fd) {
   Fd f;
-  do {
-    f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  } while (f.fd < 0 && errno == EINTR);
+  if (fd >= 0) {
+    f.fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  } else {
+    do {
+      f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    } while (f.fd < 0 && errno == EINTR);
+  }
   if (f.fd < 0) throw SourceError(path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) throw SourceError(path + ": cannot stat: " + std::strerror(errno));
@@ -419,7 +423,7 @@ bool compressed_name(const std::string& path) {
 namespace {
 
 Dataset read_tar_shards_unsettled(const std::vector<std::string>& patterns, const std::filesystem::path& index_cache,
-                        const std::string& log_name) {
+                                  const ReadAs* as, const std::string& log_name) {
   std::vector<std::string> shards;
   for (const auto& p : patterns) {
     for (auto& s : expand_braces(p)) shards.push_back(std::move(s));
@@ -448,7 +452,21 @@ Dataset read_tar_shards_unsettled(const std::vector<std::string>& patterns, cons
     for (std::size_t i; (i = next.fetch_add(1)) < shards.size();) {
       try {
         struct stat st {};
-        if (::stat(shards[i].c_str(), &st) != 0) {
+        // For a client's user (`as`): checked on a descriptor, which is then what is stat'ed
+        // and indexed, so the index (cached or walked) is of a shard that user could read.
+        int checked = -1;
+        if (as != nullptr) {
+          std::string why;
+          checked = open_checked(shards[i], *as, /*directory=*/false, why);
+          if (checked < 0) throw SourceError(shards[i] + ": cannot read: " + why);
+        }
+        struct Closer {
+          int fd;
+          ~Closer() {
+            if (fd >= 0) ::close(fd);
+          }
+        } closer{checked};
+        if ((checked >= 0 ? ::fstat(checked, &st) : ::stat(shards[i].c_str(), &st)) != 0) {
           throw SourceError(shards[i] + ": cannot read: " + std::strerror(errno));
         }
         const std::int64_t mtime = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec;
@@ -457,7 +475,7 @@ Dataset read_tar_shards_unsettled(const std::vector<std::string>& patterns, cons
             it->second.mtime_ns == mtime) {
           indexes[i] = &it->second;
         } else {
-          fresh[i] = tar::index_shard(shards[i]);
+          fresh[i] = tar::index_shard(shards[i], checked);
           indexes[i] = &fresh[i];
           walked.fetch_add(1);
         }
@@ -568,8 +586,8 @@ Dataset read_tar_shards_unsettled(const std::vector<std::string>& patterns, cons
 }  // namespace
 
 Dataset read_tar_shards(const std::vector<std::string>& patterns, const std::filesystem::path& index_cache,
-                        const std::string& log_name) {
-  Dataset d = read_tar_shards_unsettled(patterns, index_cache, log_name);
+                        const std::string& log_name, const ReadAs* as) {
+  Dataset d = read_tar_shards_unsettled(patterns, index_cache, as, log_name);
   settle(d);
   return d;
 }

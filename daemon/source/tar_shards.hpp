@@ -54,7 +54,9 @@ struct ShardIndex {
 // into samples. Reads headers, .cls/.txt labels and nothing else. Throws SourceError naming
 // the shard (and the offset, for a header) when the file cannot be read, is compressed, or
 // has a truncated or corrupt header or member.
-ShardIndex index_shard(const std::string& path);
+// `fd` >= 0: the shard is read through that descriptor (one already checked for a client's
+// user), which stays the caller's; `path` then only names it in messages.
+ShardIndex index_shard(const std::string& path, int fd = -1);
 
 // The index cache, one file per job: a ShardIndex per shard path. load gives an empty map
 // for a missing, unreadable or malformed file (the shards are then indexed again);

@@ -1,0 +1,334 @@
+// Client-defined jobs (the define_job command) against a real stokerd, as a deliberate attack
+// tried them (issue 24, C1 and C2): a client must not choose where stokerd writes, must not
+// read stokerd's environment, must read only what its own user could (checked here as uid
+// 65534 in a forked child, as root only: exits 77 otherwise), file names must not inject lines
+// into the quarantine file, and concurrent definitions must not overshoot the caps.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <grp.h>
+#include <sstream>
+#include <string>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "batch_copy.hpp"
+#include "daemon_fixture.hpp"
+#include "stoker/stoker.h"
+#include "stoker/stoker.hpp"
+
+using namespace stoker::test;
+using Json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr uid_t kNobody = 65534;
+
+Json command(const std::string& socket, const Json& request) {
+  char* reply = nullptr;
+  if (stoker_daemon_command(socket.c_str(), request.dump().c_str(), 60000, &reply) != STOKER_OK) {
+    return Json{{"ok", false}, {"error", std::string("command failed: ") + stoker_last_error()}};
+  }
+  Json out = Json::parse(reply);
+  stoker_free(reply);
+  return out;
+}
+
+Json define(const std::string& socket, const std::string& body) {
+  return command(socket, {{"op", "define_job"}, {"config", body}});
+}
+
+// A job definition as Loader.from_folder sends one; `source` is the YAML mapping of its source.
+std::string job_body(const std::string& source, const std::string& extra = "") {
+  return "jobs:\n  mine:\n    source: " + source + "\n    batch_size: 4\n    shuffle: false\n" + extra +
+         "    pipeline:\n      - decode: {}\n      - resize: {size: 16}\n      - center_crop: {size: 16}\n";
+}
+
+std::string folder(const fs::path& root) { return "{type: imagefolder, root: \"" + root.string() + "\"}"; }
+
+// Copies `n` of the demo's flower photos into `dir` (created) as NAME_i.jpg.
+void put_images(const fs::path& dir, const std::string& name, int n) {
+  fs::create_directories(dir);
+  for (int i = 0; i < n; ++i) {
+    char src[64];
+    std::snprintf(src, sizeof src, "flower/flower_%02d.jpg", i);
+    fs::copy_file(fs::path(data_dir()) / "demo" / src, dir / (name + "_" + std::to_string(i) + ".jpg"),
+                  fs::copy_options::overwrite_existing);
+  }
+}
+
+void skip_unless_root() {
+  if (::geteuid() != 0) {
+    std::printf("SKIPPED: needs root to define jobs as another uid (run the integration tier as root)\n");
+    std::exit(77);
+  }
+}
+
+const group* some_group() {
+  for (const char* n : {"users", "staff", "daemon", "sys", "adm"}) {
+    if (const group* g = ::getgrnam(n); g != nullptr && g->gr_gid != 0 && g->gr_gid != kNobody) return g;
+  }
+  std::printf("SKIPPED: no group users/staff/daemon/sys/adm on this machine\n");
+  std::exit(77);
+}
+
+// A command sent from a forked child running as uid/gid 65534, member of `gid`.
+Json command_as_nobody(const std::string& socket, gid_t gid, const Json& request) {
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(p[0]);
+    ::alarm(60);
+    if (::setgroups(1, &gid) != 0 || ::setresgid(kNobody, kNobody, kNobody) != 0 ||
+        ::setresuid(kNobody, kNobody, kNobody) != 0) {
+      ::_exit(3);
+    }
+    char* reply = nullptr;
+    const int rc = stoker_daemon_command(socket.c_str(), request.dump().c_str(), 60000, &reply);
+    const std::string text = rc == STOKER_OK ? std::string(reply)
+                                             : Json{{"ok", false}, {"error", std::string("command failed: ") +
+                                                                                stoker_last_error()}}.dump();
+    [[maybe_unused]] ssize_t w = ::write(p[1], text.data(), text.size());
+    ::_exit(0);
+  }
+  ::close(p[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(p[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+  ::close(p[0]);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  REQUIRE(WIFEXITED(st));
+  REQUIRE(WEXITSTATUS(st) == 0);
+  return Json::parse(text);
+}
+
+std::size_t client_jobs_in_status(const std::string& socket) {
+  const Json st = Json::parse(daemon_status_text(socket));
+  std::size_t n = 0;
+  for (const auto& j : st["jobs"]) n += j.value("defined_by_client", false) ? 1 : 0;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("a client-defined job cannot choose where stokerd writes nor read stokerd's environment",
+          "[integration][client-jobs]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  // Whatever the daemon's environment holds must not reach a client: a made-up secret.
+  ::setenv("STOKER_TEST_SECRET_PATH", "/nonexistent-secret-value-4711", 1);
+  Daemon d(write_config(dir.path(), {JobSpec{}}, 1, "  state_dir: " + (dir.path() / "state").string() + "\n"), socket);
+  ::unsetenv("STOKER_TEST_SECRET_PATH");
+  const std::string demo = folder(fs::path(data_dir()) / "demo");
+
+  const fs::path target = dir.path() / "chosen-by-client.quarantine";
+  const Json q = define(socket, job_body(demo, "    quarantine: \"" + target.string() + "\"\n"));
+  CHECK(q["ok"] == false);
+  CHECK_THAT(q.value("error", ""), Catch::Contains("jobs.mine.quarantine") &&
+                                       Catch::Contains("cannot choose its quarantine file"));
+  CHECK_FALSE(fs::exists(target));
+
+  const Json env = define(socket, job_body("{type: imagefolder, root: \"${STOKER_TEST_SECRET_PATH}/demo\"}"));
+  CHECK(env["ok"] == false);
+  CHECK_THAT(env.value("error", ""), Catch::Contains("jobs.mine.source.root") && Catch::Contains("cannot use ${"));
+  CHECK_THAT(env.value("error", ""), !Catch::Contains("nonexistent-secret-value-4711"));
+
+  // The same definition without them is served, its quarantine under the server's state_dir.
+  const Json ok = define(socket, job_body(demo));
+  REQUIRE(ok["ok"] == true);
+}
+
+TEST_CASE("a file name holding a newline and a tab is one escaped line of the quarantine file",
+          "[integration][client-jobs]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  const fs::path data = dir.path() / "data";
+  put_images(data / "a", "good", 3);
+  put_images(data / "b", "good", 3);
+  const std::string evil = "bad\nroot::0:0:injected::\tx.jpg";  // an /etc/passwd line, were it one
+  { std::ofstream(data / "a" / evil) << "these bytes are no image"; }
+  JobSpec j;
+  j.name = "q";
+  j.root = data.string();
+  j.batch_size = 7;
+  j.shuffle = false;
+  const fs::path state = dir.path() / "state";
+  Daemon d(write_config(dir.path(), {j}, 1, "  state_dir: " + state.string() + "\n"), socket);
+  stoker::Client c("q", 0, at(socket));
+  c.next(20000);  // the corrupt file is decoded (and skipped) while this batch is made
+
+  std::string text;
+  for (int i = 0; i < 200 && text.find("injected") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (const auto& f : quarantine_files(state, "q")) {
+      std::ifstream in(f);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      text = ss.str();
+    }
+  }
+  REQUIRE_THAT(text, Catch::Contains("injected"));
+  std::vector<std::string> lines;
+  for (std::size_t at = 0; at < text.size();) {
+    const std::size_t nl = std::min(text.find('\n', at), text.size());
+    lines.push_back(text.substr(at, nl - at));
+    at = nl + 1;
+  }
+  REQUIRE(lines.size() == 1);  // no line of the file comes from the name
+  CHECK_THAT(lines[0], Catch::StartsWith((data / "a").string() + "/bad\\nroot::0:0:injected::\\tx.jpg\t"));
+  CHECK(std::count(lines[0].begin(), lines[0].end(), '\t') == 4);  // path, kind, reason, size, mtime
+}
+
+TEST_CASE("another user's client-defined job reads only what that user could read", "[integration][client-jobs]") {
+  skip_unless_root();
+  const group* g = some_group();
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  TempDir data_dir_holder;
+  const fs::path data = data_dir_holder.path();
+  ::chmod(data.c_str(), 0755);
+  put_images(data / "pub" / "a", "open", 2);
+  put_images(data / "pub" / "b", "open", 2);
+  put_images(data / "priv" / "secret_class", "secret_name", 2);
+  ::chmod((data / "priv").c_str(), 0700);
+  put_images(data / "mixed" / "open_class", "open", 2);
+  put_images(data / "mixed" / "hidden_class" / "deeper", "hidden_name", 2);
+  ::chmod((data / "mixed" / "hidden_class").c_str(), 0700);
+  { std::ofstream(data / "list.txt") << "/x/secret-line-1.jpg,0\n/x/secret-line-2.jpg,1\n"; }
+  ::chmod((data / "list.txt").c_str(), 0600);
+  for (const auto& e : fs::recursive_directory_iterator(data / "pub")) ::chmod(e.path().c_str(), e.is_directory() ? 0755 : 0644);
+
+  Daemon d(write_config(dir.path(), {JobSpec{}}, 1,
+                        std::string("  group: ") + g->gr_name + "\n  client_jobs_for_group: true\n  state_dir: " +
+                            (dir.path() / "state").string() + "\n"),
+           socket);
+  auto as_nobody = [&](const std::string& body) {
+    return command_as_nobody(socket, g->gr_gid, {{"op", "define_job"}, {"config", body}});
+  };
+
+  // What the user can read is served (the check is no blanket refusal).
+  const Json pub = as_nobody(job_body(folder(data / "pub")));
+  REQUIRE(pub["ok"] == true);
+
+  // A root-only folder: refused, and the refusal lists nothing inside it.
+  const Json priv = as_nobody(job_body(folder(data / "priv")));
+  CHECK(priv["ok"] == false);
+  CHECK_THAT(priv.value("error", ""), Catch::Contains("not readable by uid 65534") && !Catch::Contains("secret_class") &&
+                                          !Catch::Contains("secret_name"));
+
+  // A readable root with a root-only folder below it: refused at that folder, nothing of it listed.
+  const Json mixed = as_nobody(job_body(folder(data / "mixed")));
+  CHECK(mixed["ok"] == false);
+  CHECK_THAT(mixed.value("error", ""), Catch::Contains("hidden_class") && Catch::Contains("not readable by uid 65534") &&
+                                           !Catch::Contains("deeper") && !Catch::Contains("hidden_name"));
+
+  // A root-only file list: refused, none of its lines disclosed (there is no job to ask `samples` of).
+  const Json list = as_nobody(job_body("{type: filelist, list: \"" + (data / "list.txt").string() + "\"}"));
+  CHECK(list["ok"] == false);
+  CHECK_THAT(list.value("error", ""), Catch::Contains("not readable by uid 65534") && !Catch::Contains("secret-line"));
+
+  // stokerd's own user (root here) reads as stokerd; its job is not the other user's either.
+  const Json mine = define(socket, job_body(folder(data / "priv")));
+  CHECK(mine["ok"] == true);
+  const Json root_pub = define(socket, job_body(folder(data / "pub")));
+  REQUIRE(root_pub["ok"] == true);
+  CHECK(root_pub["job"] != pub["job"]);
+  // A client-defined job is its user's: another uid may neither list its samples nor consume it.
+  const Json peek = command_as_nobody(socket, g->gr_gid, {{"op", "samples"}, {"job", mine["job"]}});
+  CHECK(peek["ok"] == false);
+  CHECK_THAT(peek.value("error", ""), Catch::Contains("defined by another user") && !Catch::Contains("secret_name"));
+  const Json own = command_as_nobody(socket, g->gr_gid, {{"op", "samples"}, {"job", pub["job"]}});
+  CHECK(own["ok"] == true);
+  CHECK(own["total"] == 4);
+}
+
+TEST_CASE("concurrent definitions never exceed the client job caps", "[integration][client-jobs]") {
+  TempDir dir;
+  // Many files, so a scan lasts long enough for definitions to arrive while others load.
+  const fs::path data = dir.path() / "many";
+  for (const char* cls : {"a", "b"}) {
+    fs::create_directories(data / cls);
+    // Hard links of one small photo: real images (the jobs decode them), no disk to speak of.
+    for (int i = 0; i < 4000; ++i) {
+      fs::create_hard_link(fs::path(data_dir()) / "demo" / "flower" / "flower_00.jpg",
+                           data / cls / ("f" + std::to_string(i) + ".jpg"));
+    }
+  }
+  auto define_at_once = [&](const std::string& socket, int n) {
+    std::atomic<int> created{0}, refused{0};
+    std::vector<std::string> errors(static_cast<std::size_t>(n));
+    std::vector<std::thread> threads;
+    for (int i = 0; i < n; ++i) {
+      threads.emplace_back([&, i] {
+        const Json r = define(socket, job_body(folder(data), "    seed: " + std::to_string(i + 1) + "\n"));
+        (r["ok"] == true ? created : refused).fetch_add(1);
+        errors[static_cast<std::size_t>(i)] = r.value("error", "");
+      });
+    }
+    for (auto& t : threads) t.join();
+    return std::tuple{created.load(), refused.load(), errors};
+  };
+
+  SECTION("the default settings: 8 per user, however many arrive at once") {
+    // Before loads in flight were counted, 40 at once made 24 to 38 jobs of a cap of 16.
+    const auto socket = (dir.path() / "s.sock").string();
+    Daemon d(write_config(dir.path(), {JobSpec{}}, 2, "  client_job_linger_s: 600\n"), socket);
+    const auto [created, refused, errors] = define_at_once(socket, 40);
+    CHECK(created == 8);
+    CHECK(refused == 32);
+    CHECK(client_jobs_in_status(socket) == 8);
+  }
+  SECTION("all users: at most 16") {
+    const auto socket = (dir.path() / "s.sock").string();
+    Daemon d(write_config(dir.path(), {JobSpec{}}, 2, "  client_jobs_per_user: 16\n  client_job_linger_s: 600\n"),
+             socket);
+    const auto [created, refused, errors] = define_at_once(socket, 40);
+    CHECK(created == 16);
+    CHECK(refused == 24);
+    CHECK(client_jobs_in_status(socket) == 16);
+    std::size_t told = 0;
+    for (const auto& e : errors) told += e.find("(at most 16)") != std::string::npos ? 1 : 0;
+    CHECK(told == 24);
+  }
+  SECTION("one user: at most server.client_jobs_per_user") {
+    const auto socket = (dir.path() / "s.sock").string();
+    Daemon d(write_config(dir.path(), {JobSpec{}}, 2, "  client_jobs_per_user: 3\n  client_job_linger_s: 600\n"),
+             socket);
+    const auto [created, refused, errors] = define_at_once(socket, 40);
+    CHECK(created == 3);
+    CHECK(refused == 37);
+    CHECK(client_jobs_in_status(socket) == 3);
+    bool named = false;
+    for (const auto& e : errors) named = named || e.find("server.client_jobs_per_user") != std::string::npos;
+    CHECK(named);
+  }
+  SECTION("the same definition sent at once by many ranks is loaded once and counted once") {
+    const auto socket = (dir.path() / "s.sock").string();
+    Daemon d(write_config(dir.path(), {JobSpec{}}, 2, "  client_jobs_per_user: 1\n"), socket);
+    std::vector<std::thread> threads;
+    std::vector<Json> replies(16);
+    for (std::size_t i = 0; i < replies.size(); ++i) {
+      threads.emplace_back([&, i] { replies[i] = define(socket, job_body(folder(data))); });
+    }
+    for (auto& t : threads) t.join();
+    for (const auto& r : replies) {
+      REQUIRE(r["ok"] == true);
+      CHECK(r["job"] == replies[0]["job"]);
+    }
+    CHECK(client_jobs_in_status(socket) == 1);
+  }
+}
