@@ -202,3 +202,17 @@ def test_what_the_daemon_refuses_later_names_the_transform(daemon, demo_root):
     with pytest.raises(stoker.RefusedError, match=r"transform 1 \(GaussianBlur\)"):
         len(loader)
 
+
+
+def test_random_erasing_value_before_normalize_is_in_the_tensors_units(daemon, demo_root):
+    """torchvision's RandomErasing(value=1.0) on a float tensor in [0, 1] paints white; stokerd
+    erases 8-bit pixels there, so the value is 255 (it was passed as pixel 1: near black)."""
+    erase = T.RandomErasing(p=1.0, scale=(0.25, 0.25), ratio=(1.0, 1.0), value=1.0)
+    ds = datasets.ImageFolder(demo_root, transform=T.Compose([
+        T.RandomResizedCrop(32), T.PILToTensor(), T.ConvertImageDtype(torch.float), erase]))
+    ref, _ = ds[0]
+    assert (ref == 1.0).all(0).float().mean() >= 0.2  # torchvision: a white quarter
+    loader = stoker.Loader.from_dataset(ds, batch_size=8, socket=daemon.socket)
+    images, _ = next(iter(loader))
+    white = (images == 1.0).all(1).float().mean((1, 2))
+    assert (white >= 0.2).all(), white

@@ -50,6 +50,23 @@ def _fill(t: Any, where: str) -> Any:
     raise TranslationError(f"{where}: fill={fill!r} is not a number or three numbers")
 
 
+def _erasing_pixels(value: Any, dtype: str, where: str) -> Any:
+    """RandomErasing's value before any Normalize, as stokerd takes it there: 8-bit pixel
+    values (it erases the uint8 image). torchvision's value is in the tensor's units: [0, 1]
+    for a float tensor (so 1.0 is white, pixel 255), pixels for a uint8 one."""
+    if value == "random":
+        raise TranslationError(f"{where}: value='random' draws normal values, which mean something only after "
+                               f"Normalize; put RandomErasing after Normalize")
+    scale = 1.0 if dtype == "uint8" else 255.0
+    pixels = [v * scale for v in (value if isinstance(value, list) else [value])]
+    if not all(0 <= p <= 255 and abs(p - round(p)) < 1e-6 for p in pixels):
+        raise TranslationError(f"{where}: value={value!r} is not an 8-bit pixel value ({pixels} of 255), which is "
+                               f"what stokerd erases with before Normalize; use a multiple of 1/255, or put "
+                               f"RandomErasing after Normalize")
+    out = [float(round(p)) for p in pixels]
+    return out if isinstance(value, list) else out[0]
+
+
 def translate(transform: Any) -> Tuple[List[str], str]:
     """(steps as YAML flow lines, output dtype) for a Compose (or a single transform, or None)."""
     steps, dtype, _ = translate_with_origins(transform)
@@ -182,6 +199,8 @@ def translate_with_origins(transform: Any) -> Tuple[List[str], str, List[str]]:
                 value = [float(v) for v in value]
             else:
                 value = float(value)
+            if not normalized:
+                value = _erasing_pixels(value, dtype, where)
             steps.append("random_erasing: " + _flow({"p": _num(t.p), "scale": _pair(t.scale),
                                                      "ratio": _pair(t.ratio), "value": value}))
         else:
