@@ -8,6 +8,8 @@ import json
 import numbers
 from typing import Any, List, Optional, Sequence, Tuple
 
+from . import transform_tree
+
 
 class TranslationError(ValueError):
     """A torchvision transform (or dataset/sampler setting) with no exact daemon equivalent."""
@@ -48,20 +50,48 @@ def _fill(t: Any, where: str) -> Any:
     raise TranslationError(f"{where}: fill={fill!r} is not a number or three numbers")
 
 
+def _erasing_pixels(value: Any, dtype: str, where: str) -> Any:
+    """RandomErasing's value before any Normalize, as stokerd takes it there: 8-bit pixel
+    values (it erases the uint8 image). torchvision's value is in the tensor's units: [0, 1]
+    for a float tensor (so 1.0 is white, pixel 255), pixels for a uint8 one."""
+    if value == "random":
+        raise TranslationError(f"{where}: value='random' draws normal values, which mean something only after "
+                               f"Normalize; put RandomErasing after Normalize")
+    scale = 1.0 if dtype == "uint8" else 255.0
+    pixels = [v * scale for v in (value if isinstance(value, list) else [value])]
+    if not all(0 <= p <= 255 and abs(p - round(p)) < 1e-6 for p in pixels):
+        raise TranslationError(f"{where}: value={value!r} is not an 8-bit pixel value ({pixels} of 255), which is "
+                               f"what stokerd erases with before Normalize; use a multiple of 1/255, or put "
+                               f"RandomErasing after Normalize")
+    out = [float(round(p)) for p in pixels]
+    return out if isinstance(value, list) else out[0]
+
+
 def translate(transform: Any) -> Tuple[List[str], str]:
     """(steps as YAML flow lines, output dtype) for a Compose (or a single transform, or None)."""
+    steps, dtype, _ = translate_with_origins(transform)
+    return steps, dtype
+
+
+def translate_with_origins(transform: Any) -> Tuple[List[str], str, List[str]]:
+    """translate()'s steps and dtype, and for each step the transform it came from (how an
+    error names it). A Compose nested in the Compose, or a wrapper whose whole behaviour is
+    one (transform_tree.py), is translated as the transforms it applies."""
     import torch
     from torchvision import transforms as T
 
     if transform is None:
         raise TranslationError("the dataset has no transform: stokerd needs at least a crop or resize to a fixed size")
-    items = list(transform.transforms) if isinstance(transform, T.Compose) else [transform]
+    items = transform_tree.flatten(transform)
     steps = ["decode: {}"]
+    origins = ["the decode stokerd adds"]
+    where = ""
     dtype = None          # set by the tensor conversion
     normalized = False
-    for i, t in enumerate(items):
+    for i, owner, t in items:
+        origins += [where] * (len(steps) - len(origins))  # the steps the previous transform added
         name = type(t).__name__
-        where = f"transform {i} ({name})"
+        where = transform_tree.where(i, name, owner)
         if dtype is not None and not isinstance(t, (T.Normalize, T.RandomErasing, T.ConvertImageDtype)):
             raise TranslationError(f"{where}: after the tensor conversion stokerd runs only Normalize and "
                                    f"RandomErasing; move it before ToTensor/PILToTensor")
@@ -133,6 +163,9 @@ def translate(transform: Any) -> Tuple[List[str], str]:
                 "interpolation": _interp(t, where, ["nearest", "bilinear"])}))
         elif isinstance(t, T.AutoAugment):
             policy = getattr(t.policy, "value", str(t.policy))
+            if policy != "imagenet":
+                raise TranslationError(f"{where}: policy {policy} is not available in stokerd (it has the imagenet "
+                                       f"policy); use AutoAugmentPolicy.IMAGENET, or TrivialAugmentWide / RandAugment")
             steps.append("auto_augment: " + _flow({
                 "policy": policy, "interpolation": _interp(t, where, ["nearest", "bilinear"])}))
         elif isinstance(t, T.PILToTensor):
@@ -166,17 +199,21 @@ def translate(transform: Any) -> Tuple[List[str], str]:
                 value = [float(v) for v in value]
             else:
                 value = float(value)
+            if not normalized:
+                value = _erasing_pixels(value, dtype, where)
             steps.append("random_erasing: " + _flow({"p": _num(t.p), "scale": _pair(t.scale),
                                                      "ratio": _pair(t.ratio), "value": value}))
         else:
             raise TranslationError(f"{where} has no stokerd equivalent; it would be dropped, so the job is "
                                    f"refused (supported: the torchvision transforms listed in configs/README.md's "
-                                   f"pipeline steps, plus PILToTensor/ToTensor/ConvertImageDtype/Normalize)")
+                                   f"pipeline steps, plus PILToTensor/ToTensor/ConvertImageDtype/Normalize)"
+                                   f"{transform_tree.why_not_walked(t)}")
     if dtype is None:
         raise TranslationError("the transform never converts to a tensor (no ToTensor or PILToTensor): "
                                "the model would get PIL images")
     del normalized
-    return steps, dtype
+    origins += [where] * (len(steps) - len(origins))
+    return steps, dtype, origins
 
 
 def job_yaml(*, name: str, root: str, batch_size: int, shuffle: bool, seed: int, drop_last: bool,

@@ -246,6 +246,10 @@ class Loader:
         self._wait_for_daemon = max(0.0, float(wait_for_daemon))
         self._info: Optional[Dict[str, Any]] = None
         self._definition: Optional[str] = None  # from_folder: the job's YAML, sent on first use
+        # from_dataset with a DistributedSampler: the script's sampler, whose epoch (set_epoch)
+        # decides where each iteration starts, as with DataLoader.
+        self._epoch_sampler: Any = None
+        self._origins: Dict[int, str] = {}  # from_dataset: definition line -> the transform it came from
         # lazy: nothing is asked of the daemon until the loader is first used (iterated, len(),
         # batch_size, ...): a validation loader built at start-up holds no connection until then.
         if not lazy:
@@ -310,9 +314,17 @@ class Loader:
                     raise
                 time.sleep(0.05)
         if not reply.get("ok"):
-            raise _stoker.RefusedError(f"stokerd refused the job: {reply.get('error', reply)}")
+            raise _stoker.RefusedError(f"stokerd refused the job: {self._in_users_words(reply.get('error', reply))}")
         self.job = reply["job"]
         self._status = None
+
+    def _in_users_words(self, error: Any) -> Any:
+        """A daemon refusal of a from_dataset definition ("<origin>:LINE:COL: key: why") led
+        by the transform that made that line, so the user reads what they wrote."""
+        import re
+        m = re.match(r"<job defined by client[^>]*>:(\d+):\d+: (.*)", str(error), re.S)
+        origin = self._origins.get(int(m.group(1))) if m else None
+        return f"{origin}: {m.group(2)} ({error})" if origin else error
 
     @classmethod
     def from_folder(cls, root: str, batch_size: int = 256, train: bool = True, *,
@@ -384,28 +396,47 @@ class Loader:
         return loader
 
     @classmethod
-    def from_dataset(cls, dataset: Any, batch_size: int = 1, shuffle: bool = False, sampler: Any = None,
-                     drop_last: bool = False, *, mixup: Any = None, cutmix: Any = None,
-                     seed: int = 0, prefetch: int = 4, on_error: str = "skip", layout: str = "NCHW",
+    def from_dataset(cls, dataset: Any, batch_size: Optional[int] = 1, shuffle: Optional[bool] = None,
+                     sampler: Any = None, batch_sampler: Any = None, num_workers: int = 0, collate_fn: Any = None,
+                     pin_memory: bool = False, drop_last: bool = False, timeout: float = 0,
+                     worker_init_fn: Any = None, multiprocessing_context: Any = None, generator: Any = None, *,
+                     prefetch_factor: Optional[int] = None, persistent_workers: bool = False,
+                     pin_memory_device: str = "", mixup: Any = None, cutmix: Any = None,
+                     seed: Optional[int] = None, prefetch: int = 4, on_error: str = "skip", layout: str = "NCHW",
                      local_world_size: Optional[int] = None, **kwargs: Any) -> "Loader":
-        """The DataLoader a script already builds, served by stokerd:
+        """The DataLoader a script already builds, served by stokerd: same arguments, in
+        DataLoader's order, so porting a script changes only the constructor's name:
 
             train = stoker.Loader.from_dataset(ImageFolder(root, transform=preset), batch_size=256,
-                                               sampler=DistributedSampler(ds), drop_last=True,
-                                               mixup=0.2, cutmix=1.0)
+                                               sampler=DistributedSampler(ds), num_workers=16,
+                                               pin_memory=True, drop_last=True, mixup=0.2, cutmix=1.0)
 
         `dataset` is a torchvision ImageFolder; its transform (a Compose of torchvision
-        transforms) becomes the daemon's pipeline with the same parameters, interpolation
-        included, and any transform without an exact equivalent is refused with its name and
+        transforms, nested Composes, or a wrapper whose whole behaviour is a Compose in its
+        `.transforms`, as the references' ClassificationPresetTrain/Eval: see
+        transform_tree.py) becomes the daemon's pipeline with the same parameters, and any
+        transform without an exact equivalent is refused at construction with its name and
         position (TranslationError): nothing is dropped. `sampler`: None/SequentialSampler
         (dataset order), RandomSampler (shuffled), or DistributedSampler (its num_replicas,
-        rank, shuffle, seed and drop_last); the permutation is stokerd's (same semantics, not
-        torch's random numbers). `mixup` / `cutmix`: an alpha, or the classification
-        references' RandomMixup / RandomCutmix (p must be 1; both given: one of the two per
-        batch, as their RandomChoice); labels are then float soft targets [B, num_classes].
-        The job is defined on first use as from_folder's."""
+        rank, shuffle, seed and drop_last); the permutation is stokerd's (same sharding, not
+        torch's random numbers). The sampler stays the script's: each iteration starts at
+        the epoch of its last `set_epoch()` (DataLoader's behaviour, so `--resume` at epoch
+        k serves epoch k), and Loader.set_epoch() / load_state_dict() set it too.
+
+        The seed (order and augmentations): `seed=`, else the DistributedSampler's seed,
+        else drawn from `generator=` or torch's default generator (torch.manual_seed decides
+        it); see dataloader_args.job_seed. DataLoader's worker arguments (num_workers,
+        prefetch_factor, persistent_workers, multiprocessing_context) are accepted and have
+        no effect: stokerd decodes. pin_memory=True page-locks the host batches for the GPU
+        (a warning and no pinning without CUDA, as DataLoader); timeout=T is timeout_s.
+        batch_sampler, worker_init_fn and a collate_fn other than default_collate are
+        refused, naming what to use. `mixup` / `cutmix`: an alpha (0: off), or the
+        classification references' RandomMixup / RandomCutmix (p must be 1; both given: one
+        of the two per batch, as their RandomChoice); labels are then float soft targets
+        [B, num_classes]. The job is defined on first use as from_folder's."""
         from torchvision import datasets
         from torch.utils import data as tud
+        from . import dataloader_args, step_rules
         if not isinstance(dataset, datasets.ImageFolder):
             raise jobdef.TranslationError(
                 f"from_dataset takes a torchvision ImageFolder, not {type(dataset).__name__} (stokerd reads "
@@ -414,9 +445,21 @@ class Loader:
             raise jobdef.TranslationError("the ImageFolder has a target_transform, which stokerd cannot apply")
         if dataset.loader is not datasets.folder.default_loader and dataset.loader is not datasets.folder.pil_loader:
             raise jobdef.TranslationError("the ImageFolder has a custom loader, which stokerd cannot apply")
-        steps, dtype = jobdef.translate(dataset.transform)
+        if batch_size is None:
+            raise jobdef.TranslationError("batch_size=None (unbatched samples): stokerd serves batches; give a size")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size should be a positive integer, not {batch_size!r}")
+        if sampler is not None and shuffle:
+            raise ValueError("sampler option is mutually exclusive with shuffle")  # DataLoader's rule
+        kwargs.update(dataloader_args.loader_kwargs(dict(
+            batch_sampler=batch_sampler, num_workers=num_workers, collate_fn=collate_fn, pin_memory=pin_memory,
+            timeout=timeout, worker_init_fn=worker_init_fn), kwargs))
+        del prefetch_factor, persistent_workers, multiprocessing_context, pin_memory_device  # see dataloader_args
+        steps, dtype, origins = jobdef.translate_with_origins(dataset.transform)
+        step_rules.check(steps, origins)
         dist_rank, dist_world = _distributed()
         sampler_drop_last = None
+        shuffle = bool(shuffle)
         if sampler is None or isinstance(sampler, tud.SequentialSampler) or isinstance(sampler, tud.RandomSampler):
             if isinstance(sampler, tud.RandomSampler):
                 if sampler.replacement or sampler._num_samples is not None:
@@ -432,34 +475,28 @@ class Loader:
             rank = 0
         elif isinstance(sampler, tud.DistributedSampler):
             world, rank = int(sampler.num_replicas), int(sampler.rank)
-            shuffle, seed, sampler_drop_last = bool(sampler.shuffle), int(sampler.seed), bool(sampler.drop_last)
+            shuffle, sampler_drop_last = bool(sampler.shuffle), bool(sampler.drop_last)
         else:
             raise jobdef.TranslationError(f"sampler {type(sampler).__name__} has no stokerd equivalent")
+        seed = dataloader_args.job_seed(seed, generator, sampler)
         local = local_world_size if local_world_size is not None else (_env_int("LOCAL_WORLD_SIZE") or world)
         if world % local != 0:
             raise ValueError(f"world size {world} is not a multiple of local_world_size {local}")
         first = (rank // local) * local
-
-        def alpha(m: Any, what: str) -> Optional[float]:
-            if m is None:
-                return None
-            if isinstance(m, (int, float)):
-                return float(m)
-            if hasattr(m, "alpha"):
-                if float(getattr(m, "p", 1.0)) != 1.0:
-                    raise jobdef.TranslationError(f"{what} with p={m.p}: stokerd mixes every batch (p=1)")
-                return float(m.alpha)
-            raise jobdef.TranslationError(f"{what}: an alpha or the references' Random{what.capitalize()}")
-
         definition = jobdef.job_yaml(
             name="from_dataset", root=os.path.abspath(dataset.root), batch_size=batch_size, shuffle=shuffle,
             seed=seed, drop_last=drop_last, sampler_drop_last=sampler_drop_last, world=world, first=first,
             local=local, prefetch=prefetch, on_error=on_error, steps=steps, dtype=dtype, layout=layout,
-            mixup=alpha(mixup, "mixup"), cutmix=alpha(cutmix, "cutmix"))
+            mixup=dataloader_args.mix_alpha(mixup, "mixup"), cutmix=dataloader_args.mix_alpha(cutmix, "cutmix"))
         kwargs.setdefault("world_size", world)
         kwargs.setdefault("rank", rank)
         loader = cls("", lazy=True, **kwargs)
         loader._definition = definition
+        # The steps are the definition's last lines but its output line (job_yaml): 1-based line numbers.
+        last_step = len(definition.splitlines()) - 1
+        loader._origins = {last_step - len(steps) + 1 + k: o for k, o in enumerate(origins)}
+        if isinstance(sampler, tud.DistributedSampler):
+            loader._epoch_sampler = sampler
         return loader
 
     # --- what scripts written for torch.utils.data.DataLoader read -------------------------
@@ -619,6 +656,16 @@ class Loader:
         loader.set_epoch(e)` resumes mid-epoch exactly."""
         if epoch != self._epoch:
             self._epoch, self._batch = int(epoch), 0
+        if self._epoch_sampler is not None and self._epoch_sampler.epoch != epoch:
+            self._epoch_sampler.set_epoch(int(epoch))  # the script's sampler agrees with the loader
+
+    def _follow_sampler(self) -> None:
+        """A from_dataset loader's iteration starts at its DistributedSampler's epoch, as a
+        DataLoader's does: the script's `sampler.set_epoch(e)` (every epoch, and at --resume)
+        moves it. Inside that epoch (after load_state_dict, or an iteration left early) the
+        position is kept, as Loader.set_epoch does."""
+        if self._epoch_sampler is not None:
+            self.set_epoch(int(self._epoch_sampler.epoch))
 
     def state_dict(self) -> Dict[str, Any]:
         """Position of the next batch (a batch counts as consumed once it was yielded):
@@ -632,11 +679,14 @@ class Loader:
         if epoch < 0 or batch < 0:
             raise ValueError(f"invalid loader state {state!r}")
         self._epoch, self._batch = epoch, batch
+        if self._epoch_sampler is not None:
+            self._epoch_sampler.set_epoch(epoch)
 
     def batches(self) -> Iterator[Batch]:
         """Batches of the current epoch from the current position, as Batch objects.
         The generator keeps no reference to a batch it yielded: the slot goes back as soon
         as the caller drops the batch and its tensors."""
+        self._follow_sampler()
         self._ensure_stream_at(self._epoch, self._batch)
         while True:
             last = self._advance()
