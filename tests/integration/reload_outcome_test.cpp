@@ -6,6 +6,9 @@
 
 #include <csignal>
 #include <fstream>
+#include <grp.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <string>
 #include <thread>
 
@@ -127,4 +130,57 @@ TEST_CASE("status shows every job's definition as YAML, client-defined jobs incl
   const Json printed = Json::parse(out);
   REQUIRE(find_job(printed, client_job) != nullptr);
   CHECK((*find_job(printed, client_job))["definition"] == cdef);
+}
+
+TEST_CASE("a reload command from a user other than stokerd's or root is refused", "[integration][reload]") {
+  if (::geteuid() != 0) {
+    WARN("not run: needs root to connect as another uid");
+    return;
+  }
+  const group* g = nullptr;
+  for (const char* n : {"users", "staff", "daemon", "sys", "adm"}) {
+    if ((g = ::getgrnam(n)) != nullptr && g->gr_gid != 0) break;
+  }
+  if (g == nullptr) {
+    WARN("not run: no group users/staff/daemon/sys/adm here");
+    return;
+  }
+  const gid_t gid = g->gr_gid;
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  const auto config = write_config(dir.path(), {spec("keep", 4)}, 1, std::string("  group: ") + g->gr_name + "\n");
+  Daemon d(config, socket);
+  write_config(dir.path(), {spec("keep", 4), spec("fresh", 4)}, 1, std::string("  group: ") + g->gr_name + "\n");
+  // A member of server.group (uid 65534) may connect, but not reload the daemon's config.
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(p[0]);
+    ::alarm(30);
+    if (::setgroups(1, &gid) != 0 || ::setresgid(65534, 65534, 65534) != 0 || ::setresuid(65534, 65534, 65534) != 0) {
+      ::_exit(3);
+    }
+    char* reply = nullptr;
+    const int rc = stoker_daemon_command(socket.c_str(), "{\"op\": \"reload\"}", 30000, &reply);
+    const std::string text = rc == 0 ? std::string(reply) : std::string("error: ") + stoker_last_error();
+    [[maybe_unused]] ssize_t w = ::write(p[1], text.data(), text.size());
+    ::_exit(0);
+  }
+  ::close(p[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(p[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+  ::close(p[0]);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  REQUIRE(WIFEXITED(st));
+  REQUIRE(WEXITSTATUS(st) == 0);
+  INFO(text << "\n" << d.log());
+  const Json r = Json::parse(text);
+  CHECK(r["ok"] == false);
+  CHECK_THAT(r["error"].get<std::string>(), Catch::Contains("only stokerd's own user") && Catch::Contains("may reload"));
+  CHECK(status(socket)["reload"]["last"].is_null());  // nothing was reloaded
+  CHECK(find_job(status(socket), "fresh") == nullptr);
 }
