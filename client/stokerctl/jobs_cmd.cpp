@@ -1,6 +1,4 @@
-// stokerctl drain / reload: jobs coming and going in a running stokerd.
-#include <cerrno>
-#include <csignal>
+// stokerctl drain / reload: jobs coming and going in a running stokerd (Command messages).
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -67,25 +65,29 @@ int reload_main(int argc, char** argv) {
     if (!extra.empty()) std::fprintf(stderr, "stokerctl reload: takes no argument (got '%s')\n", extra.c_str());
     return 2;
   }
-  char* json = nullptr;
-  if (stoker_daemon_status(socket.empty() ? nullptr : socket.c_str(), &json) != STOKER_OK) {
+  // A `reload` command on the control socket, answered once the new config is applied or
+  // refused. Never a signal to the pid in status: in another PID namespace (stokerd as PID 1
+  // of its container) that number is another process. The wait covers loading the datasets
+  // of new and changed jobs (a first scan or tar index of a large one takes minutes).
+  constexpr int kWaitMs = 30 * 60 * 1000;
+  char* reply = nullptr;
+  if (stoker_daemon_command(socket.empty() ? nullptr : socket.c_str(), Json{{"op", "reload"}}.dump().c_str(), kWaitMs,
+                            &reply) != STOKER_OK) {
     std::fprintf(stderr, "stokerctl reload: %s\n", stoker_last_error());
     return 1;
   }
-  const Json st = Json::parse(json, nullptr, false);
-  stoker_free(json);
-  const long pid = st.is_object() ? st.value("pid", 0L) : 0L;
-  if (pid <= 0) {
-    std::fprintf(stderr, "stokerctl reload: the daemon's status names no pid\n");
+  const Json r = Json::parse(reply, nullptr, false);
+  stoker_free(reply);
+  if (r.is_discarded() || !r.is_object()) {
+    std::fprintf(stderr, "stokerctl reload: the daemon's reply is not JSON\n");
     return 1;
   }
-  // The same as systemctl reload (ExecReload sends SIGHUP): the outcome is in the daemon's log.
-  if (::kill(static_cast<pid_t>(pid), SIGHUP) != 0) {
-    std::fprintf(stderr, "stokerctl reload: cannot signal stokerd pid %ld: %s\n", pid, std::strerror(errno));
+  if (!r.value("ok", false)) {
+    // The refusal as the daemon logged it: FILE:LINE:COL: KEY: message.
+    std::fprintf(stderr, "stokerctl reload: %s\n", r.value("error", std::string("refused")).c_str());
     return 1;
   }
-  std::printf("sent SIGHUP to stokerd pid %ld: it re-reads its config; the result is in its log "
-              "(journalctl -u stokerd) and in `stokerctl status`\n", pid);
+  std::printf("%s\n", r.value("message", std::string("reload applied")).c_str());
   return 0;
 }
 

@@ -16,7 +16,8 @@ constexpr const char* kUsage =
     "      connect as a real consumer; one JSON line per batch, then a throughput line\n"
     "      (--reader I: reader I of the rank, for jobs with `readers: K`)\n"
     "  status [--socket PATH]\n"
-    "      jobs, consumers, ring occupancy, images/s and error counts as JSON\n"
+    "      jobs (each with its definition as YAML), consumers, ring occupancy, images/s, error\n"
+    "      counts and the last reload's outcome, as JSON\n"
     "  top [-d SECONDS] [-n N] [--clear | --no-clear] [--socket PATH]\n"
     "      live view of jobs and consumers (rate, trainer wait %, ring occupancy, errors),\n"
     "      refreshed every -d seconds (2); -n N: N frames then exit (0: until ^C)\n"
@@ -28,8 +29,9 @@ constexpr const char* kUsage =
     "      stop planning JOB's batches; its consumers get those already planned, then are told;\n"
     "      the job is removed (until a reload or restart brings it back)\n"
     "  reload [--socket PATH]\n"
-    "      make stokerd re-read its config (SIGHUP, as systemctl reload): new jobs start, changed\n"
-    "      ones restart, removed ones drain, unchanged ones are not disturbed\n";
+    "      make stokerd re-read its config (over the control socket; SIGHUP does the same): new jobs\n"
+    "      start, changed ones restart, removed ones drain, unchanged ones are not disturbed; waits\n"
+    "      for the outcome and exits 1 with the refusal (FILE:LINE) when the new config is refused\n";
 
 }  // namespace
 

@@ -1,5 +1,6 @@
-// ControlServer's part in jobs coming and going while the daemon runs: SIGHUP reloads, the
-// Command message (a client defines a job; `stokerctl drain`), draining and removal.
+// ControlServer's part in jobs coming and going while the daemon runs: reloads (SIGHUP, or
+// the `reload` command of `stokerctl reload`, which is told the outcome), the Command message
+// (a client defines a job; `stokerctl drain`), draining and removal.
 // Loading (a scan, a tar index) happens on JobLoader's threads; everything here runs on the
 // control thread, so the jobs that are not touched keep being served throughout.
 #include <algorithm>
@@ -66,6 +67,21 @@ bool ControlServer::handle_command(Session& s, const std::uint8_t* data, std::si
     for (const auto& [fd, other] : sessions_) consumers += other.job == job ? 1 : 0;
     drain_job(job, "drained by stokerctl drain from " + who);
     return send_json(s, Json{{"ok", true}, {"job", name}, {"consumers", consumers}}.dump(), proto::MsgType::kStatusReply);
+  }
+  if (op == "reload") {
+    // Through the socket, never by a pid: a pid read from status names another process in
+    // another PID namespace (stokerd as PID 1 of its container). Same peers as drain.
+    if (s.peer_uid != ::geteuid() && s.peer_uid != 0) {
+      spdlog::warn("refused reload from {}: only stokerd's own user or root may reload its config", who);
+      return send_json(s, reply_error("only stokerd's own user (uid " + std::to_string(::geteuid()) +
+                                      ") or root may reload its config"),
+                       proto::MsgType::kStatusReply);
+    }
+    if (sources_.config_file.empty()) {
+      return send_json(s, reply_error("this stokerd has no config file to re-read"), proto::MsgType::kStatusReply);
+    }
+    request_reload(who, &s);  // answered by finish_reload once applied or refused
+    return true;
   }
   if (op == "define_job") {
     if (!sources_.client_jobs) {
@@ -165,7 +181,7 @@ bool ControlServer::handle_command(Session& s, const std::uint8_t* data, std::si
     return send_json(s, Json{{"ok", true}, {"total", samples.size()}, {"offset", offset}, {"samples", std::move(page)}}.dump(),
                      proto::MsgType::kStatusReply);
   }
-  return send_json(s, reply_error("unknown command \"" + op + "\" (known: define_job, drain, samples)"),
+  return send_json(s, reply_error("unknown command \"" + op + "\" (known: define_job, drain, reload, samples)"),
                    proto::MsgType::kStatusReply);
 }
 
@@ -180,19 +196,39 @@ std::string ControlServer::client_job_refusal(const Session& s, const Job* job) 
          "one uid)";
 }
 
-void ControlServer::start_reload() {
+void ControlServer::request_reload(const std::string& requested_by, Session* waiter) {
   if (sources_.config_file.empty()) {
     spdlog::warn("received SIGHUP but this stokerd has no config file to re-read");
     return;
   }
+  if (waiter != nullptr) waiter->command_pending = true;
+  if (reload_running_) {
+    // The running load may have read the file before this request's edit: read it again
+    // after. Any number of requests meanwhile are one queued reload.
+    if (waiter != nullptr) queued_waiters_.push_back({waiter->fd, waiter->token});
+    spdlog::info("reload requested by {} while one is loading; {}", requested_by,
+                 reload_queued_ ? "joins the one queued" : "queued, starts when that one is applied");
+    queued_requested_by_ = reload_queued_ ? queued_requested_by_ + ", " + requested_by : requested_by;
+    reload_queued_ = true;
+    return;
+  }
+  if (waiter != nullptr) reload_waiters_.push_back({waiter->fd, waiter->token});
+  running_requested_by_ = requested_by;
+  start_reload();
+}
+
+void ControlServer::start_reload() {
   std::map<std::string, std::string> serving;
   for (Job* j : jobs_.serving_jobs()) {
     if (!jobs_.entry(j)->defined_by_client) serving[j->name()] = j->config().definition;
   }
+  // reload_running_ is false here, and JobLoader's own flag clears before its result is
+  // applied, so this never finds a reload in progress.
   if (loader_->reload(sources_.config_file, sources_.state_dir, std::move(serving))) {
-    spdlog::info("received SIGHUP: re-reading {}", sources_.config_file.string());
+    reload_running_ = true;
+    spdlog::info("reload requested by {}: re-reading {}", running_requested_by_, sources_.config_file.string());
   } else {
-    spdlog::warn("received SIGHUP while the previous reload is still loading; ignored (send it again when done)");
+    finish_reload(false, "a reload was still loading; try again");
   }
 }
 
@@ -200,6 +236,14 @@ void ControlServer::apply_loaded() {
   for (LoadResult& r : loader_->take_done()) {
     if (r.kind == LoadResult::Kind::kReload) {
       apply_reload(r);
+      if (reload_queued_) {  // the last request's edit is read now
+        reload_queued_ = false;
+        reload_waiters_ = std::move(queued_waiters_);
+        queued_waiters_.clear();
+        running_requested_by_ = std::move(queued_requested_by_);
+        queued_requested_by_.clear();
+        start_reload();
+      }
     } else {
       apply_define(r);
     }
@@ -207,12 +251,15 @@ void ControlServer::apply_loaded() {
 }
 
 void ControlServer::apply_reload(LoadResult& r) {
+  reload_running_ = false;
   if (!r.error.empty()) {
     spdlog::error("reload refused, the running jobs keep serving: {}", r.error);
+    finish_reload(false, "reload refused, the running jobs keep serving: " + r.error);
     return;
   }
   const config::Config& cfg = *r.config;
   std::size_t added = 0, restarted = 0, unchanged = 0, removed = 0;
+  std::string failed;  // jobs the new config names that could not start
   for (Job* j : jobs_.serving_jobs()) {
     if (jobs_.entry(j)->defined_by_client) continue;
     bool kept = false;
@@ -238,21 +285,40 @@ void ControlServer::apply_reload(LoadResult& r) {
       jobs_.add(std::move(*r.prepared[i]));
     } catch (const std::exception& e) {
       spdlog::error("reload: job {} could not start: {}", cfg.jobs[i].name, e.what());
+      failed += (failed.empty() ? "" : "; ") + ("job " + cfg.jobs[i].name + " could not start: " + e.what());
     }
   }
-  spdlog::info("reload of {} applied: {} job(s) added, {} restarted, {} removed, {} unchanged "
-               "(server settings are read at start only)",
-               cfg.file.string(), added, restarted, removed, unchanged);
+  const std::string summary = "reload of " + cfg.file.string() + " applied: " + std::to_string(added) +
+                              " job(s) added, " + std::to_string(restarted) + " restarted, " + std::to_string(removed) +
+                              " removed, " + std::to_string(unchanged) + " unchanged";
+  spdlog::info("{} (server settings are read at start only)", summary);
+  finish_reload(failed.empty(), failed.empty() ? summary : summary + "; " + failed);
+}
+
+void ControlServer::finish_reload(bool ok, const std::string& message) {
+  last_reload_ = ReloadOutcome{std::chrono::system_clock::now(), ok, message, running_requested_by_};
+  const std::string reply = ok ? Json{{"ok", true}, {"message", message}}.dump() : reply_error(message);
+  const auto now = std::chrono::steady_clock::now();
+  for (const Waiter& w : reload_waiters_) {
+    auto it = sessions_.find(w.fd);
+    if (it == sessions_.end() || it->second.token != w.token) continue;  // it left meanwhile
+    it->second.command_pending = false;
+    it->second.last_message = now;  // idle from the reply on, not from the request
+    if (!send_json(it->second, reply, proto::MsgType::kStatusReply)) doomed_.push_back(w.fd);
+  }
+  reload_waiters_.clear();
 }
 
 void ControlServer::apply_define(LoadResult& r) {
   auto node = defining_.extract(r.definition);  // the load no longer counts as in flight
+  const auto now = std::chrono::steady_clock::now();
   if (node.empty()) return;
   std::vector<Session*> waiting;
   for (const auto& [fd, token] : node.mapped().waiters) {
     auto it = sessions_.find(fd);
     if (it != sessions_.end() && it->second.token == token) {
       it->second.command_pending = false;
+      it->second.last_message = now;  // idle from the reply on
       waiting.push_back(&it->second);
     }
   }

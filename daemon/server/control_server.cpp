@@ -148,7 +148,7 @@ bool ControlServer::run_once(int timeout_ms) {
         signalfd_siginfo si{};
         while (::read(signal_fd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
           if (si.ssi_signo == SIGHUP) {
-            start_reload();
+            request_reload("SIGHUP", nullptr);
           } else {
             spdlog::info("received {}, shutting down", strsignal(static_cast<int>(si.ssi_signo)));
             stop = true;
@@ -286,11 +286,13 @@ void ControlServer::close_silent_connections() {
   const auto now = std::chrono::steady_clock::now();
   // One that spoke but is attached to no job (status, top) is closed once idle for
   // idle_timeout_s: a few hundred idle `status` callers must not hold descriptors forever.
+  // One waiting for a command's reply (a job definition scanning its dataset, a reload) is
+  // not idle: the daemon owes it an answer, however long the load takes.
   for (const auto& [fd, s] : sessions_) {
     if (!s.spoke && std::chrono::duration<double>(now - s.connected_at).count() > limits_.handshake_timeout_s) {
       spdlog::warn("closing a connection from pid {} that sent nothing for {} s", s.pid, limits_.handshake_timeout_s);
       doomed_.push_back(fd);
-    } else if (s.spoke && s.job == nullptr && s.outbox.empty() &&
+    } else if (s.spoke && s.job == nullptr && s.outbox.empty() && !s.command_pending &&
                std::chrono::duration<double>(now - s.last_message).count() > limits_.idle_timeout_s) {
       spdlog::debug("closing an idle connection from pid {} (no job, {} s without a message)", s.pid,
                     limits_.idle_timeout_s);

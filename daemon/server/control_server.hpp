@@ -136,9 +136,15 @@ class ControlServer {
   // --- jobs coming and going (control_jobs.cpp) ---
   bool handle_command(Session& s, const std::uint8_t* data, std::size_t n);
   bool send_json(Session& s, const std::string& json, proto::MsgType type);
+  // A reload asked for by SIGHUP (`waiter` null) or by a `reload` command (its connection is
+  // told the outcome). While one loads, requests coalesce into one queued reload, started
+  // once the running one is applied: the file is read again after the last request came.
+  void request_reload(const std::string& requested_by, Session* waiter);
   void start_reload();
   void apply_loaded();
   void apply_reload(LoadResult& r);
+  // Records the outcome (status "reload") and answers the connections that asked for it.
+  void finish_reload(bool ok, const std::string& message);
   void apply_define(LoadResult& r);
   // "" when the peer may consume `job` or list its samples; else why not: a client-defined job
   // holds what its user could read, so only that uid (and stokerd's user, root) may use it.
@@ -150,6 +156,23 @@ class ControlServer {
   std::string socket_path_;
   JobTable& jobs_;
   JobSources sources_;
+  // --- reloads (control_jobs.cpp); all on the control thread ---
+  struct Waiter {  // a connection owed a reply (fds are reused: the token tells it is the same)
+    int fd;
+    std::uint64_t token;
+  };
+  struct ReloadOutcome {
+    std::chrono::system_clock::time_point at;  // when it was applied or refused
+    bool ok = false;
+    std::string message;       // what was applied, or the refusal with FILE:LINE:COL
+    std::string requested_by;  // "SIGHUP" or the command's peer ("pid P uid U")
+  };
+  bool reload_running_ = false;          // a reload's load is in progress (JobLoader)
+  bool reload_queued_ = false;           // another starts once it is applied (at most one)
+  std::string running_requested_by_, queued_requested_by_;
+  std::vector<Waiter> reload_waiters_;   // told the outcome of the running reload
+  std::vector<Waiter> queued_waiters_;   // told the outcome of the queued one
+  std::optional<ReloadOutcome> last_reload_;
   std::unique_ptr<JobLoader> loader_;
   std::uint64_t next_token_ = 1;
   std::uint64_t daemon_generation_;

@@ -1,6 +1,7 @@
 // `stokerctl status` reads this JSON: jobs, consumers, ring occupancy, images/s, errors.
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
@@ -75,6 +76,26 @@ std::string ControlServer::status_json() const {
   doc["device"] = {{"backend", delivery_.describe()},
                    {"rings_awaiting_free", delivery_.live_rings()},
                    {"rings_freed", delivery_.rings_freed()}};
+  // The last reload's outcome (null before the first), so `stokerctl status` answers "did my
+  // edit apply?" without the daemon's log.
+  Json reload;
+  reload["config"] = sources_.config_file.empty() ? Json(nullptr) : Json(sources_.config_file.string());
+  reload["state"] = reload_queued_ ? "loading, one more queued" : reload_running_ ? "loading" : "idle";
+  if (last_reload_) {
+    const std::time_t t = std::chrono::system_clock::to_time_t(last_reload_->at);
+    std::tm utc{};
+    ::gmtime_r(&t, &utc);
+    char when[32];
+    std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &utc);
+    reload["last"] = {{"at", when},
+                      {"result", last_reload_->ok ? "applied" : "refused"},
+                      {"ok", last_reload_->ok},
+                      {"message", last_reload_->message},
+                      {"requested_by", last_reload_->requested_by}};
+  } else {
+    reload["last"] = nullptr;
+  }
+  doc["reload"] = std::move(reload);
   Json jobs = Json::array();
   for (Job* jp : jobs_.jobs()) {
     const Job& j = *jp;
@@ -117,6 +138,12 @@ std::string ControlServer::status_json() const {
     job["read_wait_s"] = j.read_wait_s();  // workers waiting for sample bytes, all threads summed
     job["bytes_read"] = st.bytes_read;
     // What preview (and people) need to turn float output back into pixels.
+    job["mix"] = {{"mixup_alpha", j.config().mix.mixup_alpha},
+                  {"cutmix_alpha", j.config().mix.cutmix_alpha},
+                  {"switch_prob", j.config().mix.switch_prob}};
+    // The job as defined, as YAML (config-file jobs and client-defined ones alike): pipeline,
+    // mixing and every other key, which the fields above only summarize.
+    job["definition"] = j.config().definition;
     job["output"] = {{"dtype", j.pipeline().dtype == proto::DType::kUInt8 ? "uint8"
                                : j.pipeline().dtype == proto::DType::kFloat16 ? "float16" : "float32"},
                      {"layout", j.pipeline().layout == proto::Layout::kNHWC ? "NHWC" : "NCHW"},

@@ -1,5 +1,6 @@
 stoker_add_test(fault_test LABEL fault
   SOURCES fault/fault_test.cpp fault/determinism_test.cpp fault/machine_faults_test.cpp fault/shm_tamper_test.cpp
+          fault/control_wait_test.cpp
   LIBS stoker_daemon_fixture stoker::client stoker::proto stoker_sampler JPEG::JPEG)
 add_dependencies(fault_test stokerd stokerctl)
 
@@ -14,6 +15,11 @@ add_library(stoker_slow_read SHARED support/slow_read.c)
 target_link_libraries(stoker_slow_read PRIVATE ${CMAKE_DL_LIBS} Threads::Threads)
 add_dependencies(fault_test stoker_slow_read)
 target_compile_definitions(fault_test PRIVATE STOKER_SLOW_READ_LIB="$<TARGET_FILE:stoker_slow_read>")
+# Preloaded to make stokerd report another pid (as from another PID namespace): stokerctl
+# reload must reach it through the socket, not by that number (control_wait_test.cpp).
+add_library(stoker_fake_pid SHARED support/fake_pid.c)
+add_dependencies(fault_test stoker_fake_pid)
+target_compile_definitions(fault_test PRIVATE STOKER_FAKE_PID_LIB="$<TARGET_FILE:stoker_fake_pid>")
 
 # Soak (issue #13): 20 epochs, 4 consumers, one SIGKILLed and restarted every 1.5 s, bad files;
 # daemon RSS and descriptors must stay flat after the first epoch and the consumers that stayed

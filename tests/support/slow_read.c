@@ -4,7 +4,10 @@
  * as a read that misses the page cache on a disk or network file system waits for the device.
  * Reads in different threads sleep at the same time (a storage with a deep queue: NFS, a
  * cloud disk), so reads issued ahead overlap their waits and one thread's reads do not.
- * Other descriptors (sockets, the segment, pipes) go straight to libc. */
+ * Other descriptors (sockets, the segment, pipes) go straight to libc.
+ *   STOKER_SLOW_READ_GATE=PATH
+ * moreover holds each such read until PATH exists: a test decides when a slow load ends
+ * instead of guessing how long its other steps take on a loaded machine. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -18,6 +21,7 @@
 /* Set once (pthread_once) before any wrapped call goes on: read-only afterwards, so the
  * wrappers may run in any number of threads (the ThreadSanitizer tier preloads this too). */
 static char pattern[256];
+static char gate[4096];
 static long delay_us;
 static ssize_t (*real_pread)(int, void*, size_t, off_t);
 static ssize_t (*real_pread64)(int, void*, size_t, off_t);
@@ -36,6 +40,8 @@ static void init(void) {
       delay_us = atol(colon + 1);
     }
   }
+  const char* g = getenv("STOKER_SLOW_READ_GATE");
+  if (g != NULL && strlen(g) < sizeof gate) strcpy(gate, g);
 }
 
 static void maybe_wait(int fd) {
@@ -48,6 +54,10 @@ static void maybe_wait(int fd) {
   if (strstr(path, pattern) == NULL) return;
   struct timespec ts = {delay_us / 1000000, (delay_us % 1000000) * 1000};
   while (nanosleep(&ts, &ts) != 0) {
+  }
+  while (gate[0] != '\0' && access(gate, F_OK) != 0) {
+    struct timespec poll = {0, 10 * 1000 * 1000};
+    nanosleep(&poll, NULL);
   }
 }
 
