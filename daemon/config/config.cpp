@@ -13,6 +13,7 @@
 #include <fstream>
 #include <grp.h>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string_view>
@@ -526,6 +527,14 @@ augment::ErasingParams parse_random_erasing(const Reader& r, const Value& body, 
   return e;
 }
 
+// interpolation of the geometry step: torchvision's InterpolationMode on a PIL image.
+image::ResizeFilter parse_resize_filter(const Reader& r, const Value& v) {
+  const std::string s = r.choice(v, {"bilinear", "bicubic", "nearest"});
+  return s == "bicubic" ? image::ResizeFilter::kBicubic
+         : s == "nearest" ? image::ResizeFilter::kNearest
+                          : image::ResizeFilter::kBilinear;
+}
+
 void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec) {
   if (!seq.node.IsSequence() || seq.node.size() == 0) {
     r.fail(seq, "expected a non-empty list of steps, e.g. '- decode: {}'");
@@ -537,6 +546,7 @@ void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec
   // A step that the engine's flip (done while writing the upright image, before every
   // augment step) does not commute with; a horizontal_flip written after it is refused.
   const char* flips_first = nullptr;
+  std::optional<Value> dct_scale;  // decode.dct_scale as written, checked against the filter
   for (std::size_t i = 0; i < seq.node.size(); ++i) {
     const Value step = r.element(seq, i);
     std::string name;
@@ -566,7 +576,14 @@ void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec
     }
 
     if (name == "decode") {
-      const Fields f(r, body, {"exif_orientation", "strict", "max_pixels", "max_memory_mb"});
+      const Fields f(r, body, {"exif_orientation", "strict", "max_pixels", "max_memory_mb", "dct_scale"});
+      if (auto* v = f.get("dct_scale")) {
+        const std::string d = r.choice(*v, {"auto", "always", "never"});
+        spec.dct_scale = d == "always" ? image::DctScale::kAlways
+                         : d == "never" ? image::DctScale::kNever
+                                        : image::DctScale::kAuto;
+        dct_scale = *v;
+      }
       if (auto* v = f.get("exif_orientation")) spec.apply_exif_orientation = r.boolean(*v);
       if (auto* v = f.get("strict")) spec.strict = r.boolean(*v);
       if (auto* v = f.get("max_memory_mb")) spec.max_memory_bytes = r.integer(*v, 16, 1u << 20) << 20;
@@ -575,9 +592,10 @@ void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec
       if (geometry) r.fail(at_name, "only one of random_resized_crop / resize may be used");
       geometry = true;
       stage = kGeometry;
-      const Fields f(r, body, {"size", "scale", "ratio"});
+      const Fields f(r, body, {"size", "scale", "ratio", "interpolation"});
       std::tie(spec.out_height, spec.out_width) = r.size(f.need("size"));
       spec.geometry = image::Geometry::kRandomResizedCrop;
+      if (auto* v = f.get("interpolation")) spec.filter = parse_resize_filter(r, *v);
       if (auto* v = f.get("scale")) {
         const auto s = r.numbers(*v, 2);
         if (!(s[0] > 0 && s[1] <= 1 && s[0] <= s[1])) r.fail(*v, "must be [min, max] with 0 < min <= max <= 1");
@@ -592,7 +610,8 @@ void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec
       if (geometry) r.fail(at_name, "only one of random_resized_crop / resize may be used");
       geometry = true;
       stage = kGeometry;
-      const Fields f(r, body, {"size"});
+      const Fields f(r, body, {"size", "interpolation"});
+      if (auto* v = f.get("interpolation")) spec.filter = parse_resize_filter(r, *v);
       const Value& size = f.need("size");
       if (size.node.IsSequence()) {
         std::tie(spec.out_height, spec.out_width) = r.size(size);
@@ -769,6 +788,10 @@ void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec
   if (shorter_side) {
     r.fail(seq, "'resize: {size: N}' resizes the shorter side; add '- center_crop: {size: M}' "
                 "or give resize an exact [height, width]");
+  }
+  if (dct_scale && spec.dct_scale == image::DctScale::kAlways && spec.filter == image::ResizeFilter::kNearest) {
+    r.fail(*dct_scale, "'always' with interpolation: nearest: nearest picks single source pixels, which a "
+                       "reduced-scale decode does not have (use auto or never)");
   }
 }
 
@@ -1290,7 +1313,13 @@ Config parse_config_as(const std::string& yaml_text, const std::string& file_nam
     if (auto* s = f.get("server")) parse_server(r, *s, base_dir, cfg.server);
 
     const Value& jobs = f.need("jobs");
-    if (!jobs.node.IsMap() || jobs.node.size() == 0) r.fail(jobs, "expected a mapping of job names to jobs");
+    // `jobs: {}` is a daemon for client-defined jobs only (Loader.from_folder/from_dataset
+    // define theirs at run time); with client_jobs off it could never serve anything.
+    if (!jobs.node.IsMap()) r.fail(jobs, "expected a mapping of job names to jobs ({} for client-defined jobs only)");
+    if (jobs.node.size() == 0 && !cfg.server.client_jobs) {
+      r.fail(jobs, "no jobs and server.client_jobs: false: this stokerd could serve nothing (define a job, or "
+                   "allow client-defined jobs)");
+    }
     std::set<std::string> names;
     for (const auto& kv : jobs.node) {
       const Mark name_at = mark_of(kv.first);

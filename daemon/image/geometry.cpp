@@ -35,6 +35,8 @@ SamplePlan plan_sample(const PipelineSpec& spec, std::uint32_t width, std::uint3
           const long top = static_cast<long>(rng.below(static_cast<std::uint64_t>(H - h + 1)));
           const long left = static_cast<long>(rng.below(static_cast<std::uint64_t>(W - w + 1)));
           plan.box = integer_crop(left, top, w, h);
+          plan.nearest_x = {left, static_cast<double>(w) / static_cast<double>(spec.out_width), 0};
+          plan.nearest_y = {top, static_cast<double>(h) / static_cast<double>(spec.out_height), 0};
           found = true;
         }
       }
@@ -47,6 +49,8 @@ SamplePlan plan_sample(const PipelineSpec& spec, std::uint32_t width, std::uint3
           w = std::max(1L, pyround(static_cast<double>(h) * spec.ratio[1]));
         }
         plan.box = integer_crop((W - w) / 2, (H - h) / 2, w, h);
+        plan.nearest_x = {(W - w) / 2, static_cast<double>(w) / static_cast<double>(spec.out_width), 0};
+        plan.nearest_y = {(H - h) / 2, static_cast<double>(h) / static_cast<double>(spec.out_height), 0};
       }
       break;
     }
@@ -66,10 +70,14 @@ SamplePlan plan_sample(const PipelineSpec& spec, std::uint32_t width, std::uint3
       const double sx = static_cast<double>(W) / nw, sy = static_cast<double>(H) / nh;
       plan.box = SourceBox{left * sx, top * sy, (left + ow) * sx, (top + oh) * sy,
                            0, 0, static_cast<double>(W), static_cast<double>(H)};
+      plan.nearest_x = {0, sx, left};
+      plan.nearest_y = {0, sy, top};
       break;
     }
     case Geometry::kResize:
       plan.box = integer_crop(0, 0, W, H);
+      plan.nearest_x = {0, static_cast<double>(W) / static_cast<double>(spec.out_width), 0};
+      plan.nearest_y = {0, static_cast<double>(H) / static_cast<double>(spec.out_height), 0};
       break;
   }
   // Drawn after the crop, so that turning flips on or off leaves every crop unchanged.

@@ -21,6 +21,9 @@ struct SourceBox {
 struct SamplePlan {
   SourceBox box;       // in upright (orientation-applied) coordinates
   bool flip = false;   // horizontal flip of the upright output
+  // The same geometry as PIL's nearest resize sees it (upright): which interval is resized to
+  // how many pixels, and the center crop's offset. Used by ResizeFilter::kNearest only.
+  NearestAxis nearest_x, nearest_y;
 };
 
 // torchvision semantics: RandomResizedCrop.get_params (10 attempts, center-crop fallback,

@@ -7,16 +7,24 @@
 #include <vector>
 
 #include "image/color_ops.hpp"
+#include "image/resample.hpp"  // ResizeFilter
 
 #include "stoker/proto/layout.hpp"
 
 namespace stoker::image {
 
 enum class Geometry : std::uint8_t {
-  kRandomResizedCrop,  // torchvision RandomResizedCrop(size, scale, ratio), bilinear+antialias
+  kRandomResizedCrop,  // torchvision RandomResizedCrop(size, scale, ratio), `filter`, antialias
   kResizeCenterCrop,   // Resize(shorter side = resize) then CenterCrop(out_h, out_w)
   kResize,             // Resize to exactly (out_h, out_w), aspect not kept
 };
+
+// Whether a JPEG is decoded at a reduced DCT scale (1/2, 1/4, 1/8) and a WebP through libwebp's
+// area-averaging rescaler where the output resolution allows. Faster, but the pixels differ
+// from a full decode + one filter (torchvision's) by a few levels, worst on large images.
+// kAuto: only for random_resized_crop (a random crop differs every epoch anyway), never for a
+// deterministic geometry (eval must give torchvision's pixels) nor for nearest.
+enum class DctScale : std::uint8_t { kAuto, kAlways, kNever };
 
 struct PipelineSpec {
   // decode
@@ -28,6 +36,7 @@ struct PipelineSpec {
   // (as JPEG always does). Not a config key: false only in benchmarks and tests, to compare
   // with a whole-image decode.
   bool webp_region_decode = true;
+  DctScale dct_scale = DctScale::kAuto;
 
   // geometry
   Geometry geometry = Geometry::kResizeCenterCrop;
@@ -36,6 +45,7 @@ struct PipelineSpec {
   std::uint32_t resize_shorter = 256;            // kResizeCenterCrop
   std::array<double, 2> scale{0.08, 1.0};        // kRandomResizedCrop area fraction
   std::array<double, 2> ratio{3.0 / 4.0, 4.0 / 3.0};
+  ResizeFilter filter = ResizeFilter::kBilinear;
 
   // augment
   double flip_probability = 0.0;
@@ -52,6 +62,14 @@ struct PipelineSpec {
   std::array<float, 3> stddev{1.f, 1.f, 1.f};
   proto::DType dtype = proto::DType::kUInt8;
   proto::Layout layout = proto::Layout::kNCHW;
+
+  // Decode at a reduced scale where the output allows (see DctScale). Invariant (the
+  // config's): never with kNearest, whose pixels a reduced decode would change.
+  bool reduced_decode() const {
+    if (filter == ResizeFilter::kNearest) return false;
+    return dct_scale == DctScale::kAlways ||
+           (dct_scale == DctScale::kAuto && geometry == Geometry::kRandomResizedCrop);
+  }
 
   std::uint64_t sample_bytes() const {
     return std::uint64_t{3} * out_height * out_width * proto::dtype_size(dtype);

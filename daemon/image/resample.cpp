@@ -21,6 +21,15 @@ double triangle(double x) {
   return x < 1.0 ? 1.0 - x : 0.0;
 }
 
+// PIL's bicubic_filter (Keys' cubic convolution with a = -0.5), support 2.
+double bicubic(double x) {
+  constexpr double a = -0.5;
+  x = std::fabs(x);
+  if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+  if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
+  return 0.0;
+}
+
 static_assert(std::endian::native == std::endian::little, "the scatter packs bytes little-endian");
 
 inline std::uint32_t load_u32(const std::uint8_t* p) {
@@ -194,14 +203,17 @@ int AxisTaps::hi() const {
   return h;
 }
 
-void compute_taps(double box0, double box1, int out, int clip0, int clip1, AxisTaps& t) {
+void compute_taps(double box0, double box1, int out, int clip0, int clip1, AxisTaps& t, ResizeFilter filter) {
+  const bool cubic = filter == ResizeFilter::kBicubic;
+  double (*const kernel)(double) = cubic ? bicubic : triangle;
   const double scale = (box1 - box0) / out;
   const double filterscale = std::max(scale, 1.0);
-  const double support = 1.0 * filterscale;
+  const double support = (cubic ? 2.0 : 1.0) * filterscale;
   t.taps = static_cast<int>(std::ceil(support)) * 2 + 1;
   t.first.assign(out, 0);
   t.count.assign(out, 0);
   t.weights.assign(static_cast<std::size_t>(out) * t.taps, 0);
+  t.weights22.assign(static_cast<std::size_t>(out) * t.taps, 0);
   std::vector<double> k(t.taps);
   for (int i = 0; i < out; ++i) {
     const double center = box0 + (i + 0.5) * scale;
@@ -217,7 +229,7 @@ void compute_taps(double box0, double box1, int out, int clip0, int clip1, AxisT
     int n = std::min(xmax - xmin, t.taps);
     double ww = 0;
     for (int x = 0; x < n; ++x) {
-      k[x] = triangle((x + xmin - center + 0.5) / filterscale);
+      k[x] = kernel((x + xmin - center + 0.5) / filterscale);
       ww += k[x];
     }
     if (ww == 0) {  // all weights zero at the clip edge: fall back to the nearest pixel
@@ -232,14 +244,96 @@ void compute_taps(double box0, double box1, int out, int clip0, int clip1, AxisT
     for (int x = lo; x < hi; ++x) {
       const double v = k[x] / ww * (1 << kPrecisionBits);
       t.weights[static_cast<std::size_t>(i) * t.taps + (x - lo)] = static_cast<std::int16_t>(std::lround(v));
+      // PIL: (int)(w * (1 << PRECISION_BITS) + 0.5) for w >= 0, (int)(w * ... - 0.5) below.
+      const double v22 = k[x] / ww * (1 << kPilPrecisionBits);
+      t.weights22[static_cast<std::size_t>(i) * t.taps + (x - lo)] =
+          static_cast<std::int32_t>(v22 < 0 ? v22 - 0.5 : v22 + 0.5);
     }
     t.first[i] = xmin + lo;
     t.count[i] = hi - lo;
   }
 }
 
+void nearest_taps(const NearestAxis& a, int out, int size, bool mirrored, AxisTaps& t) {
+  t.taps = 1;
+  t.first.assign(out, 0);
+  t.count.assign(out, 1);
+  t.weights.assign(static_cast<std::size_t>(out), static_cast<std::int16_t>(1 << kPrecisionBits));
+  t.weights22.assign(static_cast<std::size_t>(out), 1 << kPilPrecisionBits);
+  // Summed, not multiplied: PIL accumulates, and at exact halves (step 2, 1.5...) the sum and
+  // the product may fall on either side of an integer.
+  double x = a.step * 0.5;
+  for (long j = 0; j < a.skip; ++j) x += a.step;
+  for (int i = 0; i < out; ++i, x += a.step) {
+    const long u = std::clamp<long>(a.origin + (x < 0.0 ? -1 : static_cast<long>(x)), 0, size - 1);
+    if (mirrored) {
+      t.first[out - 1 - i] = static_cast<int>(size - 1 - u);
+    } else {
+      t.first[i] = static_cast<int>(u);
+    }
+  }
+}
+
+namespace {
+
+// PIL's pass order and precision, horizontal then vertical, for filters with negative lobes
+// (bicubic): each pass clips to 0..255, so the order decides which overshoots are cut (vertical
+// first gave values up to 5 levels off PIL's at sharp edges), and 22-bit weights keep the first
+// pass's rounding PIL's. Plain loops: the horizontal pass gathers interleaved RGB per tap; the
+// vertical one runs along contiguous rows (the compiler vectorizes it).
+inline std::uint8_t clip8_22(std::int32_t v) {
+  v >>= kPilPrecisionBits;
+  return static_cast<std::uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
+}
+
+void resample_rgb_horizontal_first(const std::uint8_t* src, int stride, int win_x, int win_y, const AxisTaps& xt,
+                                   const AxisTaps& yt, std::uint8_t* dst, ResampleScratch& s) {
+  constexpr std::int32_t kHalf = 1 << (kPilPrecisionBits - 1);
+  const int out_w = static_cast<int>(xt.first.size());
+  const int out_h = static_cast<int>(yt.first.size());
+  const int y_lo = yt.lo(), rows = yt.hi() - y_lo;
+  const std::ptrdiff_t row_bytes = static_cast<std::ptrdiff_t>(out_w) * 3;
+  s.a.resize(static_cast<std::size_t>(rows) * row_bytes);
+  for (int r = 0; r < rows; ++r) {
+    const std::uint8_t* line = src + static_cast<std::ptrdiff_t>(y_lo + r - win_y) * stride;
+    std::uint8_t* o = s.a.data() + r * row_bytes;
+    for (int i = 0; i < out_w; ++i) {
+      const std::int32_t* w = &xt.weights22[static_cast<std::size_t>(i) * xt.taps];
+      const std::uint8_t* p = line + static_cast<std::ptrdiff_t>(xt.first[i] - win_x) * 3;
+      std::int32_t r0 = kHalf, g0 = kHalf, b0 = kHalf;
+      for (int k = 0; k < xt.count[i]; ++k, p += 3) {
+        r0 += p[0] * w[k];
+        g0 += p[1] * w[k];
+        b0 += p[2] * w[k];
+      }
+      o[3 * i] = clip8_22(r0);
+      o[3 * i + 1] = clip8_22(g0);
+      o[3 * i + 2] = clip8_22(b0);
+    }
+  }
+  s.acc.resize(static_cast<std::size_t>(row_bytes));
+  std::int32_t* acc = s.acc.data();
+  for (int j = 0; j < out_h; ++j) {
+    const std::int32_t* w = &yt.weights22[static_cast<std::size_t>(j) * yt.taps];
+    for (std::ptrdiff_t x = 0; x < row_bytes; ++x) acc[x] = kHalf;
+    for (int k = 0; k < yt.count[j]; ++k) {
+      const std::uint8_t* l = s.a.data() + (yt.first[j] + k - y_lo) * row_bytes;
+      const std::int32_t wk = w[k];
+      for (std::ptrdiff_t x = 0; x < row_bytes; ++x) acc[x] += l[x] * wk;
+    }
+    std::uint8_t* o = dst + j * row_bytes;
+    for (std::ptrdiff_t x = 0; x < row_bytes; ++x) o[x] = clip8_22(acc[x]);
+  }
+}
+
+}  // namespace
+
 void resample_rgb(const std::uint8_t* src, int stride, int win_x, int win_y, const AxisTaps& xt,
-                  const AxisTaps& yt, std::uint8_t* dst, ResampleScratch& s) {
+                  const AxisTaps& yt, std::uint8_t* dst, ResampleScratch& s, bool horizontal_first) {
+  if (horizontal_first) {
+    resample_rgb_horizontal_first(src, stride, win_x, win_y, xt, yt, dst, s);
+    return;
+  }
   const int out_w = static_cast<int>(xt.first.size());
   const int out_h = static_cast<int>(yt.first.size());
   const int x_lo = xt.lo(), x_hi = xt.hi();

@@ -1,6 +1,6 @@
 // Glue of the engine: sniff -> header -> plan (crop window from the header alone) -> decode
-// only the window at the largest DCT reduction that keeps the output resolution -> one
-// resample -> one write into the slot.
+// only the window (at the largest DCT reduction that keeps the output resolution, where the
+// spec allows a reduced decode) -> one resample -> one write into the slot.
 #include "image/sample_processor.hpp"
 
 #include <chrono>
@@ -130,13 +130,25 @@ struct SampleProcessor::Impl {
   AxisTaps xt, yt;
 
   // Taps for a stored-orientation box at a decode scale (fx, fy) of a scaled_w x scaled_h image.
-  void taps_for(const SourceBox& b, double fx, double fy, int rw, int rh, int scaled_w, int scaled_h) {
+  // Nearest has no reduced decode (spec.reduced_decode()), so its scale is always 1: its taps
+  // come from the plan's upright PIL grid, turned to stored axes by the EXIF orientation.
+  void taps_for(const SourceBox& b, double fx, double fy, int rw, int rh, int scaled_w, int scaled_h,
+                const SamplePlan& plan, int orientation) {
+    if (spec.filter == ResizeFilter::kNearest) {
+      // Stored x is upright y for 5..8; which stored axes run mirrored (see to_stored).
+      const bool swap = swaps_axes(orientation);
+      const bool mirror_x = orientation == 2 || orientation == 3 || orientation == 7 || orientation == 8;
+      const bool mirror_y = orientation == 3 || orientation == 4 || orientation == 6 || orientation == 7;
+      nearest_taps(swap ? plan.nearest_y : plan.nearest_x, rw, scaled_w, mirror_x, xt);
+      nearest_taps(swap ? plan.nearest_x : plan.nearest_y, rh, scaled_h, mirror_y, yt);
+      return;
+    }
     const int cx0 = std::max(0, static_cast<int>(std::floor(b.clip_x0 * fx + 1e-6)));
     const int cx1 = std::min(scaled_w, static_cast<int>(std::ceil(b.clip_x1 * fx - 1e-6)));
     const int cy0 = std::max(0, static_cast<int>(std::floor(b.clip_y0 * fy + 1e-6)));
     const int cy1 = std::min(scaled_h, static_cast<int>(std::ceil(b.clip_y1 * fy - 1e-6)));
-    compute_taps(b.x0 * fx, b.x1 * fx, rw, cx0, std::max(cx1, cx0 + 1), xt);
-    compute_taps(b.y0 * fy, b.y1 * fy, rh, cy0, std::max(cy1, cy0 + 1), yt);
+    compute_taps(b.x0 * fx, b.x1 * fx, rw, cx0, std::max(cx1, cx0 + 1), xt, spec.filter);
+    compute_taps(b.y0 * fy, b.y1 * fy, rh, cy0, std::max(cy1, cy0 + 1), yt, spec.filter);
   }
 };
 
@@ -168,11 +180,15 @@ SampleResult SampleProcessor::process(std::span<const std::uint8_t> encoded, std
   int orientation = 1;
   int rw = 0, rh = 0;  // resampled size, stored orientation
   SamplePlan plan{};
+  // Bicubic passes in PIL's order: horizontal first on the upright image, i.e. on the stored
+  // image's other axis when the EXIF orientation swaps them (set once the orientation is known).
+  bool pil_order = false;
   // The crop is planned on the upright image (torchvision sees it upright) and mapped back to
   // stored pixels; the writer turns the resampled stored-orientation pixels upright.
   auto plan_oriented = [&]() -> SourceBox {
     const bool swap = swaps_axes(orientation);
     plan = plan_sample(spec, swap ? H : W, swap ? W : H, rng);
+    pil_order = spec.filter == ResizeFilter::kBicubic && !swap;
     rw = static_cast<int>(swap ? spec.out_height : spec.out_width);
     rh = static_cast<int>(swap ? spec.out_width : spec.out_height);
     return to_stored(plan.box, orientation, W, H);
@@ -193,19 +209,24 @@ SampleResult SampleProcessor::process(std::span<const std::uint8_t> encoded, std
     const SourceBox sbox = plan_oriented();
 
     // Largest DCT reduction (1/8, 1/4, 1/2) that still leaves at least the output
-    // resolution across the box; libjpeg-turbo has fast IDCTs for exactly these.
-    const int k = 8 / reduction_for(sbox, rw, rh);
+    // resolution across the box; libjpeg-turbo has fast IDCTs for exactly these. Only where
+    // the spec allows it (random crops by default): a full decode is torchvision's path.
+    const int k = spec.reduced_decode() ? 8 / reduction_for(sbox, rw, rh) : 8;
     const int sw = static_cast<int>(JpegDecoder::scaled(W, k));
     const int sh = static_cast<int>(JpegDecoder::scaled(H, k));
-    m.taps_for(sbox, static_cast<double>(sw) / W, static_cast<double>(sh) / H, rw, rh, sw, sh);
+    m.taps_for(sbox, static_cast<double>(sw) / W, static_cast<double>(sh) / H, rw, rh, sw, sh, plan, orientation);
     if (breakdown) breakdown->header_s += seconds_since(t);
 
-    JpegWindow win{k, m.xt.lo(), m.yt.lo(), m.xt.hi(), h.ends_with_eoi ? m.yt.hi() : sh};
+    // One column more on each side than the filter reads: libjpeg-turbo's fancy upsampling
+    // replicates chroma at a cropped window's first and last columns (jpeg_crop_scanline), so
+    // those columns differ from a full decode's (PIL's) and must not be read.
+    JpegWindow win{k, std::max(0, m.xt.lo() - 1), m.yt.lo(), std::min(sw, m.xt.hi() + 1),
+                   h.ends_with_eoi ? m.yt.hi() : sh};
     int stride = 0, win_x = 0, win_y = 0;
     if (!m.jpeg.decode(win, m.pixels, stride, win_x, win_y, r)) return r;
     if (breakdown) breakdown->decode_s += seconds_since(t);
     m.resampled.resize(static_cast<std::size_t>(rw) * rh * 3);
-    resample_rgb(m.pixels.data(), stride, win_x, win_y, m.xt, m.yt, m.resampled.data(), m.scratch);
+    resample_rgb(m.pixels.data(), stride, win_x, win_y, m.xt, m.yt, m.resampled.data(), m.scratch, pil_order);
   } else if (format == ImageFormat::kWebp && spec.webp_region_decode) {
     WebpInfo info;
     if (!webp_header(encoded, spec.max_pixels, info, r)) return r;
@@ -215,7 +236,7 @@ SampleResult SampleProcessor::process(std::span<const std::uint8_t> encoded, std
     const SourceBox sbox = plan_oriented();
     // The window: every stored pixel the filter reads at full resolution (the crop itself for
     // RandomResizedCrop, the crop and its filter margin for Resize + CenterCrop).
-    m.taps_for(sbox, 1.0, 1.0, rw, rh, static_cast<int>(W), static_cast<int>(H));
+    m.taps_for(sbox, 1.0, 1.0, rw, rh, static_cast<int>(W), static_cast<int>(H), plan, orientation);
     // Its top-left corner even: libwebp snaps a lossy (YUV 4:2:0) crop's origin down to even.
     WebpWindow win{m.xt.lo() & ~1, m.yt.lo() & ~1, m.xt.hi(), m.yt.hi()};
     const int cw = win.x1 - win.x0, ch = win.y1 - win.y0;
@@ -227,14 +248,14 @@ SampleResult SampleProcessor::process(std::span<const std::uint8_t> encoded, std
     // and then filtering again blurs more than PIL's one filter (against a whole decode, 40 crops
     // of a photo at 48 px: mean 1.0-1.2 of 255 off, worst 2.3, at 1x; mean 0.1-0.6, worst 0.8,
     // at 2x); libwebp, unlike the DCT, takes any factor.
-    if (const int d = webp_reduction(sbox, rw, rh); d > 1) {
+    if (const int d = spec.reduced_decode() ? webp_reduction(sbox, rw, rh) : 1; d > 1) {
       win.scaled_w = std::max(1, (cw + d - 1) / d);
       win.scaled_h = std::max(1, (ch + d - 1) / d);
       const double ox = win.x0, oy = win.y0;
       const SourceBox local{sbox.x0 - ox,      sbox.y0 - oy,      sbox.x1 - ox,      sbox.y1 - oy,
                             sbox.clip_x0 - ox, sbox.clip_y0 - oy, sbox.clip_x1 - ox, sbox.clip_y1 - oy};
       m.taps_for(local, static_cast<double>(win.scaled_w) / cw, static_cast<double>(win.scaled_h) / ch, rw, rh,
-                 win.scaled_w, win.scaled_h);
+                 win.scaled_w, win.scaled_h, plan, orientation);
       win_x = win_y = 0;
       stride = win.scaled_w * 3;
     }
@@ -242,7 +263,7 @@ SampleResult SampleProcessor::process(std::span<const std::uint8_t> encoded, std
     if (!decode_webp_window(encoded, win, m.pixels, r)) return r;
     if (breakdown) breakdown->decode_s += seconds_since(t);
     m.resampled.resize(static_cast<std::size_t>(rw) * rh * 3);
-    resample_rgb(m.pixels.data(), stride, win_x, win_y, m.xt, m.yt, m.resampled.data(), m.scratch);
+    resample_rgb(m.pixels.data(), stride, win_x, win_y, m.xt, m.yt, m.resampled.data(), m.scratch, pil_order);
   } else {
     // Whole-image decoders, then one resample from the full image.
     if (format == ImageFormat::kPng) {
@@ -268,9 +289,9 @@ SampleResult SampleProcessor::process(std::span<const std::uint8_t> encoded, std
     }
     if (breakdown) breakdown->decode_s += seconds_since(t);
     const SourceBox sbox = plan_oriented();
-    m.taps_for(sbox, 1.0, 1.0, rw, rh, static_cast<int>(W), static_cast<int>(H));
+    m.taps_for(sbox, 1.0, 1.0, rw, rh, static_cast<int>(W), static_cast<int>(H), plan, orientation);
     m.resampled.resize(static_cast<std::size_t>(rw) * rh * 3);
-    resample_rgb(m.pixels.data(), static_cast<int>(W) * 3, 0, 0, m.xt, m.yt, m.resampled.data(), m.scratch);
+    resample_rgb(m.pixels.data(), static_cast<int>(W) * 3, 0, 0, m.xt, m.yt, m.resampled.data(), m.scratch, pil_order);
   }
   if (breakdown) breakdown->resize_s += seconds_since(t);
   if (spec.augment.empty()) {

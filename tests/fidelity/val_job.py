@@ -16,8 +16,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from benchlib import accepts as listening  # noqa: E402
 
 
-def dump_val_epoch(bin_dir, root, tmp, batch_size=16):
-    """Serves `root` as job `val` and returns ([(image CHW uint8, id)], stokerd's log)."""
+def dump_val_epoch(bin_dir, root, tmp, batch_size=16, decode="{}"):
+    """Serves `root` as job `val` and returns ([(image CHW uint8, id)], stokerd's log).
+    `decode`: the decode step's keys as YAML flow, e.g. "{dct_scale: always}"."""
     cfg = os.path.join(tmp, "val.yaml")
     with open(cfg, "w") as f:
         f.write(f"""server: {{workers: 2, log_level: warn}}
@@ -27,7 +28,7 @@ jobs:
     batch_size: {batch_size}
     shuffle: false
     pipeline:
-      - decode: {{}}
+      - decode: {decode}
       - resize: {{size: 256}}
       - center_crop: {{size: 224}}
     output: {{dtype: uint8, layout: NCHW}}

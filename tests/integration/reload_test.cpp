@@ -258,3 +258,25 @@ TEST_CASE("malformed commands get a clear refusal and the daemon keeps serving",
   stoker::Client c("a", 0, at(socket));
   CHECK(c.next(20000).count() == 4);
 }
+
+TEST_CASE("a stokerd with jobs: {} starts and serves a job a client defines", "[integration][reload]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  // The shipped configs/client-jobs.yaml, with the test's own socket and two workers.
+  const auto config = dir.path() / "client-jobs.yaml";
+  std::ofstream(config) << "server: {workers: 2}\njobs: {}\n";
+  Daemon d(config, socket);
+  CHECK(status(socket)["jobs"].empty());
+  const std::string body = "jobs:\n  mine:\n    source: {type: imagefolder, root: \"" + data_dir() + "/demo\"}\n"
+                           "    batch_size: 6\n    shuffle: false\n    pipeline:\n      - decode: {}\n"
+                           "      - resize: {size: 16}\n      - center_crop: {size: 16}\n";
+  const Json r = Json::parse(command(socket, {{"op", "define_job"}, {"config", body}}));
+  REQUIRE(r["ok"] == true);
+  const std::string name = r["job"];
+  stoker::Client c(name, 0, at(socket));
+  for (int i = 0; i < 3; ++i) {
+    stoker::Batch b = c.next(20000);
+    CHECK(b.count() == 6);
+    CHECK(b.ids()[0] == 6 * i);  // shuffle: false: dataset order
+  }
+}

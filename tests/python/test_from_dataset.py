@@ -55,6 +55,26 @@ def test_eval_preset_translates_exactly_and_matches_torchvision_pixels(daemon, d
         assert diff < 2 / 255, (i, diff)
 
 
+@pytest.mark.parametrize("mode", [T.InterpolationMode.BICUBIC, T.InterpolationMode.NEAREST])
+def test_bicubic_and_nearest_resize_translate_and_match_torchvision_per_pixel(daemon, demo_root, mode):
+    # Eval with another InterpolationMode (timm's presets use bicubic): PIL's resize with that
+    # filter, compared value by value (uint8, no normalize) with torchvision on PIL images.
+    tf = T.Compose([T.Resize(72, interpolation=mode), T.CenterCrop((64, 56)), T.PILToTensor()])
+    steps, _ = jobdef.translate(tf)
+    assert steps[1] == 'resize: {"size": 72, "interpolation": "%s"}' % mode.value
+    crop, _ = jobdef.translate(T.Compose([T.RandomResizedCrop(16, interpolation=mode), T.PILToTensor()]))
+    assert crop[1].endswith('"interpolation": "%s"}' % mode.value)
+    ds = datasets.ImageFolder(demo_root, transform=tf)
+    loader = stoker.Loader.from_dataset(ds, batch_size=16, socket=daemon.socket)
+    b = next(loader.batches())
+    assert b.images.dtype == torch.uint8 and tuple(b.images.shape) == (16, 3, 64, 56)
+    for k, i in enumerate(b.ids.tolist()):
+        ref, _ = ds[i]
+        diff = (b.images[k].to(torch.int16) - ref.to(torch.int16)).abs()
+        # The limit tests/unit/image_reference_test.cpp's bilinear cases meet (kMaxPixelDiff).
+        assert diff.max().item() <= 4 and diff.float().mean().item() < 0.5, (i, diff.max().item())
+
+
 def test_ta_wide_preset_with_random_erasing_is_served(daemon, demo_root):
     ds = datasets.ImageFolder(demo_root, transform=train_preset(crop=32, auto_augment="ta_wide", random_erase=0.5))
     loader = stoker.Loader.from_dataset(ds, batch_size=8, shuffle=True, socket=daemon.socket)
@@ -82,8 +102,10 @@ def test_train_presets_translate_with_their_parameters():
 
 @pytest.mark.parametrize("compose, words", [
     (T.Compose([T.RandomResizedCrop(16), T.Lambda(lambda x: x), T.PILToTensor()]), "transform 1 (Lambda)"),
-    (T.Compose([T.RandomResizedCrop(16, interpolation=T.InterpolationMode.BICUBIC), T.PILToTensor()]),
-     "transform 0 (RandomResizedCrop): interpolation=bicubic"),
+    (T.Compose([T.RandomResizedCrop(16, interpolation=T.InterpolationMode.BOX), T.PILToTensor()]),
+     "transform 0 (RandomResizedCrop): interpolation=box"),
+    (T.Compose([T.Resize(16, interpolation=T.InterpolationMode.LANCZOS), T.CenterCrop(8), T.PILToTensor()]),
+     "transform 0 (Resize): interpolation=lanczos"),
     (T.Compose([T.RandomResizedCrop(16), T.RandomApply([T.ColorJitter(0.4)], p=0.8), T.PILToTensor()]),
      "transform 1 (RandomApply)"),
     (T.Compose([T.RandomResizedCrop(16), T.PILToTensor(), T.RandomHorizontalFlip()]),

@@ -241,6 +241,51 @@ TEST_CASE("config: validation pipelines (resize + center_crop, exact resize)", "
   }
 }
 
+TEST_CASE("config: interpolation of resize and random_resized_crop, refused at file:line", "[config]") {
+  using stoker::image::ResizeFilter;
+  const auto filter = [](const std::string& steps) { return parse(train_job("", steps)).jobs.at(0).pipeline.filter; };
+  CHECK(filter("      - random_resized_crop: {size: 8}\n") == ResizeFilter::kBilinear);  // torchvision's default
+  CHECK(filter("      - random_resized_crop: {size: 8, interpolation: bicubic}\n") == ResizeFilter::kBicubic);
+  CHECK(filter("      - random_resized_crop: {size: 8, interpolation: nearest}\n") == ResizeFilter::kNearest);
+  CHECK(filter("      - resize: {size: [8, 8], interpolation: bilinear}\n") == ResizeFilter::kBilinear);
+  CHECK(filter("      - resize: {size: 10, interpolation: bicubic}\n      - center_crop: {size: 8}\n") ==
+        ResizeFilter::kBicubic);
+  CHECK_THAT(refusal(train_job("", "      - resize: {size: [8, 8], interpolation: lanczos}\n")),
+             StartsWith("test.yaml:7:47: jobs.train.pipeline[1].resize.interpolation: ") &&
+                 Contains("must be one of bilinear, bicubic, nearest") && Contains("'lanczos'"));
+  CHECK_THAT(refusal(train_job("", "      - random_resized_crop: {size: 8, interpolation: 2}\n")),
+             StartsWith("test.yaml:7:55: jobs.train.pipeline[1].random_resized_crop.interpolation: "));
+  // CenterCrop has no filter: the key belongs to the resize before it.
+  CHECK_THAT(refusal(train_job("", "      - resize: {size: 10}\n      - center_crop: {size: 8, interpolation: bicubic}\n")),
+             StartsWith("test.yaml:8:32: jobs.train.pipeline[2].center_crop.interpolation: unknown key"));
+}
+
+TEST_CASE("config: decode.dct_scale - auto decodes deterministic pipelines at full scale", "[config]") {
+  using stoker::image::DctScale;
+  const auto spec = [](const std::string& decode, const std::string& steps) {
+    std::string t = train_job("", steps);
+    replace_all(t, "      - decode: {}\n", "      - decode: " + decode + "\n");
+    return parse(t).jobs.at(0).pipeline;
+  };
+  const std::string val = "      - resize: {size: 10}\n      - center_crop: {size: 8}\n";
+  const std::string crop = "      - random_resized_crop: {size: 8}\n";
+  CHECK(spec("{}", val).dct_scale == DctScale::kAuto);
+  CHECK_FALSE(spec("{}", val).reduced_decode());  // eval: torchvision's pixels
+  CHECK_FALSE(spec("{}", "      - resize: {size: [8, 8]}\n").reduced_decode());
+  CHECK(spec("{}", crop).reduced_decode());        // random crops: the fast path
+  CHECK(spec("{dct_scale: always}", val).reduced_decode());
+  CHECK_FALSE(spec("{dct_scale: never}", crop).reduced_decode());
+  CHECK_FALSE(spec("{}", "      - random_resized_crop: {size: 8, interpolation: nearest}\n").reduced_decode());
+  CHECK(refusal(train_job("", crop)) == "(accepted)");
+  std::string t = train_job("", crop);
+  replace_all(t, "      - decode: {}\n", "      - decode: {dct_scale: sometimes}\n");
+  CHECK_THAT(refusal(t), StartsWith("test.yaml:6:29: jobs.train.pipeline[0].decode.dct_scale: ") &&
+                             Contains("must be one of auto, always, never"));
+  t = train_job("", "      - random_resized_crop: {size: 8, interpolation: nearest}\n");
+  replace_all(t, "      - decode: {}\n", "      - decode: {dct_scale: always}\n");
+  CHECK_THAT(refusal(t), StartsWith("test.yaml:6:29: jobs.train.pipeline[0].decode.dct_scale: ") && Contains("nearest"));
+}
+
 TEST_CASE("config: several jobs keep their file order - integers are decimal", "[config]") {
   const Config cfg = parse(
       "jobs:\n"
@@ -319,7 +364,7 @@ TEST_CASE("config error: an empty value points at its key", "[config]") {
 
 TEST_CASE("config error: missing required keys", "[config]") {
   CHECK_THAT(refusal("server: {workers: 1}\n"), StartsWith("test.yaml:1:1: jobs: ") && Contains("required key is missing"));
-  CHECK_THAT(refusal("jobs: {}\n"), StartsWith("test.yaml:1:7: jobs: ") && Contains("expected a mapping of job names"));
+  CHECK_THAT(refusal("jobs: []\n"), StartsWith("test.yaml:1:7: jobs: ") && Contains("expected a mapping of job names"));
   std::string t = train_job();
   replace_all(t, "    batch_size: 8\n", "");
   CHECK_THAT(refusal(t), StartsWith("test.yaml:3:5: jobs.train.batch_size: ") && Contains("required key is missing"));
@@ -508,7 +553,7 @@ TEST_CASE("config error: YAML that does not parse, or is not one mapping", "[con
   CHECK_THAT(refusal("- a\n- b\n"), StartsWith("test.yaml:1:1: (top): expected a mapping"));
   CHECK_THAT(refusal(train_job() + "---\n" + train_job()), StartsWith("test.yaml:9:1: (top): one YAML document expected, found a second one here"));
   CHECK(refusal(",a") == "test.yaml:1:1: (top): expected a mapping with 'jobs' (and optionally 'server'); this line does not start one");
-  CHECK(refusal("---\njobs: {}\n") != "(accepted)");  // a leading marker is one document
+  CHECK(refusal("---\njobs: {}\n") == "(accepted)");  // a leading marker is one document
 }
 
 TEST_CASE("config error: a file that cannot be read, at line 0", "[config]") {
@@ -1037,6 +1082,17 @@ TEST_CASE("config: server keys for jobs that come and go", "[config]") {
   CHECK(cfg.server.drain_timeout_s == 9);
   CHECK_THAT(refusal("server: {drain_timeout_s: 0}\n" + train_job()),
              Catch::Contains("server.drain_timeout_s") && Catch::Contains("(0, 86400]"));
+}
+
+TEST_CASE("config: jobs: {} is a daemon for client-defined jobs only, refused when clients may not define jobs",
+          "[config]") {
+  const auto cfg = parse("jobs: {}\n");
+  CHECK(cfg.jobs.empty());
+  CHECK(cfg.server.client_jobs);
+  // The shipped example of that config.
+  CHECK(stoker::config::load_config(fs::path(STOKER_SOURCE_DIR) / "configs" / "client-jobs.yaml").jobs.empty());
+  CHECK_THAT(refusal("server:\n  client_jobs: false\njobs: {}\n"),
+             StartsWith("test.yaml:3:7: jobs: ") && Contains("server.client_jobs: false") && Contains("serve nothing"));
 }
 
 TEST_CASE("config: a client-defined job is one job, no server keys, absolute paths", "[config]") {

@@ -35,8 +35,16 @@ def _interp(t: Any, where: str, allowed: Sequence[str]) -> Optional[str]:
     name = getattr(mode, "value", str(mode))
     if name not in allowed:
         raise TranslationError(f"{where}: interpolation={name} is not available in stokerd "
-                               f"(it offers {', '.join(allowed)} here); use one of those or define the job in YAML")
+                               f"(it offers {', '.join(allowed)} here, in YAML too); use one of those")
     return name
+
+
+def _resize_filter(t: Any, where: str) -> Optional[str]:
+    """Resize/RandomResizedCrop's mode as the step's `interpolation` (PIL's resize with that
+    filter, torchvision's path on PIL images); None for bilinear, the step's default, so the
+    usual definitions keep their text (and so their shared job)."""
+    name = _interp(t, where, ["bilinear", "bicubic", "nearest"])
+    return None if name == "bilinear" else name
 
 
 def _fill(t: Any, where: str) -> Any:
@@ -96,17 +104,17 @@ def translate_with_origins(transform: Any) -> Tuple[List[str], str, List[str]]:
             raise TranslationError(f"{where}: after the tensor conversion stokerd runs only Normalize and "
                                    f"RandomErasing; move it before ToTensor/PILToTensor")
         if isinstance(t, T.RandomResizedCrop):
-            _interp(t, where, ["bilinear"])
-            steps.append("random_resized_crop: " + _flow({"size": list(t.size), "scale": _pair(t.scale),
-                                                          "ratio": _pair(t.ratio)}))
+            steps.append("random_resized_crop: " + _flow({
+                "size": list(t.size), "scale": _pair(t.scale), "ratio": _pair(t.ratio),
+                "interpolation": _resize_filter(t, where)}))
         elif isinstance(t, T.Resize):
-            _interp(t, where, ["bilinear"])
+            interpolation = _resize_filter(t, where)
             if t.max_size is not None:
                 raise TranslationError(f"{where}: max_size is not available in stokerd")
             size = t.size if isinstance(t.size, int) else list(t.size)
             if isinstance(size, list) and len(size) == 1:
                 size = size[0]
-            steps.append("resize: " + _flow({"size": size}))
+            steps.append("resize: " + _flow({"size": size, "interpolation": interpolation}))
         elif isinstance(t, T.CenterCrop):
             steps.append("center_crop: " + _flow({"size": list(t.size)}))
         elif isinstance(t, T.RandomHorizontalFlip):

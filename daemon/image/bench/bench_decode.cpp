@@ -157,7 +157,14 @@ int main(int argc, char** argv) {
   train_f32.stddev = {0.229f, 0.224f, 0.225f};
   ms.push_back(engine("train_float32", train_f32, files));
   stoker::image::PipelineSpec val;  // Resize 256 + CenterCrop 224
-  ms.push_back(engine("val_uint8", val, files));
+  ms.push_back(engine("val_uint8", val, files));  // decode.dct_scale auto: full-scale decode
+  // The two decode paths side by side (decode.dct_scale): reduced-scale val, full-scale train.
+  auto val_dct = val;
+  val_dct.dct_scale = stoker::image::DctScale::kAlways;
+  ms.push_back(engine("val_uint8_dct_always", val_dct, files));
+  auto train_full = train;
+  train_full.dct_scale = stoker::image::DctScale::kNever;
+  ms.push_back(engine("train_uint8_dct_never", train_full, files));
 
   for (int r = 0; r < rounds; ++r) {
     for (auto& m : ms) m.rates.push_back(m.round(seconds / rounds));
