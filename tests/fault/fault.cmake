@@ -3,6 +3,12 @@ stoker_add_test(fault_test LABEL fault
   LIBS stoker_daemon_fixture stoker::client stoker::proto stoker_sampler JPEG::JPEG)
 add_dependencies(fault_test stokerd stokerctl)
 
+# Kill storm of device consumers on the host simulation (issue 24): stokerd stays up, flat, clean.
+stoker_add_test(device_storm_test LABEL fault
+  SOURCES fault/device_storm_test.cpp
+  LIBS stoker_daemon_fixture stoker::client)
+add_dependencies(device_storm_test stokerd stokerctl)
+
 # Preloaded into stokerd by tests that inject open() failures (see the file's comment).
 add_library(stoker_fail_open SHARED support/fail_open.c)
 target_link_libraries(stoker_fail_open PRIVATE ${CMAKE_DL_LIBS})
