@@ -33,16 +33,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAsan = true;
+// Sanitizer runtimes keep freed memory (ASan's quarantine) and per-object metadata (TSan) by
+// design, so RSS gets a wider margin there; the object, mapping and descriptor checks do not.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kAsan = true;
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitized = true;
 #else
-constexpr bool kAsan = false;
+constexpr bool kSanitized = false;
 #endif
 #else
-constexpr bool kAsan = false;
+constexpr bool kSanitized = false;
 #endif
 
 constexpr int kStormRanks = 16;  // consumers alive at once
@@ -198,14 +200,13 @@ TEST_CASE("a kill storm of 300 device consumers leaves stokerd serving, flat and
   }
   CHECK(consumer_objects == 0);
 
-  // Flat: the descriptors exactly come back (a few for sockets in flight), memory within a
-  // margin of the warm-up's (ASan's quarantine of freed memory grows RSS by design, so it gets
-  // a wider one).
+  // Flat: the descriptors come back (two spare for sockets in flight), memory within a margin
+  // of the warm-up's (measured: 12.1 -> 12.5 MiB in a RelWithDebInfo build).
   const std::size_t fds_end = open_fds(d.pid());
   const long rss_end = rss_kib(d.pid());
   INFO("fds " << fds_base << " -> " << fds_end << ", RSS KiB " << rss_base << " -> " << rss_end);
   CHECK(fds_end <= fds_base + 2);
-  const long margin = kAsan ? std::max(256L * 1024, rss_base) : std::max(16L * 1024, rss_base / 4);
+  const long margin = kSanitized ? std::max(256L * 1024, rss_base) : std::max(16L * 1024, rss_base / 4);
   CHECK(rss_end <= rss_base + margin);
 
   for (int i = 0; i < 3; ++i) survivor_takes();

@@ -361,7 +361,7 @@ TEST_CASE("hostsim liveness: never 'alive' for a child reaped while it is being 
   // of them: whatever moment the reaping falls on (between a kill(pid, 0) that finds the
   // zombie and a /proc read that no longer finds it, say), every answer must be "gone".
   int wrong = 0;
-  for (int i = 0; i < 400 && wrong == 0; ++i) {
+  for (int i = 0; i < 150 && wrong == 0; ++i) {
     const pid_t pid = ::fork();
     if (pid == 0) std::_Exit(0);
     REQUIRE(pid > 0);
