@@ -11,10 +11,14 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -34,19 +38,94 @@
 namespace stoker::device {
 namespace hostsim {
 
-bool process_alive(std::int32_t pid) {
-  if (pid <= 0) return false;
-  if (::kill(pid, 0) != 0 && errno != EPERM) return false;
-  // An exited process not yet reaped (a zombie) has closed everything, as the driver would.
+namespace {
+
+// State letter and start time (field 22) of /proc/PID/stat; false when there is no such file.
+// The command name (field 2) may hold spaces and ')', so fields are counted after the last ')'.
+bool read_proc_stat(std::int32_t pid, char& state, std::uint64_t& start) {
   char path[64];
   std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  if (FILE* f = std::fopen(path, "r")) {
-    char state = 0;
-    const int n = std::fscanf(f, "%*d (%*[^)]) %c", &state);
-    std::fclose(f);
-    if (n == 1 && (state == 'Z' || state == 'X')) return false;
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[1024];
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  const char* p = std::strrchr(buf, ')');
+  if (p == nullptr) return false;
+  unsigned long long st = 0;
+  // After ')': state(3) ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt
+  // utime stime cutime cstime priority nice num_threads itrealvalue starttime(22).
+  if (std::sscanf(p + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+                  &state, &st) != 2) {
+    return false;
   }
+  start = st;
   return true;
+}
+
+bool proc_mounted() {
+  static const bool mounted = ::access("/proc/self/stat", R_OK) == 0;
+  return mounted;
+}
+
+// Whether `pid` has exited, by its pidfd: 1 exited (a zombie or gone), 0 running, -1 unknown
+// (no pidfd_open here).
+int pidfd_exited(std::int32_t pid) {
+#ifdef SYS_pidfd_open
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return errno == ESRCH ? 1 : -1;
+  pollfd p{fd, POLLIN, 0};
+  const int r = ::poll(&p, 1, 0);
+  ::close(fd);
+  if (r < 0) return -1;
+  return r > 0 ? 1 : 0;  // readable once the process has exited
+#else
+  (void)pid;
+  return -1;
+#endif
+}
+
+}  // namespace
+
+ProcessTag process_tag(std::int32_t pid) {
+  if (pid <= 0) return 0;
+  char state = 0;
+  std::uint64_t start = 0;
+  if (!read_proc_stat(pid, state, start)) start = 0;
+  return (static_cast<ProcessTag>(static_cast<std::uint32_t>(pid)) << 32) | (start & 0xffffffffu);
+}
+
+ProcessTag self_tag() {
+  static std::atomic<ProcessTag> cached{0};
+  const auto me = static_cast<std::int32_t>(::getpid());
+  ProcessTag t = cached.load(std::memory_order_relaxed);
+  if (tag_pid(t) != me) {  // first use, or a forked child
+    t = process_tag(me);
+    cached.store(t, std::memory_order_relaxed);
+  }
+  return t;
+}
+
+bool process_alive(ProcessTag tag) {
+  const std::int32_t pid = tag_pid(tag);
+  if (pid <= 0 || tag == kTagBeingFilled) return false;
+  // The pidfd answers "exited?" without /proc; a zombie reads as exited. It may name a later
+  // holder of the pid: the start time below tells them apart.
+  const int exited = pidfd_exited(pid);
+  if (exited == 1) return false;
+  char state = 0;
+  std::uint64_t start = 0;
+  if (read_proc_stat(pid, state, start)) {
+    if (state == 'Z' || state == 'X') return false;
+    const auto want = static_cast<std::uint32_t>(tag);
+    return want == 0 || static_cast<std::uint32_t>(start) == want;
+  }
+  // No /proc/PID while /proc is there: reaped (perhaps since the pidfd look). Never "alive".
+  if (proc_mounted()) return false;
+  if (exited == 0) return true;
+  return ::kill(pid, 0) == 0 || errno == EPERM;
 }
 
 void remove_stale_objects() {
@@ -54,9 +133,23 @@ void remove_stale_objects() {
   for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
     const std::string n = e.path().filename().string();
     int pid = 0;
-    if (std::sscanf(n.c_str(), "stoker-sim-%d-", &pid) == 1 && !process_alive(pid)) {
-      ::shm_unlink(("/" + n).c_str());
+    if (std::sscanf(n.c_str(), "stoker-sim-%d-", &pid) != 1) continue;
+    // The creator's tag from the header tells a dead creator from a new process with its pid.
+    ProcessTag creator = static_cast<ProcessTag>(static_cast<std::uint32_t>(pid)) << 32;
+    const int fd = ::shm_open(("/" + n).c_str(), O_RDONLY | O_CLOEXEC, 0);
+    if (fd >= 0) {
+      struct stat st {};
+      if (::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) >= sizeof(SimObjectHeader)) {
+        void* p = ::mmap(nullptr, sizeof(SimObjectHeader), PROT_READ, MAP_SHARED, fd, 0);
+        if (p != MAP_FAILED) {
+          const auto* h = static_cast<const SimObjectHeader*>(p);
+          if (h->magic == kSimMagic && h->creator_pid == pid && tag_pid(h->creator) == pid) creator = h->creator;
+          ::munmap(p, sizeof(SimObjectHeader));
+        }
+      }
+      ::close(fd);
     }
+    if (!process_alive(creator)) ::shm_unlink(("/" + n).c_str());
   }
 }
 
@@ -140,7 +233,7 @@ class SimStream {
 bool event_complete(const SimObjectHeader* h, std::uint64_t target) {
   if (h->completed.load(std::memory_order_acquire) >= target) return true;
   // The recorder died: its queued work is gone with its context, the event will never move.
-  return !process_alive(h->last_recorder_pid.load());
+  return !process_alive(h->last_recorder.load());
 }
 
 void wait_event(const SimObjectHeader* h, std::uint64_t target) {
@@ -214,7 +307,7 @@ class HostSimBackend final : public Backend {
     if (st == nullptr) return false;
     SimObjectHeader* h = event_header(e);
     const std::uint64_t seq = h->recorded.fetch_add(1) + 1;
-    h->last_recorder_pid.store(static_cast<std::int32_t>(::getpid()));
+    h->last_recorder.store(self_tag());
     st->push([h, seq] {
       injected_delay();
       std::uint64_t cur = h->completed.load();
@@ -411,15 +504,15 @@ class HostSimBackend final : public Backend {
     SimStream* st = stream(device, s, why);
     if (st == nullptr) sim_abort(why);
     auto [h, off] = locate(ptr);
-    const auto me = static_cast<std::int32_t>(::getpid());
+    const ProcessTag me = self_tag();
     // The reads begin when the stream gets here, i.e. after the waits queued before.
     st->push([h = h, off = off, bytes, me] {
       for (auto& l : h->leases) {
-        std::int32_t free_pid = 0;
-        if (l.pid.compare_exchange_strong(free_pid, -1)) {  // -1: being filled
+        ProcessTag free_entry = 0;
+        if (l.owner.compare_exchange_strong(free_entry, kTagBeingFilled)) {
           l.begin.store(off);
           l.end.store(off + bytes);
-          l.pid.store(me);
+          l.owner.store(me);
           return;
         }
       }
@@ -432,11 +525,11 @@ class HostSimBackend final : public Backend {
     SimStream* st = stream(device, s, why);
     if (st == nullptr) sim_abort(why);
     auto [h, off] = locate(ptr);
-    const auto me = static_cast<std::int32_t>(::getpid());
+    const ProcessTag me = self_tag();
     st->push([h = h, off = off, bytes, me] {
       for (auto& l : h->leases) {
-        if (l.pid.load() == me && l.begin.load() == off && l.end.load() == off + bytes) {
-          l.pid.store(0);
+        if (l.owner.load() == me && l.begin.load() == off && l.end.load() == off + bytes) {
+          l.owner.store(0);
           return;
         }
       }
@@ -495,8 +588,9 @@ class HostSimBackend final : public Backend {
 
   static void check_no_reader(SimObjectHeader* h, std::uint64_t off, std::uint64_t bytes) {
     for (auto& l : h->leases) {
-      const std::int32_t pid = l.pid.load();
-      if (pid <= 0 || !process_alive(pid)) continue;
+      const ProcessTag owner = l.owner.load();
+      if (owner == 0 || !process_alive(owner)) continue;
+      const std::int32_t pid = tag_pid(owner);
       if (l.begin.load() < off + bytes && off < l.end.load()) {
         sim_abort("overwriting device bytes [" + std::to_string(off) + ", " +
                   std::to_string(off + bytes) + ") that pid " + std::to_string(pid) +
@@ -541,6 +635,7 @@ class HostSimBackend final : public Backend {
     m.header = static_cast<SimObjectHeader*>(p);  // zero-filled by ftruncate
     m.header->kind = static_cast<std::uint32_t>(kind);
     m.header->creator_pid = static_cast<std::int32_t>(::getpid());
+    m.header->creator = self_tag();
     m.header->bytes = bytes;
     std::atomic_thread_fence(std::memory_order_release);
     m.header->magic = kSimMagic;
@@ -583,13 +678,20 @@ class HostSimBackend final : public Backend {
       return false;
     }
     // Register as an opener of the object.
-    const auto me = static_cast<std::int32_t>(::getpid());
+    // An entry is this process's, free, or a gone process's (claimed back: a dead peer's
+    // handles are closed). Claiming goes through kTagBeingFilled so that nobody counts a
+    // claimed entry's stale count under the new owner.
+    const ProcessTag me = self_tag();
     for (auto& o : m.header->openers) {
-      std::int32_t cur = o.pid.load();
-      if (cur == me || (cur == 0 && o.pid.compare_exchange_strong(cur, me)) ||
-          (cur != 0 && !process_alive(cur) && o.pid.compare_exchange_strong(cur, me) &&
-           (o.count.store(0), true))) {
+      ProcessTag cur = o.owner.load();
+      if (cur == me) {
         o.count.fetch_add(1);
+        return true;
+      }
+      if (cur == kTagBeingFilled || (cur != 0 && process_alive(cur))) continue;
+      if (o.owner.compare_exchange_strong(cur, kTagBeingFilled)) {
+        o.count.store(1);
+        o.owner.store(me);
         return true;
       }
     }
@@ -599,9 +701,9 @@ class HostSimBackend final : public Backend {
   }
 
   void close_mapping(Mapped& m) {
-    const auto me = static_cast<std::int32_t>(::getpid());
+    const ProcessTag me = self_tag();
     for (auto& o : m.header->openers) {
-      if (o.pid.load() == me) o.count.fetch_sub(1);
+      if (o.owner.load() == me) o.count.fetch_sub(1);
     }
     ::munmap(m.header, m.map_bytes);
   }
@@ -632,8 +734,9 @@ class HostSimBackend final : public Backend {
       objects_.erase(it);
     }
     for (auto& o : h->openers) {
-      const std::int32_t pid = o.pid.load();
-      if (pid > 0 && o.count.load() > 0 && process_alive(pid)) {
+      const ProcessTag owner = o.owner.load();
+      const std::int32_t pid = tag_pid(owner);
+      if (owner != kTagBeingFilled && o.count.load() > 0 && process_alive(owner)) {
         sim_abort(std::string("freeing ") + what + " " + m.name + " that pid " + std::to_string(pid) +
                   " still has open");
       }

@@ -11,6 +11,11 @@ stoker_add_test(integration_test LABEL integration
   LIBS stoker_daemon_fixture stoker::client stoker::proto Boost::headers stoker_sampler PNG::PNG)
 add_dependencies(integration_test stokerd stokerctl)
 
+# The /metrics responder over loopback sockets, no daemon: slow peers, extra bytes (issue 24).
+stoker_add_test(metrics_http_test LABEL integration
+  SOURCES integration/metrics_http_test.cpp
+  LIBS stoker_server)
+
 # The C header compiled as C.
 add_executable(c_api_test integration/c_api_test.c)
 target_link_libraries(c_api_test PRIVATE stoker::client)

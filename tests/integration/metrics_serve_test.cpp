@@ -153,15 +153,15 @@ TEST_CASE("GET /metrics serves counters that move, and garbage requests do not h
   const char tls_hello[] = "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n";
   CHECK_THAT(http_exchange(port, std::string(tls_hello, sizeof tls_hello - 1)),
              Catch::StartsWith("HTTP/1.0 400"));  // a TLS hello (NULs and all), then a blank line
-  // An unfinished head is dropped at the deadline without an answer.
+  // An unfinished head is dropped at the head timeout without an answer.
   CHECK(http_exchange(port, std::string("\x16\x03\x01\x02\x00", 5), 8).empty());
   CHECK_THAT(http_exchange(port, std::string(10000, 'A')), Catch::StartsWith("HTTP/1.0 431"));
   std::string binary(3000, '\0');
   for (std::size_t i = 0; i < binary.size(); ++i) binary[i] = static_cast<char>(i * 7919 % 251);
   http_exchange(port, binary, 2);
   {
-    // More silent connections than the responder serves at once: they are dropped after its
-    // 5 s deadline, and a real request behind them is answered then.
+    // More silent connections than the responder serves at once: the oldest silent ones are
+    // closed to make room (or dropped at the 2 s head timeout), and a real request is answered.
     std::vector<int> silent;
     for (int i = 0; i < 20; ++i) silent.push_back(tcp_connect(port));
     const int half = tcp_connect(port);

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include <thread>
 
 #include "device/device_backend.hpp"
+#include "device/hostsim_objects.hpp"
 
 using namespace stoker::device;
 
@@ -286,4 +288,95 @@ TEST_CASE("hostsim normalize applies the per-channel table, NCHW and NHWC", "[un
   }
   b->free(in);
   b->free(out);
+}
+
+// Liveness of a peer named in shared memory (issue 24, C4): a killed consumer is first a
+// zombie, then reaped, then its pid may be handed out again; "alive" in any of those states
+// made stokerd abort when it freed the consumer's ring.
+namespace {
+
+// A child that waits until the write end of pipe `go` is closed, then exits; returns its pid.
+pid_t child_waiting(const int go[2]) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(go[1]);
+    char c;
+    (void)!::read(go[0], &c, 1);
+    std::_Exit(0);
+  }
+  return pid;
+}
+
+// Blocks until `pid` has exited, without reaping it (it stays a zombie).
+void wait_zombie(pid_t pid) {
+  siginfo_t si{};
+  REQUIRE(::waitid(P_PID, static_cast<id_t>(pid), &si, WEXITED | WNOWAIT) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("hostsim liveness: running, zombie, reaped", "[unit][hostsim]") {
+  using namespace stoker::device::hostsim;
+  CHECK(process_alive(self_tag()));
+  CHECK(tag_pid(self_tag()) == ::getpid());
+  CHECK_FALSE(process_alive(0));
+  CHECK_FALSE(process_alive(kTagBeingFilled));
+
+  int go[2];
+  REQUIRE(::pipe(go) == 0);
+  const pid_t pid = child_waiting(go);
+  REQUIRE(pid > 0);
+  const ProcessTag tag = process_tag(pid);
+  const ProcessTag pid_only = static_cast<ProcessTag>(pid) << 32;  // start time unknown
+  CHECK(tag_pid(tag) == pid);
+  CHECK(process_alive(tag));
+  CHECK(process_alive(pid_only));
+
+  ::close(go[1]);  // the child exits
+  wait_zombie(pid);
+  CHECK_FALSE(process_alive(tag));  // a zombie has closed everything, as the driver would
+  CHECK_FALSE(process_alive(pid_only));
+
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  CHECK_FALSE(process_alive(tag));
+  CHECK_FALSE(process_alive(pid_only));
+  ::close(go[0]);
+}
+
+TEST_CASE("hostsim liveness: a pid now held by a later process is not the tagged one", "[unit][hostsim]") {
+  using namespace stoker::device::hostsim;
+  // The same pid with another start time is what a reused pid looks like from shared memory.
+  const ProcessTag me = self_tag();
+  REQUIRE(static_cast<std::uint32_t>(me) != 0);  // this kernel shows start times in /proc
+  CHECK_FALSE(process_alive(me ^ 1));
+  CHECK_FALSE(process_alive(me + 100));
+  CHECK(process_alive(me));
+}
+
+TEST_CASE("hostsim liveness: never 'alive' for a child reaped while it is being looked at",
+          "[unit][hostsim]") {
+  using namespace stoker::device::hostsim;
+  // The child is a zombie when the looks begin and is reaped by another thread in the middle
+  // of them: whatever moment the reaping falls on (between a kill(pid, 0) that finds the
+  // zombie and a /proc read that no longer finds it, say), every answer must be "gone".
+  int wrong = 0;
+  for (int i = 0; i < 150 && wrong == 0; ++i) {
+    const pid_t pid = ::fork();
+    if (pid == 0) std::_Exit(0);
+    REQUIRE(pid > 0);
+    wait_zombie(pid);
+    const ProcessTag tag = process_tag(pid);
+    std::atomic<bool> reaped{false};
+    std::thread reaper([&] {
+      int status = 0;
+      ::waitpid(pid, &status, 0);
+      reaped.store(true);
+    });
+    for (int looks = 0; looks < 2 || !reaped.load(); ++looks) {
+      if (process_alive(tag)) ++wrong;
+    }
+    reaper.join();
+  }
+  CHECK(wrong == 0);
 }
