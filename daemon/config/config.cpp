@@ -928,7 +928,7 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
   if (!name_ok) {
     r.fail(name_at, j.path, "job names are 1..48 characters of A-Z a-z 0-9 _ . -");
   }
-  const Fields f(r, j, {"source", "batch_size", "shuffle", "seed", "drop_last", "sampler_drop_last", "pad_shards",
+  const Fields f(r, j, {"source", "batch_size", "shuffle", "seed", "augment_seed", "drop_last", "sampler_drop_last", "pad_shards",
                         "consumers", "world_size",
                         "ranks", "node_rank", "local_world_size", "readers", "prefetch", "lease_timeout_s", "cache",
                         "weight", "workers", "on_error", "quarantine", "device", "device_normalize", "pipeline", "output",
@@ -1004,6 +1004,7 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
   job.batch_size = static_cast<std::uint32_t>(r.integer(f.need("batch_size"), 1, kMaxBatch));
   if (auto* v = f.get("shuffle")) job.shuffle = r.boolean(*v);
   if (auto* v = f.get("seed")) job.seed = r.integer(*v, 0, UINT64_MAX);
+  if (auto* v = f.get("augment_seed")) job.augment_seed = r.integer(*v, 0, UINT64_MAX);
   if (auto* v = f.get("drop_last")) job.drop_last = r.boolean(*v);
   // Two drop_lasts, as PyTorch has them: DataLoader's (the last short batch, `drop_last`) and
   // DistributedSampler's (`sampler_drop_last`, default: the same value, which is what a

@@ -4,14 +4,13 @@
 
 #include <cstdint>
 #include <filesystem>
-
-#include "sampler/sampler.hpp"
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "image/pipeline_spec.hpp"
+#include "sampler/sampler.hpp"
 
 namespace stoker::config {
 
@@ -68,6 +67,11 @@ struct JobConfig {
   std::uint32_t batch_size = 0;
   bool shuffle = true;
   std::uint64_t seed = 0;
+  // The augmentations' and mixes' randomness; unset: `seed`. Apart so a trainer can keep a
+  // DistributedSampler's order (its seed) while torch.manual_seed varies the augmentations,
+  // as DataLoader's workers do.
+  std::optional<std::uint64_t> augment_seed;
+  std::uint64_t pixel_seed() const { return augment_seed.value_or(seed); }
   bool drop_last = false;          // DataLoader's: a rank's last short batch of an epoch is dropped
   bool sampler_drop_last = false;  // DistributedSampler's: the epoch is cut to a multiple of the world
   bool pad_shards = true;          // false: every sample exactly once, ranks uneven by at most one

@@ -328,7 +328,7 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
     if (cache_ && cache_->get(id, out)) {
       // Finished earlier (a deterministic pipeline gives the same bytes every epoch).
     } else if (read_sample(item, id, file_buffer, result)) {
-      result = processor.process(file_buffer, cfg_.seed, epoch, id, out);
+      result = processor.process(file_buffer, cfg_.pixel_seed(), epoch, id, out);
       if (formats_.record(id, result.format)) {
         spdlog::info("job {}: formats by content: {}", cfg_.name, formats_.summary());
       }
@@ -407,7 +407,7 @@ bool Job::drop_unwanted(Ring& ring, std::uint32_t s, std::vector<WorkItem>& out)
 void Job::mix_batch(std::uint32_t ring, std::uint32_t s, std::uint64_t epoch, std::uint64_t batch_index,
                     std::uint32_t count) {
   const proto::BatchGeometry g = geometry_of(cfg_);
-  const MixDraw draw = draw_mix(cfg_.mix, cfg_.seed, epoch, batch_index, cfg_.first_rank + ring, g.height, g.width);
+  const MixDraw draw = draw_mix(cfg_.mix, cfg_.pixel_seed(), epoch, batch_index, cfg_.first_rank + ring, g.height, g.width);
   MixBatch b;
   b.images = payload(ring, s);
   b.count = count;

@@ -114,6 +114,7 @@ std::string ControlServer::status_json() const {
     if (!j.config().source.file.empty()) job["file"] = j.config().source.file.string();
     job["shuffle"] = j.config().shuffle;
     job["seed"] = j.config().seed;
+    job["augment_seed"] = j.config().pixel_seed();
     job["drop_last"] = j.config().drop_last;
     job["batch_size"] = j.config().batch_size;
     job["sampler_drop_last"] = j.config().sampler_drop_last;

@@ -24,6 +24,11 @@ def seed_of(loader):
     return int(next(l for l in loader._definition.splitlines() if l.strip().startswith("seed:")).split(":")[1])
 
 
+def augment_seed_of(loader):
+    lines = [l for l in loader._definition.splitlines() if l.strip().startswith("augment_seed:")]
+    return int(lines[0].split(":")[1]) if lines else None
+
+
 def ids_of(loader):
     return [(b.epoch, b.ids.tolist()) for b in loader.batches()]
 
@@ -75,6 +80,34 @@ def test_default_seed_follows_torch_manual_seed_and_generators(demo_root):
     assert seed_of(build(sampler=dist)) == 9  # every rank shares the sampler's seed
     torch.manual_seed(3)
     assert seed_of(build(sampler=dist)) == 9
+    # The augmentations follow torch's seeding with a DistributedSampler too, as DataLoader's
+    # workers' base seed does; the order stays the sampler's.
+    d3 = augment_seed_of(build(sampler=dist))
+    torch.manual_seed(4)
+    d4 = augment_seed_of(build(sampler=dist))
+    torch.manual_seed(3)
+    assert d3 is not None and d3 != d4 and augment_seed_of(build(sampler=dist)) == d3
+    assert augment_seed_of(build(sampler=dist, seed=11)) is None  # seed= decides both
+    assert augment_seed_of(build(sampler=dist, generator=torch.Generator().manual_seed(5))) == \
+        augment_seed_of(build(sampler=dist, generator=torch.Generator().manual_seed(5)))
+
+
+def test_torch_seed_moves_a_distributed_samplers_augmentations_not_its_order(daemon, demo_root):
+    # DataLoader + DistributedSampler: torch.manual_seed changes the augmentations (workers'
+    # base seed), never the order (the sampler's seed). The same must hold here.
+    ds = datasets.ImageFolder(demo_root, transform=compose())
+    out = []
+    for s in (1, 2, 1):
+        torch.manual_seed(s)
+        sampler = DistributedSampler(ds, num_replicas=1, rank=0, shuffle=True, seed=7)
+        loader = stoker.Loader.from_dataset(ds, batch_size=16, sampler=sampler, socket=daemon.socket)
+        b = next(loader.batches())
+        out.append((b.ids.tolist(), b.images.clone()))
+        del b
+        loader.close()
+    assert out[0][0] == out[1][0] == out[2][0]  # one order: the sampler's seed and epoch
+    assert not torch.equal(out[0][1], out[1][1])  # other crops and flips
+    assert torch.equal(out[0][1], out[2][1])  # the same torch seed, the very same pixels
 
 
 def test_two_torch_seeds_are_two_jobs_with_different_batches(daemon, demo_root):

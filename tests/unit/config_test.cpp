@@ -201,6 +201,8 @@ TEST_CASE("config: defaults when optional keys are left out", "[config]") {
   CHECK(j.source.type == "imagefolder");
   CHECK(j.shuffle);
   CHECK(j.seed == 0);
+  CHECK_FALSE(j.augment_seed.has_value());
+  CHECK(j.pixel_seed() == j.seed);  // unset: the augmentations follow `seed`
   CHECK_FALSE(j.drop_last);
   CHECK(j.consumers == 1);
   CHECK(j.prefetch == 4);
@@ -295,6 +297,7 @@ TEST_CASE("config: several jobs keep their file order - integers are decimal", "
   CHECK(cfg.jobs[0].name == "b");
   CHECK(cfg.jobs[0].batch_size == 10);  // not octal 8, as yaml-cpp's own conversion would read it
   CHECK(cfg.jobs[0].seed == 7);
+  CHECK(cfg.jobs[0].pixel_seed() == 7);
   CHECK(cfg.jobs[1].name == "a");
   CHECK(cfg.jobs[1].batch_size == 4);
 }
@@ -341,6 +344,8 @@ TEST_CASE("config error: wrong types", "[config]") {
              StartsWith("test.yaml:5:14: jobs.train.shuffle: ") && Contains("expected true or false, got 'maybe'"));
   CHECK_THAT(refusal(train_job("    seed: 99999999999999999999\n")),
              StartsWith("test.yaml:5:11: jobs.train.seed: ") && Contains("must be between 0 and 18446744073709551615"));
+  CHECK_THAT(refusal(train_job("    augment_seed: -3\n")),
+             StartsWith("test.yaml:5:19: jobs.train.augment_seed: ") && Contains("must be between 0 and"));
   CHECK_THAT(refusal(train_job("", "      - random_resized_crop: {size: 224}\n      - horizontal_flip: {p: half}\n")),
              StartsWith("test.yaml:8:30: jobs.train.pipeline[2].horizontal_flip.p: ") &&
                  Contains("expected a number, got 'half'"));
@@ -1114,4 +1119,10 @@ TEST_CASE("config: a client-defined job is one job, no server keys, absolute pat
              Catch::Contains("exactly one job"));
   CHECK_THAT(refused("jobs:\n  r:\n    source: {root: relative/dir}\n    batch_size: 4\n    pipeline: [{decode: {}}]\n"),
              Catch::StartsWith("<client>:3:"));
+}
+
+TEST_CASE("config: augment_seed seeds the augmentations apart from the order", "[config]") {
+  const auto j = parse(train_job("    seed: 5\n    augment_seed: 18446744073709551615\n")).jobs.at(0);
+  CHECK(j.seed == 5);  // the permutation's
+  CHECK(j.pixel_seed() == 18446744073709551615ull);  // crops, flips, colour, erasing, mixes
 }

@@ -7,7 +7,7 @@ the batches."""
 import math
 import numbers
 import warnings
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from .jobdef import TranslationError
 
@@ -90,30 +90,30 @@ def _peek(generator: Any) -> int:
     return value
 
 
-def job_seed(seed: Optional[int], generator: Any, sampler: Any) -> int:
-    """The job's seed, which decides its order and its augmentations (stokerd's randomness is
-    a function of (seed, epoch, sample)):
-      seed=               that value;
-      DistributedSampler  its `seed` (the value every rank shares, so every rank and node
-                          computes the same permutation and a resumed run gets the same epochs),
-                          mixed with a draw from generator= when one is given;
-      otherwise           a draw from generator=, else the RandomSampler's own generator, else
-                          torch's default generator: torch.manual_seed(s) before from_dataset
-                          decides it, as it decides DataLoader's shuffle and augmentations.
-    A different seed is a different job definition, so it is a different job of the daemon."""
+def job_seeds(seed: Optional[int], generator: Any, sampler: Any) -> Tuple[int, Optional[int]]:
+    """(seed, augment_seed) of the job; stokerd's randomness is a function of (seed, epoch,
+    sample), the order's of `seed`, the augmentations' and mixes' of `augment_seed` (None: `seed`):
+      seed=               that value for both;
+      DistributedSampler  the order from its `seed` (every rank shares it, so every rank and node
+                          computes the same permutation, and torch.manual_seed does not move it,
+                          as with DataLoader), the augmentations from a draw from generator=, else
+                          torch's default generator (DataLoader draws its workers' base seed so);
+      otherwise           both from a draw from generator=, else the RandomSampler's own
+                          generator, else torch's default generator: torch.manual_seed(s) before
+                          from_dataset decides it, as it decides DataLoader's shuffle and
+                          augmentations.
+    Draws peek: the generator is not advanced. A different seed is a different job definition,
+    so a different job of the daemon (ranks whose torch generators differ get a job each)."""
     from torch.utils import data as tud
     if seed is not None:
         if not isinstance(seed, numbers.Integral) or not 0 <= seed < 2 ** 64:
             raise ValueError(f"seed must be an integer in [0, 2**64), not {seed!r}")
-        return int(seed)
+        return int(seed), None
     if isinstance(sampler, tud.DistributedSampler):
-        base = int(sampler.seed) % 2 ** 64
-        if generator is None:
-            return base
-        return (base * 0x9E3779B97F4A7C15 + _peek(generator)) % 2 ** 64
+        return int(sampler.seed) % 2 ** 64, _peek(generator) % 2 ** 64
     if generator is None and isinstance(sampler, tud.RandomSampler):
         generator = sampler.generator
-    return _peek(generator)
+    return _peek(generator) % 2 ** 64, None
 
 
 def mix_alpha(m: Any, what: str) -> Optional[float]:

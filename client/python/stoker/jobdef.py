@@ -225,6 +225,7 @@ def translate_with_origins(transform: Any) -> Tuple[List[str], str, List[str]]:
 
 
 def job_yaml(*, name: str, root: str, batch_size: int, shuffle: bool, seed: int, drop_last: bool,
+             augment_seed: Optional[int] = None,
              sampler_drop_last: Optional[bool] = None, pad_shards: bool = True,
              world: int, first: int, local: int, prefetch: int, on_error: str,
              steps: Sequence[str], dtype: str, layout: str = "NCHW",
@@ -236,6 +237,8 @@ def job_yaml(*, name: str, root: str, batch_size: int, shuffle: bool, seed: int,
              f"    shuffle: {'true' if shuffle else 'false'}",
              f"    seed: {int(seed)}",
              f"    drop_last: {'true' if drop_last else 'false'}"]
+    if augment_seed is not None:
+        lines.append(f"    augment_seed: {int(augment_seed)}")
     if sampler_drop_last is not None:
         lines.append(f"    sampler_drop_last: {'true' if sampler_drop_last else 'false'}")
     if not pad_shards:

@@ -423,9 +423,10 @@ class Loader:
         the epoch of its last `set_epoch()` (DataLoader's behaviour, so `--resume` at epoch
         k serves epoch k), and Loader.set_epoch() / load_state_dict() set it too.
 
-        The seed (order and augmentations): `seed=`, else the DistributedSampler's seed,
-        else drawn from `generator=` or torch's default generator (torch.manual_seed decides
-        it); see dataloader_args.job_seed. DataLoader's worker arguments (num_workers,
+        The seeds: `seed=` decides order and augmentations; else a DistributedSampler's seed
+        decides the order and a draw from `generator=` or torch's default generator the
+        augmentations; else that draw decides both (torch.manual_seed decides it, as for
+        DataLoader); see dataloader_args.job_seeds. DataLoader's worker arguments (num_workers,
         prefetch_factor, persistent_workers, multiprocessing_context) are accepted and have
         no effect: stokerd decodes. pin_memory=True page-locks the host batches for the GPU
         (a warning and no pinning without CUDA, as DataLoader); timeout=T is timeout_s.
@@ -478,15 +479,16 @@ class Loader:
             shuffle, sampler_drop_last = bool(sampler.shuffle), bool(sampler.drop_last)
         else:
             raise jobdef.TranslationError(f"sampler {type(sampler).__name__} has no stokerd equivalent")
-        seed = dataloader_args.job_seed(seed, generator, sampler)
+        seed, augment_seed = dataloader_args.job_seeds(seed, generator, sampler)
         local = local_world_size if local_world_size is not None else (_env_int("LOCAL_WORLD_SIZE") or world)
         if world % local != 0:
             raise ValueError(f"world size {world} is not a multiple of local_world_size {local}")
         first = (rank // local) * local
         definition = jobdef.job_yaml(
             name="from_dataset", root=os.path.abspath(dataset.root), batch_size=batch_size, shuffle=shuffle,
-            seed=seed, drop_last=drop_last, sampler_drop_last=sampler_drop_last, world=world, first=first,
-            local=local, prefetch=prefetch, on_error=on_error, steps=steps, dtype=dtype, layout=layout,
+            seed=seed, augment_seed=augment_seed, drop_last=drop_last, sampler_drop_last=sampler_drop_last,
+            world=world, first=first, local=local, prefetch=prefetch, on_error=on_error, steps=steps, dtype=dtype,
+            layout=layout,
             mixup=dataloader_args.mix_alpha(mixup, "mixup"), cutmix=dataloader_args.mix_alpha(cutmix, "cutmix"))
         kwargs.setdefault("world_size", world)
         kwargs.setdefault("rank", rank)
