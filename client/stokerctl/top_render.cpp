@@ -97,8 +97,9 @@ std::string render_top_frame(const Json& st) {
       }
     }
   }
-  out += "\nWAIT%: share of the last 10 s the trainer spent blocked waiting for a batch\n"
-         "(high: data loading is the bottleneck). READY: prefetched batches / ring slots.\n";
+  out += "\nWAIT%: share of the last 10 s (or of the time since it connected, if shorter)\n"
+         "the trainer spent blocked waiting for a batch (high: data loading is the\n"
+         "bottleneck). READY: prefetched batches / ring slots.\n";
   return out;
 }
 
