@@ -5,7 +5,9 @@
 # the Python module in /usr/lib/python3/dist-packages (client/python/CMakeLists.txt picks that
 # folder for prefix /usr), the systemd unit in /lib/systemd/system, an example config
 # /etc/stoker/stoker.yaml (a conffile: an edited copy survives upgrades and removal; purge
-# deletes it). Dependencies come from the binaries' shared libraries (dpkg-shlibdeps).
+# deletes it), the demo dataset in /usr/share/stoker/demo (the demo example points there), and
+# /usr/share/doc/stoker/copyright. Dependencies come from the binaries' shared libraries
+# (dpkg-shlibdeps). Maintainer scripts: cmake/debian/ (ldconfig, the unit's systemd steps).
 #
 # The unit and /etc only with STOKER_SYSTEM_FILES: their folders are absolute, and a plain
 # `cmake --install --prefix P` must write nothing outside P.
@@ -18,9 +20,21 @@ if(STOKER_SYSTEM_FILES)
   file(WRITE ${CMAKE_BINARY_DIR}/packaging/stokerd.service "${_unit}")
   install(FILES ${CMAKE_BINARY_DIR}/packaging/stokerd.service DESTINATION /lib/systemd/system)
   install(FILES ${PROJECT_SOURCE_DIR}/configs/imagenet-train.yaml DESTINATION /etc/stoker RENAME stoker.yaml)
+  # The demo dataset ships (64 photos, 1.2 MB, with the file naming their authors) so that the
+  # demo example runs as installed; its root points there instead of the source tree's folder.
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/tests/data/demo/ DESTINATION ${CMAKE_INSTALL_DATADIR}/stoker/demo)
+  file(READ ${PROJECT_SOURCE_DIR}/configs/demo.yaml _demo)
+  string(REPLACE "root: ../tests/data/demo     # relative to this file's folder"
+                 "root: ${CMAKE_INSTALL_FULL_DATADIR}/stoker/demo" _demo_installed "${_demo}")
+  if(_demo_installed STREQUAL _demo)
+    message(FATAL_ERROR "configs/demo.yaml: its `root:` line changed; update cmake/packaging.cmake to match")
+  endif()
+  file(WRITE ${CMAKE_BINARY_DIR}/packaging/demo.yaml "${_demo_installed}")
   install(FILES ${PROJECT_SOURCE_DIR}/configs/imagenet-train.yaml ${PROJECT_SOURCE_DIR}/configs/imagenet-val.yaml
-                ${PROJECT_SOURCE_DIR}/configs/demo.yaml ${PROJECT_SOURCE_DIR}/configs/README.md
+                ${CMAKE_BINARY_DIR}/packaging/demo.yaml ${PROJECT_SOURCE_DIR}/configs/README.md
           DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/stoker/examples)
+  # Debian policy 12.5: every package has /usr/share/doc/<package>/copyright (DEP-5 format).
+  install(FILES ${PROJECT_SOURCE_DIR}/cmake/debian/copyright DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/stoker)
   file(WRITE ${CMAKE_BINARY_DIR}/packaging/conffiles "/etc/stoker/stoker.yaml\n")
 endif()
 
@@ -48,6 +62,11 @@ if(TARGET stoker_python_native)
   set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "python3-torch")
 endif()
 if(STOKER_SYSTEM_FILES)
-  set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${CMAKE_BINARY_DIR}/packaging/conffiles)
+  # Our own maintainer scripts replace the ldconfig-only ones CPack would write: they run
+  # ldconfig too, and handle the unit as dh_installsystemd does (cmake/debian/*).
+  set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${CMAKE_BINARY_DIR}/packaging/conffiles
+      ${PROJECT_SOURCE_DIR}/cmake/debian/postinst ${PROJECT_SOURCE_DIR}/cmake/debian/prerm
+      ${PROJECT_SOURCE_DIR}/cmake/debian/postrm)
+  set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)  # 0755 scripts, 0644 conffiles
 endif()
 include(CPack)

@@ -6,7 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh
-scripts/build.sh
+# Only the two programs the demo runs, in a build folder of their own without the test tiers
+# (scripts/build.sh builds every test program too: ~50 objects, many minutes on a small machine).
+build=${STOKER_DEMO_BUILD_DIR:-build-demo}
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTOKER_BUILD_TESTS=OFF -DSTOKER_PYTHON=OFF >/dev/null
+cmake --build "$build" --target stokerd stokerctl -j "$(nproc)"
 
 run_dir=$(mktemp -d /tmp/stoker-demo-XXXXXX)
 socket="$run_dir/stoker.sock"
@@ -18,7 +22,7 @@ cleanup() {
 trap cleanup EXIT
 
 echo "demo: starting stokerd (configs/demo.yaml, socket $socket)"
-build/bin/stokerd --config configs/demo.yaml --socket "$socket" >"$log" 2>&1 &
+"$build/bin/stokerd" --config configs/demo.yaml --socket "$socket" >"$log" 2>&1 &
 pid=$!
 for _ in $(seq 1 200); do
   [[ -S "$socket" ]] && break
@@ -29,9 +33,9 @@ done
 # Five epochs of the 64 photos: the first is mostly prefetched while the consumer connects,
 # the rest run at the daemon's real decode rate.
 echo "demo: consuming 5 epochs as rank 0 (last batches shown)"
-build/bin/stokerctl consume --job demo --socket "$socket" --epochs 5 | tail -n 3
+"$build/bin/stokerctl" consume --job demo --socket "$socket" --epochs 5 | tail -n 3
 echo "demo: daemon status"
-build/bin/stokerctl status --socket "$socket"
+"$build/bin/stokerctl" status --socket "$socket"
 echo
 
 kill -TERM "$pid"

@@ -213,10 +213,12 @@ class ControlServer {
     double wait_s = 0;
     std::uint64_t releases = 0;  // all releases
     std::uint64_t reported = 0;  // releases that carried a wait (2.3 clients)
+    std::chrono::steady_clock::time_point since{};  // when the first reporting session connected
   };
   using ConsumerKey = std::tuple<std::size_t, std::uint32_t, std::uint32_t>;
   void note_release_wait(const Session& s, std::optional<std::uint64_t> wait_ns);
-  // Fraction of the last 10 s the consumer's trainer spent waiting for data.
+  // Fraction of the last 10 s the consumer's trainer spent waiting for data; of the time since
+  // it connected when that is shorter.
   double wait_fraction(const ConsumerKey& k) const;
   void run_operations(std::chrono::steady_clock::time_point now);  // once a second
   std::string metrics_text() const;

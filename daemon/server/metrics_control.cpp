@@ -24,6 +24,7 @@ std::string wait_key(const std::tuple<std::size_t, std::uint32_t, std::uint32_t>
 
 void ControlServer::note_release_wait(const Session& s, std::optional<std::uint64_t> wait_ns) {
   ConsumerWait& w = waits_[{s.job->index(), s.rank, s.reader}];
+  if (w.releases == 0) w.since = s.connected_at;
   ++w.releases;
   if (!wait_ns) return;
   // Untrusted: a trainer cannot have waited longer than it has been connected.
@@ -33,7 +34,9 @@ void ControlServer::note_release_wait(const Session& s, std::optional<std::uint6
 }
 
 double ControlServer::wait_fraction(const ConsumerKey& k) const {
-  return std::clamp(op_window_.rate(wait_key(k)), 0.0, 1.0);
+  const auto w = waits_.find(k);
+  if (w == waits_.end()) return 0.0;
+  return std::clamp(op_window_.rate_since(wait_key(k), w->second.since), 0.0, 1.0);
 }
 
 void ControlServer::run_operations(std::chrono::steady_clock::time_point now) {

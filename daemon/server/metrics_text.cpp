@@ -1,5 +1,6 @@
 #include "server/metrics_text.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -57,6 +58,16 @@ double CounterWindow::rate(const std::string& key) const {
   const auto& [t0, old] = history_.front();
   const auto& [t1, cur] = history_.back();
   const double dt = std::chrono::duration<double>(t1 - t0).count();
+  const auto a = old.find(key), b = cur.find(key);
+  if (dt <= 0 || b == cur.end()) return 0.0;
+  return (b->second - (a == old.end() ? 0.0 : a->second)) / dt;
+}
+
+double CounterWindow::rate_since(const std::string& key, std::chrono::steady_clock::time_point since) const {
+  if (history_.size() < 2) return 0.0;
+  const auto& [t0, old] = history_.front();
+  const auto& [t1, cur] = history_.back();
+  const double dt = std::chrono::duration<double>(t1 - std::max(t0, since)).count();
   const auto a = old.find(key), b = cur.find(key);
   if (dt <= 0 || b == cur.end()) return 0.0;
   return (b->second - (a == old.end() ? 0.0 : a->second)) / dt;

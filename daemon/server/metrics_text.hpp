@@ -43,6 +43,9 @@ class CounterWindow {
   explicit CounterWindow(std::chrono::seconds window) : window_(window) {}
   void sample(std::chrono::steady_clock::time_point now, std::map<std::string, double> totals);
   double rate(const std::string& key) const;
+  // The same over the part of the window after `since` (when what the key measures began to
+  // exist: a consumer's connection), so that time before it does not dilute the rate.
+  double rate_since(const std::string& key, std::chrono::steady_clock::time_point since) const;
 
  private:
   std::chrono::seconds window_;

@@ -293,7 +293,10 @@ TEST_CASE("without a daemon coming back, reconnect_timeout_ms ends in a clear er
     CHECK(e.status() == STOKER_ERR_DISCONNECTED);
     CHECK_THAT(e.what(), Catch::Contains("no daemon came back within 500 ms"));
   }
-  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  // The error came from the 500 ms reconnect limit, not from sitting out next()'s own 30 s
+  // (that would be STOKER_ERR_TIMEOUT and another message). No tighter figure: the machine may
+  // be loaded.
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30));
 }
 
 TEST_CASE("a consumer that stops releasing starves only its ring, shows as stuck, and lease_timeout_s "

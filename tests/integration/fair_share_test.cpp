@@ -77,14 +77,19 @@ TEST_CASE("a light job's batches wait little while a greedy job keeps the worker
           "[integration][fair]") {
   TempDir dir;
   const auto socket = (dir.path() / "s.sock").string();
-  // The greedy job keeps a deep backlog (16 slots of 64 samples, the whole demo set, in
-  // flight). With one FIFO for all jobs the light job's 8 samples queued behind up to 1024 of
-  // them (a median wait of 77 ms on a 2-core machine); shared by weight they interleave with
-  // the backlog and are done after about 16 samples' work (1.4 ms there).
+  // The greedy job keeps a deep backlog (8 slots of 64 samples in flight) of costly samples
+  // (160 px outputs: little DCT scaling). With one FIFO for all jobs the light job's 8 cheap
+  // samples queue behind up to 512 of them, several greedy batches' worth of work; shared by
+  // weight they interleave with the backlog and are done after about 8 greedy samples.
+  //
+  // No absolute time is asserted (a loaded machine makes every figure larger): the yardstick
+  // is the time the daemon takes to make one greedy batch, measured over the same seconds on
+  // the same machine.
   JobSpec greedy;
   greedy.name = "greedy";
   greedy.batch_size = 64;
-  greedy.prefetch = 16;
+  greedy.prefetch = 8;
+  greedy.out_size = 160;
   JobSpec light;
   light.name = "light";
   light.batch_size = 8;
@@ -96,12 +101,14 @@ TEST_CASE("a light job's batches wait little while a greedy job keeps the worker
   stoker::Client c("light", 0, o);
   stoker::Batch held = c.next(30000);  // the batch prefetched at start
   Greedy g(socket, "greedy");
-  const auto warm_until = Clock::now() + 10s;
-  while (g.taken() < 3 && Clock::now() < warm_until) std::this_thread::sleep_for(5ms);
-  REQUIRE(g.taken() >= 3);  // the backlog is there
+  const auto warm_until = Clock::now() + 60s;
+  while (g.taken() < 9 && Clock::now() < warm_until) std::this_thread::sleep_for(5ms);
+  REQUIRE(g.taken() >= 9);  // the ring's first fill is taken: from here on greedy is decode-bound
 
   // A trainer step of ~50 ms per batch: use the batch, hand it back, ask for the next.
   std::vector<double> waits_ms;
+  const std::uint64_t greedy_before = g.taken();
+  const auto loop_start = Clock::now();
   for (int i = 0; i < 40; ++i) {
     std::this_thread::sleep_for(50ms);
     held = stoker::Batch();  // released: its slot (the only one) is planned again only now
@@ -109,13 +116,18 @@ TEST_CASE("a light job's batches wait little while a greedy job keeps the worker
     held = c.next(30000);
     waits_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - asked).count());
   }
+  const double loop_ms = std::chrono::duration<double, std::milli>(Clock::now() - loop_start).count();
+  const std::uint64_t greedy_batches = g.taken() - greedy_before;
+  REQUIRE(greedy_batches > 0);  // the greedy job kept running beside it
+  const double greedy_batch_ms = loop_ms / static_cast<double>(greedy_batches);
   const double med = median(waits_ms);
-  const std::uint64_t greedy_batches = g.taken();
-  std::printf("fair share: light job wait per batch: median %.1f ms, max %.1f ms (greedy took %llu batches)\n",
-              med, *std::max_element(waits_ms.begin(), waits_ms.end()),
-              static_cast<unsigned long long>(greedy_batches));
-  CHECK(med < 30.0);
-  CHECK(greedy_batches > 3);  // the greedy job kept running beside it
+  std::printf("fair share: light job wait per batch: median %.1f ms, max %.1f ms; one greedy batch every %.1f ms "
+              "(%llu in %.0f ms); ratio %.2f\n",
+              med, *std::max_element(waits_ms.begin(), waits_ms.end()), greedy_batch_ms,
+              static_cast<unsigned long long>(greedy_batches), loop_ms, med / greedy_batch_ms);
+  // Fair: about an eighth of a greedy batch's work (plus the round trips). FIFO: several
+  // greedy batches. One greedy batch is the line between them, with room on both sides.
+  CHECK(med < greedy_batch_ms);
 }
 
 TEST_CASE("two greedy jobs of weight 3 and 1 get decode work about 3:1", "[integration][fair]") {

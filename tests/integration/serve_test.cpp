@@ -418,5 +418,7 @@ TEST_CASE("status reports the rate over the last seconds, not 0 as soon as the c
   REQUIRE(run_program({bin("stokerctl"), "status", "--socket", socket}, out) == 0);
   const auto at = out.find("\"images_per_s\":");
   REQUIRE(at != std::string::npos);
-  CHECK(std::stod(out.substr(at + 15)) > 10.0);  // ~8 images per 20 ms batch while it ran
+  // Not 0 (the bug); no figure to reach: a loaded machine serves fewer than the ~8 images per
+  // 20 ms batch the consumer asked for.
+  CHECK(std::stod(out.substr(at + 15)) > 0.0);
 }

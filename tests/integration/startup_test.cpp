@@ -203,3 +203,24 @@ TEST_CASE("the start log says which file extensions the scan found", "[integrati
   Daemon d(write_config(dir.path(), {JobSpec{}}, 1), socket);
   CHECK_THAT(d.log(), Catch::Contains("job demo: files by extension: jpg 64"));
 }
+
+TEST_CASE("SIGTERM leaves the socket folder as it was found - no socket, no lock file", "[integration]") {
+  TempDir dir;
+  const fs::path run = dir.path() / "run";  // created by stokerd, as /run/stoker would be
+  const auto socket = (run / "stoker.sock").string();
+  const auto cfg = write_config(dir.path(), {JobSpec{}}, 1);
+  {
+    Daemon d(cfg, socket);
+    CHECK(fs::exists(socket + ".lock"));  // held while it runs
+    CHECK(d.stop() == 0);
+  }
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(run)) left.push_back(e.path().filename().string());
+  CHECK(left == std::vector<std::string>{});
+  // ...and the next daemon starts there and serves.
+  Daemon again(cfg, socket);
+  stoker::ClientOptions o;
+  o.socket_path = socket;
+  stoker::Client c("demo", 0, o);
+  CHECK(c.next(30000).count() == 8);
+}

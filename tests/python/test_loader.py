@@ -141,7 +141,8 @@ def test_holding_every_slot_raises_hold_error_with_the_count(fw, daemon_factory)
     t0 = time.monotonic()
     with pytest.raises(stoker.HoldError, match=r"still holds 3 batch\(es\).*3 slot"):
         next(it)
-    assert 0.9 < time.monotonic() - t0 < 10
+    # After hold_timeout_s, and well before the default 60 s that would mean it was ignored.
+    assert 0.9 < time.monotonic() - t0 < 30
     held[0].release()  # a slot comes back: the stream goes on where it was
     b = next(loader.batches())
     assert (b.epoch, b.index) == (0, 3)

@@ -118,6 +118,22 @@ TEST_CASE("counter window gives the rate over its span", "[metrics]") {
   CHECK(w.rate("missing") == 0);
 }
 
+// A consumer that connected 2 s ago and has waited all of it is waiting 100% of its time, not
+// 20% of the daemon's 10 s window (stokerctl top's WAIT%, stoker_consumer_wait_ratio).
+TEST_CASE("counter window's rate since an instant counts only the time after it", "[metrics]") {
+  using namespace std::chrono;
+  CounterWindow w(seconds(10));
+  const auto t0 = steady_clock::time_point{} + hours(1);
+  for (int s = 0; s <= 8; ++s) w.sample(t0 + seconds(s), {});
+  w.sample(t0 + seconds(9), {{"wait", 1.0}});
+  w.sample(t0 + seconds(10), {{"wait", 2.0}});
+  CHECK(w.rate("wait") == Approx(0.2));                              // diluted by the 8 s before
+  CHECK(w.rate_since("wait", t0 + seconds(8)) == Approx(1.0));       // connected at 8 s
+  CHECK(w.rate_since("wait", t0 - seconds(30)) == Approx(0.2));      // long connected: the window caps it
+  CHECK(w.rate_since("wait", t0 + seconds(10)) == 0);                // no time yet
+  CHECK(w.rate_since("missing", t0) == 0);
+}
+
 TEST_CASE("the HTTP responder answers GET /metrics and refuses everything else", "[metrics][http]") {
   const std::string doc = "stoker_up 1\n";
   const std::string ok = metrics_http_response("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", doc);

@@ -15,3 +15,8 @@ stoker_add_test(batch_mix_test LABEL unit
 stoker_add_test(metrics_test LABEL unit
   SOURCES unit/metrics_test.cpp
   LIBS stoker_server)
+
+# One stokerd per socket: the lock file's removal at exit and its race with a starting daemon.
+stoker_add_test(instance_lock_test LABEL unit
+  SOURCES unit/instance_lock_test.cpp
+  LIBS stoker_server stoker_daemon_fixture)

@@ -1,0 +1,53 @@
+// Unit tier: `stokerctl top`'s frame (client/stokerctl/top_render.hpp) drawn from status
+// documents with the widest figures a daemon can report: every line stays within 80 columns
+// and nothing in the header is cut.
+#include <catch2/catch.hpp>
+
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "../../client/stokerctl/top_render.hpp"
+
+namespace {
+
+nlohmann::json wide_status() {
+  nlohmann::json consumer = {{"rank", 4095}, {"connected", true},
+                             {"slots", {{"free", 100}, {"filling", 100}, {"ready", 100}, {"leased", 99}}},
+                             {"released", 123456789012.0}, {"wait_fraction", 1.0}, {"wait_s", 9999999.99},
+                             {"stuck", true}};
+  nlohmann::json job = {{"name", "a-job-name-far-longer-than-sixteen-columns"}, {"images_per_s", 99999.9},
+                        {"samples_ok", 999999999999.0}, {"errors", {{"corrupt", 99999999}}},
+                        {"quarantined", 999999}, {"state", "draining"}, {"failure", nullptr},
+                        {"consumers", nlohmann::json::array({consumer})}};
+  return {{"pid", 4194304}, {"uptime_s", 99999 * 86400.0}, {"workers", 1024}, {"worker_busy_fraction", 1.0},
+          {"rss_bytes", 999999.0 * 1048576}, {"clients", 65535}, {"jobs", nlohmann::json::array({job})}};
+}
+
+}  // namespace
+
+TEST_CASE("top's header keeps every figure, the clients count included, within 80 columns", "[unit][top]") {
+  const std::string frame = stoker::ctl::render_top_frame(wide_status());
+  INFO(frame);
+  CHECK_THAT(frame, Catch::Contains("pid 4194304") && Catch::Contains("clients 65535") &&
+                        Catch::Contains("workers 1024 (100% busy)") && Catch::Contains("rss 999999 MiB"));
+  std::istringstream in(frame);
+  for (std::string line; std::getline(in, line);) {
+    INFO(line);
+    CHECK(line.size() <= 80);
+  }
+}
+
+TEST_CASE("top's header on a small daemon: the usual figures, clock at the right edge", "[unit][top]") {
+  nlohmann::json st = {{"pid", 123456}, {"uptime_s", 61}, {"workers", 2}, {"worker_busy_fraction", 0.0},
+                       {"rss_bytes", 25.0 * 1048576}, {"clients", 1}, {"jobs", nlohmann::json::array()}};
+  const std::string frame = stoker::ctl::render_top_frame(st);
+  const std::string first = frame.substr(0, frame.find('\n'));
+  INFO(frame);
+  CHECK_THAT(first, Catch::StartsWith("stokerd pid 123456  up 1m01s  clients 1 "));
+  CHECK(first.size() == 80);  // hh:mm:ss in the last 8 columns
+  CHECK(first[71] == ' ');
+  CHECK(first[74] == ':');
+  CHECK_THAT(frame, Catch::Contains("\nworkers 2 (0% busy)  rss 25 MiB\n"));
+}
