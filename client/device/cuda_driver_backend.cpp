@@ -355,6 +355,11 @@ class CudaDriverBackend final : public Backend {
         return false;
       }
       if (!check(api_.cuModuleGetFunction(&st.normalize, st.module, kNormalizeKernel), "cuModuleGetFunction", why)) {
+        // Unloaded again: a module kept without its function made the next call launch a
+        // null function.
+        api_.cuModuleUnload(st.module);
+        st.module = nullptr;
+        st.normalize = nullptr;
         return false;
       }
     }

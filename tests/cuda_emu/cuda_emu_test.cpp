@@ -421,3 +421,34 @@ TEST_CASE("cuda-emu a process's live objects are counted, and nothing is left af
   INFO(o.err);
   CHECK(o.code == 0);
 }
+
+TEST_CASE("cuda-emu a kernel image without the normalize kernel is refused on every call, never launched",
+          "[unit][device-emu]") {
+  const Outcome o = in_child([] {
+    // A valid module that lacks stoker_normalize_table.
+    static const char ptx[] = ".version 7.0\n.target sm_52\n.address_size 64\n.visible .entry other_kernel()\n{\nret;\n}\n";
+    std::string why;
+    auto b = make_cuda_driver_backend_with_kernels(ptx, why);
+    if (!b || !b->open_device(0, why)) return say(why);
+    DeviceBuffer in, out;
+    StreamId st = 0;
+    if (!b->allocate(0, 64, in, why) || !b->allocate(0, 64 * 4, out, why) || !b->create_stream(0, st, why)) {
+      return say(why);
+    }
+    NormalizeSpec spec;
+    spec.channels = 1;
+    spec.height = 8;
+    spec.width = 8;
+    for (int call = 0; call < 2; ++call) {
+      why.clear();
+      if (b->normalize(st, out, 0, in, 0, 1, spec, why)) return say("normalize without its kernel succeeded");
+      if (why.find("cuModuleGetFunction") == std::string::npos) return say("call " + std::to_string(call) + ": " + why);
+    }
+    b->destroy_stream(0, st);
+    b->free(in);
+    b->free(out);
+    return true;
+  });
+  INFO(o.err);
+  CHECK(o.code == 0);
+}
