@@ -40,6 +40,9 @@ target_include_directories(device_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/cuda_
 if(STOKER_HAVE_CUDA)
   target_compile_definitions(device_test PRIVATE STOKER_HAVE_NORMALIZE_FATBIN)
 endif()
+if(STOKER_TSAN)
+  target_compile_definitions(device_test PRIVATE STOKER_TEST_TSAN)  # a shorter kill storm
+endif()
 # The same cases again on the real `cuda` backend in stokerd and the consumers, over the CUDA
 # driver emulation (tests/cuda_emu): "cuda-emu: " names, labels + device-emu. (A second
 # discovery of one target needs different EXTRA_ARGS: Catch.cmake names its files by them.)
