@@ -6,7 +6,8 @@
 // The model, and where it is strict (see docs/GPU.md for what only a real GPU can show):
 //  - Nothing works before cuInit (CUDA_ERROR_NOT_INITIALIZED); calls that need a context use
 //    the calling thread's own context stack and fail with CUDA_ERROR_INVALID_CONTEXT when it is
-//    empty; a thread that ends with a context still pushed aborts (unbalanced push).
+//    empty; a thread that ends with a context still pushed aborts (unbalanced push; the
+//    main thread is not checked at exit).
 //  - Device memory is a POSIX shared-memory object per allocation. The device pointer handed
 //    out is a PROT_NONE reservation the host cannot dereference (a host read or write of it is
 //    SIGSEGV, as on a GPU); only the emulation's streams touch the bytes, through a second,

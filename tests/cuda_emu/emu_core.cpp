@@ -1,6 +1,7 @@
 // The emulation's process state: cuInit, the device list, primary contexts and the per-thread
 // context stack, error names, shared-memory objects, live-object counts.
 #include <dirent.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -46,18 +47,36 @@ Process& proc() {
   return *p;
 }
 
-// The calling thread's context stack. A thread that ends with a context still pushed left a
-// stray context current (an unbalanced cuCtxPushCurrent): loud.
-struct ThreadStack {
-  std::vector<Context*> stack;
-  ~ThreadStack() {
-    if (!stack.empty()) {
-      fail("cuCtxPushCurrent", "a thread ended with " + std::to_string(stack.size()) +
-                                   " context(s) still pushed (a push without its pop)");
-    }
+// The calling thread's context stack, in a pthread key rather than thread_local: TLS of a
+// dlopen()ed library lives in dynamic TLS blocks, which LeakSanitizer's exit-time scan of this
+// GCC/glibc pair crashes on ("Tracer caught signal 11"). A thread that ends with a context
+// still pushed left a stray context current (an unbalanced cuCtxPushCurrent): loud.
+using ContextStack = std::vector<Context*>;
+void check_thread_end(void* p) {
+  auto* stack = static_cast<ContextStack*>(p);
+  const std::size_t left = stack->size();
+  delete stack;
+  if (left != 0) {
+    fail("cuCtxPushCurrent", "a thread ended with " + std::to_string(left) +
+                                 " context(s) still pushed (a push without its pop)");
   }
-};
-thread_local ThreadStack tls;
+}
+pthread_key_t stack_key() {
+  static const pthread_key_t key = [] {
+    pthread_key_t k;
+    ::pthread_key_create(&k, check_thread_end);
+    return k;
+  }();
+  return key;
+}
+ContextStack& thread_stack() {
+  auto* s = static_cast<ContextStack*>(::pthread_getspecific(stack_key()));
+  if (s == nullptr) {
+    s = new ContextStack;
+    ::pthread_setspecific(stack_key(), s);
+  }
+  return *s;
+}
 
 bool parse_uuid(const std::string& t, std::array<unsigned char, 16>& out) {
   std::string hex;
@@ -184,7 +203,10 @@ bool initialized() {
 }
 int device_count() { return static_cast<int>(proc().uuids.size()); }
 void device_uuid(int device, unsigned char out[16]) { std::memcpy(out, proc().uuids.at(device).data(), 16); }
-Context* current_context() { return tls.stack.empty() ? nullptr : tls.stack.back(); }
+Context* current_context() {
+  const ContextStack& s = thread_stack();
+  return s.empty() ? nullptr : s.back();
+}
 int context_device(const Context* c) { return c->device; }
 bool context_alive(const Context* c) { return c->retained.load() > 0; }
 Stats& stats() {
@@ -192,9 +214,14 @@ Stats& stats() {
   return proc().stats != nullptr ? *proc().stats : dummy;
 }
 std::uint64_t random_delay_us() {
-  thread_local std::minstd_rand rng(std::random_device{}());
+  // splitmix64 over one shared counter (no thread_local, see thread_stack()).
+  static std::atomic<std::uint64_t> state{std::random_device{}() * 0x9e3779b97f4a7c15ull + 1};
+  std::uint64_t z = state.fetch_add(0x9e3779b97f4a7c15ull) + 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
   const std::uint64_t m = proc().max_delay_us;
-  return m == 0 ? 0 : rng() % (m + 1);
+  return m == 0 ? 0 : z % (m + 1);
 }
 
 // --- shared objects -------------------------------------------------------------------------
@@ -429,15 +456,16 @@ CUEMU_API CUresult cuCtxPushCurrent_v2(CUcontext c) {
   if (!known) return CUDA_ERROR_INVALID_CONTEXT;
   // A primary context that nobody retains is inactive: pushing it is a use after release.
   if (!context_alive(c)) return CUDA_ERROR_INVALID_CONTEXT;
-  tls.stack.push_back(c);
+  thread_stack().push_back(c);
   ++stats().pushed;
   return CUDA_SUCCESS;
 }
 CUEMU_API CUresult cuCtxPopCurrent_v2(CUcontext* out) {
   if (need_init()) return CUDA_ERROR_NOT_INITIALIZED;
-  if (tls.stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
-  if (out != nullptr) *out = tls.stack.back();
-  tls.stack.pop_back();
+  ContextStack& stack = thread_stack();
+  if (stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (out != nullptr) *out = stack.back();
+  stack.pop_back();
   --stats().pushed;
   return CUDA_SUCCESS;
 }

@@ -75,9 +75,60 @@ void run(std::shared_ptr<Queue> q) {
   }
 }
 
+// Stream threads never end: a destroyed stream's thread finishes its queue and then waits to
+// serve the next new stream. (A thread that ends while the process exits races with exit-time
+// checkers such as LeakSanitizer, which then cannot stop it.)
+struct Worker {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::shared_ptr<Queue> q;  // the stream served now, or null while idle
+};
+struct Workers {
+  std::mutex mu;
+  std::vector<Worker*> idle;
+};
+Workers& workers() {
+  static Workers* w = new Workers;
+  return *w;
+}
+
+void serve(Worker* w) {
+  for (;;) {
+    std::shared_ptr<Queue> q;
+    {
+      std::unique_lock lock(w->mu);
+      w->cv.wait(lock, [&] { return w->q != nullptr; });
+      q = w->q;
+    }
+    run(q);  // until the stream is destroyed and its queue ran
+    {
+      std::lock_guard lock(w->mu);
+      w->q.reset();
+    }
+    std::lock_guard lock(workers().mu);
+    workers().idle.push_back(w);
+  }
+}
+
 Stream* new_stream(Context* ctx, unsigned flags) {
   auto* s = new Stream{ctx, flags, std::make_shared<Queue>()};
-  std::thread(run, s->q).detach();  // ends when the stream is destroyed and its queue ran
+  Worker* w = nullptr;
+  {
+    std::lock_guard lock(workers().mu);
+    if (!workers().idle.empty()) {
+      w = workers().idle.back();
+      workers().idle.pop_back();
+    }
+  }
+  if (w == nullptr) {
+    w = new Worker;
+    std::thread(serve, w).detach();
+  }
+  {
+    std::lock_guard lock(w->mu);
+    w->q = s->q;
+  }
+  w->cv.notify_one();
   return s;
 }
 
@@ -170,7 +221,8 @@ CUEMU_API CUresult cuStreamDestroy_v2(CUstream s) {
     reg().streams.erase(s);
     reg().dead_streams.push_back(s);
   }
-  // Returns at once; work already queued still runs, then the thread ends (as CUDA does).
+  // Returns at once; work already queued still runs (as CUDA does), then the thread serves
+  // the next new stream.
   std::lock_guard lock(s->q->mu);
   s->q->stop = true;
   s->q->cv.notify_all();
