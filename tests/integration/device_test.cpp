@@ -582,7 +582,7 @@ TEST_CASE("a storm of SIGKILLed device consumers leaves no device memory, events
   job.consumers = kRanks;
   Daemon d(write_config(dir.path(), {job}, 2), socket);
   std::size_t fds_after_warmup = 0;
-  std::uint64_t rss_after_warmup = 0;
+  [[maybe_unused]] std::uint64_t rss_after_warmup = 0;
   for (int round = 0; round * kRanks < kills; ++round) {
     INFO("round " << round);
     std::vector<int> pids;
@@ -624,7 +624,9 @@ TEST_CASE("a storm of SIGKILLed device consumers leaves no device memory, events
   }
   // Flat: the descriptors as after the warm-up rounds, memory within a few MiB of it.
   CHECK(eventually([&] { return open_fds(d.pid()) <= fds_after_warmup; }));
+#ifndef __SANITIZE_ADDRESS__  // ASan's quarantine keeps freed memory resident: RSS grows by design
   CHECK(rss_kib(d.pid()) <= rss_after_warmup + 16 * 1024);
+#endif
   for (int r = 0; r < kRanks; ++r) {  // every rank serves device batches again
     stoker::Client c("demo", r, device_options(socket));
     CHECK(take_device(c).ids.size() == 8);
