@@ -31,8 +31,10 @@ elif ! command -v nvcc >/dev/null; then
 fi
 
 step "machine"
-nvcc --version | tail -n 1
+echo "CUDA toolkit: $(nvcc --version | grep -o 'release [0-9.]*' | head -n 1)"
 if command -v nvidia-smi >/dev/null; then
+  # Driver version and the CUDA version it supports (the banner's "CUDA Version").
+  nvidia-smi | grep -m 1 -o 'Driver Version: [0-9.]* *CUDA Version: [0-9.]*' || true
   nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,driver_version,memory.total,compute_cap,pcie.link.gen.max,pcie.link.width.max \
     --format=csv || true
 else
@@ -60,10 +62,11 @@ if ((PIPESTATUS[0] != 0)) || grep -q 'Skipped' "$build/gpu-tier.log"; then
 fi
 
 step "device path end to end through stokerd on the real GPU (ctest -L device, backend cuda)"
-# The same cases CI runs under the host simulation; those that need the simulation's fake
-# device lists or its object counts return early here.
+# The same cases CI runs under the host simulation and the driver emulation; those that need
+# a simulated device list or its object counts return early here. (-LE device-emu: the
+# emulated copies would load the emulation, not this GPU's driver.)
 STOKER_TEST_DEVICE_BACKEND=cuda STOKER_DEVICE_BACKEND=cuda \
-  ctest --test-dir "$build" -L device --output-on-failure 2>&1 | tee "$build/device-tier.log" | \
+  ctest --test-dir "$build" -L device -LE device-emu --output-on-failure 2>&1 | tee "$build/device-tier.log" | \
   grep -E 'Test +#|tests passed|tests failed|Failed'
 ((PIPESTATUS[0] == 0)) || { echo "device tier on cuda FAILED"; status=1; }
 

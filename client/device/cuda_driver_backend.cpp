@@ -81,19 +81,26 @@ class CudaDriverBackend final : public Backend {
     if (devices_.count(device) != 0) return true;
     CUdevice d = 0;
     if (!check(api_.cuDeviceGet(&d, device), "cuDeviceGet", why)) return false;
+    // Refusals name the GPU by UUID too: the ordinal is this process's, and the two processes
+    // number GPUs differently under CUDA_VISIBLE_DEVICES.
+    std::string gpu = "GPU " + std::to_string(device);
+    if (CUuuid u{}; api_.cuDeviceGetUuid(&u, d) == CUDA_SUCCESS) {
+      Uuid id;
+      std::memcpy(id.data(), u.bytes, id.size());
+      gpu += " (" + uuid_string(id) + ")";
+    }
     int mode = CU_COMPUTEMODE_DEFAULT;
     if (!check(api_.cuDeviceGetAttribute(&mode, CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, d), "cuDeviceGetAttribute", why)) {
       return false;
     }
     if (mode == CU_COMPUTEMODE_EXCLUSIVE_PROCESS || mode == CU_COMPUTEMODE_PROHIBITED) {
-      why = std::string("GPU ") + std::to_string(device) + " is in compute mode " +
-            (mode == CU_COMPUTEMODE_PROHIBITED ? "PROHIBITED" : "EXCLUSIVE_PROCESS") +
+      why = gpu + " is in compute mode " + (mode == CU_COMPUTEMODE_PROHIBITED ? "PROHIBITED" : "EXCLUSIVE_PROCESS") +
             ": CUDA IPC needs the daemon and the trainer on the same GPU (nvidia-smi -c DEFAULT)";
       return false;
     }
     int uva = 0;
     if (api_.cuDeviceGetAttribute(&uva, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, d) == CUDA_SUCCESS && uva == 0) {
-      why = "GPU " + std::to_string(device) + " has no unified addressing, which CUDA IPC requires";
+      why = gpu + " has no unified addressing, which CUDA IPC requires";
       return false;
     }
     // Older drivers do not know the attribute (CUDA_ERROR_INVALID_VALUE): IPC events were
@@ -101,7 +108,7 @@ class CudaDriverBackend final : public Backend {
     int ipc_events = 1;
     if (api_.cuDeviceGetAttribute(&ipc_events, CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED, d) == CUDA_SUCCESS &&
         ipc_events == 0) {
-      why = "GPU " + std::to_string(device) + " does not support CUDA IPC events (WSL, or a driver/platform without legacy IPC)";
+      why = gpu + " does not support CUDA IPC events (WSL, or a driver/platform without legacy IPC)";
       return false;
     }
     int ro = 0;
@@ -348,6 +355,11 @@ class CudaDriverBackend final : public Backend {
         return false;
       }
       if (!check(api_.cuModuleGetFunction(&st.normalize, st.module, kNormalizeKernel), "cuModuleGetFunction", why)) {
+        // Unloaded again: a module kept without its function made the next call launch a
+        // null function.
+        api_.cuModuleUnload(st.module);
+        st.module = nullptr;
+        st.normalize = nullptr;
         return false;
       }
     }

@@ -14,7 +14,18 @@ catch_discover_tests(cuda_backend_test EXTRA_ARGS -w NoTests PROPERTIES LABELS g
 add_executable(stoker_gpu_ipc_peer ${_gpu_dir}/ipc_peer.cpp)
 target_link_libraries(stoker_gpu_ipc_peer PRIVATE stoker_device)
 target_include_directories(stoker_gpu_ipc_peer PRIVATE ${_gpu_dir})
-add_dependencies(cuda_backend_test stoker_gpu_ipc_peer)
+add_dependencies(cuda_backend_test stoker_gpu_ipc_peer stoker_cuda_emu)
+
+# The same cases over the CUDA driver emulation (tests/cuda_emu), where a skip is a failure;
+# the normalize case only where stokerd's kernel image exists (built with nvcc).
+set(_emu_spec)
+if(NOT STOKER_HAVE_CUDA)
+  set(_emu_spec TEST_SPEC "~normalize*")
+endif()
+catch_discover_tests(cuda_backend_test TEST_PREFIX "cuda-emu/" ${_emu_spec} EXTRA_ARGS -w NoTests --use-colour no
+  TEST_LIST cuda_backend_test_EMU PROPERTIES TIMEOUT 300)
+stoker_discovered_tests_properties(cuda_backend_test_EMU LABELS unit device-emu
+  ENVIRONMENT ${STOKER_CUDA_EMU_ENV} STOKER_REQUIRE_GPU=1)
 
 stoker_add_test(cuda_fallback_test LABEL unit SOURCES ${_gpu_dir}/cuda_fallback_test.cpp
   LIBS stoker_cuda_backend stoker_delivery)

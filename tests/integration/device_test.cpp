@@ -1,11 +1,16 @@
 // The device path end to end against a real stokerd and real consumers, on the device backend
-// STOKER_TEST_DEVICE_BACKEND names (default hostsim, so CI runs all of it without a GPU;
-// scripts/gpu-check.sh runs the same cases with `cuda`). Cases named "(hostsim)" depend on the
-// simulation's fake device lists or its /dev/shm objects and only run under it.
+// STOKER_TEST_DEVICE_BACKEND names: hostsim (the default, so CI runs all of it without a GPU),
+// cuda-emu (the real `cuda` backend in both processes over the CUDA driver emulation,
+// libcuda.so.1 from <build>/cuda_emu on LD_LIBRARY_PATH; registered by integration.cmake as a
+// second copy of every case) or cuda (a real GPU, scripts/gpu-check.sh). Cases named
+// "(simulated)" depend on fake device lists or live-object counts and run on hostsim and on
+// the emulation.
 //
-// hostsim aborts stokerd or the consumer on what CUDA leaves undefined (freeing memory a live
-// peer maps, overwriting a slot whose release fence has not completed, double close, a device
-// nobody named), so every case here also checks that none of it happens.
+// hostsim and the emulation abort stokerd or the consumer on what CUDA leaves undefined
+// (freeing memory a live peer maps, a destroyed stream, a double close; hostsim also an
+// overwrite of a slot whose release fence has not completed, the emulation a host read of
+// device memory or a call without a context), so every case here also checks that none of it
+// happens.
 #include <catch2/catch.hpp>
 
 #include <signal.h>
@@ -14,6 +19,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 
 #include <chrono>
@@ -24,6 +31,7 @@
 #include <vector>
 
 #include "batch_copy.hpp"
+#include "cuemu_stats.h"
 #include "daemon_fixture.hpp"
 #include "stoker/proto/control.hpp"
 #include "stoker/stoker.hpp"
@@ -41,15 +49,34 @@ std::string backend_name() {
 }
 
 bool hostsim() { return backend_name() == "hostsim"; }
+bool emulated() { return backend_name() == "cuda-emu"; }
+// A device list this test can choose: hostsim's or the emulation's.
+bool simulated() { return hostsim() || emulated(); }
 
 // Both processes pick the same backend from the environment the daemon inherits.
 // (ctest runs each case in its own process: the client's backend is made once per process.)
+// `delay_us`: hostsim makes every device operation take that long; the emulation delays each
+// stream operation by a random time up to it.
 void use_backend(const char* delay_us = nullptr) {
-  ::setenv("STOKER_DEVICE_BACKEND", backend_name().c_str(), 1);
-  ::unsetenv("STOKER_HOSTSIM_DEVICES");
-  ::unsetenv("STOKER_HOSTSIM_EXCLUSIVE");
-  ::unsetenv("STOKER_HOSTSIM_DELAY_US");
-  if (delay_us != nullptr) ::setenv("STOKER_HOSTSIM_DELAY_US", delay_us, 1);
+  ::setenv("STOKER_DEVICE_BACKEND", emulated() ? "cuda" : backend_name().c_str(), 1);
+  for (const char* v : {"STOKER_HOSTSIM_DEVICES", "STOKER_HOSTSIM_EXCLUSIVE", "STOKER_HOSTSIM_DELAY_US",
+                        "STOKER_CUDA_EMU_DEVICES", "STOKER_CUDA_EMU_COMPUTE_MODE"}) {
+    ::unsetenv(v);
+  }
+  if (delay_us != nullptr) ::setenv(emulated() ? "STOKER_CUDA_EMU_DELAY_US" : "STOKER_HOSTSIM_DELAY_US", delay_us, 1);
+}
+
+// The simulated device list of the processes started from now on: a count or UUIDs.
+void set_devices(const std::string& spec) {
+  ::setenv(emulated() ? "STOKER_CUDA_EMU_DEVICES" : "STOKER_HOSTSIM_DEVICES", spec.c_str(), 1);
+}
+// The UUID of simulated device n when the list is a count.
+std::string counted_uuid(int n) {
+  return std::string(emulated() ? "GPU-c0da0e30" : "GPU-5afe5130") + "-0000-0000-0000-00000000000" + std::to_string(n);
+}
+// What an abort of the simulation or the emulation writes; a log with it failed the case.
+bool aborted(const std::string& log) {
+  return log.find("hostsim:") != std::string::npos || log.find("cuda-emu:") != std::string::npos;
 }
 
 struct Copy {
@@ -96,7 +123,13 @@ bool eventually(F pred, std::chrono::milliseconds limit = 10s) {
   return pred();
 }
 
+// Device allocations and events process `pid` holds: hostsim's /dev/shm objects, or the
+// emulation's live counts (0 before its first cuInit).
 std::size_t sim_objects_of(int pid) {
+  if (emulated()) {
+    cuemu::Stats s{};
+    return cuemu::cuemu_read_stats(pid, s) ? static_cast<std::size_t>(s.allocations + s.events) : 0;
+  }
   return shm_objects_containing("stoker-sim-" + std::to_string(pid) + "-").size();
 }
 
@@ -144,6 +177,14 @@ TEST_CASE("device batches equal host batches: pixels, labels, ids, order", "[int
 
 TEST_CASE("normalize on the GPU equals the CPU's normalize, float32 NCHW and float16 NHWC",
           "[integration][device]") {
+#ifndef STOKER_HAVE_NORMALIZE_FATBIN
+  // A stokerd built without nvcc has no kernel and refuses device_normalize (serve_test
+  // checks the refusal); the emulation runs the kernel only where stokerd embeds it.
+  if (emulated()) {
+    WARN("this build has no normalize kernel (no nvcc): the emulated normalize case does not apply");
+    return;
+  }
+#endif
   use_backend();
   TempDir dir;
   const auto socket = (dir.path() / "s.sock").string();
@@ -184,9 +225,9 @@ TEST_CASE("normalize on the GPU equals the CPU's normalize, float32 NCHW and flo
   }
 }
 
-TEST_CASE("GPUs are matched by UUID whatever order each process lists them (hostsim)",
+TEST_CASE("GPUs are matched by UUID whatever order each process lists them (simulated)",
           "[integration][device]") {
-  if (!hostsim()) return;
+  if (!simulated()) return;
   use_backend();
   TempDir dir;
   const auto socket = (dir.path() / "s.sock").string();
@@ -194,9 +235,9 @@ TEST_CASE("GPUs are matched by UUID whatever order each process lists them (host
   const std::string b = "GPU-bbbbbbbb-0000-0000-0000-000000000002";
   JobSpec job;
   job.consumers = 2;
-  ::setenv("STOKER_HOSTSIM_DEVICES", (a + "," + b).c_str(), 1);
+  set_devices(a + "," + b);
   Daemon d(write_config(dir.path(), {job}, 2), socket);
-  ::setenv("STOKER_HOSTSIM_DEVICES", (b + "," + a).c_str(), 1);  // the trainer's order
+  set_devices(b + "," + a);  // the trainer's order
   stoker::Client c0("demo", 0, device_options(socket, "cuda:0"));
   stoker::Client c1("demo", 1, device_options(socket, "cuda:1"));
   take_device(c0);
@@ -210,10 +251,10 @@ TEST_CASE("GPUs are matched by UUID whatever order each process lists them (host
   CHECK(st.find("\"device\":\"" + a + "\"", r1) != std::string::npos);
 }
 
-TEST_CASE("eight consumers on eight GPUs (hostsim)", "[integration][device]") {
-  if (!hostsim()) return;
+TEST_CASE("eight consumers on eight GPUs (simulated)", "[integration][device]") {
+  if (!simulated()) return;
   use_backend();
-  ::setenv("STOKER_HOSTSIM_DEVICES", "8", 1);
+  set_devices("8");
   TempDir dir;
   const auto socket = (dir.path() / "s.sock").string();
   JobSpec job;
@@ -237,7 +278,7 @@ TEST_CASE("eight consumers on eight GPUs (hostsim)", "[integration][device]") {
   CHECK(seen.size() == 64);
   const std::string st = status(socket);
   for (int g = 0; g < 8; ++g) {
-    CHECK_THAT(st, Catch::Contains("GPU-5afe5130-0000-0000-0000-00000000000" + std::to_string(g)));
+    CHECK_THAT(st, Catch::Contains(counted_uuid(g)));
   }
 }
 
@@ -265,19 +306,21 @@ TEST_CASE("an Unmapped message for a ring the sender does not hold evicts only t
   ::close(fd);
   // The real consumer's ring was not freed under it.
   for (int i = 0; i < 6; ++i) CHECK(take_device(c).ids.size() == 8);
-  CHECK_THAT(d.log(), !Catch::Contains("hostsim:"));
+  CHECK_FALSE(aborted(d.log()));
 }
 
-TEST_CASE("device refusals name the reason (hostsim)", "[integration][device]") {
-  if (!hostsim()) return;
+TEST_CASE("device refusals name the reason (simulated)", "[integration][device]") {
+  if (!simulated()) return;
   use_backend();
   TempDir dir;
   const auto socket = (dir.path() / "s.sock").string();
   const std::string a = "GPU-aaaaaaaa-0000-0000-0000-000000000001";
-  ::setenv("STOKER_HOSTSIM_DEVICES", a.c_str(), 1);
-  ::setenv("STOKER_HOSTSIM_EXCLUSIVE", a.c_str(), 1);
+  set_devices(a);
+  // The daemon's GPU in compute mode EXCLUSIVE_PROCESS (3), the trainer's not.
+  ::setenv(emulated() ? "STOKER_CUDA_EMU_COMPUTE_MODE" : "STOKER_HOSTSIM_EXCLUSIVE", emulated() ? "3" : a.c_str(), 1);
   Daemon d(write_config(dir.path(), {JobSpec{}}, 1), socket);
   ::unsetenv("STOKER_HOSTSIM_EXCLUSIVE");
+  ::unsetenv("STOKER_CUDA_EMU_COMPUTE_MODE");
   auto refusal = [&](const char* device) -> std::string {
     try {
       stoker::Client c("demo", 0, device_options(socket, device));
@@ -296,15 +339,15 @@ TEST_CASE("device refusals name the reason (hostsim)", "[integration][device]") 
   CHECK(hc.next(30000).count() == 8);
 }
 
-TEST_CASE("a GPU the daemon does not see is refused with both sides' UUIDs (hostsim)",
+TEST_CASE("a GPU the daemon does not see is refused with both sides' UUIDs (simulated)",
           "[integration][device]") {
-  if (!hostsim()) return;
+  if (!simulated()) return;
   use_backend();
   TempDir dir;
   const auto socket = (dir.path() / "s.sock").string();
-  ::setenv("STOKER_HOSTSIM_DEVICES", "GPU-aaaaaaaa-0000-0000-0000-000000000001", 1);
+  set_devices("GPU-aaaaaaaa-0000-0000-0000-000000000001");
   Daemon d(write_config(dir.path(), {JobSpec{}}, 1), socket);
-  ::setenv("STOKER_HOSTSIM_DEVICES", "GPU-cccccccc-0000-0000-0000-000000000003", 1);
+  set_devices("GPU-cccccccc-0000-0000-0000-000000000003");
   try {
     stoker::Client c("demo", 0, device_options(socket));
     FAIL("granted");
@@ -316,9 +359,9 @@ TEST_CASE("a GPU the daemon does not see is refused with both sides' UUIDs (host
   }
 }
 
-TEST_CASE("a device ring lives exactly as long as its consumer needs it (hostsim)",
+TEST_CASE("a device ring lives exactly as long as its consumer needs it (simulated)",
           "[integration][device]") {
-  if (!hostsim()) return;
+  if (!simulated()) return;
   use_backend();
   TempDir dir;
   const auto socket = (dir.path() / "s.sock").string();
@@ -373,7 +416,7 @@ TEST_CASE("a device ring lives exactly as long as its consumer needs it (hostsim
     stoker::Client c0("demo", 0, device_options(socket));  // the rank is usable again
     CHECK(take_device(c0).ids.size() == 8);
   }
-  CHECK_THAT(d.log(), !Catch::Contains("hostsim:"));
+  CHECK_FALSE(aborted(d.log()));
 }
 
 TEST_CASE("a slow device: stokerd's copies wait on the GPU for the consumer's release",
@@ -391,7 +434,7 @@ TEST_CASE("a slow device: stokerd's copies wait on the GPU for the consumer's re
   std::uint64_t samples = 0;
   for (int i = 0; i < 24; ++i) samples += take_device(c).ids.size();
   CHECK(samples == 3 * 64);
-  CHECK_THAT(d.log(), !Catch::Contains("hostsim:"));
+  CHECK_FALSE(aborted(d.log()));
 }
 
 TEST_CASE("a restarted daemon: the consumer is told, re-maps from the new one, old batches stay safe",
@@ -416,7 +459,8 @@ TEST_CASE("a restarted daemon: the consumer is told, re-maps from the new one, o
   for (int i = 0; i < 4; ++i) CHECK(take_device(c).ids.size() == 8);
   stoker_batch_release(kept);  // the dead daemon's ring: closed here, ignored by the new daemon
   take_device(c);
-  CHECK_THAT(d2.log(), !Catch::Contains("hostsim:") && !Catch::Contains("does not hold"));
+  CHECK_FALSE(aborted(d2.log()));
+  CHECK_THAT(d2.log(), !Catch::Contains("does not hold"));
 }
 
 TEST_CASE("fan-out on the device: the readers of a rank on two GPUs and one on the host get the same batches",
@@ -424,14 +468,14 @@ TEST_CASE("fan-out on the device: the readers of a rank on two GPUs and one on t
   // A tensor-parallel pair on GPUs 0 and 1 (each its own device ring, copied from the one
   // slot the workers filled) and a third reader taking host batches, over two epochs.
   use_backend("200");
-  if (hostsim()) ::setenv("STOKER_HOSTSIM_DEVICES", "2", 1);
+  if (simulated()) set_devices("2");
   TempDir dir;
   const auto socket = (dir.path() / "s.sock").string();
   JobSpec job;
   job.extra = "    readers: 3\n";
   Daemon d(write_config(dir.path(), {job}, 2), socket);
   auto o0 = device_options(socket, "cuda:0");
-  auto o1 = device_options(socket, hostsim() ? "cuda:1" : "cuda:0");
+  auto o1 = device_options(socket, simulated() ? "cuda:1" : "cuda:0");
   o1.reader = 1;
   stoker::ClientOptions oh;
   oh.socket_path = socket;
@@ -448,10 +492,9 @@ TEST_CASE("fan-out on the device: the readers of a rank on two GPUs and one on t
     CHECK(a.images == c.images);
     CHECK(b.images == c.images);
   }
-  if (hostsim()) {
+  if (simulated()) {
     const std::string st = status(socket);
-    CHECK_THAT(st, Catch::Contains("GPU-5afe5130-0000-0000-0000-000000000000") &&
-                       Catch::Contains("GPU-5afe5130-0000-0000-0000-000000000001"));
+    CHECK_THAT(st, Catch::Contains(counted_uuid(0)) && Catch::Contains(counted_uuid(1)));
   }
 }
 
@@ -486,5 +529,106 @@ TEST_CASE("device batches of a mixing job carry the soft labels as the host has 
     const auto* hl = h.soft_labels<std::uint8_t>();
     CHECK(std::equal(labels.begin(), labels.end(), hl));
     CHECK(std::equal(images.begin(), images.end(), h.images()));
+  }
+}
+
+namespace {
+
+std::size_t count_of(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+std::size_t open_fds(int pid) {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) ++n;
+  return n;
+}
+
+std::uint64_t rss_kib(int pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6));
+  }
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("a storm of SIGKILLed device consumers leaves no device memory, events or handles behind (emulated)",
+          "[integration][device][fault]") {
+  // Rounds of four stokerctl consumers (one per rank), each holding device batches, all
+  // SIGKILLed together: every ring must be freed once its consumer is gone, the daemon's
+  // descriptors and memory must stay flat, and the ranks must serve again. 300 kills by
+  // default (100 in the ThreadSanitizer build, whose processes start several times slower, so
+  // that the case stays inside its timeout on a loaded 2-core box); STOKER_TEST_KILL_STORM sets
+  // the number. On the real `cuda` backend over the driver emulation only: hostsim's own
+  // process-liveness rules are being reworked separately (a hostsim run of this storm left a
+  // ring's events).
+  if (!emulated()) return;
+  use_backend("100");
+  const char* env = std::getenv("STOKER_TEST_KILL_STORM");
+#ifdef STOKER_TEST_TSAN
+  const int kills = env != nullptr ? std::atoi(env) : 100;
+#else
+  const int kills = env != nullptr ? std::atoi(env) : 300;
+#endif
+  constexpr int kRanks = 4;
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec job;
+  job.consumers = kRanks;
+  Daemon d(write_config(dir.path(), {job}, 2), socket);
+  std::size_t fds_after_warmup = 0;
+  [[maybe_unused]] std::uint64_t rss_after_warmup = 0;
+  for (int round = 0; round * kRanks < kills; ++round) {
+    INFO("round " << round);
+    std::vector<int> pids;
+    for (int r = 0; r < kRanks; ++r) {
+      pids.push_back(start_program({bin("stokerctl"), "consume", "--socket", socket, "--job", "demo", "--rank",
+                                    std::to_string(r), "--device", "cuda:0", "--batches", "2", "--hold-ms", "60000"},
+                                   dir.path() / ("consumer" + std::to_string(r) + ".log")));
+    }
+    // Every rank holds device batches (a lease) when the kills come.
+    const bool holding = eventually([&] { return count_of(status(socket), "\"leased\":0") == 0; }, 60s);
+    if (!holding) {
+      INFO(status(socket) << "\n" << d.log());
+      REQUIRE(holding);
+    }
+    CHECK(sim_objects_of(d.pid()) == kRanks * (1 + 2 * 3));
+    for (int pid : pids) ::kill(pid, SIGKILL);
+    for (int pid : pids) wait_program(pid, 30);
+    const bool freed = eventually([&] { return sim_objects_of(d.pid()) == 0; }, 30s);
+    if (!freed) {
+      INFO(sim_objects_of(d.pid()) << " objects left; daemon alive " << (::kill(d.pid(), 0) == 0) << "\n" << d.log());
+      REQUIRE(freed);
+    }
+    if (round == 2) {
+      fds_after_warmup = open_fds(d.pid());
+      rss_after_warmup = rss_kib(d.pid());
+    }
+  }
+  INFO(d.log());
+  CHECK_FALSE(aborted(d.log()));
+  CHECK(sim_objects_of(d.pid()) == 0);
+  if (emulated()) {
+    cuemu::Stats s{};
+    REQUIRE(cuemu::cuemu_read_stats(d.pid(), s));
+    CHECK(s.allocations == 0);
+    CHECK(s.events == 0);
+    CHECK(s.ipc_mem_opened == 0);  // stokerd opens no peer's memory
+    CHECK(s.pushed == 0);
+    CHECK(s.primary_retained[0] == 1);  // the one context, kept while the daemon runs
+  }
+  // Flat: the descriptors as after the warm-up rounds, memory within a few MiB of it.
+  CHECK(eventually([&] { return open_fds(d.pid()) <= fds_after_warmup; }));
+#ifndef __SANITIZE_ADDRESS__  // ASan's quarantine keeps freed memory resident: RSS grows by design
+  CHECK(rss_kib(d.pid()) <= rss_after_warmup + 16 * 1024);
+#endif
+  for (int r = 0; r < kRanks; ++r) {  // every rank serves device batches again
+    stoker::Client c("demo", r, device_options(socket));
+    CHECK(take_device(c).ids.size() == 8);
   }
 }

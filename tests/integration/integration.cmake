@@ -39,5 +39,20 @@ endif()
 # runs everywhere; scripts/gpu-check.sh runs it with cuda). Labels: integration + device.
 add_executable(device_test integration/device_test.cpp)
 target_link_libraries(device_test PRIVATE stoker_catch_main stoker_daemon_fixture stoker::client stoker::proto)
-catch_discover_tests(device_test EXTRA_ARGS -w NoTests PROPERTIES LABELS "integration;device" TIMEOUT 300)
-add_dependencies(device_test stokerd stokerctl)
+catch_discover_tests(device_test EXTRA_ARGS -w NoTests TEST_LIST device_test_HOSTSIM PROPERTIES TIMEOUT 300)
+stoker_discovered_tests_properties(device_test_HOSTSIM LABELS integration device)
+add_dependencies(device_test stokerd stokerctl stoker_cuda_emu)
+target_include_directories(device_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu)
+if(STOKER_HAVE_CUDA)
+  target_compile_definitions(device_test PRIVATE STOKER_HAVE_NORMALIZE_FATBIN)
+endif()
+if(STOKER_TSAN)
+  target_compile_definitions(device_test PRIVATE STOKER_TEST_TSAN)  # a shorter kill storm
+endif()
+# The same cases again on the real `cuda` backend in stokerd and the consumers, over the CUDA
+# driver emulation (tests/cuda_emu): "cuda-emu: " names, labels + device-emu. (A second
+# discovery of one target needs different EXTRA_ARGS: Catch.cmake names its files by them.)
+catch_discover_tests(device_test TEST_PREFIX "cuda-emu/" EXTRA_ARGS -w NoTests --use-colour no
+  TEST_LIST device_test_EMU PROPERTIES TIMEOUT 600)
+stoker_discovered_tests_properties(device_test_EMU LABELS integration device device-emu
+  ENVIRONMENT ${STOKER_CUDA_EMU_ENV})

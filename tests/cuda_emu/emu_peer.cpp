@@ -1,0 +1,53 @@
+// The other process of cuda_emu_test's IPC cases, through libstoker's `cuda` backend:
+//   cuda_emu_peer hold-mem|hold-event|close-mem-twice HANDLE_HEX BYTES
+// opens the handle on device 0, prints "opened" and then (hold-*) keeps it open until its stdin
+// closes, closes it and exits 0; close-mem-twice closes the memory twice (the emulation must
+// abort). Exit 1 with the reason on stderr when the open fails.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "ipc_peer_protocol.hpp"
+
+using namespace stoker;
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: hold-mem|hold-event|close-mem-twice HANDLE BYTES\n");
+    return 2;
+  }
+  const std::string mode = argv[1];
+  device::IpcHandle h{};
+  std::string why;
+  auto b = device::make_cuda_driver_backend(why);
+  if (!gputest::from_hex(argv[2], h) || !b || !b->open_device(0, why)) {
+    std::fprintf(stderr, "peer: %s\n", why.c_str());
+    return 1;
+  }
+  void* ptr = nullptr;
+  device::EventId e = 0;
+  const bool ok = mode == "hold-event" ? b->open_event(0, h, e, why)
+                                       : b->open_memory(0, h, std::strtoull(argv[3], nullptr, 10), &ptr, why);
+  if (!ok) {
+    std::fprintf(stderr, "peer: %s\n", why.c_str());
+    return 1;
+  }
+  std::printf("opened\n");
+  std::fflush(stdout);
+  if (mode == "close-mem-twice") {
+    b->close_memory(0, ptr);
+    b->close_memory(0, ptr);
+    return 0;
+  }
+  char c;
+  while (::read(0, &c, 1) > 0) {
+  }
+  if (mode == "hold-event") {
+    b->close_event(0, e);
+  } else {
+    b->close_memory(0, ptr);
+  }
+  return 0;
+}
