@@ -624,7 +624,10 @@ TEST_CASE("a storm of SIGKILLed device consumers leaves no device memory, events
   }
   // Flat: the descriptors as after the warm-up rounds, memory within a few MiB of it.
   CHECK(eventually([&] { return open_fds(d.pid()) <= fds_after_warmup; }));
-#ifndef __SANITIZE_ADDRESS__  // ASan's quarantine keeps freed memory resident: RSS grows by design
+#if !defined(__SANITIZE_ADDRESS__) && !defined(STOKER_TEST_TSAN)
+  // Checked in the plain build: ASan's quarantine keeps freed memory resident, and TSan's
+  // allocator and per-thread histories grow with the threads it has seen (81 vs 72 MiB after
+  // 100 kills), so RSS grows there by design.
   CHECK(rss_kib(d.pid()) <= rss_after_warmup + 16 * 1024);
 #endif
   for (int r = 0; r < kRanks; ++r) {  // every rank serves device batches again
