@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "as_nobody.hpp"
 #include "batch_copy.hpp"
 #include "daemon_fixture.hpp"
 #include "stoker/stoker.h"
@@ -85,35 +86,12 @@ const group* some_group() {
 
 // A command sent from a forked child running as uid/gid 65534, member of `gid`.
 Json command_as_nobody(const std::string& socket, gid_t gid, const Json& request) {
-  int p[2];
-  REQUIRE(::pipe(p) == 0);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::close(p[0]);
-    ::alarm(60);
-    if (::setgroups(1, &gid) != 0 || ::setresgid(kNobody, kNobody, kNobody) != 0 ||
-        ::setresuid(kNobody, kNobody, kNobody) != 0) {
-      ::_exit(3);
-    }
+  return Json::parse(stoker::test::in_child_as_nobody({gid}, [&] {
     char* reply = nullptr;
     const int rc = stoker_daemon_command(socket.c_str(), request.dump().c_str(), 60000, &reply);
-    const std::string text = rc == STOKER_OK ? std::string(reply)
-                                             : Json{{"ok", false}, {"error", std::string("command failed: ") +
-                                                                                stoker_last_error()}}.dump();
-    [[maybe_unused]] ssize_t w = ::write(p[1], text.data(), text.size());
-    ::_exit(0);
-  }
-  ::close(p[1]);
-  std::string text;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(p[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
-  ::close(p[0]);
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  REQUIRE(WIFEXITED(st));
-  REQUIRE(WEXITSTATUS(st) == 0);
-  return Json::parse(text);
+    return rc == STOKER_OK ? std::string(reply)
+                           : Json{{"ok", false}, {"error", std::string("command failed: ") + stoker_last_error()}}.dump();
+  }));
 }
 
 std::size_t client_jobs_in_status(const std::string& socket) {

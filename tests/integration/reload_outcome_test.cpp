@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "as_nobody.hpp"
 #include "batch_copy.hpp"
 #include "daemon_fixture.hpp"
 #include "stoker/stoker.hpp"
@@ -152,31 +153,11 @@ TEST_CASE("a reload command from a user other than stokerd's or root is refused"
   Daemon d(config, socket);
   write_config(dir.path(), {spec("keep", 4), spec("fresh", 4)}, 1, std::string("  group: ") + g->gr_name + "\n");
   // A member of server.group (uid 65534) may connect, but not reload the daemon's config.
-  int p[2];
-  REQUIRE(::pipe(p) == 0);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::close(p[0]);
-    ::alarm(30);
-    if (::setgroups(1, &gid) != 0 || ::setresgid(65534, 65534, 65534) != 0 || ::setresuid(65534, 65534, 65534) != 0) {
-      ::_exit(3);
-    }
+  const std::string text = stoker::test::in_child_as_nobody({gid}, [&] {
     char* reply = nullptr;
     const int rc = stoker_daemon_command(socket.c_str(), "{\"op\": \"reload\"}", 30000, &reply);
-    const std::string text = rc == 0 ? std::string(reply) : std::string("error: ") + stoker_last_error();
-    [[maybe_unused]] ssize_t w = ::write(p[1], text.data(), text.size());
-    ::_exit(0);
-  }
-  ::close(p[1]);
-  std::string text;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(p[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
-  ::close(p[0]);
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  REQUIRE(WIFEXITED(st));
-  REQUIRE(WEXITSTATUS(st) == 0);
+    return rc == 0 ? std::string(reply) : std::string("error: ") + stoker_last_error();
+  }, 30);
   INFO(text << "\n" << d.log());
   const Json r = Json::parse(text);
   CHECK(r["ok"] == false);
