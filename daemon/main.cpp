@@ -1,9 +1,9 @@
-// stokerd: parse the options, run, exit. Everything else lives in daemon/server.
-#include "server/daemon.hpp"
+// stokerd: parse the options, run, exit. Everything else lives in daemon/app and below.
+#include "app/daemon.hpp"
 
 int main(int argc, char** argv) {
-  stoker::server::DaemonOptions options;
+  stoker::app::DaemonOptions options;
   int exit_code = 0;
-  if (!stoker::server::parse_daemon_args(argc, argv, options, exit_code)) return exit_code;
-  return stoker::server::run_daemon(options);
+  if (!stoker::app::parse_daemon_args(argc, argv, options, exit_code)) return exit_code;
+  return stoker::app::run_daemon(options);
 }

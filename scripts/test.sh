@@ -2,7 +2,8 @@
 # The test command (also what .ci/run calls): install test dependencies, build, run the
 # unit / integration / fault / gpu / python tiers, then the unit / integration / fault tiers
 # again in an AddressSanitizer + UndefinedBehaviorSanitizer build, the integration / fault
-# tiers in a ThreadSanitizer build, and the fuzz tier (each harness for a bounded time).
+# tiers in a ThreadSanitizer build (compiled with clang -Wthread-safety -Werror, the compile-time
+# check of lock discipline), and the fuzz tier (each harness for a bounded time).
 # Fails on any failure or sanitizer report. The last line is "test: N passed, N failed, N skipped".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -44,11 +45,11 @@ if grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' build-asan/
   failures=$((failures + 1))
 fi
 
-echo "== build (ThreadSanitizer, clang)"
+echo "== build (ThreadSanitizer + the compile-time lock-discipline check: clang -Wthread-safety -Werror)"
 # Reports of every process (stokerd and stokerctl write theirs to their own logs otherwise)
 # go to build-tsan/tsan-reports/; any file there fails the run.
-CC=clang CXX=clang++ STOKER_BUILD_DIR=build-tsan scripts/build.sh -DSTOKER_TSAN=ON -DSTOKER_CUDA=OFF \
-  -DSTOKER_PYTHON=OFF || exit 1
+CC=clang CXX=clang++ STOKER_BUILD_DIR=build-tsan scripts/build.sh -DSTOKER_TSAN=ON -DSTOKER_THREAD_SAFETY=ON \
+  -DSTOKER_CUDA=OFF -DSTOKER_PYTHON=OFF || exit 1
 rm -rf build-tsan/tsan-reports && mkdir -p build-tsan/tsan-reports
 echo "== ctest under ThreadSanitizer: integration, fault"
 TSAN_OPTIONS="halt_on_error=0 log_path=$PWD/build-tsan/tsan-reports/report" \

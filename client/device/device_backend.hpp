@@ -146,7 +146,7 @@ class Backend {
 // The backend STOKER_DEVICE_BACKEND names (hostsim | cuda | none; default cuda), for the
 // exporter (stokerd) or the importer (libstoker) side. nullptr and `why_not` when it is
 // unavailable here (no driver, no device, built without CUDA, "none").
-// make_exporter_backend lives in stokerd (daemon/device/exporter_backend.cpp), which can use
+// make_exporter_backend lives in stokerd (daemon/delivery/exporter_backend.cpp), which can use
 // the CUDA runtime; make_importer_backend in libstoker (client/device/importer_backend.cpp).
 std::unique_ptr<Backend> make_exporter_backend(std::string& why_not);
 std::unique_ptr<Backend> make_importer_backend(std::string& why_not);

@@ -3,7 +3,7 @@
 // with *which* magnitude — the op lists in torchvision's order, the magnitude tables as
 // torch builds them (float32 linspace, posterize's rounded levels) and the per-sample draws —
 // as pure functions, so tests/unit/augment_test.cpp can count frequencies and the fidelity
-// probe can print the tables. Running an op is image/color_ops.cpp's apply_policy_op
+// probe can print the tables. Running an op is augment/color_ops.cpp's apply_policy_op
 // (_apply_op's semantics: shear as degrees(atan(m)) about the top-left corner, translate in
 // whole pixels, no fill, i.e. black).
 #pragma once

@@ -308,11 +308,11 @@ class Fields {
 // odd positive int or [kx, ky] (torchvision's order: x is across, y down); sigma a number > 0
 // or [min, max] with 0 < min <= max, default [0.1, 2.0]. Reflect padding needs kernel/2 pixels
 // to mirror on each side, so the kernel must fit the output (torch raises otherwise).
-image::AugmentStep parse_gaussian_blur(const Reader& r, const Value& body, const image::PipelineSpec& spec,
+augment::AugmentStep parse_gaussian_blur(const Reader& r, const Value& body, const image::PipelineSpec& spec,
                                        bool size_pending) {
   const Fields f(r, body, {"kernel_size", "sigma"});
-  image::AugmentStep a;
-  a.kind = image::AugmentStep::Kind::kGaussianBlur;
+  augment::AugmentStep a;
+  a.kind = augment::AugmentStep::Kind::kGaussianBlur;
   const Value& k = f.need("kernel_size");
   auto odd = [&](const Value& v) {
     const auto n = static_cast<int>(r.integer(v, 1, kMaxSide));
@@ -386,10 +386,10 @@ std::array<double, 2> parse_angle_range(const Reader& r, const Value& d) {
 // random_rotation: {degrees, interpolation, fill} as torchvision's RandomRotation (expand=False,
 // about the centre): degrees (required) a number d >= 0 meaning [-d, d] or [min, max];
 // interpolation nearest (default) or bilinear; fill a pixel value 0..255 or [r, g, b] (0).
-image::AugmentStep parse_random_rotation(const Reader& r, const Value& body) {
+augment::AugmentStep parse_random_rotation(const Reader& r, const Value& body) {
   const Fields f(r, body, {"degrees", "interpolation", "fill"});
-  image::AugmentStep a;
-  a.kind = image::AugmentStep::Kind::kRotation;
+  augment::AugmentStep a;
+  a.kind = augment::AugmentStep::Kind::kRotation;
   a.degrees = parse_angle_range(r, f.need("degrees"));
   if (const Value* v = f.get("interpolation")) a.interpolation = parse_interpolation(r, *v);
   if (const Value* v = f.get("fill")) a.fill = parse_fill(r, *v);
@@ -401,10 +401,10 @@ image::AugmentStep parse_random_rotation(const Reader& r, const Value& body) {
 // translate [a, b] maximum fractions of width and height within [0, 1]; scale [min, max] with
 // 0 < min <= max; shear a number s >= 0 ([-s, s] along x), [min, max] along x, or
 // [xmin, xmax, ymin, ymax]; interpolation nearest (default) or bilinear; fill as rotation's.
-image::AugmentStep parse_random_affine(const Reader& r, const Value& body) {
+augment::AugmentStep parse_random_affine(const Reader& r, const Value& body) {
   const Fields f(r, body, {"degrees", "translate", "scale", "shear", "interpolation", "fill"});
-  image::AugmentStep a;
-  a.kind = image::AugmentStep::Kind::kAffine;
+  augment::AugmentStep a;
+  a.kind = augment::AugmentStep::Kind::kAffine;
   augment::RandomAffineParams& p = a.affine;
   p.degrees = parse_angle_range(r, f.need("degrees"));
   if (const Value* v = f.get("translate")) {
@@ -444,9 +444,9 @@ image::AugmentStep parse_random_affine(const Reader& r, const Value& body) {
 // num_magnitude_bins, interpolation}, auto_augment: {policy, interpolation}: torchvision's
 // TrivialAugmentWide / RandAugment / AutoAugment with their defaults (31 bins; 2 ops at
 // magnitude 9; the imagenet policy; nearest) and fill None (black).
-image::AugmentStep parse_policy(const Reader& r, const Value& body, const std::string& name) {
-  image::AugmentStep a;
-  a.kind = image::AugmentStep::Kind::kPolicy;
+augment::AugmentStep parse_policy(const Reader& r, const Value& body, const std::string& name) {
+  augment::AugmentStep a;
+  a.kind = augment::AugmentStep::Kind::kPolicy;
   augment::PolicyParams& p = a.policy;
   const bool rand = name == "rand_augment", automatic = name == "auto_augment";
   const Fields f(r, body, rand        ? std::initializer_list<std::string_view>{"num_ops", "magnitude", "num_magnitude_bins", "interpolation"}
@@ -650,11 +650,11 @@ void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec
       if (normalize) r.fail(at_name, "colour steps work on uint8 pixels: put them before normalize");
       if (!geometry) r.fail(at_name, "colour steps come after the geometry step");
       stage = kAfterGeometry;
-      image::AugmentStep a;
+      augment::AugmentStep a;
       if (name == "color_jitter") {
         // A number x means [max(0, 1 - x), 1 + x]; a pair [lo, hi] is used as it is (torchvision).
         const Fields f(r, body, {"brightness", "contrast", "saturation", "hue"});
-        a.kind = image::AugmentStep::Kind::kColorJitter;
+        a.kind = augment::AugmentStep::Kind::kColorJitter;
         auto range = [&](const char* key, std::array<double, 2>& out) {
           const Value* v = f.get(key);
           if (v == nullptr) return;
@@ -692,12 +692,12 @@ void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec
                                 : poster ? std::initializer_list<std::string_view>{"bits", "p"}
                                 : sharp  ? std::initializer_list<std::string_view>{"sharpness_factor", "p"}
                                          : std::initializer_list<std::string_view>{"p"});
-        a.kind = name == "random_grayscale"  ? image::AugmentStep::Kind::kGrayscale
-                 : solar                      ? image::AugmentStep::Kind::kSolarize
-                 : poster                     ? image::AugmentStep::Kind::kPosterize
-                 : sharp                      ? image::AugmentStep::Kind::kSharpness
-                 : name == "random_equalize" ? image::AugmentStep::Kind::kEqualize
-                                              : image::AugmentStep::Kind::kAutocontrast;
+        a.kind = name == "random_grayscale"  ? augment::AugmentStep::Kind::kGrayscale
+                 : solar                      ? augment::AugmentStep::Kind::kSolarize
+                 : poster                     ? augment::AugmentStep::Kind::kPosterize
+                 : sharp                      ? augment::AugmentStep::Kind::kSharpness
+                 : name == "random_equalize" ? augment::AugmentStep::Kind::kEqualize
+                                              : augment::AugmentStep::Kind::kAutocontrast;
         if (sharp) {
           const Value& v = f.need("sharpness_factor");
           a.sharpness = r.number(v);
@@ -742,8 +742,8 @@ void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec
       if (normalize) {
         spec.erase_output.push_back(e);
       } else {
-        image::AugmentStep a;
-        a.kind = image::AugmentStep::Kind::kErasing;
+        augment::AugmentStep a;
+        a.kind = augment::AugmentStep::Kind::kErasing;
         a.erasing = e;
         spec.augment.push_back(a);
       }

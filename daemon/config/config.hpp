@@ -49,7 +49,7 @@ struct SourceConfig {
 };
 
 // Batch mixing (job keys `mixup: {alpha}`, `cutmix: {alpha}`, `mix_switch_prob`), applied
-// once per finished batch (server/batch_mix.hpp). An alpha of 0 means that kind is off.
+// once per finished batch (job/batch_mix.hpp). An alpha of 0 means that kind is off.
 struct MixConfig {
   double mixup_alpha = 0;
   double cutmix_alpha = 0;
@@ -90,13 +90,13 @@ struct JobConfig {
   // them instead of reading and decoding.
   std::uint64_t cache_bytes = 0;
   // Read-ahead (key `read_ahead`): sample bytes fetched ahead of decode by `requests` reader
-  // threads, holding at most about `bytes` (server/read_ahead.hpp); either 0: off.
+  // threads, holding at most about `bytes` (source/read_ahead.hpp); either 0: off.
   std::uint64_t read_ahead_bytes = std::uint64_t{64} << 20;
   std::uint32_t read_ahead_requests = 16;
   // A consumer holding a batch longer than this (alive but stuck) is disconnected so its
   // ring's slots come back; 0: never (status still reports it as stuck).
   double lease_timeout_s = 0;
-  // Sharing the worker pool with the other jobs (see server/work_queue.hpp): while several
+  // Sharing the worker pool with the other jobs (see job/work_queue.hpp): while several
   // jobs have work, each gets items in proportion to `weight`; `max_workers` (the key
   // `workers`) is the most worker threads that may run this job's items at once, 0: no cap.
   double weight = 1;
@@ -133,7 +133,7 @@ struct ServerConfig {
   double client_job_linger_s = 30;
   double drain_timeout_s = 60;
   std::filesystem::path state_dir;  // quarantine files; default: next to the socket
-  // Operations (daemon/server/metrics*): Prometheus text on http://metrics_host:metrics_port/metrics
+  // Operations (daemon/control/metrics*): Prometheus text on http://metrics_host:metrics_port/metrics
   // when `metrics` is set (port 0: any free port, logged and shown in status). Validated here:
   // a numeric IPv4/IPv6 literal or "localhost", loopback unless metrics_allow_remote.
   std::string metrics;              // as written, "127.0.0.1:9400"; empty: no endpoint
@@ -143,7 +143,7 @@ struct ServerConfig {
   std::filesystem::path metrics_textfile;  // node_exporter textfile directory; empty: none
   double log_interval_s = 0;        // periodic one-line throughput log; 0: off
   // server.group: members of this group may connect too (socket 0660 root:group, each peer's
-  // credentials checked at accept; see server/peer_access.hpp). Empty: owner (and root) only.
+  // credentials checked at accept; see control/peer_access.hpp). Empty: owner (and root) only.
   std::string group;
   std::uint32_t group_id = 0;  // the group's gid, looked up when the config is read
 };

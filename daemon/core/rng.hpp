@@ -46,7 +46,7 @@ inline constexpr std::uint64_t kStreamAugment = 2;
 inline constexpr std::uint64_t kStreamColor = 3;  // colour steps (color_ops.hpp)
 inline constexpr std::uint64_t kStreamErasing = 4;  // random_erasing on the normalized output
 // MixUp/CutMix, one draw per batch keyed (seed, epoch, batch index) with the global rank in
-// the stream's upper half (server/batch_mix.hpp); far from the small numbers so that steps
+// the stream's upper half (job/batch_mix.hpp); far from the small numbers so that steps
 // appended meanwhile cannot collide with it.
 inline constexpr std::uint64_t kStreamBatchMix = 0x6d6978;  // "mix"
 

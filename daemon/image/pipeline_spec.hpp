@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "image/color_ops.hpp"
+#include "augment/color_ops.hpp"
 #include "image/resample.hpp"  // ResizeFilter
 
 #include "stoker/proto/layout.hpp"
@@ -49,7 +49,7 @@ struct PipelineSpec {
 
   // augment
   double flip_probability = 0.0;
-  std::vector<AugmentStep> augment;  // colour steps after the geometry, in config order
+  std::vector<augment::AugmentStep> augment;  // colour steps after the geometry, in config order
   // random_erasing steps written after `normalize`: run in config order on the finished
   // float sample (values in normalized units), from their own stream (kStreamErasing).
   // Invariant (the config's): non-empty only with normalize and a float dtype on the CPU.

@@ -303,7 +303,7 @@ SampleResult SampleProcessor::process(std::span<const std::uint8_t> encoded, std
     m.upright.resize(static_cast<std::size_t>(spec.out_width) * spec.out_height * 3);
     m.upright_writer.write(m.resampled.data(), rw, rh, orientation, plan.flip, m.upright.data());
     CounterRng color_rng(seed, epoch, sample_id, kStreamColor);
-    apply_augment(spec.augment, m.upright.data(), static_cast<int>(spec.out_width), static_cast<int>(spec.out_height),
+    augment::apply_augment(spec.augment, m.upright.data(), static_cast<int>(spec.out_width), static_cast<int>(spec.out_height),
                   color_rng);
     m.writer.write(m.upright.data(), static_cast<int>(spec.out_width), static_cast<int>(spec.out_height), 1, false, out);
   }

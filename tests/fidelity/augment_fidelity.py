@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Colour augmentations against torchvision (issue #17): each operation of
-daemon/image/color_ops.hpp, given the same parameter, on real photos (tests/data/demo, resized
+daemon/augment/color_ops.hpp, given the same parameter, on real photos (tests/data/demo, resized
 to 96x64), compared with torchvision.transforms.functional on the same uint8 tensor.
 Exact for every operation but contrast and sharpness, where torch accumulates float32 sums
 (the gray mean, the 3x3 filter) in an order of its choosing: there at most 1 (of 255) and on

@@ -18,11 +18,11 @@
 #include <string>
 
 #include "config/config.hpp"
-#include "device/device_delivery.hpp"
-#include "server/control_server.hpp"
-#include "server/job.hpp"
-#include "server/worker_pool.hpp"
-#include "server/job_table.hpp"
+#include "delivery/device_delivery.hpp"
+#include "control/control_server.hpp"
+#include "job/job.hpp"
+#include "job/worker_pool.hpp"
+#include "jobs/job_table.hpp"
 #include "source/dataset.hpp"
 #include "stoker/proto/control.hpp"
 
@@ -34,16 +34,16 @@ namespace {
 struct World {
   fs::path dir;
   std::string socket;
-  server::WorkQueue queue;
-  std::unique_ptr<server::DeviceDelivery> delivery;
-  std::unique_ptr<server::JobTable> table;
-  std::unique_ptr<server::ControlServer> server;
+  job::WorkQueue queue;
+  std::unique_ptr<delivery::DeviceDelivery> delivery;
+  std::unique_ptr<jobs::JobTable> table;
+  std::unique_ptr<control::ControlServer> server;
   config::JobConfig job_config;
 
   // An input that drained the job (the "drain" command) does not starve the next ones.
   void add_job() {
     if (table->serving("demo") == nullptr) {
-      table->add(server::PreparedJob{job_config, source::scan_image_folder(job_config.source.root)});
+      table->add(jobs::PreparedJob{job_config, source::scan_image_folder(job_config.source.root)});
     }
   }
 
@@ -59,24 +59,24 @@ struct World {
     config::JobConfig jc = cfg.jobs.at(0);
     jc.quarantine = dir / "q";
     std::string why;
-    delivery = std::make_unique<server::DeviceDelivery>(nullptr, "no device in the fuzz harness");
-    server::JobContext ctx;
+    delivery = std::make_unique<delivery::DeviceDelivery>(nullptr, "no device in the fuzz harness");
+    jobs::JobContext ctx;
     ctx.socket = socket;
     ctx.generation = 1;
     ctx.queue = &queue;
     ctx.notify = [] {};
-    table = std::make_unique<server::JobTable>(ctx, *delivery);
+    table = std::make_unique<jobs::JobTable>(ctx, *delivery);
     // add() plans work items; nothing runs them: slots stay FILLING.
     job_config = jc;
     add_job();
-    server::ControlServer::Limits limits;
+    control::ControlServer::Limits limits;
     limits.max_connections = 64;
     // Commands are fuzzed up to their parsing; a define_job would start scanning whatever
     // folder the input names, so client-defined jobs are off here (drain is on: the harness
     // runs as the daemon's own user, so "drain" of "demo" ends the job as it would).
-    server::ControlServer::JobSources sources;
+    control::ControlServer::JobSources sources;
     sources.client_jobs = false;
-    server = std::make_unique<server::ControlServer>(socket, *table, 1, 1, *delivery, limits, sources);
+    server = std::make_unique<control::ControlServer>(socket, *table, 1, 1, *delivery, limits, sources);
   }
 };
 

@@ -6,12 +6,12 @@
 #include <string>
 #include <string_view>
 
-#include "server/metrics_text.hpp"
+#include "control/metrics_text.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const std::string document = "# TYPE stoker_up gauge\nstoker_up 1\n";
   const std::string_view head(reinterpret_cast<const char*>(data), size);
-  const std::string r = stoker::server::metrics_http_response(head, document);
+  const std::string r = stoker::control::metrics_http_response(head, document);
   if (r.rfind("HTTP/1.0 ", 0) != 0) std::abort();
   const std::size_t end = r.find("\r\n\r\n");
   if (end == std::string::npos) std::abort();

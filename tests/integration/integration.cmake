@@ -14,7 +14,7 @@ add_dependencies(integration_test stokerd stokerctl)
 # The /metrics responder over loopback sockets, no daemon: slow peers, extra bytes (issue 24).
 stoker_add_test(metrics_http_test LABEL integration
   SOURCES integration/metrics_http_test.cpp
-  LIBS stoker_server)
+  LIBS stoker_app)
 
 # The C header compiled as C.
 add_executable(c_api_test integration/c_api_test.c)

@@ -1,4 +1,4 @@
-// The /metrics responder (server/metrics_http.hpp) over real loopback sockets, without a daemon
+// The /metrics responder (control/metrics_http.hpp) over real loopback sockets, without a daemon
 // (issue 24, C6): monitoring must not be starved by slow peers, and a response must reach the
 // client whole even when the client sent more than its request.
 #include <catch2/catch.hpp>
@@ -18,9 +18,9 @@
 #include <thread>
 #include <vector>
 
-#include "server/metrics_http.hpp"
+#include "control/metrics_http.hpp"
 
-using stoker::server::MetricsHttpServer;
+using stoker::control::MetricsHttpServer;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 

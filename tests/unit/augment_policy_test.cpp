@@ -12,7 +12,7 @@
 #include "augment/geometric.hpp"
 #include "augment/policies.hpp"
 #include "core/rng.hpp"
-#include "image/color_ops.hpp"
+#include "augment/color_ops.hpp"
 
 using namespace stoker;
 using augment::Interpolation;
@@ -255,7 +255,7 @@ TEST_CASE("policy ops: translate moves whole pixels with black fill, solarize's 
           "[augment][policy]") {
   auto rgb = card();
   augment::PolicyDraw d{PolicyOp::kTranslateX, 0, false, 4.9};  // int(4.9) = 4 pixels right
-  image::apply_policy_op(rgb.data(), 32, 24, d, Interpolation::kNearest);
+  augment::apply_policy_op(rgb.data(), 32, 24, d, Interpolation::kNearest);
   const auto c = card();
   int off = 0;
   for (int y = 0; y < 24; ++y) {
@@ -265,26 +265,26 @@ TEST_CASE("policy ops: translate moves whole pixels with black fill, solarize's 
   }
   CHECK(off == 0);
   std::uint8_t px[6] = {127, 128, 200, 0, 255, 10};
-  image::apply_policy_op(px, 2, 1, {PolicyOp::kSolarize, 0, false, 127.5}, Interpolation::kNearest);
+  augment::apply_policy_op(px, 2, 1, {PolicyOp::kSolarize, 0, false, 127.5}, Interpolation::kNearest);
   CHECK((px[0] == 127 && px[1] == 127 && px[2] == 55 && px[4] == 0));
-  image::apply_policy_op(px, 2, 1, {PolicyOp::kInvert, -1, false, 0}, Interpolation::kNearest);
+  augment::apply_policy_op(px, 2, 1, {PolicyOp::kInvert, -1, false, 0}, Interpolation::kNearest);
   CHECK((px[0] == 128 && px[3] == 255));
   // ShearX about the top-left corner: the top row stays, lower rows move sideways.
   auto s = card();
-  image::apply_policy_op(s.data(), 32, 24, {PolicyOp::kShearX, 0, false, 0.3}, Interpolation::kNearest);
+  augment::apply_policy_op(s.data(), 32, 24, {PolicyOp::kShearX, 0, false, 0.3}, Interpolation::kNearest);
   CHECK(std::equal(s.begin(), s.begin() + 32 * 3, c.begin()));
   CHECK(!std::equal(s.end() - 32 * 3, s.end(), c.end() - 32 * 3));
 }
 
 TEST_CASE("policy steps draw per (seed, epoch, id) and change the image", "[augment][policy]") {
   for (auto kind : {PolicyKind::kTrivialAugmentWide, PolicyKind::kRandAugment, PolicyKind::kAutoAugmentImagenet}) {
-    image::AugmentStep s;
-    s.kind = image::AugmentStep::Kind::kPolicy;
+    augment::AugmentStep s;
+    s.kind = augment::AugmentStep::Kind::kPolicy;
     s.policy.kind = kind;
     auto run = [&](std::uint64_t id) {
       auto rgb = card();
       CounterRng rng(7, 1, id, kStreamColor);
-      image::apply_augment({s}, rgb.data(), 32, 24, rng);
+      augment::apply_augment({s}, rgb.data(), 32, 24, rng);
       return rgb;
     };
     int changed = 0, differ = 0;

@@ -15,11 +15,11 @@
 #include "augment/geometric.hpp"
 #include "augment/hue.hpp"
 #include "core/rng.hpp"
-#include "image/color_ops.hpp"
+#include "augment/color_ops.hpp"
 #include "image/sample_processor.hpp"
 
 using namespace stoker;
-using image::AugmentStep;
+using augment::AugmentStep;
 using image::PipelineSpec;
 using proto::DType;
 using proto::Layout;
@@ -49,7 +49,7 @@ std::vector<std::uint8_t> card(int w = 32, int h = 24) {
 std::vector<std::uint8_t> augmented(const std::vector<AugmentStep>& steps, std::uint64_t id, int w = 32, int h = 24) {
   auto rgb = card(w, h);
   CounterRng rng(7, 1, id, kStreamColor);
-  image::apply_augment(steps, rgb.data(), w, h, rng);
+  augment::apply_augment(steps, rgb.data(), w, h, rng);
   return rgb;
 }
 

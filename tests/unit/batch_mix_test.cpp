@@ -1,4 +1,4 @@
-// Unit tier: MixUp/CutMix on a finished batch (server/batch_mix.hpp) and the job keys that
+// Unit tier: MixUp/CutMix on a finished batch (job/batch_mix.hpp) and the job keys that
 // turn it on. The end-to-end checks (pixels against an unmixed run of the same seed, workers,
 // resume) are in tests/integration/mix_test.cpp.
 #include <catch2/catch.hpp>
@@ -11,10 +11,10 @@
 
 #include "config/config.hpp"
 #include "core/half.hpp"
-#include "server/batch_mix.hpp"
+#include "job/batch_mix.hpp"
 
 using namespace stoker;
-using server::MixKind;
+using job::MixKind;
 
 namespace {
 
@@ -102,7 +102,7 @@ TEST_CASE("batch mix: Beta(a, a) has the right mean and variance, also for tiny 
     const int n = 40000;
     double sum = 0, sq = 0;
     for (int i = 0; i < n; ++i) {
-      const double x = server::sample_beta(rng, a, a);
+      const double x = job::sample_beta(rng, a, a);
       REQUIRE(x >= 0);
       REQUIRE(x <= 1);
       sum += x;
@@ -116,7 +116,7 @@ TEST_CASE("batch mix: Beta(a, a) has the right mean and variance, also for tiny 
   CounterRng rng(5, 0, 0, 2);
   int extreme = 0;
   for (int i = 0; i < 2000; ++i) {
-    const double x = server::sample_beta(rng, 0.01, 0.01);
+    const double x = job::sample_beta(rng, 0.01, 0.01);
     REQUIRE(std::isfinite(x));
     extreme += (x < 1e-3 || x > 1 - 1e-3) ? 1 : 0;
   }
@@ -128,8 +128,8 @@ TEST_CASE("batch mix: one draw per (seed, epoch, batch, rank), CutMix with switc
   mix.mixup_alpha = 0.2;
   mix.cutmix_alpha = 1.0;
   mix.switch_prob = 0.3;
-  const auto a = server::draw_mix(mix, 7, 1, 5, 0, 224, 224);
-  const auto b = server::draw_mix(mix, 7, 1, 5, 0, 224, 224);
+  const auto a = job::draw_mix(mix, 7, 1, 5, 0, 224, 224);
+  const auto b = job::draw_mix(mix, 7, 1, 5, 0, 224, 224);
   CHECK(a.kind == b.kind);
   CHECK(a.lambda == b.lambda);
   CHECK(a.x1 == b.x1);
@@ -138,7 +138,7 @@ TEST_CASE("batch mix: one draw per (seed, epoch, batch, rank), CutMix with switc
   int cutmix = 0;
   const int n = 4000;
   for (std::uint64_t batch = 0; batch < n; ++batch) {
-    const auto d = server::draw_mix(mix, 7, 1, batch, 0, 224, 160);
+    const auto d = job::draw_mix(mix, 7, 1, batch, 0, 224, 160);
     lambdas.insert(d.lambda);
     REQUIRE(d.lambda >= 0);
     REQUIRE(d.lambda <= 1);
@@ -157,19 +157,19 @@ TEST_CASE("batch mix: one draw per (seed, epoch, batch, rank), CutMix with switc
   CHECK(std::abs(cutmix / double(n) - 0.3) < 0.03);
   CHECK(lambdas.size() > n / 2);  // λ varies between batches
   // Other epochs, seeds and ranks draw differently.
-  CHECK(server::draw_mix(mix, 7, 2, 5, 0, 224, 224).lambda != a.lambda);
-  CHECK(server::draw_mix(mix, 8, 1, 5, 0, 224, 224).lambda != a.lambda);
-  CHECK(server::draw_mix(mix, 7, 1, 5, 1, 224, 224).lambda != a.lambda);
+  CHECK(job::draw_mix(mix, 7, 2, 5, 0, 224, 224).lambda != a.lambda);
+  CHECK(job::draw_mix(mix, 8, 1, 5, 0, 224, 224).lambda != a.lambda);
+  CHECK(job::draw_mix(mix, 7, 1, 5, 1, 224, 224).lambda != a.lambda);
 
   config::MixConfig only_mixup;
   only_mixup.mixup_alpha = 1;
   config::MixConfig only_cutmix;
   only_cutmix.cutmix_alpha = 1;
   for (std::uint64_t batch = 0; batch < 50; ++batch) {
-    CHECK(server::draw_mix(only_mixup, 1, 0, batch, 0, 32, 32).kind == MixKind::kMixUp);
-    CHECK(server::draw_mix(only_cutmix, 1, 0, batch, 0, 32, 32).kind == MixKind::kCutMix);
+    CHECK(job::draw_mix(only_mixup, 1, 0, batch, 0, 32, 32).kind == MixKind::kMixUp);
+    CHECK(job::draw_mix(only_cutmix, 1, 0, batch, 0, 32, 32).kind == MixKind::kCutMix);
   }
-  CHECK(server::draw_mix(config::MixConfig{}, 1, 0, 0, 0, 32, 32).kind == MixKind::kNone);
+  CHECK(job::draw_mix(config::MixConfig{}, 1, 0, 0, 0, 32, 32).kind == MixKind::kNone);
 }
 
 TEST_CASE("batch mix: MixUp pixels are lambda x + (1 - lambda) x.roll(1) in every dtype", "[batch_mix]") {
@@ -179,12 +179,12 @@ TEST_CASE("batch mix: MixUp pixels are lambda x + (1 - lambda) x.roll(1) in ever
     const auto original = random_batch(g, n, 3);
     auto mixed = original;
     const std::vector<std::int64_t> labels = {0, 3, 3, 1, 2};
-    const auto label_dtype = server::soft_label_dtype(dtype);
+    const auto label_dtype = job::soft_label_dtype(dtype);
     std::vector<std::uint8_t> soft(n * classes * proto::dtype_size(label_dtype), 0xff);
-    server::MixDraw d;
+    job::MixDraw d;
     d.kind = MixKind::kMixUp;
     d.lambda = 0.3125 + 1e-4;
-    server::apply_mix(d, {mixed.data(), n, g, labels.data(), soft.data(), classes, label_dtype});
+    job::apply_mix(d, {mixed.data(), n, g, labels.data(), soft.data(), classes, label_dtype});
     const std::uint64_t per = g.image_bytes / proto::dtype_size(dtype);
     const double tol = dtype == proto::DType::kUInt8 ? 0.51 : dtype == proto::DType::kFloat32 ? 1e-5 : 2e-3;
     for (std::uint32_t i = 0; i < n; ++i) {
@@ -211,11 +211,11 @@ TEST_CASE("batch mix: CutMix pastes the previous sample's box, NCHW and NHWC", "
     auto mixed = original;
     const std::vector<std::int64_t> labels = {0, 1, 2, 2};
     std::vector<float> soft(n * classes);
-    server::MixDraw d;
+    job::MixDraw d;
     d.kind = MixKind::kCutMix;
     d.x1 = 2, d.x2 = 6, d.y1 = 1, d.y2 = 4;
     d.lambda = 1.0 - 12.0 / 63;
-    server::apply_mix(d, {mixed.data(), n, g, labels.data(), soft.data(), classes, proto::DType::kFloat32});
+    job::apply_mix(d, {mixed.data(), n, g, labels.data(), soft.data(), classes, proto::DType::kFloat32});
     for (std::uint32_t i = 0; i < n; ++i) {
       const std::uint32_t p = (i + n - 1) % n;
       for (std::uint32_t c = 0; c < 3; ++c) {
@@ -241,15 +241,15 @@ TEST_CASE("batch mix: a batch of one or with no draw keeps its pixels and gets o
   auto mixed = original;
   const std::vector<std::int64_t> labels = {1, 7};  // 7 is outside the classes: contributes nothing
   std::vector<float> soft(2 * 3, -1);
-  server::MixDraw d;
+  job::MixDraw d;
   d.kind = MixKind::kMixUp;
   d.lambda = 0.4;
-  server::apply_mix(d, {mixed.data(), 1, g, labels.data(), soft.data(), 3, proto::DType::kFloat32});
+  job::apply_mix(d, {mixed.data(), 1, g, labels.data(), soft.data(), 3, proto::DType::kFloat32});
   CHECK(mixed == original);
   CHECK(soft[0] == 0.0f);
   CHECK(soft[1] == 1.0f);
   CHECK(soft[2] == 0.0f);
-  server::apply_mix(server::MixDraw{}, {mixed.data(), 2, g, labels.data(), soft.data(), 3, proto::DType::kFloat32});
+  job::apply_mix(job::MixDraw{}, {mixed.data(), 2, g, labels.data(), soft.data(), 3, proto::DType::kFloat32});
   CHECK(mixed == original);
   CHECK(soft[3] == 0.0f);
   CHECK(soft[4] == 0.0f);

@@ -12,7 +12,7 @@
 
 #include "config/config.hpp"
 #include "daemon_fixture.hpp"
-#include "server/quarantine.hpp"
+#include "job/quarantine.hpp"
 #include "source/dataset.hpp"
 #include "source/read_access.hpp"
 #include "source/sample_reader.hpp"
@@ -113,17 +113,17 @@ TEST_CASE("a descriptor is checked against the user's permissions, folders above
 
 TEST_CASE("quarantine fields escape control characters and read back as written", "[unit][client-jobs]") {
   const std::string name = "a\\b\nc\td\r\x01\x7f" "é.jpg";
-  const std::string escaped = server::escape_field(name);
+  const std::string escaped = job::escape_field(name);
   CHECK(escaped == "a\\\\b\\nc\\td\\x0d\\x01\\x7f" "é.jpg");
   CHECK(escaped.find_first_of("\n\t\r") == std::string::npos);
-  CHECK(server::unescape_field(escaped) == name);
-  CHECK(server::unescape_field("old\\qname") == "old\\qname");  // an older file's backslash stays
+  CHECK(job::unescape_field(escaped) == name);
+  CHECK(job::unescape_field("old\\qname") == "old\\qname");  // an older file's backslash stays
 
   stoker::test::TempDir dir;
   const fs::path file = dir.path() / "q.quarantine";
   const std::string bad = (dir.path() / "bad\nEVIL\tline.jpg").string();
   {
-    server::Quarantine q(file);
+    job::Quarantine q(file);
     CHECK(q.add(bad, "content", "not an image:\nsecond line"));
   }
   std::ifstream in(file);
@@ -131,7 +131,7 @@ TEST_CASE("quarantine fields escape control characters and read back as written"
   REQUIRE(std::getline(in, line));
   CHECK_FALSE(std::getline(in, more));  // one entry, one line
   CHECK(std::count(line.begin(), line.end(), '\t') == 4);
-  server::Quarantine again(file);  // the next start reads the escaped name back
+  job::Quarantine again(file);  // the next start reads the escaped name back
   CHECK(again.contains(bad));
   CHECK(again.size() == 1);
 }

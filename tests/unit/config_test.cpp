@@ -860,7 +860,7 @@ TEST_CASE("config: tar shards are one pattern or a list, relative to the config'
 
 TEST_CASE("config: color_jitter hue, gaussian_blur and random_erasing as torchvision checks them, refused at "
           "file:line", "[config][augment]") {
-  using Kind = stoker::image::AugmentStep::Kind;
+  using Kind = stoker::augment::AugmentStep::Kind;
   auto steps = [](const std::string& more) { return "      - random_resized_crop: {size: 224}\n" + more; };
   auto job = [&](const std::string& more, const std::string& output = "    output: {dtype: uint8, layout: NCHW}\n") {
     return parse(train_job("", steps(more), output)).jobs.at(0);
@@ -961,7 +961,7 @@ TEST_CASE("config: color_jitter hue, gaussian_blur and random_erasing as torchvi
 TEST_CASE("config: random_rotation as RandomRotation checks it and refused at file:line", "[config][augment]") {
   auto steps = [](const std::string& more) { return "      - random_resized_crop: {size: 224}\n" + more; };
   const auto a = parse(train_job("", steps("      - random_rotation: {degrees: 15}\n"))).jobs.at(0).pipeline.augment.at(0);
-  CHECK(a.kind == stoker::image::AugmentStep::Kind::kRotation);
+  CHECK(a.kind == stoker::augment::AugmentStep::Kind::kRotation);
   CHECK(a.degrees == std::array<double, 2>{-15, 15});
   CHECK(a.interpolation == stoker::augment::Interpolation::kNearest);
   CHECK(a.fill == std::array<float, 3>{0, 0, 0});
@@ -996,7 +996,7 @@ TEST_CASE("config: random_affine as RandomAffine, checked and refused at file:li
   auto steps = [](const std::string& more) { return "      - random_resized_crop: {size: 224}\n" + more; };
   auto step = [&](const std::string& line) { return parse(train_job("", steps(line))).jobs.at(0).pipeline.augment.at(0); };
   const auto a = step("      - random_affine: {degrees: 10}\n");
-  CHECK(a.kind == stoker::image::AugmentStep::Kind::kAffine);
+  CHECK(a.kind == stoker::augment::AugmentStep::Kind::kAffine);
   CHECK(a.affine.degrees == std::array<double, 2>{-10, 10});
   CHECK_FALSE(a.affine.has_translate);
   CHECK_FALSE(a.affine.has_scale);
@@ -1030,7 +1030,7 @@ TEST_CASE("config: trivial_augment_wide, rand_augment, auto_augment with torchvi
   auto steps = [](const std::string& more) { return "      - random_resized_crop: {size: 224}\n" + more; };
   auto step = [&](const std::string& line) { return parse(train_job("", steps(line))).jobs.at(0).pipeline.augment.at(0); };
   const auto ta = step("      - trivial_augment_wide\n");
-  CHECK(ta.kind == stoker::image::AugmentStep::Kind::kPolicy);
+  CHECK(ta.kind == stoker::augment::AugmentStep::Kind::kPolicy);
   CHECK(ta.policy.kind == PolicyKind::kTrivialAugmentWide);
   CHECK(ta.policy.num_magnitude_bins == 31);
   CHECK(ta.policy.interpolation == stoker::augment::Interpolation::kNearest);

@@ -1,4 +1,4 @@
-// Unit tier: the one-daemon-per-socket lock (server/instance_lock.hpp). flock() conflicts
+// Unit tier: the one-daemon-per-socket lock (app/instance_lock.hpp). flock() conflicts
 // between open file descriptions even inside one process, so threads here stand in for
 // daemons starting and stopping on one socket.
 #include <catch2/catch.hpp>
@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "daemon_fixture.hpp"
-#include "server/instance_lock.hpp"
+#include "app/instance_lock.hpp"
 
-using stoker::server::InstanceLock;
+using stoker::app::InstanceLock;
 using stoker::test::TempDir;
 namespace fs = std::filesystem;
 

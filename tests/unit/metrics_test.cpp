@@ -10,14 +10,14 @@
 #include <string>
 
 #include "config/config.hpp"
-#include "server/metrics_text.hpp"
+#include "control/metrics_text.hpp"
 
 namespace fs = std::filesystem;
 using Catch::Contains;
 using Catch::StartsWith;
 using stoker::config::ConfigError;
 using stoker::config::parse_config;
-using namespace stoker::server;
+using namespace stoker::control;
 
 namespace {
 

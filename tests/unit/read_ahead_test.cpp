@@ -1,4 +1,4 @@
-// Unit tier: read-ahead (server/read_ahead.hpp) with a read function the test controls: bytes
+// Unit tier: read-ahead (source/read_ahead.hpp) with a read function the test controls: bytes
 // handed over unchanged and in order, the byte budget held, reads not started withdrawn for the
 // worker to do itself, verdicts passed through, dropped reads freed.
 #include <catch2/catch.hpp>
@@ -10,9 +10,9 @@
 #include <string>
 #include <thread>
 
-#include "server/read_ahead.hpp"
+#include "source/read_ahead.hpp"
 
-using stoker::server::ReadAhead;
+using stoker::source::ReadAhead;
 using stoker::source::ReadResult;
 using stoker::source::ReadStatus;
 

@@ -1,22 +1,22 @@
 # Unit tier of the running daemon's parts that need no process: the work queue's sharing.
 stoker_add_test(work_queue_test LABEL unit
   SOURCES unit/work_queue_test.cpp
-  LIBS stoker_server)
+  LIBS stoker_app)
 stoker_add_test(read_ahead_test LABEL unit
   SOURCES unit/read_ahead_test.cpp
-  LIBS stoker_server)
+  LIBS stoker_app)
 
-# MixUp/CutMix on a finished batch (server/batch_mix.hpp) and its job keys.
+# MixUp/CutMix on a finished batch (job/batch_mix.hpp) and its job keys.
 stoker_add_test(batch_mix_test LABEL unit
   SOURCES unit/batch_mix_test.cpp
-  LIBS stoker_server)
+  LIBS stoker_app)
 
 # Operations: server.metrics* keys, Prometheus text, the /metrics responder on garbage.
 stoker_add_test(metrics_test LABEL unit
   SOURCES unit/metrics_test.cpp
-  LIBS stoker_server)
+  LIBS stoker_app)
 
 # One stokerd per socket: the lock file's removal at exit and its race with a starting daemon.
 stoker_add_test(instance_lock_test LABEL unit
   SOURCES unit/instance_lock_test.cpp
-  LIBS stoker_server stoker_daemon_fixture)
+  LIBS stoker_app stoker_daemon_fixture)

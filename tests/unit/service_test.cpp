@@ -11,14 +11,14 @@
 
 #include "config/config.hpp"
 #include "daemon_fixture.hpp"
-#include "server/peer_access.hpp"
-#include "server/state_dir.hpp"
+#include "control/peer_access.hpp"
+#include "app/state_dir.hpp"
 #include "stoker/proto/names.hpp"
 
-using stoker::server::PeerCredentials;
-using stoker::server::PeerPolicy;
-using stoker::server::decide_peer_access;
-using stoker::server::parse_status_groups;
+using stoker::control::PeerCredentials;
+using stoker::control::PeerPolicy;
+using stoker::control::decide_peer_access;
+using stoker::control::parse_status_groups;
 
 namespace {
 
@@ -80,7 +80,7 @@ TEST_CASE("peer access: the Groups line of /proc/PID/status is read as the kerne
   CHECK_FALSE(parse_status_groups("Name:\tx\n").has_value());
   CHECK_FALSE(parse_status_groups("Groups:\t4 x7\n").has_value());
   // This process's own list, as the daemon would read it for a peer.
-  const auto mine = stoker::server::peer_groups({::getpid(), ::getuid(), ::getgid()});
+  const auto mine = stoker::control::peer_groups({::getpid(), ::getuid(), ::getgid()});
   std::vector<gid_t> want(static_cast<std::size_t>(::getgroups(0, nullptr)));
   ::getgroups(static_cast<int>(want.size()), want.data());
   CHECK(std::is_permutation(mine.begin(), mine.end(), want.begin(), want.end()));
@@ -127,7 +127,7 @@ TEST_CASE("socket resolution: a daemon creates at its default, a client takes th
 
 TEST_CASE("state dir: --state-dir, then server.state_dir, then $STATE_DIRECTORY, then the socket's folder",
           "[unit][service]") {
-  using stoker::server::resolve_state_dir;
+  using stoker::app::resolve_state_dir;
   CHECK(resolve_state_dir("/opt/s", "/cfg", "/run/x/s.sock", "/var/lib/stoker") == "/opt/s");
   CHECK(resolve_state_dir("", "/cfg", "/run/x/s.sock", "/var/lib/stoker") == "/cfg");
   CHECK(resolve_state_dir("", "", "/run/x/s.sock", "/var/lib/stoker") == "/var/lib/stoker");

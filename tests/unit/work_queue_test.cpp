@@ -7,11 +7,11 @@
 #include <thread>
 #include <vector>
 
-#include "server/work_queue.hpp"
+#include "job/work_queue.hpp"
 
-using stoker::server::JobShare;
-using stoker::server::WorkItem;
-using stoker::server::WorkQueue;
+using stoker::job::JobShare;
+using stoker::job::WorkItem;
+using stoker::job::WorkQueue;
 
 namespace {
 

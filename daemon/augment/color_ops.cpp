@@ -1,0 +1,291 @@
+#include "augment/color_ops.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "augment/blur.hpp"
+#include "augment/geometric.hpp"
+#include "augment/hue.hpp"
+#include "augment/pixel_math.hpp"
+
+namespace stoker::augment {
+namespace {
+
+// torchvision's `.clamp(0, 255).to(torch.uint8)` of a float32: clamp, then truncate.
+inline std::uint8_t to_u8(float v) {
+  // Through int32 (exact for 0..255): float to int32 is what SSE2 converts in vectors.
+  return static_cast<std::uint8_t>(static_cast<std::int32_t>(std::min(255.0f, std::max(0.0f, v))));
+}
+
+// rgb_to_grayscale for uint8: (0.2989 r + 0.587 g + 0.114 b) in float32, in that order,
+// truncated to uint8.
+inline std::uint8_t gray_of(const std::uint8_t* p) {
+  const float g = 0.2989f * static_cast<float>(p[0]) + 0.587f * static_cast<float>(p[1]);
+  return static_cast<std::uint8_t>(g + 0.114f * static_cast<float>(p[2]));
+}
+
+// _blend(img1, img2, ratio): ratio * img1 + (1 - ratio) * img2, both products in float32
+// (the Python float ratio and 1.0 - ratio each rounded to float32 once). Each product is
+// rounded before the sum, as torch does: this library is compiled with -ffp-contract=off, so
+// no fused multiply-add merges them (daemon/image/CMakeLists.txt).
+inline std::uint8_t blend(std::uint8_t a, float b, float r, float one_minus_r) {
+  const float x = r * static_cast<float>(a);
+  const float y = one_minus_r * b;
+  return to_u8(x + y);
+}
+
+// A pointwise op whose result depends on the value alone: evaluated once per possible value.
+void apply_lut(std::uint8_t* rgb, std::size_t values, const std::uint8_t (&lut)[256]) {
+  for (std::size_t i = 0; i < values; ++i) rgb[i] = lut[rgb[i]];
+}
+
+}  // namespace
+
+void adjust_brightness(std::uint8_t* rgb, std::size_t pixels, double factor) {
+  const float r = static_cast<float>(factor), s = static_cast<float>(1.0 - factor);
+  std::uint8_t lut[256];
+  for (int v = 0; v < 256; ++v) lut[v] = blend(static_cast<std::uint8_t>(v), 0.0f, r, s);
+  apply_lut(rgb, pixels * 3, lut);
+}
+
+void adjust_contrast(std::uint8_t* rgb, std::size_t pixels, double factor) {
+  // The blend target is the mean of the grayscale image (uint8 values, averaged as float).
+  double sum = 0;
+  for (std::size_t i = 0; i < pixels; ++i) sum += gray_of(rgb + 3 * i);
+  const float mean = static_cast<float>(sum / static_cast<double>(pixels));
+  const float r = static_cast<float>(factor), s = static_cast<float>(1.0 - factor);
+  std::uint8_t lut[256];
+  for (int v = 0; v < 256; ++v) lut[v] = blend(static_cast<std::uint8_t>(v), mean, r, s);
+  apply_lut(rgb, pixels * 3, lut);
+}
+
+void adjust_saturation(std::uint8_t* rgb, std::size_t pixels, double factor) {
+  const float r = static_cast<float>(factor), s = static_cast<float>(1.0 - factor);
+  // In blocks: each pixel's gray repeated for its three values, then one blend loop along the
+  // values, which vectorises (the same blend of the same value and gray as pixel by pixel).
+  constexpr std::size_t kBlock = 256;
+  float gray3[3 * kBlock];
+  for (std::size_t start = 0; start < pixels; start += kBlock) {
+    const std::size_t n = std::min(kBlock, pixels - start);
+    std::uint8_t* p = rgb + 3 * start;
+    for (std::size_t k = 0; k < n; ++k) gray3[3 * k] = gray3[3 * k + 1] = gray3[3 * k + 2] = gray_of(p + 3 * k);
+    for (std::size_t i = 0; i < 3 * n; ++i) p[i] = blend(p[i], gray3[i], r, s);
+  }
+}
+
+void to_grayscale(std::uint8_t* rgb, std::size_t pixels) {
+  for (std::size_t i = 0; i < pixels; ++i) {
+    std::uint8_t* p = rgb + 3 * i;
+    p[0] = p[1] = p[2] = gray_of(p);
+  }
+}
+
+void solarize(std::uint8_t* rgb, std::size_t pixels, int threshold) {
+  for (std::size_t i = 0; i < pixels * 3; ++i) {
+    if (rgb[i] >= threshold) rgb[i] = static_cast<std::uint8_t>(255 - rgb[i]);
+  }
+}
+
+void posterize(std::uint8_t* rgb, std::size_t pixels, int bits) {
+  const auto mask = static_cast<std::uint8_t>(0xff << (8 - bits));
+  for (std::size_t i = 0; i < pixels * 3; ++i) rgb[i] &= mask;
+}
+
+void autocontrast(std::uint8_t* rgb, std::size_t pixels) {
+  std::uint8_t lo[3] = {255, 255, 255}, hi[3] = {0, 0, 0};
+  for (std::size_t i = 0; i < pixels; ++i) {
+    for (int c = 0; c < 3; ++c) {
+      lo[c] = std::min(lo[c], rgb[3 * i + c]);
+      hi[c] = std::max(hi[c], rgb[3 * i + c]);
+    }
+  }
+  std::uint8_t lut[3][256];
+  for (int c = 0; c < 3; ++c) {
+    // torch evaluates `255 / (max - min)` as reciprocal(max - min) * 255, two roundings in
+    // float32: done the same way here, or values at the top of the range differ by one.
+    const float reciprocal = 1.0f / (static_cast<float>(hi[c]) - static_cast<float>(lo[c]));
+    float minimum = lo[c], scale = reciprocal * 255.0f;
+    if (!std::isfinite(scale)) minimum = 0, scale = 1;  // a flat channel stays as it is
+    for (int v = 0; v < 256; ++v) lut[c][v] = to_u8((static_cast<float>(v) - minimum) * scale);
+  }
+  for (std::size_t i = 0; i < pixels; ++i) {
+    std::uint8_t* p = rgb + 3 * i;
+    p[0] = lut[0][p[0]], p[1] = lut[1][p[1]], p[2] = lut[2][p[2]];
+  }
+}
+
+void equalize(std::uint8_t* rgb, std::size_t pixels) {
+  // torchvision's _scale_channel: integer histogram arithmetic, exactly.
+  for (int c = 0; c < 3; ++c) {
+    std::int64_t hist[256] = {};
+    for (std::size_t i = 0; i < pixels; ++i) ++hist[rgb[3 * i + c]];
+    // step = sum of the non-zero bins but the last non-zero one, // 255
+    int last = 255;
+    while (last > 0 && hist[last] == 0) --last;
+    std::int64_t sum = 0;
+    for (int v = 0; v < last; ++v) sum += hist[v];
+    const std::int64_t step = sum / 255;
+    if (step == 0) continue;
+    std::uint8_t lut[256];
+    std::int64_t cum = 0;
+    lut[0] = 0;
+    for (int v = 0; v < 255; ++v) {  // lut shifted by one: lut[v + 1] from the cumsum up to v
+      cum += hist[v];
+      lut[v + 1] = static_cast<std::uint8_t>(std::min<std::int64_t>(255, (cum + step / 2) / step));
+    }
+    for (std::size_t i = 0; i < pixels; ++i) rgb[3 * i + c] = lut[rgb[3 * i + c]];
+  }
+}
+
+void invert(std::uint8_t* rgb, std::size_t pixels) {
+  for (std::size_t i = 0; i < pixels * 3; ++i) rgb[i] = static_cast<std::uint8_t>(255 - rgb[i]);
+}
+
+void adjust_sharpness(std::uint8_t* rgb, int width, int height, double factor) {
+  if (width <= 2 || height <= 2) return;  // torchvision: nothing inside the border to blur
+  // The degenerate image: the 3x3 kernel [1 1 1; 1 5 1; 1 1 1] / 13 in float32, rounded to
+  // uint8 inside the border; the border keeps the original pixels. Each value sums its nine
+  // taps row by row, left to right (dy, then dx), as before; the loops run along a row of
+  // values so they vectorise.
+  const std::size_t row = std::size_t(width) * 3;
+  const std::size_t total = row * height;
+  thread_local std::vector<std::uint8_t> blurred;
+  thread_local std::vector<float> acc, as_float;
+  blurred.assign(rgb, rgb + total);
+  acc.resize(row);
+  as_float.resize(total);
+  for (std::size_t i = 0; i < total; ++i) as_float[i] = static_cast<float>(rgb[i]);  // converted once, not 9 times
+  const float k_side = 1.0f / 13.0f, k_mid = 5.0f / 13.0f;
+  const std::size_t n = row - 6;  // the values of columns 1 .. width - 2
+  for (int y = 1; y < height - 1; ++y) {
+    float* __restrict a = acc.data();
+    std::fill(a, a + n, 0.0f);
+    for (int dy = -1; dy <= 1; ++dy) {
+      const float* src = as_float.data() + row * (y + dy);  // column x - 1 + dx at value i
+      for (int dx = 0; dx < 3; ++dx) {
+        const float k = dy == 0 && dx == 1 ? k_mid : k_side;
+        const float* __restrict p = src + 3 * dx;
+        for (std::size_t i = 0; i < n; ++i) a[i] += p[i] * k;
+      }
+    }
+    std::uint8_t* out = blurred.data() + row * y + 3;
+    for (std::size_t i = 0; i < n; ++i) out[i] = augment::round_to_u8(a[i]);
+  }
+  const float r = static_cast<float>(factor), s = static_cast<float>(1.0 - factor);
+  for (std::size_t i = 0; i < total; ++i) rgb[i] = blend(rgb[i], blurred[i], r, s);
+}
+
+void apply_policy_op(std::uint8_t* rgb, int width, int height, const augment::PolicyDraw& d,
+                     augment::Interpolation mode) {
+  using augment::PolicyOp;
+  thread_local std::vector<std::uint8_t> scratch;
+  const std::size_t pixels = std::size_t(width) * height;
+  const double m = d.magnitude;
+  augment::AffineParams a;
+  switch (d.op) {
+    case PolicyOp::kIdentity:
+      return;
+    case PolicyOp::kShearX:
+    case PolicyOp::kShearY: {
+      // degrees(atan(m)) about center=[0, 0], the top-left corner: torchvision's center_f of
+      // it is (0 - w/2, 0 - h/2).
+      const double deg = std::atan(m) * 180.0 / M_PI;
+      a.shear = d.op == PolicyOp::kShearX ? std::array<double, 2>{deg, 0.0} : std::array<double, 2>{0.0, deg};
+      a.center = {-width * 0.5, -height * 0.5};
+      augment::affine(rgb, width, height, a, mode, nullptr, scratch);
+      return;
+    }
+    case PolicyOp::kTranslateX:
+    case PolicyOp::kTranslateY: {
+      const double t = std::trunc(m);  // int(magnitude)
+      a.translate = d.op == PolicyOp::kTranslateX ? std::array<double, 2>{t, 0.0} : std::array<double, 2>{0.0, t};
+      augment::affine(rgb, width, height, a, mode, nullptr, scratch);
+      return;
+    }
+    case PolicyOp::kRotate:
+      augment::rotate(rgb, width, height, m, mode, nullptr, scratch);
+      return;
+    case PolicyOp::kBrightness: adjust_brightness(rgb, pixels, 1.0 + m); return;
+    case PolicyOp::kColor: adjust_saturation(rgb, pixels, 1.0 + m); return;
+    case PolicyOp::kContrast: adjust_contrast(rgb, pixels, 1.0 + m); return;
+    case PolicyOp::kSharpness: adjust_sharpness(rgb, width, height, 1.0 + m); return;
+    case PolicyOp::kPosterize: posterize(rgb, pixels, static_cast<int>(m)); return;
+    // img >= threshold compares in float32: the integer threshold is its ceiling.
+    case PolicyOp::kSolarize: solarize(rgb, pixels, static_cast<int>(std::ceil(static_cast<float>(m)))); return;
+    case PolicyOp::kAutoContrast: autocontrast(rgb, pixels); return;
+    case PolicyOp::kEqualize: equalize(rgb, pixels); return;
+    case PolicyOp::kInvert: invert(rgb, pixels); return;
+  }
+}
+
+void apply_augment(const std::vector<AugmentStep>& steps, std::uint8_t* rgb, int width, int height, CounterRng& rng) {
+  augment::clear_avx_upper_state();  // the decode and resample before may leave it dirty
+  const std::size_t pixels = std::size_t(width) * height;
+  for (const AugmentStep& s : steps) {
+    switch (s.kind) {
+      case AugmentStep::Kind::kColorJitter: {
+        // As ColorJitter.get_params: a random order of the four, then each factor drawn.
+        int order[4] = {0, 1, 2, 3};
+        for (int i = 3; i > 0; --i) std::swap(order[i], order[rng.below(static_cast<std::uint64_t>(i) + 1)]);
+        const double b = rng.uniform(s.brightness[0], s.brightness[1]);
+        const double c = rng.uniform(s.contrast[0], s.contrast[1]);
+        const double t = rng.uniform(s.saturation[0], s.saturation[1]);
+        // Drawn only when hue is on, so configs without hue keep the draws (and batches) they had.
+        const bool hue_on = s.hue != std::array<double, 2>{0, 0};
+        const double h = hue_on ? rng.uniform(s.hue[0], s.hue[1]) : 0.0;
+        for (int k : order) {
+          if (k == 0 && s.brightness != std::array<double, 2>{1, 1}) adjust_brightness(rgb, pixels, b);
+          if (k == 1 && s.contrast != std::array<double, 2>{1, 1}) adjust_contrast(rgb, pixels, c);
+          if (k == 2 && s.saturation != std::array<double, 2>{1, 1}) adjust_saturation(rgb, pixels, t);
+          if (k == 3 && hue_on) augment::adjust_hue(rgb, pixels, h);
+        }
+        break;
+      }
+      case AugmentStep::Kind::kGrayscale:
+        if (rng.uniform() < s.p) to_grayscale(rgb, pixels);
+        break;
+      case AugmentStep::Kind::kSolarize:
+        if (rng.uniform() < s.p) solarize(rgb, pixels, s.threshold);
+        break;
+      case AugmentStep::Kind::kPosterize:
+        if (rng.uniform() < s.p) posterize(rgb, pixels, s.bits);
+        break;
+      case AugmentStep::Kind::kAutocontrast:
+        if (rng.uniform() < s.p) autocontrast(rgb, pixels);
+        break;
+      case AugmentStep::Kind::kEqualize:
+        if (rng.uniform() < s.p) equalize(rgb, pixels);
+        break;
+      case AugmentStep::Kind::kSharpness:
+        if (rng.uniform() < s.p) adjust_sharpness(rgb, width, height, s.sharpness);
+        break;
+      case AugmentStep::Kind::kGaussianBlur: {
+        const double sigma = rng.uniform(s.sigma[0], s.sigma[1]);
+        augment::gaussian_blur(rgb, width, height, s.kernel[0], s.kernel[1], sigma, sigma);
+        break;
+      }
+      case AugmentStep::Kind::kRotation: {
+        const double angle = rng.uniform(s.degrees[0], s.degrees[1]);
+        thread_local std::vector<std::uint8_t> scratch;
+        augment::rotate(rgb, width, height, angle, s.interpolation, s.fill, scratch);
+        break;
+      }
+      case AugmentStep::Kind::kAffine: {
+        thread_local std::vector<std::uint8_t> scratch;
+        augment::affine(rgb, width, height, augment::draw_random_affine(s.affine, width, height, rng), s.interpolation,
+                        &s.fill, scratch);
+        break;
+      }
+      case AugmentStep::Kind::kPolicy: {
+        const augment::PolicyDraws d = augment::draw_policy(s.policy, height, width, rng);
+        for (int i = 0; i < d.count; ++i) apply_policy_op(rgb, width, height, d.ops[i], s.policy.interpolation);
+        break;
+      }
+      case AugmentStep::Kind::kErasing:
+        augment::erase_rgb8(rgb, width, augment::erase_box(s.erasing, height, width, rng), s.erasing);
+        break;
+    }
+  }
+}
+
+}  // namespace stoker::augment

@@ -1,0 +1,246 @@
+// The control loop's operations hooks: trainer-wait accounting from releases, the Prometheus
+// document (rendered once a second on the control thread, which owns every figure in it, and
+// handed to the HTTP thread and the textfile), and the periodic one-line throughput log.
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+#include "image/sample_processor.hpp"
+#include "control/control_server.hpp"
+#include "job/job.hpp"
+#include "jobs/job_table.hpp"
+#include "control/metrics_http.hpp"
+#include "job/worker_pool.hpp"
+
+namespace stoker::control {
+
+using delivery::DeviceDelivery;
+using delivery::DeviceRing;
+using delivery::PeerProcess;
+using job::Job;
+using job::AttachResult;
+using job::JobStats;
+using job::ReaderStatus;
+using job::RingStatus;
+using job::WorkerPool;
+using jobs::JobLoader;
+using jobs::JobTable;
+using jobs::LoadResult;
+namespace {
+
+std::string wait_key(const std::tuple<std::size_t, std::uint32_t, std::uint32_t>& k) {
+  return "wait/" + std::to_string(std::get<0>(k)) + "/" + std::to_string(std::get<1>(k)) + "/" +
+         std::to_string(std::get<2>(k));
+}
+
+}  // namespace
+
+void ControlServer::note_release_wait(const Session& s, std::optional<std::uint64_t> wait_ns) {
+  ConsumerWait& w = waits_[{s.job->index(), s.rank, s.reader}];
+  if (w.releases == 0) w.since = s.connected_at;
+  ++w.releases;
+  if (!wait_ns) return;
+  // Untrusted: a trainer cannot have waited longer than it has been connected.
+  const double age = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.connected_at).count();
+  w.wait_s += std::min(static_cast<double>(*wait_ns) * 1e-9, std::max(age, 0.0));
+  ++w.reported;
+}
+
+double ControlServer::wait_fraction(const ConsumerKey& k) const {
+  const auto w = waits_.find(k);
+  if (w == waits_.end()) return 0.0;
+  return std::clamp(op_window_.rate_since(wait_key(k), w->second.since), 0.0, 1.0);
+}
+
+void ControlServer::run_operations(std::chrono::steady_clock::time_point now) {
+  // Jobs come and go (reload, drain): a removed job's consumers leave the metrics with it
+  // (job indexes are never reused, so a key never names another job).
+  std::vector<std::size_t> present;
+  for (const Job* j : jobs_.jobs()) present.push_back(j->index());
+  std::erase_if(waits_, [&](const auto& kv) {
+    return std::find(present.begin(), present.end(), std::get<0>(kv.first)) == present.end();
+  });
+  std::map<std::string, double> totals;
+  if (ops_.pool != nullptr) totals["busy"] = ops_.pool->busy_seconds();
+  for (const auto& [k, w] : waits_) totals[wait_key(k)] = w.wait_s;
+  op_window_.sample(now, std::move(totals));
+
+  if (ops_.http != nullptr || !ops_.textfile_dir.empty()) {
+    const std::string text = metrics_text();
+    if (ops_.http != nullptr) ops_.http->publish(text);
+    if (!ops_.textfile_dir.empty()) {
+      std::string why;
+      const bool ok = write_metrics_textfile(ops_.textfile_dir, text, why);
+      if (!ok && !textfile_failing_) spdlog::warn("metrics textfile: {}; retrying every second", why);
+      if (ok && textfile_failing_) spdlog::info("metrics textfile: writing {} again", ops_.textfile_dir.string());
+      textfile_failing_ = !ok;
+    }
+  }
+  if (ops_.log_interval_s > 0 &&
+      std::chrono::duration<double>(now - last_log_).count() >= ops_.log_interval_s) {
+    // The first turn only starts the clock: a line after a full interval means something.
+    if (last_log_ != std::chrono::steady_clock::time_point{}) spdlog::info("{}", throughput_line());
+    last_log_ = now;
+  }
+}
+
+std::string ControlServer::throughput_line() const {
+  // "throughput: train 2310 img/s wait 3%, val 0 img/s; workers 87% busy; rss 412 MiB"
+  std::string line = "throughput:";
+  bool first = true;
+  for (const Job* job : jobs_.jobs()) {
+    const std::size_t i = job->index();
+    const auto rate = rates_.find(i);
+    line += fmt::format("{} {} {:.0f} img/s", first ? "" : ",", job->name(), rate != rates_.end() ? rate->second : 0.0);
+    first = false;
+    double worst = 0;
+    bool any = false;
+    for (const auto& [k, w] : waits_) {
+      if (std::get<0>(k) != i || w.reported == 0) continue;
+      any = true;
+      worst = std::max(worst, wait_fraction(k));
+    }
+    if (any) line += fmt::format(" wait {:.0f}%", worst * 100);
+    const JobStats st = job->stats();
+    std::uint64_t errors = 0;
+    for (int e = 1; e < 6; ++e) errors += st.errors[e];
+    if (errors != 0) line += fmt::format(" errors {}", errors);
+  }
+  if (ops_.pool != nullptr && ops_.pool->size() > 0) {
+    line += fmt::format("; workers {:.0f}% busy", 100 * std::clamp(op_window_.rate("busy") / ops_.pool->size(), 0.0, 1.0));
+  }
+  line += fmt::format("; rss {} MiB", resident_memory_bytes() >> 20);
+  return line;
+}
+
+std::string ControlServer::metrics_text() const {
+  MetricsText m;
+  const double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  m.family("stoker_uptime_seconds", "gauge", "Seconds since stokerd started.");
+  m.sample("stoker_uptime_seconds", {}, uptime);
+  m.family("stoker_resident_memory_bytes", "gauge", "Resident set size of stokerd.");
+  m.sample("stoker_resident_memory_bytes", {}, static_cast<double>(resident_memory_bytes()));
+  m.family("stoker_clients", "gauge", "Open control connections (consumers and status readers).");
+  m.sample("stoker_clients", {}, static_cast<double>(sessions_.size()));
+  if (ops_.pool != nullptr) {
+    const double n = ops_.pool->size();
+    m.family("stoker_workers", "gauge", "Decode worker threads.");
+    m.sample("stoker_workers", {}, n);
+    m.family("stoker_worker_busy_seconds_total", "counter", "Seconds the workers together spent decoding.");
+    m.sample("stoker_worker_busy_seconds_total", {}, ops_.pool->busy_seconds());
+    m.family("stoker_worker_busy_ratio", "gauge", "Fraction of the workers' time spent decoding, last 10 s.");
+    m.sample("stoker_worker_busy_ratio", {}, n > 0 ? std::clamp(op_window_.rate("busy") / n, 0.0, 1.0) : 0.0);
+  }
+
+  // Position p in `jobs` (serving and draining jobs, in the order added); job indexes differ.
+  const std::vector<Job*> jobs = jobs_.jobs();
+  std::map<std::size_t, const Job*> by_index;
+  std::vector<JobStats> stats;
+  for (const Job* j : jobs) {
+    stats.push_back(j->stats());
+    by_index[j->index()] = j;
+  }
+  auto per_job = [&](const char* name, const char* type, const char* help, auto value) {
+    m.family(name, type, help);
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+      m.sample(name, {{"job", jobs[i]->name()}}, static_cast<double>(value(i, stats[i])));
+    }
+  };
+  per_job("stoker_job_samples_total", "counter", "Samples decoded and published.",
+          [](std::size_t, const JobStats& s) { return s.samples_ok; });
+  per_job("stoker_job_images_per_second", "gauge", "Samples per second over the last 10 s.",
+          [&](std::size_t i, const JobStats&) {
+            const auto r = rates_.find(jobs[i]->index());
+            return r != rates_.end() ? r->second : 0.0;
+          });
+  per_job("stoker_job_batches_published_total", "counter", "Batches published to the rings.",
+          [](std::size_t, const JobStats& s) { return s.batches_published; });
+  per_job("stoker_job_bytes_read_total", "counter", "Sample bytes read from storage (cache hits excluded).",
+          [](std::size_t, const JobStats& s) { return s.bytes_read; });
+  per_job("stoker_job_quarantined_total", "counter", "Samples quarantined as undecodable.",
+          [](std::size_t, const JobStats& s) { return s.quarantined; });
+  per_job("stoker_job_substituted_total", "counter", "Bad samples replaced by a good one of the batch.",
+          [](std::size_t, const JobStats& s) { return s.substituted; });
+  per_job("stoker_job_transient_read_errors_total", "counter", "Transient read failures (retried).",
+          [](std::size_t, const JobStats& s) { return s.transient_read_errors; });
+  per_job("stoker_job_missing_total", "counter", "Samples unreadable now (skipped this epoch).",
+          [](std::size_t, const JobStats& s) { return s.missing; });
+  per_job("stoker_job_failed", "gauge", "1 when the job stopped on an error.",
+          [&](std::size_t i, const JobStats&) { return jobs[i]->failure() ? 1 : 0; });
+  per_job("stoker_job_draining", "gauge", "1 while the job drains (reload, stokerctl drain).",
+          [&](std::size_t i, const JobStats&) { return jobs[i]->draining() ? 1 : 0; });
+  m.family("stoker_job_decode_errors_total", "counter", "Samples that failed, by kind.");
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    for (int k = 1; k < 6; ++k) {
+      m.sample("stoker_job_decode_errors_total",
+               {{"job", jobs[i]->name()}, {"kind", image::to_string(static_cast<image::SampleErrorKind>(k))}},
+               static_cast<double>(stats[i].errors[k]));
+    }
+  }
+
+  // Rings and consumers: one sample per (job, rank[, reader]).
+  std::vector<std::vector<RingStatus>> rings;
+  for (const Job* j : jobs) rings.push_back(j->ring_status());
+  auto rank_labels = [&](const Job* job, std::uint32_t rank) {
+    return MetricLabels{{"job", job->name()}, {"rank", std::to_string(rank)}};
+  };
+  m.family("stoker_ring_slots", "gauge", "Slots of a rank's ring by state.");
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    for (const RingStatus& r : rings[i]) {
+      const std::pair<const char*, std::uint32_t> states[] = {
+          {"free", r.free}, {"filling", r.filling}, {"ready", r.ready}, {"leased", r.leased}};
+      for (const auto& [state, count] : states) {
+        MetricLabels l = rank_labels(jobs[i], r.rank);
+        l.emplace_back("state", state);
+        m.sample("stoker_ring_slots", l, count);
+      }
+    }
+  }
+  m.family("stoker_ring_occupancy_ratio", "gauge",
+           "Ready slots / all slots: near 1 the trainer is the bottleneck, near 0 the data loading is.");
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    for (const RingStatus& r : rings[i]) {
+      const double slots = r.free + r.filling + r.ready + r.leased;
+      m.sample("stoker_ring_occupancy_ratio", rank_labels(jobs[i], r.rank), slots > 0 ? r.ready / slots : 0.0);
+    }
+  }
+  m.family("stoker_ring_batches_released_total", "counter", "Batches released by the rank's consumers.");
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    for (const RingStatus& r : rings[i]) {
+      m.sample("stoker_ring_batches_released_total", rank_labels(jobs[i], r.rank), static_cast<double>(r.released));
+    }
+  }
+  auto reader_labels = [&](const Job* job, std::uint32_t rank, std::uint32_t reader) {
+    MetricLabels l = rank_labels(job, rank);
+    l.emplace_back("reader", std::to_string(reader));
+    return l;
+  };
+  m.family("stoker_consumer_connected", "gauge", "1 while a consumer is attached.");
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    for (const RingStatus& r : rings[i]) {
+      for (const ReaderStatus& rd : r.readers) {
+        m.sample("stoker_consumer_connected", reader_labels(jobs[i], r.rank, rd.reader), rd.attached ? 1 : 0);
+      }
+    }
+  }
+  m.family("stoker_consumer_wait_seconds_total", "counter",
+           "Seconds the trainer was blocked waiting for a batch, as its client reported at release.");
+  for (const auto& [k, w] : waits_) {
+    if (by_index.count(std::get<0>(k)) == 0) continue;  // its job is gone (pruned next turn)
+    m.sample("stoker_consumer_wait_seconds_total", reader_labels(by_index.at(std::get<0>(k)), std::get<1>(k), std::get<2>(k)), w.wait_s);
+  }
+  m.family("stoker_consumer_wait_ratio", "gauge", "Fraction of the last 10 s the trainer was waiting for data.");
+  for (const auto& [k, w] : waits_) {
+    if (by_index.count(std::get<0>(k)) == 0) continue;  // its job is gone (pruned next turn)
+    m.sample("stoker_consumer_wait_ratio", reader_labels(by_index.at(std::get<0>(k)), std::get<1>(k), std::get<2>(k)), wait_fraction(k));
+  }
+  m.family("stoker_consumer_releases_total", "counter", "Batches released by the consumer.");
+  for (const auto& [k, w] : waits_) {
+    if (by_index.count(std::get<0>(k)) == 0) continue;
+    m.sample("stoker_consumer_releases_total", reader_labels(by_index.at(std::get<0>(k)), std::get<1>(k), std::get<2>(k)),
+             static_cast<double>(w.releases));
+  }
+  return m.str();
+}
+
+}  // namespace stoker::control

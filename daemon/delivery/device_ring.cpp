@@ -1,0 +1,146 @@
+#include "delivery/device_ring.hpp"
+
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+namespace stoker::delivery {
+
+namespace {
+constexpr std::uint64_t kDeviceAlign = 256;  // cudaMalloc's alignment; float4 stores need 16
+constexpr std::uint64_t align_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
+}  // namespace
+
+DeviceRing::DeviceRing(device::Backend& backend, int device, const device::Uuid& uuid,
+                       const DeviceRingPlan& plan, std::uint64_t alloc_id)
+    : backend_(backend), device_(device), uuid_(uuid), plan_(plan), alloc_id_(alloc_id) {
+  labels_offset_ = align_up(plan.device_image_bytes * plan.batch_size, kDeviceAlign);
+  slot_stride_ = align_up(labels_offset_ + plan.label_bytes * plan.batch_size, kDeviceAlign);
+}
+
+std::shared_ptr<DeviceRing> DeviceRing::create(device::Backend& backend, int device,
+                                               const device::Uuid& uuid, const DeviceRingPlan& plan,
+                                               std::uint64_t alloc_id, std::string& why) {
+  std::shared_ptr<DeviceRing> r(new DeviceRing(backend, device, uuid, plan, alloc_id));
+  // Everything is allocated here, with the ring: nothing is allocated on the copy path.
+  bool ok = backend.create_stream(device, r->stream_, why);
+  r->have_stream_ = ok;
+  ok = ok && backend.allocate(device, r->slot_stride_ * plan.slots, r->memory_, why);
+  if (ok && plan.normalize) {
+    ok = backend.allocate(device, plan.host_image_bytes * plan.batch_size, r->staging_, why);
+  }
+  for (std::uint32_t s = 0; ok && s < plan.slots; ++s) {
+    device::EventId ready = 0, release = 0;
+    device::IpcHandle rh{}, lh{};
+    ok = backend.create_ipc_event(device, ready, rh, why);
+    if (ok) {
+      r->ready_.push_back(ready);
+      r->ready_handles_.push_back(rh);
+      ok = backend.create_ipc_event(device, release, lh, why);
+    }
+    if (ok) {
+      r->release_.push_back(release);
+      r->release_handles_.push_back(lh);
+    }
+  }
+  r->copied_.assign(plan.slots, 0);
+  if (!ok) {
+    r->release_resources();  // nothing was handed to a peer yet
+    return nullptr;
+  }
+  return r;
+}
+
+DeviceRing::~DeviceRing() {
+  if (!released_) {
+    spdlog::debug("device ring {}: left to the driver (its consumer may still map it)", alloc_id_);
+  }
+}
+
+bool DeviceRing::copy_slot(std::uint32_t s, const std::uint8_t* images, std::uint32_t count,
+                           const void* labels, std::string& why) {
+  std::lock_guard lock(mu_);
+  if (released_ || s >= plan_.slots) {
+    why = "device ring released";
+    return false;
+  }
+  const std::uint64_t dst = slot_stride_ * s;
+  bool ok = backend_.stream_wait(device_, stream_, release_[s], why);
+  if (count > 0 && plan_.normalize) {
+    ok = ok && backend_.copy_to_device(stream_, staging_, 0, images, plan_.host_image_bytes * count, why);
+    ok = ok && backend_.normalize(stream_, memory_, dst, staging_, 0, count, plan_.spec, why);
+  } else if (count > 0) {
+    ok = ok && backend_.copy_to_device(stream_, memory_, dst, images, plan_.host_image_bytes * count, why);
+  }
+  if (count > 0) {
+    ok = ok && backend_.copy_to_device(stream_, memory_, dst + labels_offset_, labels, plan_.label_bytes * count, why);
+  }
+  ok = ok && backend_.record(device_, ready_[s], stream_, why);
+  copied_[s] = 1;
+  return ok;
+}
+
+void DeviceRing::wait_host_read(std::uint32_t s) {
+  std::lock_guard lock(mu_);
+  if (released_ || s >= plan_.slots || !copied_[s]) return;
+  if (!backend_.event_done(device_, ready_[s])) {
+    std::string why;
+    if (!backend_.synchronize_event(device_, ready_[s], why)) {
+      spdlog::error("device ring {}: waiting for slot {}'s copy failed: {}", alloc_id_, s, why);
+    }
+  }
+  copied_[s] = 0;
+}
+
+void DeviceRing::synchronize() {
+  std::lock_guard lock(mu_);
+  if (released_ || !have_stream_) return;
+  std::string why;
+  if (!backend_.synchronize_stream(device_, stream_, why)) {
+    spdlog::error("device ring {}: synchronize failed: {}", alloc_id_, why);
+  }
+  std::fill(copied_.begin(), copied_.end(), 0);
+}
+
+void DeviceRing::release_resources() {
+  synchronize();
+  std::lock_guard lock(mu_);
+  if (released_) return;
+  released_ = true;
+  for (auto e : ready_) backend_.destroy_event(device_, e);
+  for (auto e : release_) backend_.destroy_event(device_, e);
+  ready_.clear();
+  release_.clear();
+  if (memory_.ptr != nullptr) backend_.free(memory_);
+  if (staging_.ptr != nullptr) backend_.free(staging_);
+  if (have_stream_) backend_.destroy_stream(device_, stream_);
+  have_stream_ = false;
+}
+
+std::vector<std::uint8_t> DeviceRing::message() const {
+  std::vector<std::uint8_t> out(sizeof(proto::DeviceRingMsg) +
+                                sizeof(proto::DeviceSlotHandles) * plan_.slots);
+  auto m = proto::make_message<proto::DeviceRingMsg>(proto::MsgType::kDeviceRing);
+  m.header.size = static_cast<std::uint32_t>(out.size());
+  m.backend = static_cast<std::uint32_t>(backend_.kind());
+  m.dtype = static_cast<std::uint32_t>(plan_.device_dtype);
+  m.alloc_bytes = memory_.bytes;
+  m.slot_stride = slot_stride_;
+  m.image_bytes = plan_.device_image_bytes;
+  m.labels_offset = labels_offset_;
+  m.slot_count = plan_.slots;
+  m.flags = plan_.normalize ? proto::kDeviceNormalized : 0;
+  std::memcpy(m.device_uuid, uuid_.data(), 16);
+  std::memcpy(m.mem_handle, memory_.handle.data(), 64);
+  m.alloc_id = alloc_id_;
+  std::memcpy(out.data(), &m, sizeof m);
+  for (std::uint32_t s = 0; s < plan_.slots; ++s) {
+    proto::DeviceSlotHandles h{};
+    std::memcpy(h.ready_event, ready_handles_[s].data(), 64);
+    std::memcpy(h.release_event, release_handles_[s].data(), 64);
+    std::memcpy(out.data() + sizeof m + s * sizeof h, &h, sizeof h);
+  }
+  return out;
+}
+
+}  // namespace stoker::delivery

@@ -1,0 +1,251 @@
+// One job of the config at run time: its dataset, its segment, and one ring per consumer rank.
+//
+// Threads: the control thread calls attach/detach/take_ready/release; worker threads call
+// run(). Each ring's state is guarded by its own mutex (lock order: ring mutex, then the work
+// queue's), so consumers of one job never wait on each other.
+//
+// Batch planning (per ring): a batch takes the next `batch_size` sample ids of its epoch's
+// stream (the rank's share of the epoch permutation, quarantined files removed). Planning
+// happens only into FREE slots, so a slow or absent consumer stops planning (backpressure)
+// and nothing it holds is ever overwritten.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "config/config.hpp"
+#include "delivery/device_delivery.hpp"
+#include "delivery/device_ring.hpp"
+#include "image/sample_processor.hpp"
+#include "job/format_counts.hpp"
+#include "job/quarantine.hpp"
+#include "source/read_ahead.hpp"
+#include "job/sample_cache.hpp"
+#include "job/shm_segment.hpp"
+#include "job/worker_pool.hpp"
+#include "source/dataset.hpp"
+#include "source/sample_reader.hpp"
+#include "stoker/proto/control.hpp"
+#include "stoker/proto/layout.hpp"
+
+namespace stoker::job {
+
+struct JobStats {
+  std::uint64_t samples_ok = 0;
+  std::uint64_t decode_warnings = 0;
+  std::uint64_t errors[6] = {};  // by image::SampleErrorKind
+  std::uint64_t substituted = 0;
+  std::uint64_t batches_published = 0;
+  std::uint64_t quarantined = 0;
+  std::uint64_t transient_read_errors = 0;  // machine faults, retried (never quarantined)
+  std::uint64_t missing = 0;                // unreadable now, skipped this epoch (ENOENT, EACCES)
+  std::uint64_t bytes_read = 0;             // sample bytes read from storage (cache hits excluded)
+};
+
+struct ReaderStatus {
+  std::uint32_t reader;
+  bool attached;
+  std::uint64_t next_epoch, next_batch;  // next batch this reader will be given
+  std::uint32_t leased;
+  double oldest_lease_s = 0;  // age of the batch it has held longest (0: none held)
+  std::uint64_t behind = 0;   // batches behind the rank's most advanced reader
+  std::string device_uuid;    // device readers: the GPU their batches go to
+};
+
+struct RingStatus {
+  std::uint32_t rank;
+  bool attached;                         // any reader
+  std::uint32_t free, filling, ready, leased;
+  std::uint64_t next_epoch, next_batch;  // the slowest expected reader's next batch
+  std::uint64_t published, released;
+  std::string device_uuid;  // reader 0's GPU, when it takes device batches
+  double oldest_lease_s = 0;  // age of the batch held longest (0: none held)
+  std::vector<ReaderStatus> readers;
+};
+
+enum class AttachResult { kAttached, kBusy, kOutOfStep };
+
+class Job {
+ public:
+  // Builds the segment (throws std::runtime_error on failure; nothing is left behind).
+  Job(std::size_t index, const config::JobConfig& cfg, source::Dataset dataset,
+      const std::string& segment_name, unsigned shm_mode, std::uint64_t daemon_generation,
+      WorkQueue& queue, std::function<void()> notify_ready);
+  ~Job();
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+
+  std::size_t index() const { return index_; }
+  const std::string& name() const { return cfg_.name; }
+  const config::JobConfig& config() const { return cfg_; }
+  const image::PipelineSpec& pipeline() const { return cfg_.pipeline; }
+  const source::Dataset& dataset() const { return dataset_; }
+  std::uint32_t consumers() const { return cfg_.consumers; }
+  // Global ranks: this daemon serves first_rank()..first_rank()+consumers()-1 of world_size().
+  std::uint32_t first_rank() const { return cfg_.first_rank; }
+  std::uint32_t world_size() const { return cfg_.world_size; }
+  // Rewrites the segment's header and ring table if another process overwrote them; true
+  // when it had to (called before each attach).
+  bool restore_layout();
+  // Seconds the longest-held batch of global `rank`'s `reader` has been leased (0: none).
+  double oldest_lease_s(std::uint32_t rank, std::uint32_t reader);
+  std::uint32_t readers() const { return cfg_.readers; }
+  bool serves(std::uint32_t rank) const { return rank >= cfg_.first_rank && rank - cfg_.first_rank < cfg_.consumers; }
+  // What global `rank` gets per epoch (ranks differ only with pad_shards: false, by one sample).
+  std::uint64_t batches_per_epoch(std::uint32_t rank) const;
+  std::uint64_t samples_per_rank(std::uint32_t rank) const;
+  const ShmSegment& segment() const { return *segment_; }
+  // Labels as the segment carries them (proto::SegmentHeader::label_dtype/label_width):
+  // 0 and 1 for int64 class indices; a float dtype and num_classes for a mixing job's soft rows.
+  std::uint32_t label_dtype() const { return label_dtype_; }
+  std::uint32_t label_width() const { return label_width_; }
+  std::uint64_t label_bytes() const { return proto::label_row_bytes(label_dtype_, label_width_); }
+
+  // What device delivery needs to open a device ring for one of this job's consumers.
+  delivery::DeviceRingRequest device_request() const;
+
+  // Plans every slot of every ring from epoch 0, batch 0 (prefetch before anyone connects).
+  void start();
+
+  // --- control thread (reader groups: job_readers.cpp) ---
+  // Reader `reader` (< readers()) of global `rank` connected and wants (epoch, batch) next.
+  // The first reader of an idle rank sets the position: ready batches that do not fit are
+  // dropped and the ring is re-planned from there. A later reader must ask for a batch its
+  // rank still holds or plans next (kOutOfStep with `why` otherwise); kBusy: that reader is
+  // already connected. `device`: the reader takes its batches on the GPU through this ring
+  // (batches prefetched before it attached are copied when they are taken).
+  AttachResult attach(std::uint32_t rank, std::uint32_t reader, std::uint64_t epoch, std::uint64_t batch,
+                      std::shared_ptr<delivery::DeviceRing> device, std::string& why);
+  // The reader is gone: its leases are reclaimed; batches its rank's other readers still need
+  // are kept. Returns its device ring (no slot refers to it any more), for DeviceDelivery.
+  std::shared_ptr<delivery::DeviceRing> detach(std::uint32_t rank, std::uint32_t reader);
+  // The reader's next batch in order, if ready: it becomes LEASED (by this reader too).
+  std::optional<proto::BatchMsg> take_ready(std::uint32_t rank, std::uint32_t reader);
+  // Validates untrusted (slot, generation) from the reader; false means a bad release.
+  bool release(std::uint32_t rank, std::uint32_t reader, std::uint32_t slot, std::uint32_t generation);
+  // Set when on_error: fail met a bad sample: "path: reason".
+  std::optional<std::string> failure() const;
+
+  // --- removal (job_table.hpp: reload, `stokerctl drain`, client-defined jobs) ---
+  // From now on no batch is planned; batches already planned still fill and are handed out.
+  void drain();
+  bool draining() const { return draining_.load(); }
+  // Draining, and nothing more will come for this reader: no batch at or past its position is
+  // filling or ready for it.
+  bool drained_for(std::uint32_t rank, std::uint32_t reader);
+  // Waits for every device copy still reading the segment (before the job is destroyed).
+  void settle_device_copies();
+
+  JobStats stats() const;
+  // The finished-sample cache's figures (`cache: {bytes}`), when the job has one.
+  std::optional<SampleCacheStats> cache_stats() const {
+    return cache_ ? std::optional<SampleCacheStats>(cache_->stats()) : std::nullopt;
+  }
+  std::vector<RingStatus> ring_status() const;
+  // Seconds worker threads spent waiting for sample bytes (reads, read-ahead, retries).
+  double read_wait_s() const { return static_cast<double>(read_wait_ns_.load()) * 1e-9; }
+  // Samples by image format, by content (format_counts.hpp).
+  const FormatCounts& formats() const { return formats_; }
+
+  // --- worker threads ---
+  void run(const WorkItem& item, image::SampleProcessor& processor,
+           std::vector<std::uint8_t>& file_buffer);
+
+ private:
+  struct EpochStream;
+  struct Slot;
+  struct Ring;
+  struct Reader;
+
+  // `ring`: the ring's index (0..consumers-1); its samples are the global rank first_rank + ring's.
+  std::shared_ptr<EpochStream> make_stream(std::uint32_t ring, std::uint64_t epoch) const;
+  // The ring of a global rank the caller checked with serves().
+  Ring& ring_of(std::uint32_t rank) { return *rings_.at(rank - cfg_.first_rank); }
+  void plan_free_slots(Ring& ring, std::vector<WorkItem>& out);      // ring.mu held
+  void finish_batch(Ring& ring, std::uint32_t s, std::vector<WorkItem>& out);  // ring.mu held
+  // finish_batch in steps, so that a mixing job mixes between them without the ring's lock:
+  // drops a batch nobody wants any more (true: dropped, slot FREE), and fills or compacts
+  // the places of bad samples (on_error); both with ring.mu held.
+  bool drop_unwanted(Ring& ring, std::uint32_t s, std::vector<WorkItem>& out);
+  void settle_bad_samples(Ring& ring, std::uint32_t s);
+  // MixUp/CutMix of a batch whose samples are all done (job/batch_mix.hpp). Called without
+  // ring.mu: the slot is FILLING with nothing pending, so no worker or planner touches its
+  // bytes, positions or count until finish_batch's last step runs under the lock again.
+  void mix_batch(std::uint32_t ring, std::uint32_t s, std::uint64_t epoch, std::uint64_t batch_index,
+                 std::uint32_t count);
+  void publish(Ring& ring, std::uint32_t s);                          // ring.mu held
+  void set_slot_state(Ring& ring, std::uint32_t s, proto::SlotState st);  // ring.mu held
+  // Every expected reader has taken and released the slot (or will never take it).
+  static bool consumed(const Ring& ring, const Slot& slot);
+  // READY/LEASED slots no reader needs any more become FREE and are planned again.
+  void free_consumed(Ring& ring, std::vector<WorkItem>& out);          // ring.mu held
+  // Drops every planned batch and plans from `from` on (a group starting elsewhere).
+  void replan(Ring& ring, std::uint64_t epoch, std::uint64_t batch, std::vector<WorkItem>& out);  // ring.mu held
+  void record_error(std::uint64_t id, const image::SampleResult& r);
+  // Reads sample `id` into `buffer`, retrying transient failures with bounded backoff (the
+  // batch waits). false with `result` set when the file is missing or the machine did not
+  // recover within the retry budget: skipped this epoch, never quarantined (job_read.cpp).
+  // `item`'s bytes come from read-ahead when it fetched them.
+  bool read_sample(const WorkItem& item, std::uint32_t id, std::vector<std::uint8_t>& buffer,
+                   image::SampleResult& result);
+  // Read-ahead (job_read.cpp): built in the constructor from the `read_ahead` key; an item
+  // planned is announced (ring.mu held), one not read is dropped.
+  void start_reading();
+  void want_read(const WorkItem& item, std::uint32_t id);
+  void drop_read(const WorkItem& item);
+  std::uint64_t read_key(const WorkItem& item) const;
+  // Ends the job when a whole epoch of a rank failed (every sample bad, missing or unreadable):
+  // better a clear error than empty batches forever. Called under the ring's lock.
+  void check_epoch_failed(const Ring& ring, const EpochStream& st);
+  // Device delivery hooks (job_device.cpp), ring.mu held.
+  bool copy_to_device(Ring& ring, std::uint32_t s, const std::shared_ptr<delivery::DeviceRing>& to);  // queue slot s's copy
+  void settle_device_copy(Ring& ring, std::uint32_t s);   // before slot s's host bytes change
+  std::shared_ptr<delivery::DeviceRing> drop_device(Ring& ring, Reader& reader);  // detach: settle its copies
+
+  std::uint8_t* payload(std::uint32_t ring, std::uint32_t slot) const;
+  proto::SlotHeader* slot_header(std::uint32_t ring, std::uint32_t slot) const;
+  proto::RingHeader* ring_header(std::uint32_t ring) const;
+  // Class index per position: in the segment (int64 labels), or the slot's own array when
+  // the segment carries soft labels (a mixing job), which label_region then holds.
+  std::int64_t* labels(std::uint32_t ring, std::uint32_t slot) const;
+  std::uint8_t* label_region(std::uint32_t ring, std::uint32_t slot) const;
+  std::int64_t* ids(std::uint32_t ring, std::uint32_t slot) const;
+
+  const std::size_t index_;
+  const config::JobConfig cfg_;
+  const source::Dataset dataset_;
+  const std::uint32_t label_dtype_;  // see label_dtype(); before plan_, which sizes labels by it
+  const std::uint32_t label_width_;
+  const proto::SegmentPlan plan_;
+  std::unique_ptr<ShmSegment> segment_;
+  std::unique_ptr<Quarantine> quarantine_;
+  std::unique_ptr<SampleCache> cache_;  // null without `cache:`
+  // By sample id: files listed at start or found bad while running; later epochs skip them.
+  std::unique_ptr<std::atomic<std::uint8_t>[]> quarantined_;
+  std::atomic<std::size_t> quarantined_count_{0};
+  FormatCounts formats_{dataset_.samples.size()};
+  WorkQueue& queue_;
+  std::function<void()> notify_ready_;
+  std::vector<std::unique_ptr<Ring>> rings_;
+
+  mutable std::mutex stats_mu_;
+  JobStats stats_;                         // guarded by stats_mu_
+  std::optional<std::string> failure_;     // guarded by stats_mu_
+  std::atomic<bool> failed_{false};
+  std::atomic<bool> draining_{false};  // set once by drain(); read under each ring's lock
+  proto::SegmentHeader header_copy_{};  // the header as written at start
+  std::atomic<std::uint32_t> transient_burst_{0};  // workers inside a transient-error burst
+  std::unique_ptr<source::SampleReader> reader_;   // before read_ahead_, whose threads use it
+  std::unique_ptr<source::ReadAhead> read_ahead_;          // null with read-ahead off
+  std::atomic<std::uint64_t> read_wait_ns_{0};
+  std::atomic<std::uint64_t> bytes_read_{0};       // JobStats::bytes_read (no lock per read)
+};
+
+}  // namespace stoker::job

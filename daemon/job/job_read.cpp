@@ -1,0 +1,138 @@
+// How a job reads a sample's bytes: a fault of the machine is not a bad file.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <sys/resource.h>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "job/job.hpp"
+#include "job/job_state.hpp"
+#include "source/file_reader.hpp"
+
+namespace stoker::job {
+namespace {
+
+// Backoff between attempts: 1 ms doubling to 1 s; the worker gives up on the sample for this
+// epoch after kRetryBudget of transient failures (the machine did not recover: descriptors
+// or memory still exhausted, the NFS server still away) rather than stall the job forever.
+constexpr auto kFirstDelay = std::chrono::milliseconds(1);
+constexpr auto kMaxDelay = std::chrono::milliseconds(1000);
+constexpr auto kRetryBudget = std::chrono::seconds(30);
+
+}  // namespace
+
+void Job::start_reading() {
+  source::SampleReader::Options o;
+  o.sequential = !cfg_.shuffle;  // members are then read in shard order
+  reader_ = std::make_unique<source::SampleReader>(dataset_, o);
+  if (cfg_.read_ahead_requests == 0 || cfg_.read_ahead_bytes == 0) return;
+  // Each read in flight holds a descriptor: at most an eighth of the limit, so read-ahead can
+  // never take the descriptors the daemon's sockets and the workers need (a low LimitNOFILE).
+  std::uint32_t requests = cfg_.read_ahead_requests;
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
+    const auto cap = static_cast<std::uint32_t>(std::clamp<rlim_t>(lim.rlim_cur / 8, 1, UINT32_MAX));
+    if (requests > cap) {
+      spdlog::warn("job {}: read_ahead.requests {} lowered to {} (an eighth of the descriptor limit {}: each "
+                   "read in flight holds one; raise LimitNOFILE for more)",
+                   cfg_.name, requests, cap, lim.rlim_cur);
+      requests = cap;
+    }
+  }
+  read_ahead_ = std::make_unique<source::ReadAhead>(
+      cfg_.name, cfg_.read_ahead_bytes, requests,
+      [this](std::uint32_t id, std::vector<std::uint8_t>& out) { return reader_->read(id, out); },
+      [this](std::uint32_t id) { return dataset_.samples[id].size; });
+}
+
+std::uint64_t Job::read_key(const WorkItem& item) const {
+  // Unique among items not yet run: a slot is planned again only once all its items ran.
+  return (static_cast<std::uint64_t>(item.ring) * cfg_.prefetch + item.slot) * cfg_.batch_size + item.position;
+}
+
+void Job::want_read(const WorkItem& item, std::uint32_t id) {
+  if (!read_ahead_ || quarantined_[id].load() != 0) return;
+  read_ahead_->want(read_key(item), item.generation, id);
+}
+
+void Job::drop_read(const WorkItem& item) {
+  if (read_ahead_) read_ahead_->drop(read_key(item), item.generation);
+}
+
+bool Job::read_sample(const WorkItem& item, std::uint32_t id, std::vector<std::uint8_t>& buffer,
+                      image::SampleResult& result) {
+  // Every return counts the time this worker waited for the bytes (status read_wait_s).
+  struct WaitClock {
+    std::atomic<std::uint64_t>& total;
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+    ~WaitClock() {
+      total += static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+    }
+  } clock{read_wait_ns_};
+  const std::string path = dataset_.path(id);  // for the log lines (one string a read)
+  // A whole file, or a tar member: the same verdicts, so the same retries below.
+  auto read = [&] { return reader_->read(id, buffer); };
+  std::optional<source::ReadResult> ahead;
+  if (read_ahead_) ahead = read_ahead_->take(read_key(item), item.generation, buffer);
+  source::ReadResult r = ahead ? std::move(*ahead) : read();
+  if (r.status == source::ReadStatus::kTransient) {
+    // One warning per burst (the first worker to enter it), one line when it ends.
+    if (transient_burst_.fetch_add(1) == 0) {
+      spdlog::warn("job {}: transient read failure ({}) on {}; retrying with backoff, not blaming the file",
+                   cfg_.name, r.reason, path);
+    }
+    const auto give_up = std::chrono::steady_clock::now() + kRetryBudget;
+    auto delay = std::chrono::duration_cast<std::chrono::milliseconds>(kFirstDelay);
+    std::uint64_t failures = 0;
+    while (r.status == source::ReadStatus::kTransient && !failed_.load() &&
+           std::chrono::steady_clock::now() < give_up) {
+      ++failures;
+      std::this_thread::sleep_for(delay);
+      delay = std::min(delay * 2, std::chrono::duration_cast<std::chrono::milliseconds>(kMaxDelay));
+      r = read();
+    }
+    {
+      std::lock_guard lock(stats_mu_);
+      stats_.transient_read_errors += failures;
+    }
+    if (transient_burst_.fetch_sub(1) == 1 && r.ok()) {
+      spdlog::info("job {}: reads recovered", cfg_.name);
+    }
+    if (r.status == source::ReadStatus::kTransient) {
+      spdlog::warn("job {}: {}: still failing after {} s of retries ({}); skipped this epoch, not quarantined",
+                   cfg_.name, path, kRetryBudget.count(), r.reason);
+    }
+  }
+  if (r.ok()) {
+    bytes_read_.fetch_add(buffer.size(), std::memory_order_relaxed);
+    return true;
+  }
+  if (r.status == source::ReadStatus::kMissing) {
+    spdlog::warn("job {}: {}: {}; skipped this epoch, tried again next epoch", cfg_.name, path, r.reason);
+  }
+  {
+    std::lock_guard lock(stats_mu_);
+    stats_.errors[static_cast<int>(image::SampleErrorKind::kIo)]++;
+    stats_.missing += r.status == source::ReadStatus::kMissing ? 1 : 0;
+  }
+  result.error = image::SampleErrorKind::kIo;
+  result.reason = r.reason;
+  return false;
+}
+
+void Job::check_epoch_failed(const Ring& ring, const EpochStream& st) {
+  if (!st.whole_epoch || !st.last_planned || st.planned == 0 || st.done != st.planned || st.good != 0) return;
+  std::string first;
+  for (const auto& f : st.first_failures) first += (first.empty() ? "" : "; ") + f;
+  std::lock_guard lock(stats_mu_);
+  if (failure_) return;
+  failure_ = "every sample of rank " + std::to_string(cfg_.first_rank + ring.rank) + " in epoch " +
+             std::to_string(st.epoch) + " failed (" + std::to_string(st.done) + " of them); first: " + first;
+  spdlog::error("job {} stopped: {}", cfg_.name, *failure_);
+  failed_.store(true);
+}
+
+}  // namespace stoker::job

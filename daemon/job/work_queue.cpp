@@ -1,0 +1,143 @@
+#include "job/work_queue.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "job/job.hpp"
+
+namespace stoker::job {
+
+WorkQueue::WorkQueue(std::vector<JobShare> shares) {
+  lanes_.resize(shares.size());
+  for (std::size_t i = 0; i < shares.size(); ++i) lanes_[i].share = shares[i];
+}
+
+WorkQueue::Lane& WorkQueue::lane(std::size_t job) {
+  if (job >= lanes_.size()) lanes_.resize(job + 1);
+  return lanes_[job];
+}
+
+bool WorkQueue::runnable(const Lane& l) const {
+  return !l.items.empty() && (l.share.max_workers == 0 || l.running < l.share.max_workers);
+}
+
+WorkQueue::Lane* WorkQueue::next_lane() {
+  Lane* best = nullptr;
+  for (Lane& l : lanes_) {
+    if (runnable(l) && (best == nullptr || l.vtime < best->vtime)) best = &l;
+  }
+  return best;
+}
+
+void WorkQueue::wake(Lane& l, std::size_t job) {
+  // Only a job with nothing queued and nothing running is idle; one whose queue merely ran
+  // dry between batches keeps its place.
+  if (!l.items.empty() || l.running > 0) return;
+  double floor = std::numeric_limits<double>::infinity();
+  for (std::size_t i = 0; i < lanes_.size(); ++i) {
+    const Lane& o = lanes_[i];
+    if (i != job && (!o.items.empty() || o.running > 0)) floor = std::min(floor, o.vtime);
+  }
+  l.vtime = std::max(l.vtime, floor != std::numeric_limits<double>::infinity() ? floor : clock_);
+}
+
+void WorkQueue::set_share(std::size_t job, JobShare share) {
+  std::lock_guard lock(mu_);
+  lane(job).share = share;
+}
+
+void WorkQueue::close(std::size_t job) {
+  std::lock_guard lock(mu_);
+  Lane& l = lane(job);
+  l.closed = true;
+  queued_ -= l.items.size();
+  l.items.clear();
+  l.items.shrink_to_fit();
+  closures_.fetch_add(1, std::memory_order_release);
+}
+
+bool WorkQueue::closed(std::size_t job) const {
+  std::lock_guard lock(mu_);
+  return job < lanes_.size() && lanes_[job].closed;
+}
+
+void WorkQueue::push(std::size_t job, std::vector<WorkItem>&& items) {
+  if (items.empty()) return;
+  {
+    std::lock_guard lock(mu_);
+    Lane& l = lane(job);
+    if (l.closed) return;  // the job is being removed (its batches are no longer wanted)
+    wake(l, job);
+    l.items.insert(l.items.end(), items.begin(), items.end());
+    queued_ += items.size();
+  }
+  if (items.size() == 1) {
+    cv_.notify_one();
+  } else {
+    cv_.notify_all();
+  }
+}
+
+void WorkQueue::push(std::vector<WorkItem>&& items) {
+  if (items.empty()) return;
+  // A job pushes only its own items; group runs of one job so each lane is woken once.
+  std::size_t begin = 0;
+  while (begin < items.size()) {
+    const std::size_t job = items[begin].job->index();
+    std::size_t end = begin + 1;
+    while (end < items.size() && items[end].job->index() == job) ++end;
+    if (begin == 0 && end == items.size()) return push(job, std::move(items));
+    push(job, std::vector<WorkItem>(items.begin() + static_cast<std::ptrdiff_t>(begin),
+                                    items.begin() + static_cast<std::ptrdiff_t>(end)));
+    begin = end;
+  }
+}
+
+bool WorkQueue::pop(WorkItem& out, std::size_t& job) {
+  std::unique_lock lock(mu_);
+  Lane* l = nullptr;
+  cv_.wait(lock, [&] { return stopped_ || (l = next_lane()) != nullptr; });
+  if (stopped_) return false;
+  out = l->items.front();
+  l->items.pop_front();
+  --queued_;
+  ++l->running;
+  clock_ = std::max(clock_, l->vtime);
+  l->vtime += 1.0 / l->share.weight;
+  job = static_cast<std::size_t>(l - lanes_.data());
+  return true;
+}
+
+void WorkQueue::done(std::size_t job) {
+  bool wake_one = false;
+  {
+    std::lock_guard lock(mu_);
+    Lane& l = lane(job);
+    if (l.running == 0) return;  // a done() without its pop(): nothing was counted
+    // Invariant: running <= max_workers; this done() may be what a capped lane waits for.
+    wake_one = l.share.max_workers != 0 && l.running == l.share.max_workers && !l.items.empty();
+    --l.running;
+  }
+  if (wake_one) cv_.notify_one();
+}
+
+void WorkQueue::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopped_ = true;
+  }
+  cv_.notify_all();
+}
+
+std::size_t WorkQueue::depth() const {
+  std::lock_guard lock(mu_);
+  return queued_;
+}
+
+std::size_t WorkQueue::in_flight(std::size_t job) const {
+  std::lock_guard lock(mu_);
+  return job < lanes_.size() ? lanes_[job].running : 0;
+}
+
+}  // namespace stoker::job

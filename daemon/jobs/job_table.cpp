@@ -1,0 +1,121 @@
+#include "jobs/job_table.hpp"
+
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+#include "delivery/device_delivery.hpp"
+#include "job/job.hpp"
+#include "job/work_queue.hpp"
+
+namespace stoker::jobs {
+
+using job::Job;
+using job::WorkQueue;
+using delivery::DeviceDelivery;
+
+JobTable::JobTable(JobContext ctx, DeviceDelivery& delivery) : ctx_(std::move(ctx)), delivery_(delivery) {}
+
+JobTable::~JobTable() {
+  // Workers are joined before the table goes (daemon.cpp's scopes); device copies may still
+  // read the segments, which must also be unregistered before they are unmapped.
+  for (Entry& e : entries_) {
+    e.job->settle_device_copies();
+    delivery_.forget_job(e.job.get());
+  }
+}
+
+Job* JobTable::add(PreparedJob prepared, bool defined_by_client, std::string definition, std::uint32_t uid) {
+  const std::size_t index = next_index_++;
+  Entry e;
+  e.job = make_job(std::move(prepared), index, ctx_);
+  e.defined_by_client = defined_by_client;
+  e.definition = std::move(definition);
+  e.defined_by_uid = uid;
+  e.unused_since = std::chrono::steady_clock::now();
+  Job* job = e.job.get();
+  entries_.push_back(std::move(e));
+  job->start();
+  return job;
+}
+
+Job* JobTable::serving(std::string_view name) const {
+  for (const Entry& e : entries_) {
+    if (e.drain_reason.empty() && e.job->name() == name) return e.job.get();
+  }
+  return nullptr;
+}
+
+Job* JobTable::defined(const std::string& definition) const {
+  for (const Entry& e : entries_) {
+    if (e.drain_reason.empty() && e.defined_by_client && e.definition == definition) return e.job.get();
+  }
+  return nullptr;
+}
+
+std::vector<Job*> JobTable::jobs() const {
+  std::vector<Job*> out;
+  for (const Entry& e : entries_) out.push_back(e.job.get());
+  return out;
+}
+
+std::vector<Job*> JobTable::serving_jobs() const {
+  std::vector<Job*> out;
+  for (const Entry& e : entries_) {
+    if (e.drain_reason.empty()) out.push_back(e.job.get());
+  }
+  return out;
+}
+
+const JobTable::Entry* JobTable::entry(const Job* job) const {
+  for (const Entry& e : entries_) {
+    if (e.job.get() == job) return &e;
+  }
+  return nullptr;
+}
+
+JobTable::Entry* JobTable::find(const Job* job) {
+  return const_cast<Entry*>(static_cast<const JobTable*>(this)->entry(job));
+}
+
+void JobTable::drain(Job* job, std::string reason) {
+  Entry* e = find(job);
+  if (e == nullptr || !e->drain_reason.empty()) return;
+  e->drain_reason = reason.empty() ? "drained" : std::move(reason);
+  e->drain_started = std::chrono::steady_clock::now();
+  job->drain();
+  spdlog::info("job {}: draining ({}): no new batches; consumers get what is ready, then are told", job->name(),
+               e->drain_reason);
+}
+
+std::vector<std::string> JobTable::collect(const std::function<bool(const Job*)>& in_use, double linger_s) {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<std::string> removed;
+  for (Entry& e : entries_) {
+    const bool used = in_use(e.job.get());
+    if (e.defined_by_client && e.drain_reason.empty()) {
+      if (used) {
+        e.unused_since = now;
+      } else if (std::chrono::duration<double>(now - e.unused_since).count() >= linger_s) {
+        drain(e.job.get(), "client-defined job unused for " + std::to_string(static_cast<int>(linger_s)) + " s");
+      }
+    }
+    if (e.drain_reason.empty() || used) continue;
+    if (!e.lane_closed) {
+      ctx_.queue->close(e.job->index());
+      e.lane_closed = true;
+    }
+  }
+  // Destroy what nothing refers to any more: no item running, no device copy reading.
+  std::erase_if(entries_, [&](Entry& e) {
+    if (!e.lane_closed || ctx_.queue->in_flight(e.job->index()) != 0) return false;
+    e.job->settle_device_copies();
+    delivery_.forget_job(e.job.get());
+    spdlog::info("job {}: removed ({})", e.job->name(), e.drain_reason);
+    removed.push_back(e.job->name());
+    return true;
+  });
+  return removed;
+}
+
+}  // namespace stoker::jobs

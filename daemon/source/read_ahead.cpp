@@ -1,0 +1,161 @@
+#include "source/read_ahead.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <new>
+
+#include <spdlog/spdlog.h>
+
+namespace stoker::source {
+namespace {
+
+constexpr std::uint64_t kFirstGuess = 128 << 10;  // expected file size before any was read
+
+}  // namespace
+
+ReadAhead::ReadAhead(std::string name, std::uint64_t budget_bytes, std::uint32_t requests, ReadFn read,
+                     SizeFn size_hint)
+    : name_(std::move(name)), budget_(budget_bytes), read_(std::move(read)), size_hint_(std::move(size_hint)) {
+  for (std::uint32_t i = 0; i < requests; ++i) threads_.emplace_back([this] { run(); });
+}
+
+ReadAhead::~ReadAhead() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+bool ReadAhead::may_start() const {
+  return !pending_.empty() && (held_ + reserved_ < budget_ || held_ + reserved_ == 0);
+}
+
+void ReadAhead::want(std::uint64_t key, std::uint32_t generation, std::uint32_t id) {
+  {
+    std::lock_guard lock(mu_);
+    Entry& e = entries_[key];
+    // An entry left under this key belongs to an item of an older generation that was never
+    // taken (cannot happen while the job takes or drops every item; kept safe regardless).
+    if (e.state == State::kDone) held_ -= e.bytes.size();
+    if (e.state == State::kReading) {
+      e.dropped = true;  // its reader frees it; this item reads for itself
+      return;
+    }
+    e = Entry{};
+    e.generation = generation;
+    e.id = id;
+    pending_.push_back({key, generation});
+  }
+  work_cv_.notify_one();
+}
+
+std::optional<source::ReadResult> ReadAhead::take(std::uint64_t key, std::uint32_t generation,
+                                                  std::vector<std::uint8_t>& out) {
+  std::unique_lock lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end() || it->second.generation != generation || it->second.dropped) return std::nullopt;
+  if (it->second.state == State::kQueued) {
+    entries_.erase(it);  // its place in pending_ is skipped when a reader reaches it
+    stats_.withdrawn++;
+    return std::nullopt;
+  }
+  if (it->second.state == State::kReading) {
+    stats_.waited++;
+    done_cv_.wait(lock, [&] {
+      it = entries_.find(key);
+      return it == entries_.end() || it->second.state == State::kDone;
+    });
+    if (it == entries_.end()) return std::nullopt;
+  } else {
+    stats_.ready++;
+  }
+  Entry& e = it->second;
+  held_ -= e.bytes.size();
+  out.swap(e.bytes);
+  source::ReadResult r = std::move(e.result);
+  entries_.erase(it);
+  lock.unlock();
+  work_cv_.notify_one();  // budget freed
+  return r;
+}
+
+void ReadAhead::drop(std::uint64_t key, std::uint32_t generation) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = entries_.find(key);
+    if (it == entries_.end() || it->second.generation != generation) return;
+    if (it->second.state == State::kReading) {
+      it->second.dropped = true;
+      return;
+    }
+    if (it->second.state == State::kDone) held_ -= it->second.bytes.size();
+    entries_.erase(it);
+  }
+  work_cv_.notify_one();
+}
+
+ReadAheadStats ReadAhead::stats() const {
+  std::lock_guard lock(mu_);
+  ReadAheadStats s = stats_;
+  s.held_bytes = held_;
+  return s;
+}
+
+void ReadAhead::run() {
+  std::vector<std::uint8_t> buffer;
+  std::unique_lock lock(mu_);
+  for (;;) {
+    work_cv_.wait(lock, [&] { return stop_ || may_start(); });
+    if (stop_) return;
+    const Pending p = pending_.front();
+    pending_.pop_front();
+    auto it = entries_.find(p.key);
+    if (it == entries_.end() || it->second.generation != p.generation || it->second.state != State::kQueued) {
+      continue;  // withdrawn or dropped before a reader reached it
+    }
+    Entry& e = it->second;
+    const std::uint64_t hint = size_hint_ ? size_hint_(e.id) : 0;
+    e.state = State::kReading;
+    // Budget held while reading: the member's size, else the mean file size read so far.
+    const std::uint64_t reserved = hint > 0 ? hint : read_count_ > 0 ? read_bytes_ / read_count_ : kFirstGuess;
+    reserved_ += reserved;
+    const std::uint32_t id = e.id;
+    lock.unlock();
+
+    source::ReadResult r;
+    try {
+      r = read_(id, buffer);
+    } catch (const std::bad_alloc&) {  // a file too big for the memory left: the machine's fault
+      r.status = source::ReadStatus::kTransient;
+      r.error = ENOMEM;
+      r.reason = "out of memory for the file's bytes";
+      buffer = {};
+    }
+
+    lock.lock();
+    reserved_ -= reserved;
+    // Entries may rehash while unlocked; an entry being read is never erased by another thread
+    // (take waits for it, drop and want mark it dropped), so the key is still ours.
+    it = entries_.find(p.key);
+    if (it == entries_.end()) continue;
+    Entry& done = it->second;
+    if (r.ok()) {
+      read_bytes_ += buffer.size();
+      read_count_++;
+    }
+    if (done.dropped) {
+      entries_.erase(it);
+      work_cv_.notify_one();
+      continue;
+    }
+    done.state = State::kDone;
+    done.result = std::move(r);
+    done.bytes.swap(buffer);  // `buffer` takes the entry's empty vector for the next read
+    held_ += done.bytes.size();
+    done_cv_.notify_all();
+  }
+}
+
+}  // namespace stoker::source
