@@ -8,12 +8,12 @@
 # speed per core over torchvision's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/benchlib.sh
 images=${1:-/tmp/stoker-bench-images}
 build=${2:-build}
 seconds=${3:-10}
-[[ -d $images ]] || scripts/bench-images.sh "$images"
-bench=$build/bin/stoker_bench_decode
-[[ -x $bench ]] || { echo "missing $bench (cmake --build $build --target stoker_bench_decode)" >&2; exit 1; }
+bench_images "$images"
+bench=$(bench_program "$build" stoker_bench_decode)
 cores=$(nproc)
 
 echo "== engine, 1 thread: $bench $images $seconds 5"

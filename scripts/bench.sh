@@ -8,16 +8,20 @@
 #   - torchvision's DataLoader with the same transforms, same files, same number of workers
 #     (when Debian's python3-torchvision is installed);
 # then prints the ratios. Usage: scripts/bench.sh [IMAGES_DIR] [EPOCHS]
+# BUILD_DIR=DIR measures the programs already built there (e.g. another revision's build, for a
+# before/after comparison run back to back) instead of building this tree into build/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/benchlib.sh
 images=${1:-/tmp/stoker-bench-images}
 epochs=${2:-1}
 cores=$(nproc)
 
-[[ -d "$images" ]] || scripts/bench-images.sh "$images"
-scripts/build.sh >/dev/null
+bench_images "$images"
+build=${BUILD_DIR:-build}
+[[ -n ${BUILD_DIR:-} ]] || scripts/build.sh >/dev/null
 n_files=$(find "$images" -type f -iname '*.jpg' | wc -l)
-echo "bench: $n_files JPEGs in $images; machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $cores cores"
+echo "bench: $n_files JPEGs in $images; machine: $(bench_machine)"
 find "$images" -type f -exec cat {} + >/dev/null   # warm the page cache: measure decode, not disk
 
 work=$(mktemp -d /tmp/stoker-bench-XXXXXX)
@@ -45,10 +49,10 @@ YAML
   # The clock starts before the daemon does, so its prefetch is inside the measured window.
   local t0 t1 samples
   t0=$(date +%s.%N)
-  build/bin/stokerd --config "$cfg" --socket "$socket" 2>"$work/stokerd.log" &
+  "$build"/bin/stokerd --config "$cfg" --socket "$socket" 2>"$work/stokerd.log" &
   local pid=$!
   for _ in $(seq 1 400); do [[ -S "$socket" ]] && break; sleep 0.01; done
-  samples=$(build/bin/stokerctl consume --job bench --socket "$socket" --epochs "$epochs" |
+  samples=$("$build"/bin/stokerctl consume --job bench --socket "$socket" --epochs "$epochs" |
     tail -n 1 | sed -E 's/.*"samples":([0-9]+).*/\1/')
   t1=$(date +%s.%N)
   kill -TERM "$pid"; wait "$pid" || true
@@ -61,7 +65,7 @@ val='      - resize: {size: 256}
       - center_crop: {size: 224}'
 
 echo "bench: engine on one core (no daemon)"
-build/bin/stoker_bench_decode "$images" | tee "$work/engine.txt"
+"$build"/bin/stoker_bench_decode "$images" | tee "$work/engine.txt"
 full=$(grep -E '^full_decode' "$work/engine.txt" | awk '{print $2}')
 
 declare -A R

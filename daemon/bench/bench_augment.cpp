@@ -17,13 +17,14 @@
 #include <time.h>
 
 #include "augment/blur.hpp"
+#include "augment/color_ops.hpp"
 #include "augment/erasing.hpp"
 #include "augment/geometric.hpp"
 #include "augment/hue.hpp"
 #include "augment/pixel_math.hpp"
 #include "augment/policies.hpp"
+#include "bench/bench_common.hpp"
 #include "core/rng.hpp"
-#include "augment/color_ops.hpp"
 #include "image/sample_processor.hpp"
 
 namespace fs = std::filesystem;
@@ -33,32 +34,18 @@ namespace {
 
 constexpr int kSide = 224;
 
-double thread_cpu_us() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) * 1e-3;
-}
 constexpr std::size_t kBytes = std::size_t{kSide} * kSide * 3;
 
 std::vector<std::vector<std::uint8_t>> crops_of(const fs::path& dir, std::size_t max_files) {
   image::PipelineSpec spec;  // Resize(256) + CenterCrop(224), uint8 HWC
   spec.layout = proto::Layout::kNHWC;
   image::SampleProcessor p(spec);
-  std::vector<fs::path> paths;
-  for (const auto& e : fs::recursive_directory_iterator(dir)) {
-    std::string ext = e.path().extension().string();
-    for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (e.is_regular_file() && (ext == ".jpg" || ext == ".jpeg")) paths.push_back(e.path());
-  }
-  std::sort(paths.begin(), paths.end());
+  const auto paths = bench::list_files(dir, bench::Walk::kRecursive, true);
   std::vector<std::vector<std::uint8_t>> crops;
   for (const auto& path : paths) {
     if (crops.size() == max_files) break;
-    std::FILE* f = std::fopen(path.c_str(), "rb");
-    if (f == nullptr) continue;
-    std::vector<std::uint8_t> buf(fs::file_size(path));
-    buf.resize(std::fread(buf.data(), 1, buf.size(), f));
-    std::fclose(f);
+    std::vector<std::uint8_t> buf;
+    if (!bench::read_file(path, buf)) continue;
     std::vector<std::uint8_t> out(kBytes);
     if (p.process(buf, 0, 0, 0, out.data()).ok()) crops.push_back(std::move(out));
   }
@@ -86,15 +73,14 @@ int main(int argc, char** argv) {
   auto time_op = [&](const std::function<void(std::uint8_t*, std::uint64_t)>& op) {
     std::vector<double> rounds;
     for (int r = 0; r < 5; ++r) {
-      const double t0 = thread_cpu_us();
+      const double t0 = bench::thread_cpu_s();
       for (int i = 0; i < iterations; ++i) {
         std::memcpy(work.data(), crops[static_cast<std::size_t>(i) % crops.size()].data(), kBytes);
         op(work.data(), static_cast<std::uint64_t>(r) * iterations + i);
       }
-      rounds.push_back((thread_cpu_us() - t0) / iterations);
+      rounds.push_back((bench::thread_cpu_s() - t0) * 1e6 / iterations);
     }
-    std::sort(rounds.begin(), rounds.end());
-    return rounds[2];
+    return bench::median(rounds);
   };
   const double copy_us = time_op([](std::uint8_t*, std::uint64_t) {});
   const std::string only = argc > 3 ? argv[3] : "";  // one op by name (profiling)

@@ -2,7 +2,6 @@
 // memory. Prints one line per measurement: "<name> <images/s> x_full_decode=<ratio>
 // [breakdown]", images/s being the median of ROUNDS interleaved rounds. The reference ceiling is
 // libjpeg-turbo's plain full decode of the same files (RGB, all rows, no scaling).
-#include <cctype>
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -16,33 +15,13 @@
 
 #include <jpeglib.h>
 
+#include "bench/bench_common.hpp"
 #include "image/sample_processor.hpp"
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-std::vector<std::vector<std::uint8_t>> load(const fs::path& dir) {
-  std::vector<fs::path> paths;
-  for (const auto& e : fs::recursive_directory_iterator(dir)) {
-    std::string ext = e.path().extension().string();
-    for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    // Any case: ImageNet's own files are ".JPEG".
-    if (e.is_regular_file() && (ext == ".jpg" || ext == ".jpeg")) paths.push_back(e.path());
-  }
-  std::sort(paths.begin(), paths.end());
-  std::vector<std::vector<std::uint8_t>> files;
-  for (const auto& p : paths) {  // one sized read per file, as the daemon's workers do
-    std::FILE* f = std::fopen(p.c_str(), "rb");
-    if (f == nullptr) continue;
-    std::vector<std::uint8_t> buf(fs::file_size(p));
-    buf.resize(std::fread(buf.data(), 1, buf.size(), f));
-    std::fclose(f);
-    files.push_back(std::move(buf));
-  }
-  return files;
-}
 
 // Plain libjpeg-turbo full decode (what a loader without window decoding pays at least).
 void full_decode(const std::vector<std::uint8_t>& f, std::vector<std::uint8_t>& out) {
@@ -63,20 +42,6 @@ void full_decode(const std::vector<std::uint8_t>& f, std::vector<std::uint8_t>& 
   jpeg_destroy_decompress(&c);
 }
 
-// One timed round: at least `seconds` and at least one pass over the files.
-template <class F>
-double rate(const std::vector<std::vector<std::uint8_t>>& files, double seconds, F&& one) {
-  std::size_t n = 0;
-  const auto t0 = Clock::now();
-  double el = 0;
-  do {
-    one(files[n % files.size()], n);
-    ++n;
-    el = std::chrono::duration<double>(Clock::now() - t0).count();
-  } while (el < seconds || n < files.size());
-  return static_cast<double>(n) / el;
-}
-
 // A measurement taken as rounds interleaved with the others, so that a neighbour's load on a
 // shared machine slows all of them alike; the median round is reported.
 struct Measurement {
@@ -84,11 +49,7 @@ struct Measurement {
   std::function<double(double)> round;  // runs one round, returns images/s
   std::function<std::string()> detail;
   std::vector<double> rates;
-  double median() const {
-    auto r = rates;
-    std::sort(r.begin(), r.end());
-    return r[r.size() / 2];
-  }
+  double median() const { return stoker::bench::median(rates); }
 };
 
 struct Engine {
@@ -105,7 +66,7 @@ Measurement engine(const char* name, const stoker::image::PipelineSpec& spec,
   Measurement m;
   m.name = name;
   m.round = [e, &files](double seconds) {
-    return rate(files, seconds, [&](const auto& f, std::size_t) {
+    return stoker::bench::timed_round(files, seconds, [&](const auto& f, std::size_t) {
       e->bad += e->processor.process(f, 1, 0, e->next_id++, e->out.data(), &e->bd).ok() ? 0 : 1;
     });
   };
@@ -128,23 +89,24 @@ int main(int argc, char** argv) {
   }
   const double seconds = argc > 2 ? std::atof(argv[2]) : 5.0;  // per measurement, all rounds
   const int rounds = argc > 3 ? std::max(1, std::atoi(argv[3])) : 5;
-  load(argv[1]);  // once to warm the page cache, then timed: the daemon reads the same way
+  namespace bench = stoker::bench;
+  auto load = [dir = fs::path(argv[1])] { return bench::read_files(bench::list_files(dir, bench::Walk::kRecursive, true)); };
+  load();  // once to warm the page cache, then timed: the daemon reads the same way
   const auto t_read = Clock::now();
-  const auto files = load(argv[1]);
+  const auto files = load();
   const double read_s = std::chrono::duration<double>(Clock::now() - t_read).count();
   if (files.empty()) {
     std::fprintf(stderr, "no JPEGs under %s\n", argv[1]);
     return 1;
   }
-  std::size_t bytes = 0;
-  for (const auto& f : files) bytes += f.size();
+  const std::size_t bytes = stoker::bench::total_bytes(files);
   std::printf("files %zu mean_kib %.1f read_ms %.3f (page cache, per file)\n", files.size(),
               bytes / 1024.0 / files.size(), read_s * 1000.0 / files.size());
 
   std::vector<std::uint8_t> scratch;
   std::vector<Measurement> ms;
   ms.push_back({"full_decode",
-                [&](double sec) { return rate(files, sec, [&](const auto& f, std::size_t) { full_decode(f, scratch); }); },
+                [&](double sec) { return stoker::bench::timed_round(files, sec, [&](const auto& f, std::size_t) { full_decode(f, scratch); }); },
                 [] { return std::string(); }, {}});
   stoker::image::PipelineSpec train;
   train.geometry = stoker::image::Geometry::kRandomResizedCrop;

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_common.hpp"
 #include "image/jpeg_decoder.hpp"
 #include "image/other_decoders.hpp"
 #include "image/png_decoder.hpp"
@@ -31,25 +32,7 @@ using namespace stoker::image;
 
 namespace {
 
-using Files = std::vector<std::vector<std::uint8_t>>;
-
-Files load(const fs::path& dir) {
-  std::vector<fs::path> paths;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.is_regular_file()) paths.push_back(e.path());
-  }
-  std::sort(paths.begin(), paths.end());
-  Files files;
-  for (const auto& p : paths) {
-    std::FILE* f = std::fopen(p.c_str(), "rb");
-    if (f == nullptr) continue;
-    std::vector<std::uint8_t> buf(fs::file_size(p));
-    buf.resize(std::fread(buf.data(), 1, buf.size(), f));
-    std::fclose(f);
-    files.push_back(std::move(buf));
-  }
-  return files;
-}
+using stoker::bench::Files;
 
 // Whole-image decode to packed RGB by whichever decoder the content picks. False: refused.
 struct WholeDecoder {
@@ -72,24 +55,11 @@ struct WholeDecoder {
   }
 };
 
-double thread_cpu_s() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
 // One timed round: at least `seconds` of CPU time and at least one pass over the files.
 double rate(const Files& files, double seconds, const std::function<bool(const std::vector<std::uint8_t>&)>& one,
             std::size_t& failed) {
-  std::size_t n = 0;
-  const double t0 = thread_cpu_s();
-  double el = 0;
-  do {
-    failed += one(files[n % files.size()]) ? 0 : 1;
-    ++n;
-    el = thread_cpu_s() - t0;
-  } while (el < seconds || n < files.size());
-  return static_cast<double>(n) / el;
+  return stoker::bench::timed_round(
+      files, seconds, [&](const auto& f, std::size_t) { failed += one(f) ? 0 : 1; }, &stoker::bench::thread_cpu_s);
 }
 
 struct Measurement {
@@ -98,11 +68,7 @@ struct Measurement {
   std::function<bool(const std::vector<std::uint8_t>&)> one;
   std::vector<double> rates;
   std::size_t failed = 0;
-  double median() const {
-    auto r = rates;
-    std::sort(r.begin(), r.end());
-    return r[r.size() / 2];
-  }
+  double median() const { return stoker::bench::median(rates); }
 };
 
 std::function<bool(const std::vector<std::uint8_t>&)> pipeline(const PipelineSpec& spec) {
@@ -128,7 +94,7 @@ int main(int argc, char** argv) {
   }
   std::sort(dirs.begin(), dirs.end());
   for (const auto& d : dirs) {
-    Files f = load(d);
+    Files f = stoker::bench::read_files(stoker::bench::list_files(d, stoker::bench::Walk::kTop, false));
     if (!f.empty()) sets.emplace_back(d.filename().string(), std::move(f));
   }
   if (sets.empty()) {
@@ -143,8 +109,7 @@ int main(int argc, char** argv) {
 
   std::vector<Measurement> ms;
   for (const auto& [format, files] : sets) {
-    std::size_t bytes = 0;
-    for (const auto& f : files) bytes += f.size();
+    const std::size_t bytes = stoker::bench::total_bytes(files);
     std::printf("%s files %zu mean_kib %.1f\n", format.c_str(), files.size(), bytes / 1024.0 / files.size());
     auto whole = std::make_shared<WholeDecoder>();
     ms.push_back({format, "decode", &files, [whole](const auto& f) { return (*whole)(f); }, {}});
