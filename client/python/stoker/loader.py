@@ -8,56 +8,15 @@ import warnings
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 from . import _stoker, jobdef
-
-try:  # torch is optional: without it the loader yields NumPy arrays
-    import torch
-    from torch.utils import dlpack as _torch_dlpack
-except ImportError:  # pragma: no cover - depends on the machine
-    torch = None
+from .optional_torch import torch, torch_dlpack
+from .placement import distributed, env_int, resolve_device
 
 
 class HoldError(_stoker.StokerError):
     """Raised when the caller holds every slot of its ring and asks for one more."""
 
 
-def _env_int(name: str) -> Optional[int]:
-    v = os.environ.get(name)
-    return int(v) if v not in (None, "") else None
-
-
 _warned_hostsim = False
-
-
-def _distributed() -> Tuple[Optional[int], Optional[int]]:
-    """(rank, world size) from torch.distributed when it is initialized, else (None, None)."""
-    try:
-        import torch.distributed as dist  # noqa: PLC0415
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size()
-    except ImportError:
-        pass
-    return None, None
-
-
-def _resolve_device(device: Any) -> Tuple[str, int]:
-    """None -> host batches; "cuda" -> the current torch device (LOCAL_RANK, else 0, when
-    torch has not chosen one); "cuda:N", N or torch.device("cuda", N) -> GPU N."""
-    if device is None or device == "" or device == "cpu":
-        return "", -1
-    if torch is not None and isinstance(device, torch.device):
-        device = "cuda" if device.index is None and device.type == "cuda" else str(device)
-    if isinstance(device, int):
-        device = f"cuda:{device}"
-    if device == "cuda":
-        index = None
-        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-            index = torch.cuda.current_device()
-        if index is None:
-            index = _env_int("LOCAL_RANK") or 0
-        return f"cuda:{index}", index
-    if isinstance(device, str) and device.startswith("cuda:") and device[5:].isdigit():
-        return device, int(device[5:])
-    raise ValueError(f"device must be None, 'cuda', 'cuda:N' or a torch.device, not {device!r}")
 
 
 class Batch:
@@ -76,9 +35,9 @@ class Batch:
         if device_index >= 0 and native.on_device:
             self._from_device(native, framework, copy, device_index, device_backend)
         elif framework == "torch":
-            self.images = _torch_dlpack.from_dlpack(native.images_dlpack())
-            self.labels = _torch_dlpack.from_dlpack(native.labels_dlpack())
-            self.ids = _torch_dlpack.from_dlpack(native.ids_dlpack())
+            self.images = torch_dlpack.from_dlpack(native.images_dlpack())
+            self.labels = torch_dlpack.from_dlpack(native.labels_dlpack())
+            self.ids = torch_dlpack.from_dlpack(native.ids_dlpack())
             if copy:
                 self.images, self.labels, self.ids = self.images.clone(), self.labels.clone(), self.ids.clone()
         else:
@@ -106,9 +65,9 @@ class Batch:
         images = native.device_images_dlpack(stream)
         labels = native.device_labels_dlpack(stream)
         if framework == "torch":
-            self.images = _torch_dlpack.from_dlpack(images)
-            self.labels = _torch_dlpack.from_dlpack(labels)
-            self.ids = _torch_dlpack.from_dlpack(native.ids_dlpack())
+            self.images = torch_dlpack.from_dlpack(images)
+            self.labels = torch_dlpack.from_dlpack(labels)
+            self.ids = torch_dlpack.from_dlpack(native.ids_dlpack())
             if copy:
                 self.images, self.labels, self.ids = self.images.clone(), self.labels.clone(), self.ids.clone()
         else:
@@ -205,17 +164,17 @@ class Loader:
         if reconnect_timeout_s is not None and reconnect_timeout_s < 0:
             raise ValueError("reconnect_timeout_s must be >= 0")
         self.reconnect_timeout_s = reconnect_timeout_s or 0.0
-        self.device, self._device_index = _resolve_device(device)
+        self.device, self._device_index = resolve_device(device)
         self.pin_memory = bool(pin_memory)
         if self.pin_memory and self.device:
             raise ValueError("pin_memory is for host batches; device batches are on the GPU already")
-        dist_rank, dist_world = _distributed()
-        self.rank = rank if rank is not None else (dist_rank if dist_rank is not None else (_env_int("RANK") or 0))
+        dist_rank, dist_world = distributed()
+        self.rank = rank if rank is not None else (dist_rank if dist_rank is not None else (env_int("RANK") or 0))
         self.world_size = world_size if world_size is not None else (
-            dist_world if dist_world is not None else _env_int("WORLD_SIZE"))
+            dist_world if dist_world is not None else env_int("WORLD_SIZE"))
         self.socket = socket or ""
         if reader is None:
-            reader = _env_int("STOKER_READER")
+            reader = env_int("STOKER_READER")
         # A global rank splits into (rank, reader) only when nobody chose either; the daemon
         # knows the job's readers and says which rank and reader it served (first connect).
         self._split_rank = reader is None and rank is None
@@ -360,18 +319,18 @@ class Loader:
         root_path = os.path.abspath(os.fspath(root))
         if dtype not in ("float32", "float16", "uint8"):
             raise ValueError(f"dtype must be float32, float16 or uint8, not {dtype!r}")
-        dist_rank, dist_world = _distributed()
+        dist_rank, dist_world = distributed()
         world = world_size if world_size is not None else (
-            dist_world if dist_world is not None else (_env_int("WORLD_SIZE") or 1))
-        local = local_world_size if local_world_size is not None else (_env_int("LOCAL_WORLD_SIZE") or world)
+            dist_world if dist_world is not None else (env_int("WORLD_SIZE") or 1))
+        local = local_world_size if local_world_size is not None else (env_int("LOCAL_WORLD_SIZE") or world)
         if world < 1 or local < 1 or world % local != 0:
             raise ValueError(f"world_size {world} must be a positive multiple of local_world_size {local}")
         if node_rank is None:
-            node_rank = _env_int("GROUP_RANK")
+            node_rank = env_int("GROUP_RANK")
             if node_rank is None:
                 rank = kwargs.get("rank")
                 if rank is None:
-                    rank = dist_rank if dist_rank is not None else (_env_int("RANK") or 0)
+                    rank = dist_rank if dist_rank is not None else (env_int("RANK") or 0)
                 node_rank = int(rank) // local
         first = node_rank * local
         if shuffle is None:
@@ -458,7 +417,7 @@ class Loader:
         del prefetch_factor, persistent_workers, multiprocessing_context, pin_memory_device  # see dataloader_args
         steps, dtype, origins = jobdef.translate_with_origins(dataset.transform)
         step_rules.check(steps, origins)
-        dist_rank, dist_world = _distributed()
+        dist_rank, dist_world = distributed()
         sampler_drop_last = None
         shuffle = bool(shuffle)
         if sampler is None or isinstance(sampler, tud.SequentialSampler) or isinstance(sampler, tud.RandomSampler):
@@ -468,7 +427,7 @@ class Loader:
                 shuffle = True
             elif isinstance(sampler, tud.SequentialSampler):
                 shuffle = False
-            world = dist_world if dist_world is not None else (_env_int("WORLD_SIZE") or 1)
+            world = dist_world if dist_world is not None else (env_int("WORLD_SIZE") or 1)
             if world != 1:
                 raise jobdef.TranslationError(
                     f"no DistributedSampler in a world of {world}: every rank would read the whole dataset; "
@@ -480,7 +439,7 @@ class Loader:
         else:
             raise jobdef.TranslationError(f"sampler {type(sampler).__name__} has no stokerd equivalent")
         seed, augment_seed = dataloader_args.job_seeds(seed, generator, sampler)
-        local = local_world_size if local_world_size is not None else (_env_int("LOCAL_WORLD_SIZE") or world)
+        local = local_world_size if local_world_size is not None else (env_int("LOCAL_WORLD_SIZE") or world)
         if world % local != 0:
             raise ValueError(f"world size {world} is not a multiple of local_world_size {local}")
         first = (rank // local) * local
@@ -585,7 +544,7 @@ class Loader:
             self._client = _stoker.Client(self.job, self.rank, self.socket, epoch, batch, True, self.device,
                                           self.reader, self._split_rank)
         if self.pin_memory:
-            index = _resolve_device("cuda")[1]
+            index = resolve_device("cuda")[1]
             self._client.pin_memory(index)
         self._stream = (epoch, batch)
 
