@@ -45,7 +45,7 @@ def batches(loader, n):
 def test_device_batches_equal_host_batches(daemon_factory, dtype):
     host = daemon_factory(dtype=dtype, prefetch=3)
     dev = daemon_factory(dtype=dtype, prefetch=3)  # same config and seed: same batches
-    stoker.loader._warned_hostsim = False  # it warns once per process
+    stoker.batch._warned_hostsim = False  # it warns once per process
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         dl = stoker.Loader("demo", socket=dev.socket, device="cuda")

@@ -1,149 +1,28 @@
-"""stoker.Loader: a DataLoader-shaped iterator over batches served by stokerd."""
+"""stoker.Loader: a DataLoader-shaped iterator over batches served by stokerd.
+
+This module holds the Loader itself: its connection to the daemon (connect, reconnect,
+the world check), its position (epoch and batch, state_dict, set_epoch) and iteration. What
+it hands out and what it is built from live beside it: batch.py (one batch as tensors, the
+DLPack plumbing), placement.py (rank, world and device from torch.distributed and the
+launcher), torchvision_jobs.py (from_folder / from_dataset: jobs defined in torchvision's
+terms), dataloader_views.py (loader.sampler and loader.dataset as DataLoader scripts read
+them)."""
 from __future__ import annotations
 
 import json
-import os
 import time
 import warnings
-from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, Optional, Tuple
 
-from . import _stoker, jobdef
-
-try:  # torch is optional: without it the loader yields NumPy arrays
-    import torch
-    from torch.utils import dlpack as _torch_dlpack
-except ImportError:  # pragma: no cover - depends on the machine
-    torch = None
+from . import _stoker, torchvision_jobs
+from .batch import Batch
+from .dataloader_views import _Dataset, _Sampler
+from .optional_torch import torch
+from .placement import distributed, env_int, resolve_device
 
 
 class HoldError(_stoker.StokerError):
     """Raised when the caller holds every slot of its ring and asks for one more."""
-
-
-def _env_int(name: str) -> Optional[int]:
-    v = os.environ.get(name)
-    return int(v) if v not in (None, "") else None
-
-
-_warned_hostsim = False
-
-
-def _distributed() -> Tuple[Optional[int], Optional[int]]:
-    """(rank, world size) from torch.distributed when it is initialized, else (None, None)."""
-    try:
-        import torch.distributed as dist  # noqa: PLC0415
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size()
-    except ImportError:
-        pass
-    return None, None
-
-
-def _resolve_device(device: Any) -> Tuple[str, int]:
-    """None -> host batches; "cuda" -> the current torch device (LOCAL_RANK, else 0, when
-    torch has not chosen one); "cuda:N", N or torch.device("cuda", N) -> GPU N."""
-    if device is None or device == "" or device == "cpu":
-        return "", -1
-    if torch is not None and isinstance(device, torch.device):
-        device = "cuda" if device.index is None and device.type == "cuda" else str(device)
-    if isinstance(device, int):
-        device = f"cuda:{device}"
-    if device == "cuda":
-        index = None
-        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-            index = torch.cuda.current_device()
-        if index is None:
-            index = _env_int("LOCAL_RANK") or 0
-        return f"cuda:{index}", index
-    if isinstance(device, str) and device.startswith("cuda:") and device[5:].isdigit():
-        return device, int(device[5:])
-    raise ValueError(f"device must be None, 'cuda', 'cuda:N' or a torch.device, not {device!r}")
-
-
-class Batch:
-    """One batch: `images`, `labels`, `ids` (tensors or arrays viewing shared memory, or the
-    daemon's copy on the GPU for a device loader), `epoch`, `index`. Iterating a Loader yields
-    `(images, labels)`; use `Loader.batches()` to get these objects instead. `labels` are int64
-    class indices `[B]`, or for a job with `mixup`/`cutmix` float soft targets
-    `[B, num_classes]` (the images' dtype, float32 for uint8 images), zero-copy as well."""
-
-    def __init__(self, native: "_stoker.Batch", framework: str, copy: bool,
-                 device_index: int = -1, device_backend: str = ""):
-        self.epoch = native.epoch
-        self.index = native.index
-        self.last = native.last
-        self._native = native
-        if device_index >= 0 and native.on_device:
-            self._from_device(native, framework, copy, device_index, device_backend)
-        elif framework == "torch":
-            self.images = _torch_dlpack.from_dlpack(native.images_dlpack())
-            self.labels = _torch_dlpack.from_dlpack(native.labels_dlpack())
-            self.ids = _torch_dlpack.from_dlpack(native.ids_dlpack())
-            if copy:
-                self.images, self.labels, self.ids = self.images.clone(), self.labels.clone(), self.ids.clone()
-        else:
-            self.images = native.images_numpy()
-            self.labels = native.labels_numpy()
-            self.ids = native.ids_numpy()
-            if copy:
-                self.images, self.labels, self.ids = self.images.copy(), self.labels.copy(), self.ids.copy()
-        if copy:
-            self.release()
-
-    def _from_device(self, native, framework: str, copy: bool, index: int, backend: str) -> None:
-        # The batch is ordered on the trainer's current stream by a GPU wait (no host wait),
-        # and its release fence is recorded on that same stream when the last tensor dies.
-        stream = 0
-        if backend == "cuda":
-            stream = torch.cuda.current_stream(index).cuda_stream
-        else:
-            global _warned_hostsim
-            if not _warned_hostsim:
-                _warned_hostsim = True
-                warnings.warn("stoker: STOKER_DEVICE_BACKEND=hostsim: device batches are simulated "
-                              "in host memory; the loader yields CPU tensors read from the "
-                              "simulated device copy", RuntimeWarning, stacklevel=4)
-        images = native.device_images_dlpack(stream)
-        labels = native.device_labels_dlpack(stream)
-        if framework == "torch":
-            self.images = _torch_dlpack.from_dlpack(images)
-            self.labels = _torch_dlpack.from_dlpack(labels)
-            self.ids = _torch_dlpack.from_dlpack(native.ids_dlpack())
-            if copy:
-                self.images, self.labels, self.ids = self.images.clone(), self.labels.clone(), self.ids.clone()
-        else:
-            import numpy as np  # hostsim only (checked by the Loader): host-addressable memory
-            self.images = np.from_dlpack(_Capsule(images)) if hasattr(np, "from_dlpack") else None
-            self.labels = np.from_dlpack(_Capsule(labels)) if hasattr(np, "from_dlpack") else None
-            self.ids = native.ids_numpy()
-            if self.images is None:
-                raise RuntimeError("framework='numpy' with device batches needs NumPy >= 1.22")
-            if copy:
-                self.images, self.labels, self.ids = self.images.copy(), self.labels.copy(), self.ids.copy()
-        if copy:
-            self.release()
-
-    def __len__(self) -> int:
-        return int(self.labels.shape[0])
-
-    def release(self) -> None:
-        """Give the slot back now. Views of this batch must not be used afterwards."""
-        if self._native is not None:
-            self._native.release()
-            self._native = None
-
-
-class _Capsule:
-    """Hands a ready DLPack capsule to numpy.from_dlpack (which asks an object for it)."""
-
-    def __init__(self, capsule):
-        self._capsule = capsule
-
-    def __dlpack__(self, stream=None):
-        return self._capsule
-
-    def __dlpack_device__(self):
-        return (1, 0)  # kDLCPU: only host-addressable (hostsim) memory gets here
 
 
 class Loader:
@@ -205,17 +84,17 @@ class Loader:
         if reconnect_timeout_s is not None and reconnect_timeout_s < 0:
             raise ValueError("reconnect_timeout_s must be >= 0")
         self.reconnect_timeout_s = reconnect_timeout_s or 0.0
-        self.device, self._device_index = _resolve_device(device)
+        self.device, self._device_index = resolve_device(device)
         self.pin_memory = bool(pin_memory)
         if self.pin_memory and self.device:
             raise ValueError("pin_memory is for host batches; device batches are on the GPU already")
-        dist_rank, dist_world = _distributed()
-        self.rank = rank if rank is not None else (dist_rank if dist_rank is not None else (_env_int("RANK") or 0))
+        dist_rank, dist_world = distributed()
+        self.rank = rank if rank is not None else (dist_rank if dist_rank is not None else (env_int("RANK") or 0))
         self.world_size = world_size if world_size is not None else (
-            dist_world if dist_world is not None else _env_int("WORLD_SIZE"))
+            dist_world if dist_world is not None else env_int("WORLD_SIZE"))
         self.socket = socket or ""
         if reader is None:
-            reader = _env_int("STOKER_READER")
+            reader = env_int("STOKER_READER")
         # A global rank splits into (rank, reader) only when nobody chose either; the daemon
         # knows the job's readers and says which rank and reader it served (first connect).
         self._split_rank = reader is None and rank is None
@@ -314,192 +193,24 @@ class Loader:
                     raise
                 time.sleep(0.05)
         if not reply.get("ok"):
-            raise _stoker.RefusedError(f"stokerd refused the job: {self._in_users_words(reply.get('error', reply))}")
+            why = torchvision_jobs.in_users_words(reply.get("error", reply), self._origins)
+            raise _stoker.RefusedError(f"stokerd refused the job: {why}")
         self.job = reply["job"]
         self._status = None
 
-    def _in_users_words(self, error: Any) -> Any:
-        """A daemon refusal of a from_dataset definition ("<origin>:LINE:COL: key: why") led
-        by the transform that made that line, so the user reads what they wrote."""
-        import re
-        m = re.match(r"<job defined by client[^>]*>:(\d+):\d+: (.*)", str(error), re.S)
-        origin = self._origins.get(int(m.group(1))) if m else None
-        return f"{origin}: {m.group(2)} ({error})" if origin else error
+    # --- jobs defined in torchvision's terms (torchvision_jobs.py) ------------------------
+    from_folder = classmethod(torchvision_jobs.from_folder)
+    from_dataset = classmethod(torchvision_jobs.from_dataset)
 
-    @classmethod
-    def from_folder(cls, root: str, batch_size: int = 256, train: bool = True, *,
-                    crop_size: int = 224, resize_size: int = 256,
-                    mean: Sequence[float] = (0.485, 0.456, 0.406),
-                    std: Sequence[float] = (0.229, 0.224, 0.225),
-                    dtype: str = "float32", layout: str = "NCHW",
-                    shuffle: Optional[bool] = None, drop_last: Optional[bool] = None,
-                    seed: int = 0, prefetch: int = 4, on_error: str = "skip",
-                    world_size: Optional[int] = None, local_world_size: Optional[int] = None,
-                    node_rank: Optional[int] = None, **kwargs: Any) -> "Loader":
-        """A loader over an ImageFolder tree with torchvision's standard recipe, no YAML:
-
-            train = stoker.Loader.from_folder("/data/imagenet/train", batch_size=256)
-            val = stoker.Loader.from_folder("/data/imagenet/val", batch_size=256, train=False)
-
-        train=True: RandomResizedCrop(crop_size) + RandomHorizontalFlip, shuffled, short last
-        batch dropped (drop_last=True, as the references' train loaders). train=False:
-        Resize(resize_size) + CenterCrop(crop_size), dataset order, and every sample exactly
-        once across the ranks (no padding: ranks differ by at most one sample), which is the
-        validation a metric needs. Both ToTensor + Normalize(mean, std) into `dtype`
-        (float32/float16; "uint8" leaves normalizing to the trainer, e.g. on the GPU).
-
-        The job is registered with the running stokerd on first use (lazy: iteration, len(),
-        batch_size), validated as a config file is (errors name the key), shared by every
-        local rank that sends the same definition, and removed once its last consumer left
-        (server.client_job_linger_s later). The world comes from torch.distributed or
-        torchrun's WORLD_SIZE / LOCAL_WORLD_SIZE / GROUP_RANK (or the arguments): this node's
-        daemon serves ranks node_rank * local_world_size .. + local_world_size - 1 of it.
-        Other arguments (rank, socket, device, copy, timeout_s, ...) are Loader's.
-        For anything else (other sources, augmentations, long-lived jobs) write the job in the
-        daemon's YAML config and use Loader(name)."""
-        root_path = os.path.abspath(os.fspath(root))
-        if dtype not in ("float32", "float16", "uint8"):
-            raise ValueError(f"dtype must be float32, float16 or uint8, not {dtype!r}")
-        dist_rank, dist_world = _distributed()
-        world = world_size if world_size is not None else (
-            dist_world if dist_world is not None else (_env_int("WORLD_SIZE") or 1))
-        local = local_world_size if local_world_size is not None else (_env_int("LOCAL_WORLD_SIZE") or world)
-        if world < 1 or local < 1 or world % local != 0:
-            raise ValueError(f"world_size {world} must be a positive multiple of local_world_size {local}")
-        if node_rank is None:
-            node_rank = _env_int("GROUP_RANK")
-            if node_rank is None:
-                rank = kwargs.get("rank")
-                if rank is None:
-                    rank = dist_rank if dist_rank is not None else (_env_int("RANK") or 0)
-                node_rank = int(rank) // local
-        first = node_rank * local
-        if shuffle is None:
-            shuffle = train
-        if drop_last is None:
-            drop_last = train
-        steps = ["decode: {}"]
-        if train:
-            steps += [f"random_resized_crop: {{size: {int(crop_size)}}}", "horizontal_flip: {p: 0.5}"]
-        else:
-            steps += [f"resize: {{size: {int(resize_size)}}}", f"center_crop: {{size: {int(crop_size)}}}"]
-        if dtype != "uint8":
-            steps.append(f"normalize: {{mean: {json.dumps([float(m) for m in mean])}, "
-                         f"std: {json.dumps([float(s) for s in std])}}}")
-        definition = jobdef.job_yaml(name="from_folder", root=root_path, batch_size=batch_size, shuffle=shuffle,
-                                     seed=seed, drop_last=drop_last, pad_shards=train, world=world, first=first,
-                                     local=local, prefetch=prefetch, on_error=on_error, steps=steps, dtype=dtype,
-                                     layout=layout)
-        kwargs.setdefault("world_size", world)
-        loader = cls("", lazy=True, **kwargs)
-        loader._definition = definition
-        return loader
-
-    @classmethod
-    def from_dataset(cls, dataset: Any, batch_size: Optional[int] = 1, shuffle: Optional[bool] = None,
-                     sampler: Any = None, batch_sampler: Any = None, num_workers: int = 0, collate_fn: Any = None,
-                     pin_memory: bool = False, drop_last: bool = False, timeout: float = 0,
-                     worker_init_fn: Any = None, multiprocessing_context: Any = None, generator: Any = None, *,
-                     prefetch_factor: Optional[int] = None, persistent_workers: bool = False,
-                     pin_memory_device: str = "", mixup: Any = None, cutmix: Any = None,
-                     seed: Optional[int] = None, prefetch: int = 4, on_error: str = "skip", layout: str = "NCHW",
-                     local_world_size: Optional[int] = None, **kwargs: Any) -> "Loader":
-        """The DataLoader a script already builds, served by stokerd: same arguments, in
-        DataLoader's order, so porting a script changes only the constructor's name:
-
-            train = stoker.Loader.from_dataset(ImageFolder(root, transform=preset), batch_size=256,
-                                               sampler=DistributedSampler(ds), num_workers=16,
-                                               pin_memory=True, drop_last=True, mixup=0.2, cutmix=1.0)
-
-        `dataset` is a torchvision ImageFolder; its transform (a Compose of torchvision
-        transforms, nested Composes, or a wrapper whose whole behaviour is a Compose in its
-        `.transforms`, as the references' ClassificationPresetTrain/Eval: see
-        transform_tree.py) becomes the daemon's pipeline with the same parameters, and any
-        transform without an exact equivalent is refused at construction with its name and
-        position (TranslationError): nothing is dropped. `sampler`: None/SequentialSampler
-        (dataset order), RandomSampler (shuffled), or DistributedSampler (its num_replicas,
-        rank, shuffle, seed and drop_last); the permutation is stokerd's (same sharding, not
-        torch's random numbers). The sampler stays the script's: each iteration starts at
-        the epoch of its last `set_epoch()` (DataLoader's behaviour, so `--resume` at epoch
-        k serves epoch k), and Loader.set_epoch() / load_state_dict() set it too.
-
-        The seeds: `seed=` decides order and augmentations; else a DistributedSampler's seed
-        decides the order and a draw from `generator=` or torch's default generator the
-        augmentations; else that draw decides both (torch.manual_seed decides it, as for
-        DataLoader); see dataloader_args.job_seeds. DataLoader's worker arguments (num_workers,
-        prefetch_factor, persistent_workers, multiprocessing_context) are accepted and have
-        no effect: stokerd decodes. pin_memory=True page-locks the host batches for the GPU
-        (a warning and no pinning without CUDA, as DataLoader); timeout=T is timeout_s.
-        batch_sampler, worker_init_fn and a collate_fn other than default_collate are
-        refused, naming what to use. `mixup` / `cutmix`: an alpha (0: off), or the
-        classification references' RandomMixup / RandomCutmix (p must be 1; both given: one
-        of the two per batch, as their RandomChoice); labels are then float soft targets
-        [B, num_classes]. The job is defined on first use as from_folder's."""
-        from torchvision import datasets
-        from torch.utils import data as tud
-        from . import dataloader_args, step_rules
-        if not isinstance(dataset, datasets.ImageFolder):
-            raise jobdef.TranslationError(
-                f"from_dataset takes a torchvision ImageFolder, not {type(dataset).__name__} (stokerd reads "
-                f"the folder itself; other sources are defined in the daemon's YAML)")
-        if dataset.target_transform is not None:
-            raise jobdef.TranslationError("the ImageFolder has a target_transform, which stokerd cannot apply")
-        if dataset.loader is not datasets.folder.default_loader and dataset.loader is not datasets.folder.pil_loader:
-            raise jobdef.TranslationError("the ImageFolder has a custom loader, which stokerd cannot apply")
-        if batch_size is None:
-            raise jobdef.TranslationError("batch_size=None (unbatched samples): stokerd serves batches; give a size")
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size should be a positive integer, not {batch_size!r}")
-        if sampler is not None and shuffle:
-            raise ValueError("sampler option is mutually exclusive with shuffle")  # DataLoader's rule
-        kwargs.update(dataloader_args.loader_kwargs(dict(
-            batch_sampler=batch_sampler, num_workers=num_workers, collate_fn=collate_fn, pin_memory=pin_memory,
-            timeout=timeout, worker_init_fn=worker_init_fn), kwargs))
-        del prefetch_factor, persistent_workers, multiprocessing_context, pin_memory_device  # see dataloader_args
-        steps, dtype, origins = jobdef.translate_with_origins(dataset.transform)
-        step_rules.check(steps, origins)
-        dist_rank, dist_world = _distributed()
-        sampler_drop_last = None
-        shuffle = bool(shuffle)
-        if sampler is None or isinstance(sampler, tud.SequentialSampler) or isinstance(sampler, tud.RandomSampler):
-            if isinstance(sampler, tud.RandomSampler):
-                if sampler.replacement or sampler._num_samples is not None:
-                    raise jobdef.TranslationError("RandomSampler with replacement or num_samples has no stokerd equivalent")
-                shuffle = True
-            elif isinstance(sampler, tud.SequentialSampler):
-                shuffle = False
-            world = dist_world if dist_world is not None else (_env_int("WORLD_SIZE") or 1)
-            if world != 1:
-                raise jobdef.TranslationError(
-                    f"no DistributedSampler in a world of {world}: every rank would read the whole dataset; "
-                    f"pass sampler=DistributedSampler(dataset)")
-            rank = 0
-        elif isinstance(sampler, tud.DistributedSampler):
-            world, rank = int(sampler.num_replicas), int(sampler.rank)
-            shuffle, sampler_drop_last = bool(sampler.shuffle), bool(sampler.drop_last)
-        else:
-            raise jobdef.TranslationError(f"sampler {type(sampler).__name__} has no stokerd equivalent")
-        seed, augment_seed = dataloader_args.job_seeds(seed, generator, sampler)
-        local = local_world_size if local_world_size is not None else (_env_int("LOCAL_WORLD_SIZE") or world)
-        if world % local != 0:
-            raise ValueError(f"world size {world} is not a multiple of local_world_size {local}")
-        first = (rank // local) * local
-        definition = jobdef.job_yaml(
-            name="from_dataset", root=os.path.abspath(dataset.root), batch_size=batch_size, shuffle=shuffle,
-            seed=seed, augment_seed=augment_seed, drop_last=drop_last, sampler_drop_last=sampler_drop_last,
-            world=world, first=first, local=local, prefetch=prefetch, on_error=on_error, steps=steps, dtype=dtype,
-            layout=layout,
-            mixup=dataloader_args.mix_alpha(mixup, "mixup"), cutmix=dataloader_args.mix_alpha(cutmix, "cutmix"))
-        kwargs.setdefault("world_size", world)
-        kwargs.setdefault("rank", rank)
-        loader = cls("", lazy=True, **kwargs)
-        loader._definition = definition
-        # The steps are the definition's last lines but its output line (job_yaml): 1-based line numbers.
-        last_step = len(definition.splitlines()) - 1
-        loader._origins = {last_step - len(steps) + 1 + k: o for k, o in enumerate(origins)}
-        if isinstance(sampler, tud.DistributedSampler):
-            loader._epoch_sampler = sampler
-        return loader
+    def _define_on_first_use(self, definition: str, origins: Optional[Dict[int, str]] = None,
+                             epoch_sampler: Any = None) -> None:
+        """Makes this lazy loader one of a job defined from Python: `definition` (the job's
+        YAML) is sent to the daemon on first use; `origins` maps its lines to the transforms
+        that made them (refusals name those); `epoch_sampler` is the script's
+        DistributedSampler, whose epoch decides where each iteration starts."""
+        self._definition = definition
+        self._origins = dict(origins or {})
+        self._epoch_sampler = epoch_sampler
 
     # --- what scripts written for torch.utils.data.DataLoader read -------------------------
     @property
@@ -585,7 +296,7 @@ class Loader:
             self._client = _stoker.Client(self.job, self.rank, self.socket, epoch, batch, True, self.device,
                                           self.reader, self._split_rank)
         if self.pin_memory:
-            index = _resolve_device("cuda")[1]
+            index = resolve_device("cuda")[1]
             self._client.pin_memory(index)
         self._stream = (epoch, batch)
 
@@ -745,98 +456,3 @@ class Loader:
     def __del__(self) -> None:
         # Only drop the reference: the native client hangs up when its last batch is released.
         self._client = None
-
-
-class _Sampler:
-    """loader.sampler: what training scripts call on a DistributedSampler."""
-
-    def __init__(self, loader: "Loader"):
-        self._loader = loader
-
-    def set_epoch(self, epoch: int) -> None:
-        self._loader.set_epoch(epoch)
-
-    def __len__(self) -> int:
-        return int(self._loader.info["samples_per_rank"])
-
-    @property
-    def epoch(self) -> int:
-        return self._loader._epoch
-
-
-_IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
-
-
-class _Dataset:
-    """loader.dataset: torchvision ImageFolder's attributes for the job's source. Class names
-    come from the daemon; `samples` is the daemon's own list on first use ((path, label) by
-    sample id, for every source type; tar members as SHARD:MEMBER), listed by ImageFolder's
-    rules only from a daemon older than protocol 2.2: samples[id] is the file of sample id."""
-
-    def __init__(self, job: Dict[str, Any], socket: str = ""):
-        self._job, self._socket = job.get("name"), socket
-        self.root = job.get("root", "")
-        self.classes = list(job.get("class_names", []))
-        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
-        self._len = int(job.get("samples", 0))
-        self._samples = None
-        self._file = job.get("file") if job.get("source") == "filelist" else None
-
-    def _read_list(self):
-        """A file-list source's samples, by the daemon's rules (see configs/README.md)."""
-        rows = []
-        with open(self._file) as f:
-            for line in f:
-                t = line.strip()
-                if not t or t.startswith("#"):
-                    continue
-                sep = min((i for i in (t.find(","), t.find("\t")) if i >= 0), default=-1)
-                path, label = (t, None) if sep < 0 else (t[:sep].strip(), t[sep + 1:].strip())
-                rows.append((os.path.normpath(os.path.join(self.root, path)), label))
-        if rows and rows[0][1] is not None and all(l.isdigit() for _, l in rows):
-            return [(p, int(l)) for p, l in rows]
-        names = [l if l is not None else os.path.basename(os.path.dirname(p)) for p, l in rows]
-        return [(p, self.class_to_idx[n]) for (p, _), n in zip(rows, names)]
-
-    def __len__(self) -> int:
-        return self._len
-
-    def _from_daemon(self):
-        """The daemon's own list, by id (protocol 2.2); None from an older daemon."""
-        if self._job is None:
-            return None
-        out = []
-        while True:
-            request = json.dumps({"op": "samples", "job": self._job, "offset": len(out), "count": 100000})
-            try:
-                reply = json.loads(_stoker.daemon_command(self._socket, request))
-            except _stoker.StokerError:
-                return None
-            if not reply.get("ok"):
-                return None
-            out += [(p, int(l)) for p, l in reply["samples"]]
-            if not reply["samples"] or len(out) >= reply["total"]:
-                return out
-
-    @property
-    def samples(self):
-        if self._samples is None:
-            self._samples = self._from_daemon()
-        if self._samples is None and self._file:
-            self._samples = self._read_list()
-        if self._samples is None:
-            out = []
-            for c in self.classes:
-                for dirpath, dirnames, names in sorted(os.walk(os.path.join(self.root, c), followlinks=True)):
-                    dirnames.sort()
-                    for n in sorted(names):
-                        if n.lower().endswith(_IMG_EXTENSIONS) and not n.startswith("."):
-                            out.append((os.path.join(dirpath, n), self.class_to_idx[c]))
-            self._samples = out
-        return self._samples
-
-    @property
-    def targets(self):
-        return [t for _, t in self.samples]
-
-    imgs = samples

@@ -4,7 +4,8 @@ definition generated for them (and arrives at construction, not at first use).
 
 This mirrors the rules of parse_pipeline() in daemon/config/config.cpp for the steps
 jobdef.translate() emits; the daemon still validates the definition it receives (the source
-of truth), and a refusal it gives is reported with the transform's name (loader.py)."""
+of truth), and a refusal it gives is reported with the transform's name
+(torchvision_jobs.in_users_words)."""
 import json
 from typing import List, Sequence
 

@@ -1,0 +1,102 @@
+"""One batch as the trainer sees it, and the DLPack plumbing that gets it there.
+
+Batch wraps a native batch (a slot of the job's ring in shared memory, or the daemon's copy on
+the GPU) as torch tensors or NumPy arrays through DLPack, without copying; the slot goes back
+when the last tensor dies or on release(). It knows nothing of connections or positions: the
+Loader makes one per delivered batch. _Capsule lets numpy.from_dlpack take a capsule that is
+already made (hostsim device batches)."""
+from __future__ import annotations
+
+import warnings
+
+from . import _stoker
+from .optional_torch import torch, torch_dlpack
+
+# The hostsim warning is given once per process (tests reset it to see it again).
+_warned_hostsim = False
+
+
+class Batch:
+    """One batch: `images`, `labels`, `ids` (tensors or arrays viewing shared memory, or the
+    daemon's copy on the GPU for a device loader), `epoch`, `index`. Iterating a Loader yields
+    `(images, labels)`; use `Loader.batches()` to get these objects instead. `labels` are int64
+    class indices `[B]`, or for a job with `mixup`/`cutmix` float soft targets
+    `[B, num_classes]` (the images' dtype, float32 for uint8 images), zero-copy as well."""
+
+    def __init__(self, native: "_stoker.Batch", framework: str, copy: bool,
+                 device_index: int = -1, device_backend: str = ""):
+        self.epoch = native.epoch
+        self.index = native.index
+        self.last = native.last
+        self._native = native
+        if device_index >= 0 and native.on_device:
+            self._from_device(native, framework, copy, device_index, device_backend)
+        elif framework == "torch":
+            self.images = torch_dlpack.from_dlpack(native.images_dlpack())
+            self.labels = torch_dlpack.from_dlpack(native.labels_dlpack())
+            self.ids = torch_dlpack.from_dlpack(native.ids_dlpack())
+            if copy:
+                self.images, self.labels, self.ids = self.images.clone(), self.labels.clone(), self.ids.clone()
+        else:
+            self.images = native.images_numpy()
+            self.labels = native.labels_numpy()
+            self.ids = native.ids_numpy()
+            if copy:
+                self.images, self.labels, self.ids = self.images.copy(), self.labels.copy(), self.ids.copy()
+        if copy:
+            self.release()
+
+    def _from_device(self, native, framework: str, copy: bool, index: int, backend: str) -> None:
+        # The batch is ordered on the trainer's current stream by a GPU wait (no host wait),
+        # and its release fence is recorded on that same stream when the last tensor dies.
+        stream = 0
+        if backend == "cuda":
+            stream = torch.cuda.current_stream(index).cuda_stream
+        else:
+            global _warned_hostsim
+            if not _warned_hostsim:
+                _warned_hostsim = True
+                warnings.warn("stoker: STOKER_DEVICE_BACKEND=hostsim: device batches are simulated "
+                              "in host memory; the loader yields CPU tensors read from the "
+                              "simulated device copy", RuntimeWarning, stacklevel=4)
+        images = native.device_images_dlpack(stream)
+        labels = native.device_labels_dlpack(stream)
+        if framework == "torch":
+            self.images = torch_dlpack.from_dlpack(images)
+            self.labels = torch_dlpack.from_dlpack(labels)
+            self.ids = torch_dlpack.from_dlpack(native.ids_dlpack())
+            if copy:
+                self.images, self.labels, self.ids = self.images.clone(), self.labels.clone(), self.ids.clone()
+        else:
+            import numpy as np  # hostsim only (checked by the Loader): host-addressable memory
+            self.images = np.from_dlpack(_Capsule(images)) if hasattr(np, "from_dlpack") else None
+            self.labels = np.from_dlpack(_Capsule(labels)) if hasattr(np, "from_dlpack") else None
+            self.ids = native.ids_numpy()
+            if self.images is None:
+                raise RuntimeError("framework='numpy' with device batches needs NumPy >= 1.22")
+            if copy:
+                self.images, self.labels, self.ids = self.images.copy(), self.labels.copy(), self.ids.copy()
+        if copy:
+            self.release()
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    def release(self) -> None:
+        """Give the slot back now. Views of this batch must not be used afterwards."""
+        if self._native is not None:
+            self._native.release()
+            self._native = None
+
+
+class _Capsule:
+    """Hands a ready DLPack capsule to numpy.from_dlpack (which asks an object for it)."""
+
+    def __init__(self, capsule):
+        self._capsule = capsule
+
+    def __dlpack__(self, stream=None):
+        return self._capsule
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU: only host-addressable (hostsim) memory gets here
