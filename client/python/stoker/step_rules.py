@@ -2,7 +2,7 @@
 loader is built, so the error names the transform the user wrote instead of a line of a job
 definition generated for them (and arrives at construction, not at first use).
 
-This mirrors the rules of parse_pipeline() in daemon/config/config.cpp for the steps
+This mirrors the rules of parse_pipeline() in daemon/config/pipeline_steps.cpp for the steps
 jobdef.translate() emits; the daemon still validates the definition it receives (the source
 of truth), and a refusal it gives is reported with the transform's name
 (torchvision_jobs.in_users_words)."""

@@ -1,0 +1,79 @@
+// A job's `source:` — where its samples come from: an ImageFolder tree (`root`), a file list
+// (`list`, formerly `file`, with an optional `root`) or tar shards (`shards`). Roots and lists
+// must exist when the config is read, so a typo is refused with its line rather than found when
+// the job starts; tar shards are opened (and their braces expanded) when the job indexes them.
+#include <string>
+#include <system_error>
+
+#include "config/sections.hpp"
+
+namespace stoker::config {
+
+namespace fs = std::filesystem;
+
+void parse_source(const Reader& r, const Value& section, const fs::path& base_dir, SourceConfig& out) {
+  const Fields src(r, section, {"type", "root", "list", "file", "shards"});
+  if (auto* v = src.get("type")) out.type = r.choice(*v, {"imagefolder", "filelist", "tar"});
+  if (out.type == "tar") {
+    // shards: one pattern or a list of them; braces are expanded (and shards opened) when the
+    // source is indexed, which names the key on failure through root_mark.
+    const Value& shards = src.need("shards");
+    auto add = [&](const Value& v) {
+      const fs::path given = r.string(v);
+      if (given.empty()) r.fail(v, "must not be empty");
+      out.shards.push_back(resolve(given, base_dir).string());
+    };
+    if (shards.node.IsSequence()) {
+      if (shards.node.size() == 0) r.fail(shards, "expected at least one shard pattern");
+      for (std::size_t i = 0; i < shards.node.size(); ++i) add(r.element(shards, i));
+    } else {
+      add(shards);
+    }
+    out.root_mark = shards.at;
+    out.root_key = "shards";
+    for (const char* k : {"root", "list", "file"}) {
+      if (const Value* v = src.get(k)) r.fail(*v, std::string("not a key of type: tar (shards name the files)"));
+    }
+  } else if (const Value* v = src.get("shards")) {
+    r.fail(*v, "only for type: tar");
+  }
+  const Value* list_v = src.get("list");
+  if (const Value* alias = src.get("file"); alias != nullptr && out.type != "tar") {
+    // `file` is the older name of `list`, still accepted; both at once would say two things.
+    if (list_v != nullptr) r.fail(*alias, "give the file list as 'list' only ('file' is its older name)");
+    list_v = alias;
+  }
+  if (out.type == "filelist") {
+    // list: the list; root: what relative paths in it are relative to (default: its folder).
+    const Value& file = list_v != nullptr ? *list_v : src.need("list");
+    const fs::path list = r.string(file);
+    if (list.empty()) r.fail(file, "must not be empty");
+    out.file = resolve(list, base_dir);
+    out.root_mark = file.at;
+    out.root_key = src.get("list") != nullptr ? "list" : "file";
+    std::error_code fec;
+    if (!fs::is_regular_file(out.file, fec)) r.fail(file, out.file.string() + " is not an existing file");
+  } else if (list_v != nullptr && out.type != "tar") {
+    r.fail(*list_v, "only for type: filelist");
+  }
+  if (out.type != "tar") {
+    const Value* root_v = src.get("root");
+    if (root_v == nullptr && out.type == "filelist") {
+      out.root = out.file.parent_path();
+    } else {
+      const Value& root = root_v != nullptr ? *root_v : src.need("root");
+      const fs::path given = r.string(root);
+      if (given.empty()) r.fail(root, "must not be empty");
+      out.root = resolve(given, base_dir);
+      if (out.type != "filelist") out.root_mark = root.at;
+    }
+    const Value& root = root_v != nullptr ? *root_v : *list_v;
+    std::error_code ec;
+    if (!fs::is_directory(out.root, ec)) {
+      r.fail(root, out.root.string() + " is not an existing directory" +
+                       (ec && ec != std::errc::no_such_file_or_directory ? " (" + ec.message() + ")" : ""));
+    }
+  }
+}
+
+}  // namespace stoker::config

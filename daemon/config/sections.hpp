@@ -1,0 +1,48 @@
+// Private to daemon/config/: the parsers of the config's sections, one file each, called from
+// the document (config.cpp) and from each other (a job holds a source and a pipeline, a
+// pipeline holds augmentation steps). All refuse bad input through Reader::fail, so every
+// failure is a ConfigError naming FILE:LINE:COL and the key path.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "augment/color_ops.hpp"
+#include "augment/erasing.hpp"
+#include "config/config.hpp"
+#include "config/yaml_reader.hpp"
+#include "image/pipeline_spec.hpp"
+
+namespace stoker::config {
+
+// server_section.cpp: `server:`.
+void parse_server(const Reader& r, const Value& s, const std::filesystem::path& base_dir, ServerConfig& out);
+
+// job_section.cpp: one entry of `jobs:` (name as written, at name_at; j its body).
+JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, const Value& j,
+                    const std::filesystem::path& base_dir);
+
+// job_source.cpp: a job's `source:` (imagefolder, filelist or tar; roots and lists must exist).
+void parse_source(const Reader& r, const Value& section, const std::filesystem::path& base_dir, SourceConfig& out);
+
+// pipeline_steps.cpp: a job's `pipeline:`, the steps in the one order the engine runs them;
+// decode, the geometry steps, horizontal_flip and normalize are read there.
+void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec);
+
+// augment_steps.cpp: the parameters of one augmentation step, as torchvision's transform of
+// the same name takes them. Where the step may stand in the pipeline is parse_pipeline's
+// business; `body` is the step's mapping (empty for a bare `- name`).
+//   color_jitter, random_grayscale, random_solarize, random_posterize, random_autocontrast,
+//   random_equalize, random_adjust_sharpness:
+augment::AugmentStep parse_color_step(const Reader& r, const Value& body, const std::string& name);
+// `size_pending`: the output size is not known yet (resize's center_crop is still to come).
+augment::AugmentStep parse_gaussian_blur(const Reader& r, const Value& body, const image::PipelineSpec& spec,
+                                         bool size_pending);
+augment::AugmentStep parse_random_rotation(const Reader& r, const Value& body);
+augment::AugmentStep parse_random_affine(const Reader& r, const Value& body);
+// trivial_augment_wide, rand_augment, auto_augment (`name` says which).
+augment::AugmentStep parse_policy(const Reader& r, const Value& body, const std::string& name);
+// Before normalize it erases uint8 pixels, after it the float output (`after_normalize`).
+augment::ErasingParams parse_random_erasing(const Reader& r, const Value& body, bool after_normalize);
+
+}  // namespace stoker::config
