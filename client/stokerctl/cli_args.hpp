@@ -31,10 +31,11 @@ inline bool parse_u64(const char* s, std::uint64_t& out) {
   return true;
 }
 
-// Put before an integer option's conversion. CLI11 converts with strtoull(base 0): "010" would
-// be 8, "0x10" 16, and "-1" would wrap to 2^64-1. This admits plain decimal digits that fit 64
-// bits only and hands the conversion the number without leading zeros, so a value means what
-// it always meant; the conversion then refuses what does not fit the option's type.
+// An integer option's ->transform() (not ->check(): CLI11 hands a check a copy, so its rewrite
+// would be lost; transforms run before the checks). CLI11 converts with strtoull(base 0): "010"
+// would be 8, "0x10" 16, and "-1" would wrap to 2^64-1. This admits plain decimal digits that
+// fit 64 bits only and hands on the number without leading zeros, so a value means what it
+// always meant; the conversion then refuses what does not fit the option's type.
 inline CLI::Validator whole_number() {
   return CLI::Validator(
       [](std::string& v) -> std::string {

@@ -34,26 +34,26 @@ void add_consume_options(CLI::App& cmd, ConsumeArgs& a) {
   // Required, checked by run_consume: CLI11 checks ->required() before unknown arguments, and
   // `consume --jbo x` should name --jbo rather than say --job is missing.
   cmd.add_option("--job", a.job, "the job to consume (required)")->option_text("NAME");
-  cmd.add_option("--rank", a.rank, "rank to consume as (default 0)")->check(whole_number())->option_text("R");
+  cmd.add_option("--rank", a.rank, "rank to consume as (default 0)")->transform(whole_number())->option_text("R");
   cmd.add_option("--reader", a.reader, "reader I of the rank, for jobs with `readers: K` (default 0)")
-      ->check(whole_number())
+      ->transform(whole_number())
       ->option_text("I");
-  cmd.add_option("--batches", a.batches, "stop after N batches")->check(whole_number())->option_text("N");
+  cmd.add_option("--batches", a.batches, "stop after N batches")->transform(whole_number())->option_text("N");
   cmd.add_option("--epochs", a.epochs, "stop after E epochs (default 1 when --batches is not given)")
-      ->check(whole_number())
+      ->transform(whole_number())
       ->option_text("E");
   cmd.add_flag("--ids", a.ids, "add each batch's sample ids and labels to its JSON line");
   cmd.add_option("--dump", a.dump, "write each batch's images, labels and ids as .npy files into DIR")
       ->option_text("DIR");
-  cmd.add_option("--start-epoch", a.start_epoch, "resume at epoch E")->check(whole_number())->option_text("E");
+  cmd.add_option("--start-epoch", a.start_epoch, "resume at epoch E")->transform(whole_number())->option_text("E");
   cmd.add_option("--start-batch", a.start_batch, "resume at batch B of that epoch")
-      ->check(whole_number())
+      ->transform(whole_number())
       ->option_text("B");
   cmd.add_option("--hold-ms", a.hold_ms, "hold each batch MS milliseconds before releasing it")
-      ->check(whole_number())
+      ->transform(whole_number())
       ->option_text("MS");
   cmd.add_option("--timeout-ms", a.timeout_ms, "give up when a batch takes longer than MS (default: wait)")
-      ->check(whole_number())
+      ->transform(whole_number())
       ->option_text("MS");
   add_socket_option(cmd, a.socket);
   cmd.add_option("--device", a.device, "take device batches; --dump then reads them back from the GPU")

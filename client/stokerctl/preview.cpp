@@ -189,23 +189,23 @@ Command add_preview(CLI::App& root) {
   cmd->add_option("JOB,--job", a->job, "the job to look at")->type_name("");
   cmd->add_option("--out", a->out, "the PNG file to write")->option_text("FILE.png");
   cmd->add_option("--rank", a->rank, "attach as this rank (default: the job's first)")
-      ->check(whole_number())
+      ->transform(whole_number())
       ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{0xffffffffu}))
       ->option_text("R");
   cmd->add_option("--reader", a->reader, "reader I of the rank, for jobs with `readers: K` (default 0)")
-      ->check(whole_number())
+      ->transform(whole_number())
       ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{0xffffffffu}))
       ->option_text("I");
-  cmd->add_option("--epoch", a->epoch, "the batch's epoch (default 0)")->check(whole_number())->option_text("E");
+  cmd->add_option("--epoch", a->epoch, "the batch's epoch (default 0)")->transform(whole_number())->option_text("E");
   cmd->add_option("--batch", a->batch, "the batch's index in its epoch (default 0)")
-      ->check(whole_number())
+      ->transform(whole_number())
       ->option_text("B");
   cmd->add_option("--columns", a->columns, "tiles per row, 1..1024 (default: a square sheet)")
-      ->check(whole_number())
+      ->transform(whole_number())
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1024}))
       ->option_text("C");
   cmd->add_option("--timeout-ms", a->timeout_ms, "give up when the batch takes longer, up to 3600000 (default 60000)")
-      ->check(whole_number())
+      ->transform(whole_number())
       ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{3600000}))
       ->option_text("MS");
   add_socket_option(*cmd, a->socket);

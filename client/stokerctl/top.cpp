@@ -73,7 +73,7 @@ Command add_top(CLI::App& root) {
           "", "seconds"))
       ->option_text("SECONDS");
   cmd->add_option("-n,--iterations", a->iterations, "N frames, then exit (default 0: until interrupted)")
-      ->check(whole_number())
+      ->transform(whole_number())
       ->option_text("N");
   // One flag, two spellings: the last one given wins; neither: clear when stdout is a terminal.
   a->clear_given = cmd->add_flag("--clear,!--no-clear", a->clear,

@@ -18,8 +18,9 @@ namespace {
 // Exit code of a command line stokerd cannot use; a refused config exits 2 as well.
 constexpr int kUsageError = 2;
 
-// --workers: 1..1024 in plain decimal. Checked on the text, before CLI11's conversion, which
-// reads base 0 ("010" would be 8) and would accept "0x10".
+// --workers: 1..1024 in plain decimal, a ->transform() (a ->check() gets a copy): checked on
+// the text and handed on without leading zeros, before CLI11's conversion, which reads base 0
+// ("010" would be 8) and would accept "0x10".
 std::string check_workers(std::string& v) {
   char* end = nullptr;
   const long n = std::strtol(v.c_str(), &end, 10);
@@ -82,7 +83,7 @@ bool parse_daemon_args(int argc, char** argv, DaemonOptions& out, int& exit_code
                  "$STATE_DIRECTORY (systemd's StateDirectory=), else the socket's folder")
       ->option_text("DIR");
   app.add_option("--workers", out.workers, "decode threads, 1..1024 (default: config server.workers, else all cores)")
-      ->check(CLI::Validator(check_workers, "", "workers"))
+      ->transform(CLI::Validator(check_workers, "", "workers"))
       ->option_text("N");
   app.add_option("--log-level", out.log_level, "trace|debug|info|warn|error (default: config, else info)")
       ->check(CLI::Validator(check_log_level, "", "log_level"))
