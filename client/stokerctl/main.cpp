@@ -2,7 +2,6 @@
 // command file adds its subcommand and options (commands.hpp); this file parses, turns CLI11's
 // errors into "stokerctl COMMAND: message" with exit code 2, and runs the command parsed.
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <vector>
 
