@@ -1,12 +1,16 @@
+// stokerctl's commands. Each file adds its subcommand to the top-level app, with its options
+// bound to its own arguments, and returns what runs it (main.cpp picks the one parsed).
 #pragma once
+
+#include "cli_args.hpp"
 
 namespace stoker::ctl {
 
-int consume_main(int argc, char** argv);  // argv[0] == "consume"
-int status_main(int argc, char** argv);   // argv[0] == "status"
-int drain_main(int argc, char** argv);    // argv[0] == "drain"
-int reload_main(int argc, char** argv);   // argv[0] == "reload"
-int top_main(int argc, char** argv);      // argv[0] == "top" (top.cpp)
-int preview_main(int argc, char** argv);  // argv[0] == "preview" (preview.cpp)
+Command add_consume(CLI::App& root);  // consume.cpp
+Command add_status(CLI::App& root);   // consume.cpp
+Command add_top(CLI::App& root);      // top.cpp
+Command add_preview(CLI::App& root);  // preview.cpp
+Command add_drain(CLI::App& root);    // jobs_cmd.cpp
+Command add_reload(CLI::App& root);   // jobs_cmd.cpp
 
 }  // namespace stoker::ctl

@@ -11,7 +11,6 @@
 #include <thread>
 #include <vector>
 
-#include "cli_args.hpp"
 #include "commands.hpp"
 #include "stoker/proto/half.hpp"
 #include "npy_writer.hpp"
@@ -30,43 +29,35 @@ struct ConsumeArgs {
   int timeout_ms = -1;
 };
 
-bool parse_consume(int argc, char** argv, ConsumeArgs& a) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (k == "--ids") {
-      a.ids = true;
-      continue;
-    }
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "stokerctl consume: %s needs a value\n", k.c_str());
-      return false;
-    }
-    const char* v = argv[++i];
-    std::uint64_t n = 0;
-    const bool num = parse_u64(v, n);
-    if (k == "--socket") a.socket = v;
-    else if (k == "--job") a.job = v;
-    else if (k == "--dump") a.dump = v;
-    else if (k == "--device") a.device = v;
-    else if (k == "--rank" && num && n < (1ull << 32)) a.rank = static_cast<std::uint32_t>(n);
-    else if (k == "--reader" && num && n < (1ull << 32)) a.reader = static_cast<std::uint32_t>(n);
-    else if (k == "--batches" && num) a.batches = n;
-    else if (k == "--epochs" && num) a.epochs = n;
-    else if (k == "--start-epoch" && num) a.start_epoch = n;
-    else if (k == "--start-batch" && num) a.start_batch = n;
-    else if (k == "--hold-ms" && num) a.hold_ms = static_cast<int>(n);
-    else if (k == "--timeout-ms" && num) a.timeout_ms = static_cast<int>(n);
-    else {
-      std::fprintf(stderr, "stokerctl consume: bad option %s %s\n", k.c_str(), v);
-      return false;
-    }
-  }
-  if (a.job.empty()) {
-    std::fprintf(stderr, "stokerctl consume: --job is required\n");
-    return false;
-  }
-  if (a.batches == 0 && a.epochs == 0) a.epochs = 1;
-  return true;
+// consume's options, bound to `a`. --batches/--epochs: both 0 (neither given) means one epoch.
+void add_consume_options(CLI::App& cmd, ConsumeArgs& a) {
+  // Required, checked by run_consume: CLI11 checks ->required() before unknown arguments, and
+  // `consume --jbo x` should name --jbo rather than say --job is missing.
+  cmd.add_option("--job", a.job, "the job to consume (required)")->option_text("NAME");
+  cmd.add_option("--rank", a.rank, "rank to consume as (default 0)")->transform(whole_number())->option_text("R");
+  cmd.add_option("--reader", a.reader, "reader I of the rank, for jobs with `readers: K` (default 0)")
+      ->transform(whole_number())
+      ->option_text("I");
+  cmd.add_option("--batches", a.batches, "stop after N batches")->transform(whole_number())->option_text("N");
+  cmd.add_option("--epochs", a.epochs, "stop after E epochs (default 1 when --batches is not given)")
+      ->transform(whole_number())
+      ->option_text("E");
+  cmd.add_flag("--ids", a.ids, "add each batch's sample ids and labels to its JSON line");
+  cmd.add_option("--dump", a.dump, "write each batch's images, labels and ids as .npy files into DIR")
+      ->option_text("DIR");
+  cmd.add_option("--start-epoch", a.start_epoch, "resume at epoch E")->transform(whole_number())->option_text("E");
+  cmd.add_option("--start-batch", a.start_batch, "resume at batch B of that epoch")
+      ->transform(whole_number())
+      ->option_text("B");
+  cmd.add_option("--hold-ms", a.hold_ms, "hold each batch MS milliseconds before releasing it")
+      ->transform(whole_number())
+      ->option_text("MS");
+  cmd.add_option("--timeout-ms", a.timeout_ms, "give up when a batch takes longer than MS (default: wait)")
+      ->transform(whole_number())
+      ->option_text("MS");
+  add_socket_option(cmd, a.socket);
+  cmd.add_option("--device", a.device, "take device batches; --dump then reads them back from the GPU")
+      ->option_text("cuda[:N]");
 }
 
 const char* npy_descr(stoker_dtype t) {
@@ -95,11 +86,12 @@ int fail_with(const char* what) {
   return 1;
 }
 
-}  // namespace
-
-int consume_main(int argc, char** argv) {
-  ConsumeArgs a;
-  if (!parse_consume(argc, argv, a)) return 2;
+int run_consume(ConsumeArgs& a) {
+  if (a.job.empty()) {
+    std::fprintf(stderr, "stokerctl consume: --job is required\n");
+    return 2;
+  }
+  if (a.batches == 0 && a.epochs == 0) a.epochs = 1;
   if (!a.dump.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(a.dump, ec);
@@ -231,16 +223,7 @@ int consume_main(int argc, char** argv) {
   return rc;
 }
 
-int status_main(int argc, char** argv) {
-  std::string socket;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--socket") == 0 && i + 1 < argc) {
-      socket = argv[++i];
-    } else {
-      std::fprintf(stderr, "stokerctl status: bad option %s\n", argv[i]);
-      return 2;
-    }
-  }
+int run_status(const std::string& socket) {
   char* json = nullptr;
   if (stoker_daemon_status(socket.empty() ? nullptr : socket.c_str(), &json) != STOKER_OK) {
     return fail_with("status");
@@ -248,6 +231,29 @@ int status_main(int argc, char** argv) {
   std::puts(json);
   stoker_free(json);
   return 0;
+}
+
+}  // namespace
+
+Command add_consume(CLI::App& root) {
+  CLI::App* cmd = describe(root.add_subcommand("consume", "connect as a real consumer; one JSON line per batch, then a "
+                                                          "throughput line"),
+                           "consume --job NAME [--rank R] [--reader I] [--batches N | --epochs E] [--ids] [--dump DIR]\n"
+                           "          [--start-epoch E] [--start-batch B] [--hold-ms MS] [--timeout-ms MS] [--socket PATH]\n"
+                           "          [--device cuda[:N]]");
+  auto a = std::make_shared<ConsumeArgs>();  // outlives the parse: run() reads it
+  add_consume_options(*cmd, *a);
+  return {cmd, [a] { return run_consume(*a); }};
+}
+
+Command add_status(CLI::App& root) {
+  CLI::App* cmd = describe(root.add_subcommand("status", "jobs (each with its definition as YAML), consumers, ring "
+                                                         "occupancy, images/s, error\ncounts and the last reload's "
+                                                         "outcome, as JSON"),
+                           "status [--socket PATH]");
+  auto socket = std::make_shared<std::string>();
+  add_socket_option(*cmd, *socket);
+  return {cmd, [socket] { return run_status(*socket); }};
 }
 
 }  // namespace stoker::ctl

@@ -1,6 +1,5 @@
 // stokerctl drain / reload: jobs coming and going in a running stokerd (Command messages).
 #include <cstdio>
-#include <cstring>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -13,26 +12,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-// Reads "--socket PATH" and one positional argument (may be absent); false on a bad option.
-bool parse(int argc, char** argv, const char* cmd, std::string& socket, std::string& positional) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--socket") == 0 && i + 1 < argc) {
-      socket = argv[++i];
-    } else if (argv[i][0] != '-' && positional.empty()) {
-      positional = argv[i];
-    } else {
-      std::fprintf(stderr, "stokerctl %s: bad option %s\n", cmd, argv[i]);
-      return false;
-    }
-  }
-  return true;
-}
-
-}  // namespace
-
-int drain_main(int argc, char** argv) {
-  std::string socket, job;
-  if (!parse(argc, argv, "drain", socket, job)) return 2;
+int run_drain(const std::string& socket, const std::string& job) {
   if (job.empty()) {
     std::fprintf(stderr, "stokerctl drain: which job? usage: stokerctl drain JOB [--socket PATH]\n");
     return 2;
@@ -59,12 +39,7 @@ int drain_main(int argc, char** argv) {
   return 0;
 }
 
-int reload_main(int argc, char** argv) {
-  std::string socket, extra;
-  if (!parse(argc, argv, "reload", socket, extra) || !extra.empty()) {
-    if (!extra.empty()) std::fprintf(stderr, "stokerctl reload: takes no argument (got '%s')\n", extra.c_str());
-    return 2;
-  }
+int run_reload(const std::string& socket) {
   // A `reload` command on the control socket, answered once the new config is applied or
   // refused. Never a signal to the pid in status: in another PID namespace (stokerd as PID 1
   // of its container) that number is another process. The wait covers loading the datasets
@@ -89,6 +64,35 @@ int reload_main(int argc, char** argv) {
   }
   std::printf("%s\n", r.value("message", std::string("reload applied")).c_str());
   return 0;
+}
+
+}  // namespace
+
+Command add_drain(CLI::App& root) {
+  CLI::App* cmd = describe(root.add_subcommand("drain", "stop planning JOB's batches; its consumers get those already "
+                                                        "planned, then are told;\nthe job is removed (until a reload "
+                                                        "or restart brings it back)"),
+                           "drain JOB [--socket PATH]");
+  struct Args {
+    std::string socket, job;
+  };
+  auto a = std::make_shared<Args>();
+  // Not ->required(): a missing JOB keeps its own message, which shows the synopsis.
+  cmd->add_option("JOB", a->job, "the job to drain")->type_name("");
+  add_socket_option(*cmd, a->socket);
+  return {cmd, [a] { return run_drain(a->socket, a->job); }};
+}
+
+Command add_reload(CLI::App& root) {
+  CLI::App* cmd = describe(root.add_subcommand("reload", "make stokerd re-read its config (over the control socket; "
+                                                         "SIGHUP does the same): new jobs\nstart, changed ones restart, "
+                                                         "removed ones drain, unchanged ones are not disturbed; waits\n"
+                                                         "for the outcome and exits 1 with the refusal (FILE:LINE) when "
+                                                         "the new config is refused"),
+                           "reload [--socket PATH]");
+  auto socket = std::make_shared<std::string>();
+  add_socket_option(*cmd, *socket);
+  return {cmd, [socket] { return run_reload(*socket); }};
 }
 
 }  // namespace stoker::ctl

@@ -1,70 +1,65 @@
-// stokerctl: look at and consume from a running stokerd.
+// stokerctl: look at and consume from a running stokerd. The command line is CLI11's: each
+// command file adds its subcommand and options (commands.hpp); this file parses, turns CLI11's
+// errors into "stokerctl COMMAND: message" with exit code 2, and runs the command parsed.
 #include <cstdio>
-#include <cstring>
 #include <string>
+#include <vector>
 
 #include "commands.hpp"
 #include "stoker/stoker.h"
 
 namespace {
 
-constexpr const char* kUsage =
-    "usage: stokerctl <command> [options]     (stokerctl --version, stokerctl COMMAND --help)\n"
-    "  consume --job NAME [--rank R] [--reader I] [--batches N | --epochs E] [--ids] [--dump DIR]\n"
-    "          [--start-epoch E] [--start-batch B] [--hold-ms MS] [--timeout-ms MS] [--socket PATH]\n"
-    "          [--device cuda[:N]]  take device batches; --dump then reads them back from the GPU\n"
-    "      connect as a real consumer; one JSON line per batch, then a throughput line\n"
-    "      (--reader I: reader I of the rank, for jobs with `readers: K`)\n"
-    "  status [--socket PATH]\n"
-    "      jobs (each with its definition as YAML), consumers, ring occupancy, images/s, error\n"
-    "      counts and the last reload's outcome, as JSON\n"
-    "  top [-d SECONDS] [-n N] [--clear | --no-clear] [--socket PATH]\n"
-    "      live view of jobs and consumers (rate, trainer wait %, ring occupancy, errors),\n"
-    "      refreshed every -d seconds (2); -n N: N frames then exit (0: until ^C)\n"
-    "  preview JOB --out FILE.png [--rank R] [--reader I] [--epoch E] [--batch B] [--columns C]\n"
-    "          [--socket PATH]\n"
-    "      contact sheet of one real batch as the trainer gets it (float output de-normalized),\n"
-    "      label under each tile; attaches as rank R's consumer (refused while a trainer has it)\n"
-    "  drain JOB [--socket PATH]\n"
-    "      stop planning JOB's batches; its consumers get those already planned, then are told;\n"
-    "      the job is removed (until a reload or restart brings it back)\n"
-    "  reload [--socket PATH]\n"
-    "      make stokerd re-read its config (over the control socket; SIGHUP does the same): new jobs\n"
-    "      start, changed ones restart, removed ones drain, unchanged ones are not disturbed; waits\n"
-    "      for the outcome and exits 1 with the refusal (FILE:LINE) when the new config is refused\n";
+// Exit code of a command line stokerctl cannot use (usage errors), as before CLI11.
+constexpr int kUsageError = 2;
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
-    std::fputs(kUsage, argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
-  }
-  if (std::strcmp(argv[1], "--version") == 0) {
-    std::printf("stokerctl %s (libstoker %s)\n", STOKER_VERSION, stoker_version());  // libstoker: the loaded one
-    return 0;
-  }
-  const std::string cmd = argv[1];
-  if (argc == 3 && (std::strcmp(argv[2], "--help") == 0 || std::strcmp(argv[2], "-h") == 0)) {
-    // The part of the usage that names this command.
-    const std::string usage = kUsage;
-    const auto at = usage.find("  " + cmd + " ");
-    if (at == std::string::npos) {
-      std::fprintf(stderr, "stokerctl: unknown command '%s'\n%s", cmd.c_str(), kUsage);
-      return 2;
+  using namespace stoker::ctl;
+  CLI::App app("look at and consume from a running stokerd", "stokerctl");
+  app.formatter(std::make_shared<SynopsisFormatter>("<command> [options]     (stokerctl --version, stokerctl COMMAND --help)"));
+  // An option given twice: the last one counts (as before; CLI11's default refuses it).
+  // Subcommands take their defaults from here, so this comes before them.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_flag_callback(
+      "--version",
+      [] {
+        std::printf("stokerctl %s (libstoker %s)\n", STOKER_VERSION, stoker_version());  // libstoker: the loaded one
+        throw CLI::Success();
+      },
+      "print stokerctl's and the loaded libstoker's versions and exit");
+  const std::vector<Command> commands = {add_consume(app), add_status(app),  add_top(app),
+                                         add_preview(app), add_drain(app), add_reload(app)};
+  app.footer("stokerctl COMMAND --help: that command's options");  // after them: subcommands copy the footer
+
+  const auto usage_to_stderr = [&] {
+    std::fputs(app.help().c_str(), stderr);
+    return kUsageError;
+  };
+  if (argc < 2) return usage_to_stderr();
+  const auto known = [&](const char* name) {
+    for (const Command& c : commands) {
+      if (c.app->get_name() == name) return true;
     }
-    // Its first line and the more indented lines under it, up to the next command.
-    std::size_t end = usage.find('\n', at);
-    while (end != std::string::npos && usage.compare(end + 1, 3, "   ") == 0) end = usage.find('\n', end + 1);
-    std::printf("usage: stokerctl%s\n", usage.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1).c_str());
-    return 0;
+    return false;
+  };
+  if (argv[1][0] != '-' && !known(argv[1])) {
+    std::fprintf(stderr, "stokerctl: unknown command '%s'\n", argv[1]);
+    return usage_to_stderr();
   }
-  if (cmd == "consume") return stoker::ctl::consume_main(argc - 1, argv + 1);
-  if (cmd == "status") return stoker::ctl::status_main(argc - 1, argv + 1);
-  if (cmd == "drain") return stoker::ctl::drain_main(argc - 1, argv + 1);
-  if (cmd == "reload") return stoker::ctl::reload_main(argc - 1, argv + 1);
-  if (cmd == "top") return stoker::ctl::top_main(argc - 1, argv + 1);
-  if (cmd == "preview") return stoker::ctl::preview_main(argc - 1, argv + 1);
-  std::fprintf(stderr, "stokerctl: unknown command '%s'\n%s", cmd.c_str(), kUsage);
-  return 2;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help (of the command parsed) or --version
+    // CLI11's message names the option ("--batches: must be a whole number >= 0, got 'abc'").
+    const std::vector<CLI::App*> parsed = app.get_subcommands();
+    const std::string who = parsed.empty() ? "stokerctl" : "stokerctl " + parsed.front()->get_name();
+    std::fprintf(stderr, "%s: %s\nRun '%s --help' for the options.\n", who.c_str(), e.what(), who.c_str());
+    return kUsageError;
+  }
+  for (const Command& c : commands) {
+    if (c.app->parsed()) return c.run();
+  }
+  return usage_to_stderr();  // options but no command
 }

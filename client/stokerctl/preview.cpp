@@ -28,7 +28,6 @@
 #include <nlohmann/json.hpp>
 #include <png.h>
 
-#include "cli_args.hpp"
 #include "commands.hpp"
 #include "stoker/proto/half.hpp"
 #include "preview_font.hpp"
@@ -49,42 +48,16 @@ int fail(const std::string& what) {
   return 1;
 }
 
-}  // namespace
-
-int preview_main(int argc, char** argv) {
+struct PreviewArgs {
   std::string job, out, socket;
-  std::uint64_t rank = ~0ull, reader = 0, epoch = 0, batch = 0, columns = 0, timeout_ms = 60000;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (k.rfind("--", 0) != 0) {
-      if (!job.empty()) {
-        std::fprintf(stderr, "stokerctl preview: one JOB only (got '%s' and '%s')\n", job.c_str(), k.c_str());
-        return 2;
-      }
-      job = k;
-      continue;
-    }
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "stokerctl preview: %s needs a value\n", k.c_str());
-      return 2;
-    }
-    const char* v = argv[++i];
-    std::uint64_t n = 0;
-    const bool num = parse_u64(v, n);
-    if (k == "--job") job = v;
-    else if (k == "--out") out = v;
-    else if (k == "--socket") socket = v;
-    else if (k == "--rank" && num && n < (1ull << 32)) rank = n;
-    else if (k == "--reader" && num && n < (1ull << 32)) reader = n;
-    else if (k == "--epoch" && num) epoch = n;
-    else if (k == "--batch" && num) batch = n;
-    else if (k == "--columns" && num && n >= 1 && n <= 1024) columns = n;
-    else if (k == "--timeout-ms" && num && n <= 3600000) timeout_ms = n;
-    else {
-      std::fprintf(stderr, "stokerctl preview: bad option %s %s\n", k.c_str(), v);
-      return 2;
-    }
-  }
+  std::uint64_t rank = ~0ull;  // ~0: the job's first rank (from the status)
+  std::uint64_t reader = 0, epoch = 0, batch = 0, columns = 0, timeout_ms = 60000;
+};
+
+int run_preview(PreviewArgs a) {
+  const std::string &job = a.job, &out = a.out, &socket = a.socket;
+  std::uint64_t rank = a.rank;
+  const std::uint64_t reader = a.reader, epoch = a.epoch, batch = a.batch, columns = a.columns, timeout_ms = a.timeout_ms;
   if (job.empty() || out.empty()) {
     std::fprintf(stderr, "stokerctl preview: usage: stokerctl preview JOB --out FILE.png [--rank R] [--reader I]\n");
     return 2;
@@ -200,6 +173,43 @@ int preview_main(int argc, char** argv) {
                         {"denormalized", info.dtype != STOKER_UINT8}, {"tiles", tiles}};
   std::puts(summary.dump().c_str());
   return 0;
+}
+
+}  // namespace
+
+Command add_preview(CLI::App& root) {
+  CLI::App* cmd = describe(root.add_subcommand("preview", "contact sheet of one real batch as the trainer gets it "
+                                                          "(float output de-normalized),\nlabel under each tile; "
+                                                          "attaches as rank R's consumer (refused while a trainer has "
+                                                          "it)"),
+                           "preview JOB --out FILE.png [--rank R] [--reader I] [--epoch E] [--batch B] [--columns C]\n"
+                           "          [--socket PATH]");
+  auto a = std::make_shared<PreviewArgs>();
+  // JOB may also be given as --job; a missing JOB or --out keeps the message with the synopsis.
+  cmd->add_option("JOB,--job", a->job, "the job to look at")->type_name("");
+  cmd->add_option("--out", a->out, "the PNG file to write")->option_text("FILE.png");
+  cmd->add_option("--rank", a->rank, "attach as this rank (default: the job's first)")
+      ->transform(whole_number())
+      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{0xffffffffu}))
+      ->option_text("R");
+  cmd->add_option("--reader", a->reader, "reader I of the rank, for jobs with `readers: K` (default 0)")
+      ->transform(whole_number())
+      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{0xffffffffu}))
+      ->option_text("I");
+  cmd->add_option("--epoch", a->epoch, "the batch's epoch (default 0)")->transform(whole_number())->option_text("E");
+  cmd->add_option("--batch", a->batch, "the batch's index in its epoch (default 0)")
+      ->transform(whole_number())
+      ->option_text("B");
+  cmd->add_option("--columns", a->columns, "tiles per row, 1..1024 (default: a square sheet)")
+      ->transform(whole_number())
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1024}))
+      ->option_text("C");
+  cmd->add_option("--timeout-ms", a->timeout_ms, "give up when the batch takes longer, up to 3600000 (default 60000)")
+      ->transform(whole_number())
+      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{3600000}))
+      ->option_text("MS");
+  add_socket_option(*cmd, a->socket);
+  return {cmd, [a] { return run_preview(*a); }};
 }
 
 }  // namespace stoker::ctl

@@ -14,42 +14,21 @@
 #include "top_render.hpp"
 
 namespace stoker::ctl {
+namespace {
 
-int top_main(int argc, char** argv) {
+struct TopArgs {
   std::string socket;
   double interval_s = 2.0;
   long iterations = 0;  // 0: until interrupted
-  int clear = -1;       // -1: when stdout is a terminal
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (k == "--clear") { clear = 1; continue; }
-    if (k == "--no-clear") { clear = 0; continue; }
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "stokerctl top: %s needs a value\n", k.c_str());
-      return 2;
-    }
-    const char* v = argv[++i];
-    char* end = nullptr;
-    if (k == "--socket") {
-      socket = v;
-    } else if (k == "-d" || k == "--interval") {
-      interval_s = std::strtod(v, &end);
-      if (*end != '\0' || !(interval_s >= 0.1 && interval_s <= 3600)) {
-        std::fprintf(stderr, "stokerctl top: %s must be 0.1..3600 seconds, got '%s'\n", k.c_str(), v);
-        return 2;
-      }
-    } else if (k == "-n" || k == "--iterations") {
-      iterations = std::strtol(v, &end, 10);
-      if (*end != '\0' || iterations < 0) {
-        std::fprintf(stderr, "stokerctl top: %s must be a count >= 0 (0: forever), got '%s'\n", k.c_str(), v);
-        return 2;
-      }
-    } else {
-      std::fprintf(stderr, "stokerctl top: bad option %s\n", k.c_str());
-      return 2;
-    }
-  }
-  if (clear < 0) clear = ::isatty(STDOUT_FILENO) ? 1 : 0;
+  bool clear = false;   // when given; otherwise: when stdout is a terminal
+  CLI::Option* clear_given = nullptr;
+};
+
+int run_top(const TopArgs& a) {
+  const std::string& socket = a.socket;
+  const double interval_s = a.interval_s;
+  const long iterations = a.iterations;
+  const bool clear = a.clear_given->count() != 0 ? a.clear : ::isatty(STDOUT_FILENO) != 0;
   for (long frame = 0; iterations == 0 || frame < iterations; ++frame) {
     if (frame != 0) std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));
     char* text = nullptr;
@@ -71,6 +50,36 @@ int top_main(int argc, char** argv) {
     std::fflush(stdout);
   }
   return 0;
+}
+
+}  // namespace
+
+Command add_top(CLI::App& root) {
+  CLI::App* cmd = describe(root.add_subcommand("top", "live view of jobs and consumers (rate, trainer wait %, ring "
+                                                      "occupancy, errors),\nrefreshed every -d seconds (2); -n N: N "
+                                                      "frames then exit (0: until ^C)"),
+                           "top [-d SECONDS] [-n N] [--clear | --no-clear] [--socket PATH]");
+  auto a = std::make_shared<TopArgs>();
+  cmd->add_option("-d,--interval", a->interval_s, "seconds between frames, 0.1..3600 (default 2)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            // strtod, as before: "nan" and "inf" are numbers to it, and fail the range (NaN
+            // would pass CLI::Range, whose comparisons are all false for it).
+            char* end = nullptr;
+            const double x = std::strtod(v.c_str(), &end);
+            if (v.empty() || *end != '\0' || !(x >= 0.1 && x <= 3600)) return "must be 0.1..3600 seconds, got '" + v + "'";
+            return {};
+          },
+          "", "seconds"))
+      ->option_text("SECONDS");
+  cmd->add_option("-n,--iterations", a->iterations, "N frames, then exit (default 0: until interrupted)")
+      ->transform(whole_number())
+      ->option_text("N");
+  // One flag, two spellings: the last one given wins; neither: clear when stdout is a terminal.
+  a->clear_given = cmd->add_flag("--clear,!--no-clear", a->clear,
+                                 "clear the screen before each frame, or separate frames by a blank line");
+  add_socket_option(*cmd, a->socket);
+  return {cmd, [a] { return run_top(*a); }};
 }
 
 }  // namespace stoker::ctl

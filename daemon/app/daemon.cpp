@@ -43,22 +43,6 @@ using jobs::JobTable;
 using jobs::PreparedJob;
 namespace {
 
-constexpr const char* kUsage =
-    "usage: stokerd --config FILE [--socket PATH] [--state-dir DIR] [--workers N] [--log-level LEVEL]\n"
-    "\n"
-    "Serves the jobs of a YAML pipeline config to trainers through shared memory.\n"
-    "  --config FILE      pipeline config (see configs/README.md)\n"
-    "  --socket PATH      control socket; default, first set: config server.socket, $STOKER_SOCKET,\n"
-    "                     $XDG_RUNTIME_DIR/stoker/stoker.sock, /run/stoker/stoker.sock (root),\n"
-    "                     /tmp/stoker-<uid>/stoker.sock\n"
-    "                     Clients (no --socket): $STOKER_SOCKET, else the first that exists of\n"
-    "                     $XDG_RUNTIME_DIR/stoker/stoker.sock, /run/stoker/stoker.sock (any user;\n"
-    "                     the systemd unit's, see server.group), /tmp/stoker-<uid>/stoker.sock\n"
-    "  --state-dir DIR    quarantine files and index caches; default: config server.state_dir,\n"
-    "                     $STATE_DIRECTORY (systemd's StateDirectory=), else the socket's folder\n"
-    "  --workers N        decode threads (default: config server.workers, else all cores)\n"
-    "  --log-level LEVEL  trace|debug|info|warn|error (default: config, else info)\n";
-
 // Raises the soft descriptor limit to the hard one (systemd's default soft limit is 1024, and
 // every connection and every read in flight takes one). Returns the limit now in force.
 std::uint64_t raise_open_files_limit() {
@@ -89,62 +73,6 @@ std::uint64_t new_generation() {
 }
 
 }  // namespace
-
-bool parse_daemon_args(int argc, char** argv, DaemonOptions& out, int& exit_code) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&](const char* name) -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "stokerd: %s needs a value\n%s", name, kUsage);
-        return nullptr;
-      }
-      return argv[++i];
-    };
-    const char* v = nullptr;
-    if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
-      exit_code = 0;
-      return false;
-    } else if (a == "--version") {
-      std::printf("stokerd %s (protocol %u.%u, layout %u.%u)\n", STOKER_VERSION,
-                  proto::kProtoMajor, proto::kProtoMinor, proto::kLayoutMajor, proto::kLayoutMinor);
-      exit_code = 0;
-      return false;
-    } else if (a == "--config" || a == "-c") {
-      if (!(v = value("--config"))) break;
-      out.config_path = v;
-    } else if (a == "--socket") {
-      if (!(v = value("--socket"))) break;
-      out.socket_path = v;
-    } else if (a == "--state-dir") {
-      if (!(v = value("--state-dir"))) break;
-      out.state_dir = v;
-    } else if (a == "--workers") {
-      if (!(v = value("--workers"))) break;
-      char* end = nullptr;
-      const long n = std::strtol(v, &end, 10);
-      if (*end != '\0' || n < 1 || n > 1024) {
-        std::fprintf(stderr, "stokerd: --workers must be 1..1024, got '%s'\n", v);
-        exit_code = 2;
-        return false;
-      }
-      out.workers = static_cast<int>(n);
-    } else if (a == "--log-level") {
-      if (!(v = value("--log-level"))) break;
-      out.log_level = v;
-    } else {
-      std::fprintf(stderr, "stokerd: unknown argument '%s'\n%s", a.c_str(), kUsage);
-      exit_code = 2;
-      return false;
-    }
-  }
-  if (out.config_path.empty()) {
-    std::fprintf(stderr, "stokerd: --config is required\n%s", kUsage);
-    exit_code = 2;
-    return false;
-  }
-  return true;
-}
 
 int run_daemon(const DaemonOptions& options) {
   config::Config cfg;
