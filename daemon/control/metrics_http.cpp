@@ -51,6 +51,7 @@ class MetricsHttpServer::Loop {
   MetricsHttpServer& owner;
   asio::io_context io{1};  // first: destroyed last, after the sockets and timers below
   tcp::acceptor acceptor{io};
+  tcp protocol = tcp::v4();  // the acceptor's (and so every accepted socket's)
   asio::steady_timer accept_pause{io};
   Clock::time_point accept_paused_until{};
   bool waiting = false;  // an async_wait on the acceptor (or the back-off timer) is pending
@@ -244,7 +245,7 @@ void MetricsHttpServer::Loop::accept_ready() {
     }
     error_code ec;
     tcp::socket socket(io);
-    socket.assign(acceptor.local_endpoint(ec).protocol(), fd, ec);
+    socket.assign(protocol, fd, ec);
     if (ec) {
       ::close(fd);
       break;
@@ -275,6 +276,7 @@ MetricsHttpServer::MetricsHttpServer(const std::string& host, std::uint16_t port
   const int fd = ::socket(ip.is_v6() ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) throw std::runtime_error("server.metrics: socket(): " + std::string(std::strerror(errno)));
   tcp::acceptor& acceptor = loop_->acceptor;
+  loop_->protocol = wanted.protocol();
   acceptor.assign(wanted.protocol(), fd, ec);
   if (ec) {
     ::close(fd);
