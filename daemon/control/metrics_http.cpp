@@ -113,7 +113,9 @@ bool would_block(const error_code& ec) {
 void MetricsHttpServer::Connection::set_deadline(Clock::time_point at) {
   timer_.expires_at(at);  // cancels the previous wait (its handler sees operation_aborted)
   timer_.async_wait([self = shared_from_this()](const error_code& ec) {
-    if (!ec) self->close(/*drain=*/true);
+    // A wait that had already fired when the deadline moved still completes without an error:
+    // only a deadline that has really passed closes the connection.
+    if (!ec && self->timer_.expiry() <= asio::steady_timer::clock_type::now()) self->close(/*drain=*/true);
   });
 }
 
