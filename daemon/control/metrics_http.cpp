@@ -1,308 +1,325 @@
 #include "control/metrics_http.hpp"
 
-#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <netinet/in.h>
-#include <poll.h>
+#include <list>
 #include <stdexcept>
 #include <string_view>
-#include <sys/eventfd.h>
-#include <sys/socket.h>
-#include <unistd.h>
-#include <vector>
 
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
 #include <spdlog/spdlog.h>
 
-#include "control/metrics_text.hpp"
+#include "control/metrics_http_request.hpp"
 
 namespace stoker::control {
 
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
+using boost::system::error_code;
 
-namespace {
+static_assert(MetricsHttpServer::kMaxRequestBytes == kMetricsMaxRequestBytes);
+
+// The server's thread: the io_context and everything only that thread touches once it runs.
+// Invariants: `conns` holds every open connection and at most kMaxClients of them; the
+// acceptor is waited on only while one more could be taken (there is room, or a connection
+// that may be closed for it) and no EMFILE back-off runs, so a full house is never spun on.
+class MetricsHttpServer::Loop {
+ public:
+  explicit Loop(MetricsHttpServer& owner) : owner(owner) {}
+
+  void arm_accept();
+  void accept_ready();
+  void close_all();
+  // The connection to close when all are taken and another arrives: the oldest still sending
+  // its head, else the oldest lingering one; null when every one is writing a response.
+  std::shared_ptr<Connection> eviction_candidate() const;
+  bool room() const { return conns.size() < kMaxClients || eviction_candidate() != nullptr; }
+
+  MetricsHttpServer& owner;
+  asio::io_context io{1};  // first: destroyed last, after the sockets and timers below
+  tcp::acceptor acceptor{io};
+  tcp protocol = tcp::v4();  // the acceptor's (and so every accepted socket's)
+  asio::steady_timer accept_pause{io};
+  Clock::time_point accept_paused_until{};
+  bool waiting = false;  // an async_wait on the acceptor (or the back-off timer) is pending
+  bool stopping = false;
+  std::list<std::shared_ptr<Connection>> conns;
+};
 
 // One connection. States in order: reading the request head, writing the response, lingering
 // (response handed to the kernel and SHUT_WR sent; the peer's input is discarded until it
-// closes). `deadline` is that of the current state.
-struct Connection {
-  enum class State { kHead, kResponding, kLingering };
-  int fd = -1;
-  State state = State::kHead;
-  Clock::time_point accepted;
-  Clock::time_point deadline;
-  std::string in;   // request head so far (< kMaxRequestBytes)
-  std::string out;  // response, once decided
-  std::size_t sent = 0;
-  bool drop = false;  // closed at the end of this turn
+// closes). `deadline` is that of the current state; its timer closes the connection.
+class MetricsHttpServer::Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  enum class State { kHead, kResponding, kLingering, kClosed };
+
+  Connection(Loop& loop, tcp::socket socket)
+      : loop_(loop), socket_(std::move(socket)), timer_(loop.io), accepted_(Clock::now()) {}
+
+  void start() {
+    set_deadline(accepted_ + std::chrono::milliseconds(kHeadTimeoutMs));
+    read_head();  // a scraper's request is usually queued already
+  }
+  // Closes now. A lingering connection first reads what is already queued (unless the peer
+  // misbehaved): a close with unread input resets the connection and loses the response's
+  // tail still in flight.
+  void close(bool drain = true);
+
+  State state() const { return state_; }
+  Clock::time_point accepted() const { return accepted_; }
+
+ private:
+  void set_deadline(Clock::time_point at);
+  void read_head();
+  void respond(const MetricsAnswer& answer);
+  void linger();
+  void keep_discarding();
+  // Reads and throws away what is queued, at most `budget` bytes (a peer that never stops
+  // sending cannot hold the thread). False at the peer's EOF or an error.
+  bool discard_queued(std::size_t budget = 256 * 1024);
+
+  Loop& loop_;
+  tcp::socket socket_;
+  asio::steady_timer timer_;
+  const Clock::time_point accepted_;
+  State state_ = State::kHead;
+  MetricsRequestReader reader_;
+  std::shared_ptr<const std::string> document_;  // the one answered with, kept until written
+  MetricsReply reply_;
+  std::array<char, 4096> scratch_;
 };
 
-bool transient(int err) { return err == EAGAIN || err == EWOULDBLOCK || err == EINTR; }
+namespace {
 
-// Reads and throws away what the peer sent, at most `budget` bytes this turn (a peer that
-// never stops sending cannot hold the thread). Marks the connection dropped at its EOF or error.
-void discard_input(Connection& c, std::size_t budget = 256 * 1024) {
-  char buf[4096];
-  while (budget > 0) {
-    const ssize_t r = ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
-    if (r > 0) {
-      budget -= std::min(budget, static_cast<std::size_t>(r));
-      continue;
-    }
-    if (r == 0 || !transient(errno)) c.drop = true;
-    return;
-  }
-}
-
-// Writes what the socket takes; once the whole response is with the kernel, half-closes and
-// lingers (the response is never cut by a reset: see the header's bounds).
-void write_some(Connection& c) {
-  while (c.sent < c.out.size()) {
-    const ssize_t w = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (w > 0) {
-      c.sent += static_cast<std::size_t>(w);
-      continue;
-    }
-    if (w < 0 && !transient(errno)) c.drop = true;
-    return;
-  }
-  ::shutdown(c.fd, SHUT_WR);
-  c.out.clear();
-  c.out.shrink_to_fit();
-  c.state = Connection::State::kLingering;
-  c.deadline = Clock::now() + std::chrono::milliseconds(MetricsHttpServer::kLingerMs);
-  discard_input(c);
-}
-
-// Closes after reading what is already queued (unless the peer is misbehaving, a close with
-// unread input would reset the connection and lose the response's tail in flight).
-void close_connection(Connection& c) {
-  if (c.state == Connection::State::kLingering && !c.drop) discard_input(c);
-  ::close(c.fd);
-}
-
-// Which connection to close when all are taken and another arrives: the oldest still sending
-// its head, else the oldest lingering one; -1 when every one is writing a response.
-int eviction_candidate(const std::vector<Connection>& conns) {
-  int best = -1;
-  for (int pass = 0; pass < 2 && best < 0; ++pass) {
-    const auto want = pass == 0 ? Connection::State::kHead : Connection::State::kLingering;
-    for (std::size_t i = 0; i < conns.size(); ++i) {
-      if (conns[i].state == want && (best < 0 || conns[i].accepted < conns[static_cast<std::size_t>(best)].accepted)) {
-        best = static_cast<int>(i);
-      }
-    }
-  }
-  return best;
-}
-
-std::string status_response(int code, const char* reason, const std::string& body, bool head_only,
-                            const char* content_type = "text/plain; charset=utf-8") {
-  std::string r = "HTTP/1.0 " + std::to_string(code) + " " + reason + "\r\nContent-Type: " + content_type +
-                  "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n";
-  if (!head_only) r += body;
-  return r;
+bool would_block(const error_code& ec) {
+  return ec == asio::error::would_block || ec == asio::error::try_again || ec == asio::error::interrupted;
 }
 
 }  // namespace
 
-std::string metrics_http_response(std::string_view head, const std::string& document) {
-  // Request line: METHOD SP TARGET SP HTTP/x.y (the headers after it are not needed).
-  const std::size_t eol = head.find('\n');
-  std::string_view line = head.substr(0, eol == std::string_view::npos ? head.size() : eol);
-  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-  const std::size_t s1 = line.find(' ');
-  const std::size_t s2 = s1 == std::string_view::npos ? s1 : line.find(' ', s1 + 1);
-  if (s1 == std::string_view::npos || s2 == std::string_view::npos || line.find(' ', s2 + 1) != std::string_view::npos ||
-      line.substr(s2 + 1, 5) != "HTTP/") {
-    return status_response(400, "Bad Request", "bad request line\n", false);
+void MetricsHttpServer::Connection::set_deadline(Clock::time_point at) {
+  timer_.expires_at(at);  // cancels the previous wait (its handler sees operation_aborted)
+  timer_.async_wait([self = shared_from_this()](const error_code& ec) {
+    // A wait that had already fired when the deadline moved still completes without an error:
+    // only a deadline that has really passed closes the connection.
+    if (!ec && self->timer_.expiry() <= asio::steady_timer::clock_type::now()) self->close(/*drain=*/true);
+  });
+}
+
+void MetricsHttpServer::Connection::read_head() {
+  for (;;) {
+    error_code ec;
+    const std::size_t n = socket_.read_some(asio::buffer(scratch_.data(), 1024), ec);  // non-blocking socket
+    if (would_block(ec)) {
+      socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](const error_code& wec) {
+        if (self->state_ != State::kHead) return;
+        if (wec) return self->close(false);
+        self->read_head();
+      });
+      return;
+    }
+    if (ec) return close(false);  // gone before asking (EOF included)
+    if (auto answer = reader_.feed(std::string_view(scratch_.data(), n))) return respond(*answer);
   }
-  const std::string_view method = line.substr(0, s1);
-  std::string_view target = line.substr(s1 + 1, s2 - s1 - 1);
-  target = target.substr(0, target.find('?'));  // Prometheus may add ?name[]=...; all is served
-  const bool head_only = method == "HEAD";
-  if (method != "GET" && !head_only) {
-    return status_response(405, "Method Not Allowed", "only GET /metrics\n", false);
+}
+
+void MetricsHttpServer::Connection::respond(const MetricsAnswer& answer) {
+  document_ = loop_.owner.current();
+  reply_ = metrics_reply(answer, *document_);
+  loop_.owner.requests_++;
+  state_ = State::kResponding;
+  set_deadline(accepted_ + std::chrono::milliseconds(kDeadlineMs));
+  const std::array<asio::const_buffer, 2> bytes{asio::buffer(reply_.head),
+                                                asio::buffer(reply_.body.data(), reply_.body.size())};
+  asio::async_write(socket_, bytes, [self = shared_from_this()](const error_code& ec, std::size_t) {
+    if (self->state_ != State::kResponding) return;
+    if (ec) return self->close(false);
+    self->linger();
+  });
+}
+
+// The whole response is with the kernel: half-close, then discard input until the peer closes.
+void MetricsHttpServer::Connection::linger() {
+  error_code ignored;
+  socket_.shutdown(tcp::socket::shutdown_send, ignored);
+  document_.reset();
+  reply_ = MetricsReply{};
+  state_ = State::kLingering;
+  set_deadline(Clock::now() + std::chrono::milliseconds(kLingerMs));
+  loop_.arm_accept();  // this connection may now be closed to make room
+  keep_discarding();
+}
+
+// Discards what the peer sends until it closes (or the linger deadline closes it).
+void MetricsHttpServer::Connection::keep_discarding() {
+  if (!discard_queued()) return close(false);
+  socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](const error_code& ec) {
+    if (self->state_ != State::kLingering) return;
+    if (ec) return self->close(false);
+    self->keep_discarding();
+  });
+}
+
+bool MetricsHttpServer::Connection::discard_queued(std::size_t budget) {
+  while (budget > 0) {
+    error_code ec;
+    const std::size_t n = socket_.read_some(asio::buffer(scratch_), ec);
+    if (would_block(ec)) return true;
+    if (ec) return false;
+    budget -= std::min(budget, n);
   }
-  if (target != "/metrics") return status_response(404, "Not Found", "stokerd serves /metrics only\n", head_only);
-  return status_response(200, "OK", document, head_only, kMetricsContentType);
+  return true;
+}
+
+void MetricsHttpServer::Connection::close(bool drain) {
+  if (state_ == State::kClosed) return;
+  if (drain && state_ == State::kLingering) discard_queued();
+  state_ = State::kClosed;
+  error_code ignored;
+  socket_.close(ignored);
+  timer_.cancel();
+  loop_.conns.remove(shared_from_this());
+  loop_.arm_accept();
+}
+
+std::shared_ptr<MetricsHttpServer::Connection> MetricsHttpServer::Loop::eviction_candidate() const {
+  for (const auto want : {Connection::State::kHead, Connection::State::kLingering}) {
+    std::shared_ptr<Connection> best;
+    for (const auto& c : conns) {
+      if (c->state() == want && (best == nullptr || c->accepted() < best->accepted())) best = c;
+    }
+    if (best != nullptr) return best;
+  }
+  return nullptr;
+}
+
+void MetricsHttpServer::Loop::arm_accept() {
+  if (waiting || stopping || !room()) return;
+  waiting = true;
+  if (Clock::now() < accept_paused_until) {
+    accept_pause.expires_at(accept_paused_until);
+    accept_pause.async_wait([this](const error_code& ec) {
+      waiting = false;
+      if (!ec) arm_accept();
+    });
+    return;
+  }
+  acceptor.async_wait(tcp::acceptor::wait_read, [this](const error_code& ec) {
+    waiting = false;
+    if (ec == asio::error::operation_aborted || stopping) return;
+    if (ec) {
+      spdlog::error("metrics endpoint: waiting for connections: {}; it stops serving", ec.message());
+      return;
+    }
+    accept_ready();
+    arm_accept();
+  });
+}
+
+// Empties the backlog (bounded per turn), making room by eviction when all are taken.
+void MetricsHttpServer::Loop::accept_ready() {
+  for (std::size_t taken = 0; taken < 4 * kMaxClients; ++taken) {
+    if (conns.size() >= kMaxClients) {
+      const auto victim = eviction_candidate();
+      if (victim == nullptr) break;
+      victim->close();
+    }
+    // accept4 rather than acceptor.accept(): the socket must be close-on-exec from the start.
+    const int fd = ::accept4(acceptor.native_handle(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        accept_paused_until = Clock::now() + std::chrono::milliseconds(100);
+      }
+      break;
+    }
+    error_code ec;
+    tcp::socket socket(io);
+    socket.assign(protocol, fd, ec);
+    if (ec) {
+      ::close(fd);
+      break;
+    }
+    socket.non_blocking(true, ec);
+    auto c = std::make_shared<Connection>(*this, std::move(socket));
+    conns.push_back(c);
+    c->start();
+  }
+}
+
+void MetricsHttpServer::Loop::close_all() {
+  stopping = true;
+  error_code ignored;
+  acceptor.close(ignored);
+  accept_pause.cancel();
+  while (!conns.empty()) conns.front()->close(false);
 }
 
 MetricsHttpServer::MetricsHttpServer(const std::string& host, std::uint16_t port)
-    : document_(std::make_shared<const std::string>()) {
-  sockaddr_storage ss{};
-  socklen_t len = 0;
-  int family = AF_INET;
-  auto* v4 = reinterpret_cast<sockaddr_in*>(&ss);
-  auto* v6 = reinterpret_cast<sockaddr_in6*>(&ss);
-  if (::inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(port);
-    len = sizeof *v4;
-  } else if (::inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
-    family = AF_INET6;
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(port);
-    len = sizeof *v6;
-  } else {
-    throw std::runtime_error("server.metrics: '" + host + "' is not a numeric address");
+    : document_(std::make_shared<const std::string>()), loop_(std::make_unique<Loop>(*this)) {
+  error_code ec;
+  const asio::ip::address ip = asio::ip::make_address(host, ec);
+  if (ec) throw std::runtime_error("server.metrics: '" + host + "' is not a numeric address");
+  const auto shown = [&](std::uint16_t p) { return (ip.is_v6() ? "[" + host + "]" : host) + ":" + std::to_string(p); };
+  const tcp::endpoint wanted(ip, port);
+  // Opened here (not by acceptor.open) so that it is close-on-exec and non-blocking from the start.
+  const int fd = ::socket(ip.is_v6() ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) throw std::runtime_error("server.metrics: socket(): " + std::string(std::strerror(errno)));
+  tcp::acceptor& acceptor = loop_->acceptor;
+  loop_->protocol = wanted.protocol();
+  acceptor.assign(wanted.protocol(), fd, ec);
+  if (ec) {
+    ::close(fd);
+    throw std::runtime_error("server.metrics: socket(): " + ec.message());
   }
-  const std::string wanted = (family == AF_INET6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
-  listen_fd_ = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (listen_fd_ < 0) throw std::runtime_error("server.metrics: socket(): " + std::string(std::strerror(errno)));
-  const int one = 1;
-  ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&ss), len) != 0 || ::listen(listen_fd_, 64) != 0) {
-    const std::string why = std::strerror(errno);
-    ::close(listen_fd_);
-    throw std::runtime_error("server.metrics: cannot listen on " + wanted + ": " + why);
-  }
-  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &len);
-  const std::uint16_t bound = ntohs(family == AF_INET ? v4->sin_port : v6->sin6_port);
-  address_ = (family == AF_INET6 ? "[" + host + "]" : host) + ":" + std::to_string(bound);
-  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake_fd_ < 0) {
-    ::close(listen_fd_);
-    throw std::runtime_error("server.metrics: eventfd(): " + std::string(std::strerror(errno)));
-  }
-  thread_ = std::thread([this] { run(); });
+  acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  acceptor.bind(wanted, ec);
+  if (!ec) acceptor.listen(64, ec);
+  if (ec) throw std::runtime_error("server.metrics: cannot listen on " + shown(port) + ": " + ec.message());
+  address_ = shown(acceptor.local_endpoint(ec).port());
+  acceptor.non_blocking(true, ec);
+  loop_->arm_accept();
+  thread_ = std::thread([this] {
+    try {
+      loop_->io.run();
+    } catch (const std::exception& e) {
+      spdlog::error("metrics endpoint: {}; it stops serving", e.what());
+    }
+  });
 }
 
 MetricsHttpServer::~MetricsHttpServer() {
-  stop_.store(true);
-  const std::uint64_t one = 1;
-  [[maybe_unused]] const ssize_t n = ::write(wake_fd_, &one, sizeof one);
+  asio::post(loop_->io, [this] {
+    loop_->close_all();
+    loop_->io.stop();
+  });
   thread_.join();
-  ::close(wake_fd_);
-  ::close(listen_fd_);
+  // Handlers still queued (aborted waits) hold the last references to closed connections;
+  // destroying the loop destroys them with its io_context.
+  loop_.reset();
 }
 
 void MetricsHttpServer::publish(std::string text) {
   auto doc = std::make_shared<const std::string>(std::move(text));
-  std::lock_guard lock(mu_);
+  base::MutexLock lock(mu_);
   document_ = std::move(doc);
 }
 
 std::shared_ptr<const std::string> MetricsHttpServer::current() const {
-  std::lock_guard lock(mu_);
+  base::MutexLock lock(mu_);
   return document_;
-}
-
-void MetricsHttpServer::run() {
-  std::vector<Connection> conns;
-  conns.reserve(kMaxClients);
-  Clock::time_point accept_paused_until{};
-  std::vector<pollfd> fds;
-
-  // Reads the head while the socket has bytes; decides the response once it is complete.
-  auto read_head = [&](Connection& c) {
-    char buf[1024];
-    for (;;) {
-      const ssize_t r = ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
-      if (r == 0 || (r < 0 && !transient(errno))) {
-        c.drop = true;  // gone before asking
-        return;
-      }
-      if (r < 0) return;
-      c.in.append(buf, static_cast<std::size_t>(r));
-      const bool complete = c.in.find("\r\n\r\n") != std::string::npos || c.in.find("\n\n") != std::string::npos;
-      if (complete) {
-        c.out = metrics_http_response(c.in, *current());
-      } else if (c.in.size() >= kMaxRequestBytes) {
-        c.out = status_response(431, "Request Header Fields Too Large", "request head over 4096 bytes\n", false);
-      } else {
-        continue;
-      }
-      c.in.clear();
-      c.in.shrink_to_fit();
-      requests_++;
-      c.state = Connection::State::kResponding;
-      c.deadline = c.accepted + std::chrono::milliseconds(kDeadlineMs);
-      write_some(c);
-      return;
-    }
-  };
-
-  while (!stop_.load()) {
-    const auto now = Clock::now();
-    fds.clear();
-    fds.push_back({wake_fd_, POLLIN, 0});
-    // The listening socket is watched only while a connection can be taken (room, or one to
-    // close for it) and no EMFILE back-off runs: otherwise poll would report it readable
-    // forever and the thread would spin.
-    const bool room = conns.size() < kMaxClients || eviction_candidate(conns) >= 0;
-    const bool accepting = room && now >= accept_paused_until;
-    fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});
-    int timeout_ms = kDeadlineMs;
-    for (const Connection& c : conns) {
-      fds.push_back({c.fd, static_cast<short>(c.state == Connection::State::kResponding ? POLLOUT : POLLIN), 0});
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(c.deadline - now).count();
-      timeout_ms = std::min<int>(timeout_ms, static_cast<int>(std::max<long long>(left, 0) + 1));
-    }
-    if (room && !accepting) timeout_ms = std::min(timeout_ms, 100);
-    const int n = ::poll(fds.data(), fds.size(), timeout_ms);
-    if (n < 0 && errno != EINTR) {
-      spdlog::error("metrics endpoint: poll: {}; it stops serving", std::strerror(errno));
-      break;
-    }
-    if (fds[0].revents != 0) break;  // stop
-    // Existing connections first (their indexes match fds[2..]), then new ones.
-    for (std::size_t i = 0; i < conns.size(); ++i) {
-      Connection& c = conns[i];
-      const short ev = fds[i + 2].revents;
-      if (ev == 0) continue;
-      switch (c.state) {
-        case Connection::State::kHead: read_head(c); break;
-        case Connection::State::kResponding: write_some(c); break;
-        case Connection::State::kLingering: discard_input(c); break;
-      }
-    }
-    // Failed, finished lingering or past the state's deadline: closed.
-    const auto after = Clock::now();
-    for (std::size_t i = 0; i < conns.size();) {
-      Connection& c = conns[i];
-      if (c.drop || after >= c.deadline) {
-        close_connection(c);
-        conns[i] = std::move(conns.back());
-        conns.pop_back();
-      } else {
-        ++i;
-      }
-    }
-    if (accepting && fds[1].revents != 0) {
-      // Empties the backlog (bounded per turn), making room by eviction when all are taken.
-      for (std::size_t taken = 0; taken < 4 * kMaxClients; ++taken) {
-        if (conns.size() >= kMaxClients) {
-          const int victim = eviction_candidate(conns);
-          if (victim < 0) break;
-          auto& v = conns[static_cast<std::size_t>(victim)];
-          close_connection(v);
-          v = std::move(conns.back());
-          conns.pop_back();
-        }
-        const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) {
-          if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-            accept_paused_until = Clock::now() + std::chrono::milliseconds(100);
-          }
-          break;
-        }
-        Connection c;
-        c.fd = fd;
-        c.accepted = Clock::now();
-        c.deadline = c.accepted + std::chrono::milliseconds(kHeadTimeoutMs);
-        read_head(c);  // a scraper's request is usually queued already
-        if (c.drop) {
-          close_connection(c);
-        } else {
-          conns.push_back(std::move(c));
-        }
-      }
-    }
-  }
-  for (Connection& c : conns) ::close(c.fd);
 }
 
 }  // namespace stoker::control

@@ -1,4 +1,5 @@
-// Fuzz harness: the /metrics responder's answer to any request head (metrics_http.cpp). Every
+// Fuzz harness: the /metrics responder's answer to any request head (Beast's request parser
+// behind metrics_http_response, metrics_http_request.cpp, which the server feeds too). Every
 // input must give one complete HTTP/1.0 response: a status line, headers ending in a blank
 // line, and a body of exactly Content-Length bytes; the document only for 200.
 #include <cstdint>
