@@ -17,8 +17,8 @@ namespace stoker::control {
 
 inline constexpr const char* kMetricsContentType = "text/plain; version=0.0.4; charset=utf-8";
 
-// The whole HTTP/1.0 response to one request head (metrics_http_request.cpp, over Boost.Beast's parser): 200 with `document`
-// for GET/HEAD /metrics, else 400/404/405. Pure, so tests can feed it garbage directly.
+// The whole HTTP/1.0 response to one request head (metrics_http_request.cpp, over Boost.Beast's
+// parser): 200 with `document` for GET/HEAD /metrics, else 400/404/405/431. Pure, so tests can feed it garbage directly.
 std::string metrics_http_response(std::string_view head, const std::string& document);
 
 using MetricLabels = std::vector<std::pair<std::string, std::string>>;
