@@ -10,6 +10,7 @@
 #include "control/command_reply.hpp"
 #include "control/peer_access.hpp"
 #include "control/sessions.hpp"
+#include "core/check.hpp"
 #include "job/job.hpp"
 #include "jobs/job_loader.hpp"
 #include "jobs/job_table.hpp"
@@ -114,6 +115,8 @@ void JobDefinitions::apply(LoadResult& r) {
   }
   if (waiting.empty()) return;  // every client that asked left while its job loaded: nothing is kept
   std::string reply;
+  STOKER_CHECK(!r.error.empty() || r.job.has_value(), "definition load of {} neither failed nor made a job",
+               r.definition);
   if (!r.error.empty()) {
     reply = reply_error(r.error);
   } else if (Job* same = jobs_.defined(r.definition)) {

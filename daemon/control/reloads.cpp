@@ -7,6 +7,7 @@
 
 #include "control/command_reply.hpp"
 #include "control/sessions.hpp"
+#include "core/check.hpp"
 #include "job/job.hpp"
 #include "jobs/job_loader.hpp"
 #include "jobs/job_table.hpp"
@@ -64,6 +65,9 @@ void Reloads::apply(LoadResult& r) {
     spdlog::error("reload refused, the running jobs keep serving: {}", r.error);
     finish(false, "reload refused, the running jobs keep serving: " + r.error);
   } else {
+    STOKER_CHECK(r.config.has_value() && r.prepared.size() == r.config->jobs.size(),
+                 "a reload's result holds {} prepared job(s) for its config's {}", r.prepared.size(),
+                 r.config ? r.config->jobs.size() : 0);
     const config::Config& cfg = *r.config;
     std::size_t added = 0, restarted = 0, unchanged = 0, removed = 0;
     std::string failed;  // jobs the new config names that could not start

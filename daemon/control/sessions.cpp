@@ -10,6 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "core/check.hpp"
 #include "delivery/device_delivery.hpp"
 #include "job/job.hpp"
 #include "jobs/job_table.hpp"
@@ -28,6 +29,11 @@ Sessions::Sessions(int epoll_fd, JobTable& jobs, delivery::DeviceDelivery& deliv
     : epoll_fd_(epoll_fd), jobs_(jobs), delivery_(delivery), daemon_generation_(daemon_generation), limits_(limits) {}
 
 Sessions::~Sessions() { close_all(); }
+
+void Sessions::set_handlers(SessionHandlers handlers) {
+  STOKER_CHECK(handlers.command && handlers.status && handlers.released, "a session handler is missing");
+  handlers_ = std::move(handlers);
+}
 
 void Sessions::close_all() {
   for (auto& [fd, s] : sessions_) {
@@ -50,6 +56,8 @@ void Sessions::add(int fd) {
   s.peer_gid = cred.gid;
   s.token = next_token_++;
   s.connected_at = s.last_message = std::chrono::steady_clock::now();
+  // The kernel hands out an fd only once it is closed, and evict() closes it only after erasing.
+  STOKER_CHECK(sessions_.count(fd) == 0, "accepted fd {} is still a session's", fd);
   sessions_[fd] = s;
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLRDHUP;

@@ -87,7 +87,7 @@ class Sessions {
   Sessions(const Sessions&) = delete;
   Sessions& operator=(const Sessions&) = delete;
 
-  void set_handlers(SessionHandlers handlers) { handlers_ = std::move(handlers); }
+  void set_handlers(SessionHandlers handlers);  // every one set
 
   // --- the table ---
   // An accepted, admitted connection: reads its peer's credentials and watches it.
