@@ -107,9 +107,9 @@ void Telemetry::run_operations(std::chrono::steady_clock::time_point now) {
     const std::string text = metrics_text();
     if (ops_.http != nullptr) ops_.http->publish(text);
     if (!ops_.textfile_dir.empty()) {
-      std::string why;
-      const bool ok = write_metrics_textfile(ops_.textfile_dir, text, why);
-      if (!ok && !textfile_failing_) spdlog::warn("metrics textfile: {}; retrying every second", why);
+      const base::Status written = write_metrics_textfile(ops_.textfile_dir, text);
+      const bool ok = written.ok();
+      if (!ok && !textfile_failing_) spdlog::warn("metrics textfile: {}; retrying every second", written.message());
       if (ok && textfile_failing_) spdlog::info("metrics textfile: writing {} again", ops_.textfile_dir.string());
       textfile_failing_ = !ok;
     }
