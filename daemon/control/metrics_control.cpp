@@ -1,90 +1,25 @@
-// The control loop's operations hooks: trainer-wait accounting from releases, the Prometheus
-// document (rendered once a second on the control thread, which owns every figure in it, and
-// handed to the HTTP thread and the textfile), and the periodic one-line throughput log.
+// Telemetry's rendering: the Prometheus document (rendered once a second on the control
+// thread, which owns every figure in it, and handed to the HTTP thread and the textfile) and
+// the periodic one-line throughput log.
 #include <algorithm>
 
 #include <spdlog/spdlog.h>
 
+#include "control/sessions.hpp"
+#include "control/telemetry.hpp"
 #include "image/sample_processor.hpp"
-#include "control/control_server.hpp"
 #include "job/job.hpp"
-#include "jobs/job_table.hpp"
-#include "control/metrics_http.hpp"
 #include "job/worker_pool.hpp"
+#include "jobs/job_table.hpp"
 
 namespace stoker::control {
 
-using delivery::DeviceDelivery;
-using delivery::DeviceRing;
-using delivery::PeerProcess;
 using job::Job;
-using job::AttachResult;
 using job::JobStats;
 using job::ReaderStatus;
 using job::RingStatus;
-using job::WorkerPool;
-using jobs::JobLoader;
-using jobs::JobTable;
-using jobs::LoadResult;
-namespace {
 
-std::string wait_key(const std::tuple<std::size_t, std::uint32_t, std::uint32_t>& k) {
-  return "wait/" + std::to_string(std::get<0>(k)) + "/" + std::to_string(std::get<1>(k)) + "/" +
-         std::to_string(std::get<2>(k));
-}
-
-}  // namespace
-
-void ControlServer::note_release_wait(const Session& s, std::optional<std::uint64_t> wait_ns) {
-  ConsumerWait& w = waits_[{s.job->index(), s.rank, s.reader}];
-  if (w.releases == 0) w.since = s.connected_at;
-  ++w.releases;
-  if (!wait_ns) return;
-  // Untrusted: a trainer cannot have waited longer than it has been connected.
-  const double age = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.connected_at).count();
-  w.wait_s += std::min(static_cast<double>(*wait_ns) * 1e-9, std::max(age, 0.0));
-  ++w.reported;
-}
-
-double ControlServer::wait_fraction(const ConsumerKey& k) const {
-  const auto w = waits_.find(k);
-  if (w == waits_.end()) return 0.0;
-  return std::clamp(op_window_.rate_since(wait_key(k), w->second.since), 0.0, 1.0);
-}
-
-void ControlServer::run_operations(std::chrono::steady_clock::time_point now) {
-  // Jobs come and go (reload, drain): a removed job's consumers leave the metrics with it
-  // (job indexes are never reused, so a key never names another job).
-  std::vector<std::size_t> present;
-  for (const Job* j : jobs_.jobs()) present.push_back(j->index());
-  std::erase_if(waits_, [&](const auto& kv) {
-    return std::find(present.begin(), present.end(), std::get<0>(kv.first)) == present.end();
-  });
-  std::map<std::string, double> totals;
-  if (ops_.pool != nullptr) totals["busy"] = ops_.pool->busy_seconds();
-  for (const auto& [k, w] : waits_) totals[wait_key(k)] = w.wait_s;
-  op_window_.sample(now, std::move(totals));
-
-  if (ops_.http != nullptr || !ops_.textfile_dir.empty()) {
-    const std::string text = metrics_text();
-    if (ops_.http != nullptr) ops_.http->publish(text);
-    if (!ops_.textfile_dir.empty()) {
-      std::string why;
-      const bool ok = write_metrics_textfile(ops_.textfile_dir, text, why);
-      if (!ok && !textfile_failing_) spdlog::warn("metrics textfile: {}; retrying every second", why);
-      if (ok && textfile_failing_) spdlog::info("metrics textfile: writing {} again", ops_.textfile_dir.string());
-      textfile_failing_ = !ok;
-    }
-  }
-  if (ops_.log_interval_s > 0 &&
-      std::chrono::duration<double>(now - last_log_).count() >= ops_.log_interval_s) {
-    // The first turn only starts the clock: a line after a full interval means something.
-    if (last_log_ != std::chrono::steady_clock::time_point{}) spdlog::info("{}", throughput_line());
-    last_log_ = now;
-  }
-}
-
-std::string ControlServer::throughput_line() const {
+std::string Telemetry::throughput_line() const {
   // "throughput: train 2310 img/s wait 3%, val 0 img/s; workers 87% busy; rss 412 MiB"
   std::string line = "throughput:";
   bool first = true;
@@ -113,7 +48,7 @@ std::string ControlServer::throughput_line() const {
   return line;
 }
 
-std::string ControlServer::metrics_text() const {
+std::string Telemetry::metrics_text() const {
   MetricsText m;
   const double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   m.family("stoker_uptime_seconds", "gauge", "Seconds since stokerd started.");

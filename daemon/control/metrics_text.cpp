@@ -83,34 +83,33 @@ std::uint64_t resident_memory_bytes() {
   return resident * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
 }
 
-bool write_metrics_textfile(const std::filesystem::path& dir, const std::string& text, std::string& why) {
+base::Status write_metrics_textfile(const std::filesystem::path& dir, const std::string& text) {
   const std::filesystem::path final_path = dir / "stoker.prom";
   // A name node_exporter ignores (it reads *.prom only) and no other writer uses.
   const std::filesystem::path tmp = dir / (".stoker.prom." + std::to_string(::getpid()) + ".tmp");
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    why = "cannot create " + tmp.string() + ": " + std::strerror(errno);
-    return false;
+    return base::Status::error("cannot create " + tmp.string() + ": " + std::strerror(errno));
   }
   std::size_t at = 0;
   while (at < text.size()) {
     const ssize_t w = ::write(fd, text.data() + at, text.size() - at);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
-      why = "cannot write " + tmp.string() + ": " + std::strerror(errno);
+      const std::string error = std::strerror(errno);  // before close/unlink change errno
       ::close(fd);
       ::unlink(tmp.c_str());
-      return false;
+      return base::Status::error("cannot write " + tmp.string() + ": " + error);
     }
     at += static_cast<std::size_t>(w);
   }
   ::close(fd);
   if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
-    why = "cannot rename to " + final_path.string() + ": " + std::strerror(errno);
+    const std::string error = std::strerror(errno);
     ::unlink(tmp.c_str());
-    return false;
+    return base::Status::error("cannot rename to " + final_path.string() + ": " + error);
   }
-  return true;
+  return {};
 }
 
 }  // namespace stoker::control

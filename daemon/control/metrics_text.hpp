@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "stoker/base/status.hpp"
+
 namespace stoker::control {
 
 inline constexpr const char* kMetricsContentType = "text/plain; version=0.0.4; charset=utf-8";
@@ -56,7 +58,7 @@ class CounterWindow {
 std::uint64_t resident_memory_bytes();
 
 // Writes `text` to DIR/stoker.prom through a temporary file in DIR and rename(), so that
-// node_exporter's textfile collector never reads half a file. false with `why` on failure.
-bool write_metrics_textfile(const std::filesystem::path& dir, const std::string& text, std::string& why);
+// node_exporter's textfile collector never reads half a file. The error names the file.
+base::Status write_metrics_textfile(const std::filesystem::path& dir, const std::string& text);
 
 }  // namespace stoker::control

@@ -1,31 +1,28 @@
-// `stokerctl status` reads this JSON: jobs, consumers, ring occupancy, images/s, errors.
+// StatusReport: the JSON `stokerctl status` reads: jobs, consumers, ring occupancy, images/s,
+// errors, the last reload.
+#include "control/status_report.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
-#include "image/sample_processor.hpp"
+#include "control/metrics_http.hpp"
+#include "control/reloads.hpp"
+#include "control/sessions.hpp"
+#include "control/telemetry.hpp"
 #include "delivery/device_delivery.hpp"
-#include "control/control_server.hpp"
+#include "image/sample_processor.hpp"
 #include "job/job.hpp"
 #include "jobs/job_table.hpp"
-#include "control/metrics_http.hpp"
 
 namespace stoker::control {
 
-using delivery::DeviceDelivery;
-using delivery::DeviceRing;
-using delivery::PeerProcess;
 using job::Job;
-using job::AttachResult;
 using job::JobStats;
-using job::ReaderStatus;
-using job::RingStatus;
-using job::WorkerPool;
-using jobs::JobLoader;
 using jobs::JobTable;
-using jobs::LoadResult;
+
 namespace {
 
 // A consumer counts as stuck once it holds a batch this long: its lease_timeout_s, else 10 s
@@ -34,57 +31,35 @@ double stuck_after(const config::JobConfig& c) { return c.lease_timeout_s > 0 ? 
 
 }  // namespace
 
-void ControlServer::sample_rates() {
-  // One snapshot of samples_ok per job a second, kept for kRateWindow: the reported rate is
-  // over that window, so it means something between two status calls and decays to 0 over the
-  // window after the last consumer leaves instead of dropping at once.
-  constexpr auto kRateWindow = std::chrono::seconds(10);
-  const auto now = std::chrono::steady_clock::now();
-  if (now - last_sample_ < std::chrono::seconds(1)) return;
-  last_sample_ = now;
-  rate_history_.emplace_back(now, std::map<std::size_t, std::uint64_t>());
-  for (Job* j : jobs_.jobs()) rate_history_.back().second[j->index()] = j->stats().samples_ok;
-  while (rate_history_.size() > 2 && now - rate_history_[1].first >= kRateWindow) rate_history_.pop_front();
-  const auto& [t_old, ok_old] = rate_history_.front();
-  const double dt = std::chrono::duration<double>(now - t_old).count();
-  rates_.clear();
-  for (const auto& [index, ok] : rate_history_.back().second) {
-    // A job added inside the window is measured from its first snapshot.
-    std::uint64_t before = 0;
-    double span = dt;
-    if (auto it = ok_old.find(index); it != ok_old.end()) {
-      before = it->second;
-    } else {
-      for (const auto& [t, snap] : rate_history_) {
-        if (auto f = snap.find(index); f != snap.end()) {
-          before = f->second;
-          span = std::chrono::duration<double>(now - t).count();
-          break;
-        }
-      }
-    }
-    rates_[index] = span > 0 ? static_cast<double>(ok - before) / span : 0.0;
-  }
-  run_operations(now);  // metrics document, textfile, throughput log (metrics_control.cpp)
-}
+StatusReport::StatusReport(Identity identity, const JobTable& jobs, const Sessions& sessions,
+                           const Telemetry& telemetry, const Reloads& reloads, delivery::DeviceDelivery& delivery,
+                           const JobSources& sources)
+    : identity_(std::move(identity)),
+      jobs_(jobs),
+      sessions_(sessions),
+      telemetry_(telemetry),
+      reloads_(reloads),
+      delivery_(delivery),
+      sources_(sources) {}
 
-std::string ControlServer::status_json() const {
+std::string StatusReport::json() const {
   // Built with a JSON library (ordered: keys in this order, which people read and scripts
   // rely on), so every string is escaped and the document is valid however many consumers.
   using Json = nlohmann::ordered_json;
-  const double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  const double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - telemetry_.started()).count();
   Json doc;
   doc["pid"] = ::getpid();
-  doc["socket"] = socket_path_;
-  doc["generation"] = daemon_generation_;
-  doc["workers"] = workers_;
+  doc["socket"] = identity_.socket_path;
+  doc["generation"] = identity_.generation;
+  doc["workers"] = identity_.workers;
   doc["uptime_s"] = uptime;
   doc["clients"] = sessions_.size();
-  doc["metrics"] = ops_.http != nullptr ? Json("http://" + ops_.http->address() + "/metrics") : Json(nullptr);
+  const Operations& ops = telemetry_.operations();
+  doc["metrics"] = ops.http != nullptr ? Json("http://" + ops.http->address() + "/metrics") : Json(nullptr);
   doc["rss_bytes"] = resident_memory_bytes();
   // Fraction of the workers' time spent decoding over the last 10 s (null before operations start).
-  doc["worker_busy_fraction"] = ops_.pool != nullptr && workers_ > 0
-                                    ? Json(std::clamp(op_window_.rate("busy") / workers_, 0.0, 1.0))
+  doc["worker_busy_fraction"] = ops.pool != nullptr && identity_.workers > 0
+                                    ? Json(std::clamp(telemetry_.busy_rate() / identity_.workers, 0.0, 1.0))
                                     : Json(nullptr);
   doc["device"] = {{"backend", delivery_.describe()},
                    {"rings_awaiting_free", delivery_.live_rings()},
@@ -93,18 +68,18 @@ std::string ControlServer::status_json() const {
   // edit apply?" without the daemon's log.
   Json reload;
   reload["config"] = sources_.config_file.empty() ? Json(nullptr) : Json(sources_.config_file.string());
-  reload["state"] = reload_queued_ ? "loading, one more queued" : reload_running_ ? "loading" : "idle";
-  if (last_reload_) {
-    const std::time_t t = std::chrono::system_clock::to_time_t(last_reload_->at);
+  reload["state"] = reloads_.state();
+  if (const auto& last = reloads_.last()) {
+    const std::time_t t = std::chrono::system_clock::to_time_t(last->at);
     std::tm utc{};
     ::gmtime_r(&t, &utc);
     char when[32];
     std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &utc);
     reload["last"] = {{"at", when},
-                      {"result", last_reload_->ok ? "applied" : "refused"},
-                      {"ok", last_reload_->ok},
-                      {"message", last_reload_->message},
-                      {"requested_by", last_reload_->requested_by}};
+                      {"result", last->ok ? "applied" : "refused"},
+                      {"ok", last->ok},
+                      {"message", last->message},
+                      {"requested_by", last->requested_by}};
   } else {
     reload["last"] = nullptr;
   }
@@ -140,8 +115,7 @@ std::string ControlServer::status_json() const {
     job["weight"] = j.config().weight;  // share of the worker pool while other jobs are busy
     // Most workers running the job's items at once; null: no cap (any of the pool's).
     job["workers"] = j.config().max_workers != 0 ? Json(j.config().max_workers) : Json(nullptr);
-    const auto rate = rates_.find(j.index());
-    job["images_per_s"] = rate != rates_.end() ? rate->second : 0.0;  // over the last 10 s
+    job["images_per_s"] = telemetry_.rate(j.index());  // over the last 10 s
     job["samples_ok"] = st.samples_ok;
     job["batches_published"] = st.batches_published;
     job["decode_warnings"] = st.decode_warnings;
@@ -198,12 +172,12 @@ std::string ControlServer::status_json() const {
       double wait_s = 0, wait_frac = 0;
       std::uint64_t reported = 0;
       for (std::uint32_t k = 0; k < j.readers(); ++k) {
-        const ConsumerKey key{j.index(), rs.rank, k};
-        if (auto w = waits_.find(key); w != waits_.end()) {
-          wait_s += w->second.wait_s;
-          reported += w->second.reported;
+        const Telemetry::ConsumerKey key{j.index(), rs.rank, k};
+        if (const Telemetry::ConsumerWait* w = telemetry_.wait(key)) {
+          wait_s += w->wait_s;
+          reported += w->reported;
         }
-        wait_frac = std::max(wait_frac, wait_fraction(key));
+        wait_frac = std::max(wait_frac, telemetry_.wait_fraction(key));
       }
       c["wait_s"] = wait_s;
       c["wait_fraction"] = wait_frac;
@@ -213,6 +187,8 @@ std::string ControlServer::status_json() const {
         // one the others wait for.
         Json readers = Json::array();
         for (const auto& r : rs.readers) {
+          const Telemetry::ConsumerKey reader_key{j.index(), rs.rank, r.reader};
+          const Telemetry::ConsumerWait* reader_wait = telemetry_.wait(reader_key);
           readers.push_back({{"reader", r.reader},
                              {"connected", r.attached},
                              {"next", {{"epoch", r.next_epoch}, {"batch", r.next_batch}}},
@@ -220,8 +196,8 @@ std::string ControlServer::status_json() const {
                              {"behind", r.behind},
                              {"oldest_lease_s", r.oldest_lease_s},
                              {"stuck", r.oldest_lease_s >= stuck_after(j.config())},
-                             {"wait_s", waits_.count({j.index(), rs.rank, r.reader}) ? waits_.at({j.index(), rs.rank, r.reader}).wait_s : 0.0},
-                             {"wait_fraction", wait_fraction({j.index(), rs.rank, r.reader})},
+                             {"wait_s", reader_wait ? reader_wait->wait_s : 0.0},
+                             {"wait_fraction", telemetry_.wait_fraction(reader_key)},
                              {"device", r.device_uuid.empty() ? Json(nullptr) : Json(r.device_uuid)}});
         }
         c["readers"] = std::move(readers);

@@ -12,20 +12,20 @@ using job::WorkQueue;
 JobLoader::~JobLoader() {
   std::vector<std::thread> threads;
   {
-    std::lock_guard lock(mu_);
+    base::MutexLock lock(mu_);
     threads.swap(threads_);
   }
   for (auto& t : threads) t.join();
 }
 
 bool JobLoader::busy() const {
-  std::lock_guard lock(mu_);
+  base::MutexLock lock(mu_);
   return threads_.size() > finished_.size();
 }
 
 void JobLoader::finish(LoadResult r) {
   {
-    std::lock_guard lock(mu_);
+    base::MutexLock lock(mu_);
     if (r.kind == LoadResult::Kind::kReload) reloading_ = false;
     done_.push_back(std::move(r));
     finished_.push_back(std::this_thread::get_id());
@@ -35,7 +35,7 @@ void JobLoader::finish(LoadResult r) {
 
 bool JobLoader::reload(std::filesystem::path file, std::filesystem::path state_dir,
                        std::map<std::string, std::string> serving) {
-  std::lock_guard lock(mu_);
+  base::MutexLock lock(mu_);
   if (reloading_) return false;
   reloading_ = true;
   threads_.emplace_back([this, file = std::move(file), state_dir = std::move(state_dir),
@@ -65,7 +65,7 @@ bool JobLoader::reload(std::filesystem::path file, std::filesystem::path state_d
 
 void JobLoader::define(std::string key, config::JobConfig job, std::filesystem::path state_dir, std::string origin,
                        std::shared_ptr<const source::ReadAs> read_as) {
-  std::lock_guard lock(mu_);
+  base::MutexLock lock(mu_);
   threads_.emplace_back([this, key = std::move(key), job = std::move(job), state_dir = std::move(state_dir),
                          origin = std::move(origin), read_as = std::move(read_as)] {
     LoadResult r;
@@ -86,7 +86,7 @@ std::vector<LoadResult> JobLoader::take_done() {
   std::vector<LoadResult> out;
   std::vector<std::thread> finished;
   {
-    std::lock_guard lock(mu_);
+    base::MutexLock lock(mu_);
     out.swap(done_);
     for (auto it = threads_.begin(); it != threads_.end();) {
       if (std::find(finished_.begin(), finished_.end(), it->get_id()) != finished_.end()) {

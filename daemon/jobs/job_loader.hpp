@@ -9,13 +9,13 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "jobs/job_factory.hpp"
+#include "stoker/base/mutex.hpp"
 
 namespace stoker::jobs {
 
@@ -41,22 +41,26 @@ class JobLoader {
   // Re-reads `file`; jobs whose definition equals `serving[name]` are not loaded again.
   // false (nothing started) while an earlier reload is still loading.
   bool reload(std::filesystem::path file, std::filesystem::path state_dir,
-              std::map<std::string, std::string> serving);
+              std::map<std::string, std::string> serving) STOKER_EXCLUDES(mu_);
   // Loads one client-defined job, already parsed and validated on the control thread;
   // `read_as` as prepare_job's. The result carries `key` back.
   void define(std::string key, config::JobConfig job, std::filesystem::path state_dir, std::string origin,
-              std::shared_ptr<const source::ReadAs> read_as);
-  std::vector<LoadResult> take_done();
-  bool busy() const;
+              std::shared_ptr<const source::ReadAs> read_as) STOKER_EXCLUDES(mu_);
+  std::vector<LoadResult> take_done() STOKER_EXCLUDES(mu_);
+  bool busy() const STOKER_EXCLUDES(mu_);
 
  private:
-  void finish(LoadResult r);
-  std::function<void()> wake_;
-  mutable std::mutex mu_;
-  std::vector<std::thread> threads_;  // guarded by mu_; joined by take_done / the destructor
-  std::vector<std::thread::id> finished_;
-  std::vector<LoadResult> done_;      // guarded by mu_
-  bool reloading_ = false;            // guarded by mu_
+  // On a load's own thread, last: hands the result over, then wakes the control thread.
+  void finish(LoadResult r) STOKER_EXCLUDES(mu_);
+  std::function<void()> wake_;  // set once; called without mu_ held
+  // Shared by the control thread (which starts loads and takes results) and the load threads
+  // (which hand results over). Nothing else here is shared.
+  mutable base::Mutex mu_;
+  // Joined by take_done (once finished) or the destructor.
+  std::vector<std::thread> threads_ STOKER_GUARDED_BY(mu_);
+  std::vector<std::thread::id> finished_ STOKER_GUARDED_BY(mu_);  // returned from finish(): join at once
+  std::vector<LoadResult> done_ STOKER_GUARDED_BY(mu_);
+  bool reloading_ STOKER_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace stoker::jobs

@@ -10,7 +10,8 @@
 //
 // Invariants: a job's index is never reused, so a WorkItem or a worker's per-job processor
 // never names another job than the one it was made for; at most one serving (not draining)
-// job has a given name. Threads: the control thread only.
+// job has a given name. Threads: the control thread only (and daemon.cpp's start before the
+// loop runs), so the table takes no lock; what a Job shares with its workers it locks itself.
 #pragma once
 
 #include <chrono>

@@ -165,9 +165,8 @@ TEST_CASE("the HTTP responder answers GET /metrics and refuses everything else",
 TEST_CASE("the textfile is replaced atomically and a missing folder is reported", "[metrics]") {
   const fs::path dir = fs::temp_directory_path() / ("stoker-metrics-test-" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  std::string why;
-  REQUIRE(write_metrics_textfile(dir, "stoker_a 1\n", why));
-  REQUIRE(write_metrics_textfile(dir, "stoker_a 2\n", why));
+  REQUIRE(write_metrics_textfile(dir, "stoker_a 1\n").ok());
+  REQUIRE(write_metrics_textfile(dir, "stoker_a 2\n").ok());
   std::ifstream in(dir / "stoker.prom");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   CHECK(text == "stoker_a 2\n");
@@ -175,7 +174,8 @@ TEST_CASE("the textfile is replaced atomically and a missing folder is reported"
   for (const auto& e : fs::directory_iterator(dir)) files += e.is_regular_file() ? 1 : 0;
   CHECK(files == 1);  // no temporary left behind
   fs::remove_all(dir);
-  CHECK_FALSE(write_metrics_textfile(dir, "stoker_a 3\n", why));
-  CHECK_THAT(why, Contains(dir.string()));
+  const stoker::base::Status failed = write_metrics_textfile(dir, "stoker_a 3\n");
+  CHECK_FALSE(failed.ok());
+  CHECK_THAT(failed.message(), Contains(dir.string()));
   CHECK(resident_memory_bytes() > 0);
 }

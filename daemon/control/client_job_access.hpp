@@ -1,0 +1,22 @@
+// Who may use a client-defined job. Such a job reads what its defining user could read
+// (source/read_access.hpp), so only that uid (and stokerd's own user, and root) may consume
+// it or list its samples; asked by the handshake (sessions) and the `samples` command.
+#pragma once
+
+#include <cstdint>
+
+#include "stoker/base/status.hpp"
+
+namespace stoker::job {
+class Job;
+}  // namespace stoker::job
+namespace stoker::jobs {
+class JobTable;
+}  // namespace stoker::jobs
+
+namespace stoker::control {
+
+// ok when the peer `peer_uid` may use `job`; else why not (a message for that client).
+base::Status client_job_access(const jobs::JobTable& jobs, std::uint32_t peer_uid, const job::Job* job);
+
+}  // namespace stoker::control
