@@ -8,7 +8,6 @@
 #include <spdlog/spdlog.h>
 
 #include "job/job.hpp"
-#include "job/job_state.hpp"
 #include "source/file_reader.hpp"
 
 namespace stoker::job {
@@ -121,18 +120,6 @@ bool Job::read_sample(const WorkItem& item, std::uint32_t id, std::vector<std::u
   result.error = image::SampleErrorKind::kIo;
   result.reason = r.reason;
   return false;
-}
-
-void Job::check_epoch_failed(const Ring& ring, const EpochStream& st) {
-  if (!st.whole_epoch || !st.last_planned || st.planned == 0 || st.done != st.planned || st.good != 0) return;
-  std::string first;
-  for (const auto& f : st.first_failures) first += (first.empty() ? "" : "; ") + f;
-  std::lock_guard lock(stats_mu_);
-  if (failure_) return;
-  failure_ = "every sample of rank " + std::to_string(cfg_.first_rank + ring.rank) + " in epoch " +
-             std::to_string(st.epoch) + " failed (" + std::to_string(st.done) + " of them); first: " + first;
-  spdlog::error("job {} stopped: {}", cfg_.name, *failure_);
-  failed_.store(true);
 }
 
 }  // namespace stoker::job
