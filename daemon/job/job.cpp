@@ -12,6 +12,7 @@
 
 #include "core/check.hpp"
 #include "job/batch_mix.hpp"
+#include "job/finish.hpp"
 #include "sampler/sampler.hpp"
 
 namespace stoker::job {
@@ -94,28 +95,15 @@ Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset datase
       queue_(queue),
       notify_ready_(std::move(notify_ready)) {
   (void)shm_mode;  // access to a sealed memfd is the control socket's (see ShmSegment)
-  segment_ = std::make_unique<ShmSegment>(segment_name, plan_.segment_size);
-
-  auto* h = reinterpret_cast<proto::SegmentHeader*>(segment_->base());
-  h->magic = proto::kSegmentMagic;
-  h->layout_major = proto::kLayoutMajor;
-  h->layout_minor = proto::kLayoutMinor;
-  h->segment_size = plan_.segment_size;
-  h->daemon_generation = daemon_generation;
-  h->ring_count = cfg.consumers;
-  h->slots_per_ring = cfg.prefetch;
-  h->ring_table_offset = plan_.ring_table_offset;
-  h->slot_stride = plan_.slot_stride;
-  h->payload_offset = plan_.payload_offset;
-  h->labels_offset = plan_.labels_offset;
-  h->ids_offset = plan_.ids_offset;
-  h->geometry = geometry_of(cfg);
-  h->samples_per_epoch = dataset_.samples.size();
-  h->num_classes = static_cast<std::uint32_t>(dataset_.classes.size());
-  h->label_dtype = label_dtype_;
-  h->label_width = label_width_;
-  proto::copy_cstr(h->job_name, cfg.name.c_str());
-  header_copy_ = *h;  // what the header must say for the life of the segment
+  proto::SegmentHeader h{};
+  h.daemon_generation = daemon_generation;
+  h.geometry = geometry_of(cfg);
+  h.samples_per_epoch = dataset_.samples.size();
+  h.num_classes = static_cast<std::uint32_t>(dataset_.classes.size());
+  h.label_dtype = label_dtype_;
+  h.label_width = label_width_;
+  proto::copy_cstr(h.job_name, cfg.name.c_str());
+  segment_ = std::make_unique<Segment>(segment_name, plan_, cfg.consumers, cfg.prefetch, h);
 
   quarantine_ = std::make_unique<Quarantine>(cfg.quarantine);
   quarantined_ = std::make_unique<std::atomic<std::uint8_t>[]>(dataset_.samples.size());
@@ -146,14 +134,9 @@ Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset datase
   quarantined_count_ = skipped;
 
   for (std::uint32_t r = 0; r < cfg.consumers; ++r) {
-    auto* rh = ring_header(r);
-    rh->rank = r;
-    rh->slot_count = cfg.prefetch;
-    rh->first_slot_offset =
-        plan_.first_slot_offset + static_cast<std::uint64_t>(r) * cfg.prefetch * plan_.slot_stride;
     RingMemory memory;
-    memory.header = rh;
-    for (std::uint32_t s = 0; s < cfg.prefetch; ++s) memory.slots.push_back(slot_header(r, s));
+    memory.header = segment_->ring_header(r);
+    for (std::uint32_t s = 0; s < cfg.prefetch; ++s) memory.slots.push_back(segment_->slot_header(r, s));
     RingConfig rc;
     rc.job_name = cfg.name;
     rc.index = r;
@@ -173,27 +156,7 @@ Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset datase
 
 Job::~Job() = default;
 
-bool Job::restore_layout() {
-  // Only the daemon writes the segment's layout; a process of the same user can still open
-  // the memfd through /proc and scribble on it. Consumers check the layout at attach and
-  // refuse a wrong one, so put it back before each attach: other jobs are unaffected and the
-  // job recovers without a restart.
-  auto* h = reinterpret_cast<proto::SegmentHeader*>(segment_->base());
-  bool repaired = std::memcmp(h, &header_copy_, sizeof header_copy_) != 0;
-  if (repaired) std::memcpy(h, &header_copy_, sizeof header_copy_);
-  for (std::uint32_t r = 0; r < cfg_.consumers; ++r) {
-    auto* rh = ring_header(r);
-    const std::uint64_t first =
-        plan_.first_slot_offset + static_cast<std::uint64_t>(r) * cfg_.prefetch * plan_.slot_stride;
-    if (rh->rank != r || rh->slot_count != cfg_.prefetch || rh->first_slot_offset != first) {
-      rh->rank = r;
-      rh->slot_count = cfg_.prefetch;
-      rh->first_slot_offset = first;
-      repaired = true;
-    }
-  }
-  return repaired;
-}
+bool Job::restore_layout() { return segment_->restore_layout(); }
 
 std::uint64_t Job::samples_per_rank(std::uint32_t rank) const {
   return sampler::samples_per_rank(dataset_.samples.size(), cfg_.world_size, rank, cfg_.shards());
@@ -203,31 +166,9 @@ std::uint64_t Job::batches_per_epoch(std::uint32_t rank) const {
   return sampler::batches_per_epoch(samples_per_rank(rank), cfg_.batch_size, cfg_.drop_last);
 }
 
-proto::RingHeader* Job::ring_header(std::uint32_t ring) const {
-  return reinterpret_cast<proto::RingHeader*>(segment_->base() + plan_.ring_table_offset) + ring;
-}
-
-proto::SlotHeader* Job::slot_header(std::uint32_t ring, std::uint32_t slot) const {
-  const std::uint64_t off = plan_.first_slot_offset +
-                            (static_cast<std::uint64_t>(ring) * cfg_.prefetch + slot) * plan_.slot_stride;
-  return reinterpret_cast<proto::SlotHeader*>(segment_->base() + off);
-}
-
-std::uint8_t* Job::payload(std::uint32_t ring, std::uint32_t slot) const {
-  return reinterpret_cast<std::uint8_t*>(slot_header(ring, slot)) + plan_.payload_offset;
-}
-
 std::int64_t* Job::labels(std::uint32_t ring, std::uint32_t slot) {
   if (label_dtype_ != 0) return class_labels_[ring][slot].data();
-  return reinterpret_cast<std::int64_t*>(label_region(ring, slot));
-}
-
-std::uint8_t* Job::label_region(std::uint32_t ring, std::uint32_t slot) const {
-  return payload(ring, slot) + plan_.labels_offset;
-}
-
-std::int64_t* Job::ids(std::uint32_t ring, std::uint32_t slot) const {
-  return reinterpret_cast<std::int64_t*>(payload(ring, slot) + plan_.ids_offset);
+  return reinterpret_cast<std::int64_t*>(segment_->label_region(ring, slot));
 }
 
 std::vector<std::uint32_t> Job::epoch_ids(std::uint32_t ring, std::uint64_t epoch) const {
@@ -279,7 +220,7 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
     result.error = image::SampleErrorKind::kCorrupt;
   } else if (!failed_.load()) {
     const auto& sample = dataset_.samples[id];
-    std::uint8_t* out = payload(item.ring, item.slot) +
+    std::uint8_t* out = segment_->payload(item.ring, item.slot) +
                         static_cast<std::uint64_t>(item.position) * cfg_.pipeline.sample_bytes();
     if (cache_ && cache_->get(id, out)) {
       // Finished earlier (a deterministic pipeline gives the same bytes every epoch).
@@ -292,7 +233,7 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
     }
     if (result.ok()) {
       labels(item.ring, item.slot)[item.position] = sample.label;
-      ids(item.ring, item.slot)[item.position] = id;
+      segment_->ids(item.ring, item.slot)[item.position] = id;
       std::lock_guard lock(stats_mu_);
       stats_.samples_ok++;
       stats_.decode_warnings += result.warnings;
@@ -318,65 +259,31 @@ void Job::mix_batch(std::uint32_t ring, const SlotBatch& batch) {
   const MixDraw draw = draw_mix(cfg_.mix, cfg_.pixel_seed(), batch.epoch, batch.batch_index, cfg_.first_rank + ring,
                                 g.height, g.width);
   MixBatch b;
-  b.images = payload(ring, batch.slot);
+  b.images = segment_->payload(ring, batch.slot);
   b.count = batch.count;
   b.geometry = g;
   b.labels = labels(ring, batch.slot);
-  b.soft = label_region(ring, batch.slot);
+  b.soft = segment_->label_region(ring, batch.slot);
   b.num_classes = label_width_;
   b.label_dtype = static_cast<proto::DType>(label_dtype_);
   apply_mix(draw, b);
 }
 
 std::uint32_t Job::settle_bad_samples(std::uint32_t ring, const SlotBatch& batch) {
-  const std::uint32_t s = batch.slot;
-  std::uint32_t count = batch.count;
-  std::uint32_t* slot_ids = batch.sample_ids;
-  std::int8_t* ok = batch.ok;
-  std::uint32_t bad = 0;
-  for (std::uint32_t j = 0; j < count; ++j) bad += ok[j] == 0 ? 1 : 0;
-
-  if (bad > 0 && cfg_.on_error == config::OnError::kSkip) {
-    // The batch keeps its place in the epoch and ships short: no refill from later samples,
-    // so batch boundaries never depend on which files are bad (exact resume, same batches
-    // across restarts). Good samples are compacted to the front.
-    const std::uint64_t bytes = cfg_.pipeline.sample_bytes();
-    std::uint32_t w = 0;
-    for (std::uint32_t j = 0; j < count; ++j) {
-      if (ok[j] != 1) continue;
-      if (w != j) {
-        std::memmove(payload(ring, s) + w * bytes, payload(ring, s) + j * bytes, bytes);
-        labels(ring, s)[w] = labels(ring, s)[j];
-        ids(ring, s)[w] = ids(ring, s)[j];
-        slot_ids[w] = slot_ids[j];
-        ok[w] = 1;
-      }
-      ++w;
-    }
-    count = w;
-  } else if (bad > 0 && cfg_.on_error == config::OnError::kSubstitute) {
-    // Each bad position takes a copy of the nearest good sample of the same batch (image,
-    // label and id), so the batch stays full and every label still matches its image.
-    const std::uint64_t bytes = cfg_.pipeline.sample_bytes();
-    std::uint32_t substituted = 0;
-    for (std::uint32_t j = 0; j < count; ++j) {
-      if (ok[j] != 0) continue;
-      std::int64_t src = -1;
-      for (std::uint32_t d = 1; d < count && src < 0; ++d) {
-        if (j >= d && ok[j - d] == 1) src = j - d;
-        else if (j + d < count && ok[j + d] == 1) src = j + d;
-      }
-      if (src < 0) continue;
-      std::memcpy(payload(ring, s) + j * bytes, payload(ring, s) + src * bytes, bytes);
-      labels(ring, s)[j] = labels(ring, s)[src];
-      ids(ring, s)[j] = ids(ring, s)[src];
-      ++substituted;
-    }
-    if (substituted < bad) count = 0;  // no good sample at all in this batch
+  BatchView view;
+  view.images = segment_->payload(ring, batch.slot);
+  view.sample_bytes = cfg_.pipeline.sample_bytes();
+  view.labels = labels(ring, batch.slot);
+  view.ids = segment_->ids(ring, batch.slot);
+  view.sample_ids = batch.sample_ids;
+  view.ok = batch.ok;
+  view.count = batch.count;
+  const Settled settled = job::settle_bad_samples(view, cfg_.on_error);  // finish.hpp
+  if (settled.substituted > 0) {
     std::lock_guard lock(stats_mu_);
-    stats_.substituted += substituted;
+    stats_.substituted += settled.substituted;
   }
-  return count;
+  return settled.count;
 }
 
 void Job::epoch_failed(std::uint32_t ring, std::uint64_t epoch, std::size_t done,

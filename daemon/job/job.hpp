@@ -33,7 +33,7 @@
 #include "job/ring.hpp"
 #include "source/read_ahead.hpp"
 #include "job/sample_cache.hpp"
-#include "job/shm_segment.hpp"
+#include "job/segment.hpp"
 #include "job/worker_pool.hpp"
 #include "source/dataset.hpp"
 #include "source/sample_reader.hpp"
@@ -83,7 +83,7 @@ class Job {
   // What global `rank` gets per epoch (ranks differ only with pad_shards: false, by one sample).
   std::uint64_t batches_per_epoch(std::uint32_t rank) const;
   std::uint64_t samples_per_rank(std::uint32_t rank) const;
-  const ShmSegment& segment() const { return *segment_; }
+  const ShmSegment& segment() const { return segment_->shm(); }
   // Labels as the segment carries them (proto::SegmentHeader::label_dtype/label_width):
   // 0 and 1 for int64 class indices; a float dtype and num_classes for a mixing job's soft rows.
   std::uint32_t label_dtype() const { return label_dtype_; }
@@ -171,14 +171,9 @@ class Job {
   void drop_read(const WorkItem& item);
   std::uint64_t read_key(const WorkItem& item) const;
 
-  std::uint8_t* payload(std::uint32_t ring, std::uint32_t slot) const;
-  proto::SlotHeader* slot_header(std::uint32_t ring, std::uint32_t slot) const;
-  proto::RingHeader* ring_header(std::uint32_t ring) const;
-  // Class index per position: in the segment (int64 labels), or the slot's own array when
-  // the segment carries soft labels (a mixing job), which label_region then holds.
+  // Class index per position: in the segment (int64 labels), or the job's own array when the
+  // segment carries soft labels (a mixing job), which Segment::label_region then holds.
   std::int64_t* labels(std::uint32_t ring, std::uint32_t slot);
-  std::uint8_t* label_region(std::uint32_t ring, std::uint32_t slot) const;
-  std::int64_t* ids(std::uint32_t ring, std::uint32_t slot) const;
 
   const std::size_t index_;
   const config::JobConfig cfg_;
@@ -186,7 +181,7 @@ class Job {
   const std::uint32_t label_dtype_;  // see label_dtype(); before plan_, which sizes labels by it
   const std::uint32_t label_width_;
   const proto::SegmentPlan plan_;
-  std::unique_ptr<ShmSegment> segment_;
+  std::unique_ptr<Segment> segment_;
   std::unique_ptr<Quarantine> quarantine_;
   std::unique_ptr<SampleCache> cache_;  // null without `cache:`
   // By sample id: files listed at start or found bad while running; later epochs skip them.
@@ -207,7 +202,6 @@ class Job {
   std::optional<std::string> failure_;     // guarded by stats_mu_
   std::atomic<bool> failed_{false};
   std::atomic<bool> draining_{false};  // set once by drain(); read under each ring's lock
-  proto::SegmentHeader header_copy_{};  // the header as written at start
   std::atomic<std::uint32_t> transient_burst_{0};  // workers inside a transient-error burst
   std::unique_ptr<source::SampleReader> reader_;   // before read_ahead_, whose threads use it
   std::unique_ptr<source::ReadAhead> read_ahead_;          // null with read-ahead off

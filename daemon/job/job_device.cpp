@@ -10,8 +10,8 @@ delivery::DeviceRingRequest Job::device_request() const {
   delivery::DeviceRingRequest req;
   req.job = this;
   req.job_name = cfg_.name;
-  req.segment_base = segment_->base();
-  req.segment_size = segment_->size();
+  req.segment_base = segment_->shm().base();
+  req.segment_size = segment_->shm().size();
   req.slots = cfg_.prefetch;
   req.batch_size = cfg_.batch_size;
   req.label_bytes = label_bytes();
@@ -23,7 +23,7 @@ delivery::DeviceRingRequest Job::device_request() const {
 bool Job::copy_to_device(std::uint32_t ring, std::uint32_t s, std::uint32_t count, std::uint64_t epoch,
                          std::uint64_t batch_index, delivery::DeviceRing& to) {
   std::string why;
-  if (!to.copy_slot(s, payload(ring, s), count, label_region(ring, s), why)) {
+  if (!to.copy_slot(s, segment_->payload(ring, s), count, segment_->label_region(ring, s), why)) {
     spdlog::error("job {} rank {}: batch {}:{} not copied to the device: {}", cfg_.name, ring, epoch, batch_index,
                   why);
     return false;

@@ -303,13 +303,13 @@ TEST_CASE("ring: drain stops planning, drained_for once nothing at or past the r
     rest.pop_front();
     CHECK(more.empty());
   }
+  const auto m0 = f.take(0, {0, 0});
   f.ring->drain();
-  CHECK_FALSE(f.ring->drained_for(0));  // batch 1 filling
+  CHECK_FALSE(f.ring->drained_for(0));  // batch 1 still filling
   f.queue = rest;
   f.work();
-  CHECK_FALSE(f.ring->drained_for(0));  // batches 0 and 1 ready, not taken
+  CHECK_FALSE(f.ring->drained_for(0));  // batch 1 ready, not taken
 
-  const auto m0 = f.take(0, {0, 0});
   const auto m1 = f.take(0, {0, 1});
   CHECK(f.ring->drained_for(0));  // both taken: nothing more comes
   REQUIRE(f.release(0, m0));
