@@ -67,7 +67,7 @@ class Job::RingLink final : public RingHooks {
   }
   void published() override {
     {
-      std::lock_guard lock(job_.stats_mu_);
+      base::MutexLock lock(job_.stats_mu_);
       job_.stats_.batches_published++;
     }
     job_.notify_ready_();
@@ -187,17 +187,17 @@ void Job::record_error(std::uint64_t id, const image::SampleResult& r) {
   const std::string path = dataset_.path(id);
   const char* kind = image::to_string(r.error);
   {
-    std::lock_guard lock(stats_mu_);
+    base::MutexLock lock(stats_mu_);
     stats_.errors[static_cast<int>(r.error)]++;
   }
   if (quarantined_[id].exchange(1) == 0) quarantined_count_++;
   if (quarantine_->add(path, kind, r.reason)) {
     spdlog::warn("job {}: {}: {} ({})", cfg_.name, path, r.reason, kind);
-    std::lock_guard lock(stats_mu_);
+    base::MutexLock lock(stats_mu_);
     stats_.quarantined++;
   }
   if (cfg_.on_error == config::OnError::kFail) {
-    std::lock_guard lock(stats_mu_);
+    base::MutexLock lock(stats_mu_);
     if (!failure_) {
       failure_ = path + ": " + r.reason;
       spdlog::error("job {} stopped (on_error: fail): {}", cfg_.name, *failure_);
@@ -234,7 +234,7 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
     if (result.ok()) {
       labels(item.ring, item.slot)[item.position] = sample.label;
       segment_->ids(item.ring, item.slot)[item.position] = id;
-      std::lock_guard lock(stats_mu_);
+      base::MutexLock lock(stats_mu_);
       stats_.samples_ok++;
       stats_.decode_warnings += result.warnings;
     } else if (result.error != image::SampleErrorKind::kIo) {
@@ -280,7 +280,7 @@ std::uint32_t Job::settle_bad_samples(std::uint32_t ring, const SlotBatch& batch
   view.count = batch.count;
   const Settled settled = job::settle_bad_samples(view, cfg_.on_error);  // finish.hpp
   if (settled.substituted > 0) {
-    std::lock_guard lock(stats_mu_);
+    base::MutexLock lock(stats_mu_);
     stats_.substituted += settled.substituted;
   }
   return settled.count;
@@ -290,7 +290,7 @@ void Job::epoch_failed(std::uint32_t ring, std::uint64_t epoch, std::size_t done
                        const std::vector<std::string>& first_failures) {
   std::string first;
   for (const auto& f : first_failures) first += (first.empty() ? "" : "; ") + f;
-  std::lock_guard lock(stats_mu_);
+  base::MutexLock lock(stats_mu_);
   if (failure_) return;
   failure_ = "every sample of rank " + std::to_string(cfg_.first_rank + ring) + " in epoch " +
              std::to_string(epoch) + " failed (" + std::to_string(done) + " of them); first: " + first;
@@ -299,12 +299,12 @@ void Job::epoch_failed(std::uint32_t ring, std::uint64_t epoch, std::size_t done
 }
 
 std::optional<std::string> Job::failure() const {
-  std::lock_guard lock(stats_mu_);
+  base::MutexLock lock(stats_mu_);
   return failure_;
 }
 
 JobStats Job::stats() const {
-  std::lock_guard lock(stats_mu_);
+  base::MutexLock lock(stats_mu_);
   JobStats st = stats_;
   st.bytes_read = bytes_read_.load(std::memory_order_relaxed);
   return st;

@@ -18,7 +18,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -197,11 +196,11 @@ class Job {
   std::vector<std::unique_ptr<RingLink>> links_;  // before rings_, which refer to them
   std::vector<std::unique_ptr<Ring>> rings_;
 
-  mutable std::mutex stats_mu_;
-  JobStats stats_;                         // guarded by stats_mu_
-  std::optional<std::string> failure_;     // guarded by stats_mu_
+  mutable base::Mutex stats_mu_;  // after a ring's mutex in the lock order, never before
+  JobStats stats_ STOKER_GUARDED_BY(stats_mu_);
+  std::optional<std::string> failure_ STOKER_GUARDED_BY(stats_mu_);
   std::atomic<bool> failed_{false};
-  std::atomic<bool> draining_{false};  // set once by drain(); read under each ring's lock
+  std::atomic<bool> draining_{false};  // set once by drain(), before each Ring::drain()
   std::atomic<std::uint32_t> transient_burst_{0};  // workers inside a transient-error burst
   std::unique_ptr<source::SampleReader> reader_;   // before read_ahead_, whose threads use it
   std::unique_ptr<source::ReadAhead> read_ahead_;          // null with read-ahead off

@@ -94,7 +94,7 @@ bool Job::read_sample(const WorkItem& item, std::uint32_t id, std::vector<std::u
       r = read();
     }
     {
-      std::lock_guard lock(stats_mu_);
+      base::MutexLock lock(stats_mu_);
       stats_.transient_read_errors += failures;
     }
     if (transient_burst_.fetch_sub(1) == 1 && r.ok()) {
@@ -113,7 +113,7 @@ bool Job::read_sample(const WorkItem& item, std::uint32_t id, std::vector<std::u
     spdlog::warn("job {}: {}: {}; skipped this epoch, tried again next epoch", cfg_.name, path, r.reason);
   }
   {
-    std::lock_guard lock(stats_mu_);
+    base::MutexLock lock(stats_mu_);
     stats_.errors[static_cast<int>(image::SampleErrorKind::kIo)]++;
     stats_.missing += r.status == source::ReadStatus::kMissing ? 1 : 0;
   }
