@@ -12,7 +12,7 @@
 
 #include "core/check.hpp"
 #include "job/batch_mix.hpp"
-#include "job/job_state.hpp"
+#include "job/finish.hpp"
 #include "sampler/sampler.hpp"
 
 namespace stoker::job {
@@ -45,6 +45,43 @@ std::uint32_t label_dtype_of(const config::JobConfig& cfg, const source::Dataset
 
 }  // namespace
 
+// What one ring needs from its job (ring.hpp): the job's streams, stop flag, work items,
+// finishing steps, device copies and wake-ups, for ring `ring_`.
+class Job::RingLink final : public RingHooks {
+ public:
+  RingLink(Job& job, std::uint32_t ring) : job_(job), ring_(ring) {}
+
+  std::vector<std::uint32_t> epoch_ids(std::uint64_t epoch) override { return job_.epoch_ids(ring_, epoch); }
+  bool stopped() const override { return job_.failed_.load(); }
+  void planned(std::uint32_t slot, std::uint32_t position, std::uint32_t generation, std::uint32_t id,
+               std::vector<WorkItem>& out) override {
+    out.push_back(WorkItem{&job_, ring_, slot, position, generation});
+    job_.want_read(out.back(), id);
+  }
+  std::uint32_t settle(const SlotBatch& batch) override { return job_.settle_bad_samples(ring_, batch); }
+  bool mixes() const override { return job_.label_dtype_ != 0; }
+  void mix(const SlotBatch& batch) override { job_.mix_batch(ring_, batch); }
+  bool copy_to_device(std::uint32_t slot, std::uint32_t count, std::uint64_t epoch, std::uint64_t batch_index,
+                      delivery::DeviceRing& to) override {
+    return job_.copy_to_device(ring_, slot, count, epoch, batch_index, to);
+  }
+  void published() override {
+    {
+      base::MutexLock lock(job_.stats_mu_);
+      job_.stats_.batches_published++;
+    }
+    job_.notify_ready_();
+  }
+  void notify() override { job_.notify_ready_(); }
+  void epoch_failed(std::uint64_t epoch, std::size_t done, const std::vector<std::string>& first) override {
+    job_.epoch_failed(ring_, epoch, done, first);
+  }
+
+ private:
+  Job& job_;
+  const std::uint32_t ring_;
+};
+
 Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset dataset,
          const std::string& segment_name, unsigned shm_mode, std::uint64_t daemon_generation,
          WorkQueue& queue, std::function<void()> notify_ready)
@@ -58,28 +95,15 @@ Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset datase
       queue_(queue),
       notify_ready_(std::move(notify_ready)) {
   (void)shm_mode;  // access to a sealed memfd is the control socket's (see ShmSegment)
-  segment_ = std::make_unique<ShmSegment>(segment_name, plan_.segment_size);
-
-  auto* h = reinterpret_cast<proto::SegmentHeader*>(segment_->base());
-  h->magic = proto::kSegmentMagic;
-  h->layout_major = proto::kLayoutMajor;
-  h->layout_minor = proto::kLayoutMinor;
-  h->segment_size = plan_.segment_size;
-  h->daemon_generation = daemon_generation;
-  h->ring_count = cfg.consumers;
-  h->slots_per_ring = cfg.prefetch;
-  h->ring_table_offset = plan_.ring_table_offset;
-  h->slot_stride = plan_.slot_stride;
-  h->payload_offset = plan_.payload_offset;
-  h->labels_offset = plan_.labels_offset;
-  h->ids_offset = plan_.ids_offset;
-  h->geometry = geometry_of(cfg);
-  h->samples_per_epoch = dataset_.samples.size();
-  h->num_classes = static_cast<std::uint32_t>(dataset_.classes.size());
-  h->label_dtype = label_dtype_;
-  h->label_width = label_width_;
-  proto::copy_cstr(h->job_name, cfg.name.c_str());
-  header_copy_ = *h;  // what the header must say for the life of the segment
+  proto::SegmentHeader h{};
+  h.daemon_generation = daemon_generation;
+  h.geometry = geometry_of(cfg);
+  h.samples_per_epoch = dataset_.samples.size();
+  h.num_classes = static_cast<std::uint32_t>(dataset_.classes.size());
+  h.label_dtype = label_dtype_;
+  h.label_width = label_width_;
+  proto::copy_cstr(h.job_name, cfg.name.c_str());
+  segment_ = std::make_unique<Segment>(segment_name, plan_, cfg.consumers, cfg.prefetch, h);
 
   quarantine_ = std::make_unique<Quarantine>(cfg.quarantine);
   quarantined_ = std::make_unique<std::atomic<std::uint8_t>[]>(dataset_.samples.size());
@@ -110,49 +134,29 @@ Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset datase
   quarantined_count_ = skipped;
 
   for (std::uint32_t r = 0; r < cfg.consumers; ++r) {
-    auto ring = std::make_unique<Ring>();
-    ring->rank = r;
-    ring->slots.resize(cfg.prefetch);
-    ring->readers.resize(cfg.readers);
-    for (auto& s : ring->slots) {
-      s.ids.resize(cfg.batch_size);
-      s.ok.resize(cfg.batch_size);
-      if (label_dtype_ != 0) s.class_labels.resize(cfg.batch_size);
-      s.leased_at.resize(cfg.readers);
+    RingMemory memory;
+    memory.header = segment_->ring_header(r);
+    for (std::uint32_t s = 0; s < cfg.prefetch; ++s) memory.slots.push_back(segment_->slot_header(r, s));
+    RingConfig rc;
+    rc.job_name = cfg.name;
+    rc.index = r;
+    rc.rank = cfg.first_rank + r;
+    rc.slots = cfg.prefetch;
+    rc.readers = cfg.readers;
+    rc.batch_size = cfg.batch_size;
+    rc.drop_last = cfg.drop_last;
+    if (label_dtype_ != 0) {
+      class_labels_.emplace_back(cfg.prefetch, std::vector<std::int64_t>(cfg.batch_size));
     }
-    auto* rh = ring_header(r);
-    rh->rank = r;
-    rh->slot_count = cfg.prefetch;
-    rh->first_slot_offset =
-        plan_.first_slot_offset + static_cast<std::uint64_t>(r) * cfg.prefetch * plan_.slot_stride;
-    rings_.push_back(std::move(ring));
+    links_.push_back(std::make_unique<RingLink>(*this, r));
+    rings_.push_back(std::make_unique<Ring>(std::move(rc), std::move(memory), *links_.back()));
   }
   start_reading();
 }
 
 Job::~Job() = default;
 
-bool Job::restore_layout() {
-  // Only the daemon writes the segment's layout; a process of the same user can still open
-  // the memfd through /proc and scribble on it. Consumers check the layout at attach and
-  // refuse a wrong one, so put it back before each attach: other jobs are unaffected and the
-  // job recovers without a restart.
-  auto* h = reinterpret_cast<proto::SegmentHeader*>(segment_->base());
-  bool repaired = std::memcmp(h, &header_copy_, sizeof header_copy_) != 0;
-  if (repaired) std::memcpy(h, &header_copy_, sizeof header_copy_);
-  for (std::uint32_t r = 0; r < cfg_.consumers; ++r) {
-    auto* rh = ring_header(r);
-    const std::uint64_t first =
-        plan_.first_slot_offset + static_cast<std::uint64_t>(r) * cfg_.prefetch * plan_.slot_stride;
-    if (rh->rank != r || rh->slot_count != cfg_.prefetch || rh->first_slot_offset != first) {
-      rh->rank = r;
-      rh->slot_count = cfg_.prefetch;
-      rh->first_slot_offset = first;
-      repaired = true;
-    }
-  }
-  return repaired;
-}
+bool Job::restore_layout() { return segment_->restore_layout(); }
 
 std::uint64_t Job::samples_per_rank(std::uint32_t rank) const {
   return sampler::samples_per_rank(dataset_.samples.size(), cfg_.world_size, rank, cfg_.shards());
@@ -162,135 +166,38 @@ std::uint64_t Job::batches_per_epoch(std::uint32_t rank) const {
   return sampler::batches_per_epoch(samples_per_rank(rank), cfg_.batch_size, cfg_.drop_last);
 }
 
-proto::RingHeader* Job::ring_header(std::uint32_t ring) const {
-  return reinterpret_cast<proto::RingHeader*>(segment_->base() + plan_.ring_table_offset) + ring;
+std::int64_t* Job::labels(std::uint32_t ring, std::uint32_t slot) {
+  if (label_dtype_ != 0) return class_labels_[ring][slot].data();
+  return reinterpret_cast<std::int64_t*>(segment_->label_region(ring, slot));
 }
 
-proto::SlotHeader* Job::slot_header(std::uint32_t ring, std::uint32_t slot) const {
-  const std::uint64_t off = plan_.first_slot_offset +
-                            (static_cast<std::uint64_t>(ring) * cfg_.prefetch + slot) * plan_.slot_stride;
-  return reinterpret_cast<proto::SlotHeader*>(segment_->base() + off);
-}
-
-std::uint8_t* Job::payload(std::uint32_t ring, std::uint32_t slot) const {
-  return reinterpret_cast<std::uint8_t*>(slot_header(ring, slot)) + plan_.payload_offset;
-}
-
-std::int64_t* Job::labels(std::uint32_t ring, std::uint32_t slot) const {
-  if (label_dtype_ != 0) return rings_[ring]->slots[slot].class_labels.data();
-  return reinterpret_cast<std::int64_t*>(label_region(ring, slot));
-}
-
-std::uint8_t* Job::label_region(std::uint32_t ring, std::uint32_t slot) const {
-  return payload(ring, slot) + plan_.labels_offset;
-}
-
-std::int64_t* Job::ids(std::uint32_t ring, std::uint32_t slot) const {
-  return reinterpret_cast<std::int64_t*>(payload(ring, slot) + plan_.ids_offset);
-}
-
-std::shared_ptr<Job::EpochStream> Job::make_stream(std::uint32_t rank, std::uint64_t epoch) const {
-  auto st = std::make_shared<EpochStream>();
-  st->epoch = epoch;
+std::vector<std::uint32_t> Job::epoch_ids(std::uint32_t ring, std::uint64_t epoch) const {
   const auto perm = sampler::epoch_permutation(static_cast<std::uint32_t>(dataset_.samples.size()),
                                                cfg_.shuffle, cfg_.seed, epoch);
-  // Quarantined samples stay in the stream: batch k is always positions [kB, (k+1)B) of the
-  // rank's share, whichever files are bad and whenever they were found (a restarted daemon
-  // with a bigger quarantine, a resume at batch k). Bad ones are dropped inside their batch.
-  st->ids = sampler::rank_samples(perm, cfg_.world_size, cfg_.first_rank + rank, cfg_.shards());
-  return st;
-}
-
-void Job::set_slot_state(Ring& ring, std::uint32_t s, SlotState st) {
-  ring.slots[s].state = st;
-  auto* h = slot_header(ring.rank, s);
-  std::atomic_ref<std::uint32_t>(h->state).store(static_cast<std::uint32_t>(st),
-                                                 std::memory_order_release);
+  return sampler::rank_samples(perm, cfg_.world_size, cfg_.first_rank + ring, cfg_.shards());
 }
 
 void Job::start() {
   std::vector<WorkItem> items;
-  for (auto& ring : rings_) {
-    std::lock_guard lock(ring->mu);
-    ring->planning = make_stream(ring->rank, 0);
-    plan_free_slots(*ring, items);
-  }
+  for (auto& ring : rings_) ring->start(items);
   queue_.push(std::move(items));
-}
-
-void Job::plan_free_slots(Ring& ring, std::vector<WorkItem>& out) {
-  if (failed_.load() || draining_.load()) return;
-  const std::uint32_t B = cfg_.batch_size;
-  for (std::uint32_t s = 0; s < ring.slots.size(); ++s) {
-    Slot& slot = ring.slots[s];
-    if (slot.state != SlotState::kFree) continue;
-    settle_device_copy(ring, s);  // a device copy may still read the bytes workers rewrite
-
-    // Move to the next epoch once this one has handed out its last batch.
-    EpochStream* st = ring.planning.get();
-    if (st->last_planned) {
-      ring.planning = make_stream(ring.rank, st->epoch + 1);
-      st = ring.planning.get();
-    }
-    std::size_t n = std::min<std::size_t>(B, st->remaining());
-    if (cfg_.drop_last && n < B) n = 0;  // incomplete tail batch dropped
-    const std::size_t after = st->remaining() - n;
-    const bool last = after == 0 || (cfg_.drop_last && after < B);
-
-    slot.state = SlotState::kFilling;
-    slot.generation++;
-    slot.stale = false;
-    slot.epoch = st->epoch;
-    slot.batch_index = st->next_batch++;
-    slot.count = static_cast<std::uint32_t>(n);
-    slot.flags = last ? proto::kBatchLastInEpoch : 0;
-    slot.stream = ring.planning;
-    slot.pending = static_cast<std::uint32_t>(n);
-    st->last_planned = last;
-    for (std::size_t j = 0; j < n; ++j) {
-      slot.ids[j] = st->ids[st->cursor + j];
-      slot.ok[j] = -1;
-    }
-    st->cursor += n;
-    st->planned += n;
-    if (last && cfg_.drop_last) st->cursor = st->ids.size();
-
-    auto* h = slot_header(ring.rank, s);
-    h->generation = slot.generation;
-    h->epoch = slot.epoch;
-    h->batch_index = slot.batch_index;
-    h->count = 0;
-    h->flags = 0;
-    set_slot_state(ring, s, SlotState::kFilling);
-
-    if (n == 0) {
-      // A rank with no samples this epoch (fewer samples than ranks with drop_last): an empty
-      // batch still carries the end-of-epoch flag so the consumer's epoch ends.
-      publish(ring, s);
-      continue;
-    }
-    for (std::uint32_t j = 0; j < n; ++j) {
-      out.push_back(WorkItem{this, ring.rank, s, j, slot.generation});
-      want_read(out.back(), slot.ids[j]);
-    }
-  }
 }
 
 void Job::record_error(std::uint64_t id, const image::SampleResult& r) {
   const std::string path = dataset_.path(id);
   const char* kind = image::to_string(r.error);
   {
-    std::lock_guard lock(stats_mu_);
+    base::MutexLock lock(stats_mu_);
     stats_.errors[static_cast<int>(r.error)]++;
   }
   if (quarantined_[id].exchange(1) == 0) quarantined_count_++;
   if (quarantine_->add(path, kind, r.reason)) {
     spdlog::warn("job {}: {}: {} ({})", cfg_.name, path, r.reason, kind);
-    std::lock_guard lock(stats_mu_);
+    base::MutexLock lock(stats_mu_);
     stats_.quarantined++;
   }
   if (cfg_.on_error == config::OnError::kFail) {
-    std::lock_guard lock(stats_mu_);
+    base::MutexLock lock(stats_mu_);
     if (!failure_) {
       failure_ = path + ": " + r.reason;
       spdlog::error("job {} stopped (on_error: fail): {}", cfg_.name, *failure_);
@@ -302,18 +209,9 @@ void Job::record_error(std::uint64_t id, const image::SampleResult& r) {
 void Job::run(const WorkItem& item, image::SampleProcessor& processor,
               std::vector<std::uint8_t>& file_buffer) {
   Ring& ring = *rings_[item.ring];
-  std::uint32_t id;
-  std::uint64_t epoch;
-  {
-    std::lock_guard lock(ring.mu);
-    const Slot& slot = ring.slots[item.slot];
-    // Invariant: a FILLING slot is never re-planned before all its items are done.
-    STOKER_CHECK(slot.state == SlotState::kFilling && slot.generation == item.generation,
-                 "work item for slot {}:{} in state {} gen {} (item gen {})", item.ring, item.slot,
-                 static_cast<int>(slot.state), slot.generation, item.generation);
-    id = slot.ids[item.position];
-    epoch = slot.epoch;
-  }
+  const Ring::Sample sample_of = ring.begin_sample(item);
+  const std::uint32_t id = sample_of.id;
+  const std::uint64_t epoch = sample_of.epoch;
 
   image::SampleResult result;
   if (quarantined_[id].load() != 0) {
@@ -322,7 +220,7 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
     result.error = image::SampleErrorKind::kCorrupt;
   } else if (!failed_.load()) {
     const auto& sample = dataset_.samples[id];
-    std::uint8_t* out = payload(item.ring, item.slot) +
+    std::uint8_t* out = segment_->payload(item.ring, item.slot) +
                         static_cast<std::uint64_t>(item.position) * cfg_.pipeline.sample_bytes();
     if (cache_ && cache_->get(id, out)) {
       // Finished earlier (a deterministic pipeline gives the same bytes every epoch).
@@ -335,8 +233,8 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
     }
     if (result.ok()) {
       labels(item.ring, item.slot)[item.position] = sample.label;
-      ids(item.ring, item.slot)[item.position] = id;
-      std::lock_guard lock(stats_mu_);
+      segment_->ids(item.ring, item.slot)[item.position] = id;
+      base::MutexLock lock(stats_mu_);
       stats_.samples_ok++;
       stats_.decode_warnings += result.warnings;
     } else if (result.error != image::SampleErrorKind::kIo) {
@@ -347,149 +245,66 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
   }
   drop_read(item);  // not read (quarantined, cached, job stopped): read-ahead frees its bytes
 
-  std::vector<WorkItem> more;
-  {
-    std::unique_lock lock(ring.mu);
-    Slot& slot = ring.slots[item.slot];
-    slot.ok[item.position] = result.ok() ? 1 : 0;
-    if (EpochStream* st = slot.stream.get(); st != nullptr && !slot.stale) {
-      st->done++;
-      st->good += result.ok() ? 1 : 0;
-      if (!result.ok() && st->first_failures.size() < 3) {
-        st->first_failures.push_back(dataset_.path(id) + ": " +
-                                     (result.reason.empty() ? std::string("quarantined earlier") : result.reason));
-      }
-      check_epoch_failed(ring, *st);
-    }
-    if (--slot.pending == 0) {
-      if (label_dtype_ == 0) {
-        finish_batch(ring, item.slot, more);
-      } else if (!drop_unwanted(ring, item.slot, more)) {
-        // Mixed after bad samples are settled (the batch's final positions), outside the lock.
-        settle_bad_samples(ring, item.slot);
-        const std::uint64_t epoch_of = slot.epoch, batch = slot.batch_index;
-        const std::uint32_t count = slot.count;
-        lock.unlock();
-        mix_batch(item.ring, item.slot, epoch_of, batch, count);
-        lock.lock();
-        if (!drop_unwanted(ring, item.slot, more)) {
-          publish(ring, item.slot);
-          if (consumed(ring, slot)) free_consumed(ring, more);
-        }
-      }
-    }
+  std::optional<std::string> failure;
+  if (!result.ok()) {
+    failure = dataset_.path(id) + ": " + (result.reason.empty() ? std::string("quarantined earlier") : result.reason);
   }
+  std::vector<WorkItem> more;
+  ring.sample_done(item, result.ok(), failure ? &*failure : nullptr, more);
   queue_.push(std::move(more));
 }
 
-void Job::finish_batch(Ring& ring, std::uint32_t s, std::vector<WorkItem>& out) {
-  if (drop_unwanted(ring, s, out)) return;
-  settle_bad_samples(ring, s);
-  publish(ring, s);
-  // Planned before its readers moved past it (a reader joined further on): nobody takes it.
-  if (consumed(ring, ring.slots[s])) free_consumed(ring, out);
-}
-
-bool Job::drop_unwanted(Ring& ring, std::uint32_t s, std::vector<WorkItem>& out) {
-  Slot& slot = ring.slots[s];
-  if (!slot.stale && !failed_.load()) return false;
-  set_slot_state(ring, s, SlotState::kFree);
-  slot.stream.reset();
-  if (failed_.load()) {
-    notify_ready_();  // wake the control thread to report the failure
-    return true;
-  }
-  plan_free_slots(ring, out);
-  return true;
-}
-
-void Job::mix_batch(std::uint32_t ring, std::uint32_t s, std::uint64_t epoch, std::uint64_t batch_index,
-                    std::uint32_t count) {
+void Job::mix_batch(std::uint32_t ring, const SlotBatch& batch) {
   const proto::BatchGeometry g = geometry_of(cfg_);
-  const MixDraw draw = draw_mix(cfg_.mix, cfg_.pixel_seed(), epoch, batch_index, cfg_.first_rank + ring, g.height, g.width);
+  const MixDraw draw = draw_mix(cfg_.mix, cfg_.pixel_seed(), batch.epoch, batch.batch_index, cfg_.first_rank + ring,
+                                g.height, g.width);
   MixBatch b;
-  b.images = payload(ring, s);
-  b.count = count;
+  b.images = segment_->payload(ring, batch.slot);
+  b.count = batch.count;
   b.geometry = g;
-  b.labels = labels(ring, s);
-  b.soft = label_region(ring, s);
+  b.labels = labels(ring, batch.slot);
+  b.soft = segment_->label_region(ring, batch.slot);
   b.num_classes = label_width_;
   b.label_dtype = static_cast<proto::DType>(label_dtype_);
   apply_mix(draw, b);
 }
 
-void Job::settle_bad_samples(Ring& ring, std::uint32_t s) {
-  Slot& slot = ring.slots[s];
-  std::uint32_t bad = 0;
-  for (std::uint32_t j = 0; j < slot.count; ++j) bad += slot.ok[j] == 0 ? 1 : 0;
-
-  if (bad > 0 && cfg_.on_error == config::OnError::kSkip) {
-    // The batch keeps its place in the epoch and ships short: no refill from later samples,
-    // so batch boundaries never depend on which files are bad (exact resume, same batches
-    // across restarts). Good samples are compacted to the front.
-    const std::uint64_t bytes = cfg_.pipeline.sample_bytes();
-    std::uint32_t w = 0;
-    for (std::uint32_t j = 0; j < slot.count; ++j) {
-      if (slot.ok[j] != 1) continue;
-      if (w != j) {
-        std::memmove(payload(ring.rank, s) + w * bytes, payload(ring.rank, s) + j * bytes, bytes);
-        labels(ring.rank, s)[w] = labels(ring.rank, s)[j];
-        ids(ring.rank, s)[w] = ids(ring.rank, s)[j];
-        slot.ids[w] = slot.ids[j];
-        slot.ok[w] = 1;
-      }
-      ++w;
-    }
-    slot.count = w;
-  } else if (bad > 0 && cfg_.on_error == config::OnError::kSubstitute) {
-    // Each bad position takes a copy of the nearest good sample of the same batch (image,
-    // label and id), so the batch stays full and every label still matches its image.
-    const std::uint64_t bytes = cfg_.pipeline.sample_bytes();
-    std::uint32_t substituted = 0;
-    for (std::uint32_t j = 0; j < slot.count; ++j) {
-      if (slot.ok[j] != 0) continue;
-      std::int64_t src = -1;
-      for (std::uint32_t d = 1; d < slot.count && src < 0; ++d) {
-        if (j >= d && slot.ok[j - d] == 1) src = j - d;
-        else if (j + d < slot.count && slot.ok[j + d] == 1) src = j + d;
-      }
-      if (src < 0) continue;
-      std::memcpy(payload(ring.rank, s) + j * bytes, payload(ring.rank, s) + src * bytes, bytes);
-      labels(ring.rank, s)[j] = labels(ring.rank, s)[src];
-      ids(ring.rank, s)[j] = ids(ring.rank, s)[src];
-      ++substituted;
-    }
-    if (substituted < bad) slot.count = 0;  // no good sample at all in this batch
-    std::lock_guard lock(stats_mu_);
-    stats_.substituted += substituted;
+std::uint32_t Job::settle_bad_samples(std::uint32_t ring, const SlotBatch& batch) {
+  BatchView view;
+  view.images = segment_->payload(ring, batch.slot);
+  view.sample_bytes = cfg_.pipeline.sample_bytes();
+  view.labels = labels(ring, batch.slot);
+  view.ids = segment_->ids(ring, batch.slot);
+  view.sample_ids = batch.sample_ids;
+  view.ok = batch.ok;
+  view.count = batch.count;
+  const Settled settled = job::settle_bad_samples(view, cfg_.on_error);  // finish.hpp
+  if (settled.substituted > 0) {
+    base::MutexLock lock(stats_mu_);
+    stats_.substituted += settled.substituted;
   }
+  return settled.count;
 }
 
-void Job::publish(Ring& ring, std::uint32_t s) {
-  Slot& slot = ring.slots[s];
-  auto* h = slot_header(ring.rank, s);
-  h->count = slot.count;
-  h->flags = slot.flags;
-  slot.stream.reset();
-  for (const Reader& r : ring.readers) {
-    if (r.attached && r.device) copy_to_device(ring, s, r.device);  // ahead of the reader's request
-  }
-  set_slot_state(ring, s, SlotState::kReady);
-  ring_header(ring.rank)->batches_published++;
-  {
-    std::lock_guard lock(stats_mu_);
-    stats_.batches_published++;
-  }
-  notify_ready_();
+void Job::epoch_failed(std::uint32_t ring, std::uint64_t epoch, std::size_t done,
+                       const std::vector<std::string>& first_failures) {
+  std::string first;
+  for (const auto& f : first_failures) first += (first.empty() ? "" : "; ") + f;
+  base::MutexLock lock(stats_mu_);
+  if (failure_) return;
+  failure_ = "every sample of rank " + std::to_string(cfg_.first_rank + ring) + " in epoch " +
+             std::to_string(epoch) + " failed (" + std::to_string(done) + " of them); first: " + first;
+  spdlog::error("job {} stopped: {}", cfg_.name, *failure_);
+  failed_.store(true);
 }
 
 std::optional<std::string> Job::failure() const {
-  std::lock_guard lock(stats_mu_);
+  base::MutexLock lock(stats_mu_);
   return failure_;
 }
 
 JobStats Job::stats() const {
-  std::lock_guard lock(stats_mu_);
+  base::MutexLock lock(stats_mu_);
   JobStats st = stats_;
   st.bytes_read = bytes_read_.load(std::memory_order_relaxed);
   return st;

@@ -1,20 +1,23 @@
 // One job of the config at run time: its dataset, its segment, and one ring per consumer rank.
 //
+// Job is a facade: each rank's slot state machine is a Ring (ring.hpp, which knows no Job and
+// reaches the job through RingHooks: Job::RingLink); the job adds the segment, the worker
+// task (read, decode, cache, quarantine), bad-sample settling, mixing and read-ahead.
+//
 // Threads: the control thread calls attach/detach/take_ready/release; worker threads call
 // run(). Each ring's state is guarded by its own mutex (lock order: ring mutex, then the work
-// queue's), so consumers of one job never wait on each other.
+// queue's, then stats_mu_), so consumers of one job never wait on each other.
 //
 // Batch planning (per ring): a batch takes the next `batch_size` sample ids of its epoch's
-// stream (the rank's share of the epoch permutation, quarantined files removed). Planning
-// happens only into FREE slots, so a slow or absent consumer stops planning (backpressure)
-// and nothing it holds is ever overwritten.
+// stream (the rank's share of the epoch permutation). Planning happens only into FREE slots,
+// so a slow or absent consumer stops planning (backpressure) and nothing it holds is ever
+// overwritten.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -26,9 +29,10 @@
 #include "image/sample_processor.hpp"
 #include "job/format_counts.hpp"
 #include "job/quarantine.hpp"
+#include "job/ring.hpp"
 #include "source/read_ahead.hpp"
 #include "job/sample_cache.hpp"
-#include "job/shm_segment.hpp"
+#include "job/segment.hpp"
 #include "job/worker_pool.hpp"
 #include "source/dataset.hpp"
 #include "source/sample_reader.hpp"
@@ -48,29 +52,6 @@ struct JobStats {
   std::uint64_t missing = 0;                // unreadable now, skipped this epoch (ENOENT, EACCES)
   std::uint64_t bytes_read = 0;             // sample bytes read from storage (cache hits excluded)
 };
-
-struct ReaderStatus {
-  std::uint32_t reader;
-  bool attached;
-  std::uint64_t next_epoch, next_batch;  // next batch this reader will be given
-  std::uint32_t leased;
-  double oldest_lease_s = 0;  // age of the batch it has held longest (0: none held)
-  std::uint64_t behind = 0;   // batches behind the rank's most advanced reader
-  std::string device_uuid;    // device readers: the GPU their batches go to
-};
-
-struct RingStatus {
-  std::uint32_t rank;
-  bool attached;                         // any reader
-  std::uint32_t free, filling, ready, leased;
-  std::uint64_t next_epoch, next_batch;  // the slowest expected reader's next batch
-  std::uint64_t published, released;
-  std::string device_uuid;  // reader 0's GPU, when it takes device batches
-  double oldest_lease_s = 0;  // age of the batch held longest (0: none held)
-  std::vector<ReaderStatus> readers;
-};
-
-enum class AttachResult { kAttached, kBusy, kOutOfStep };
 
 class Job {
  public:
@@ -101,7 +82,7 @@ class Job {
   // What global `rank` gets per epoch (ranks differ only with pad_shards: false, by one sample).
   std::uint64_t batches_per_epoch(std::uint32_t rank) const;
   std::uint64_t samples_per_rank(std::uint32_t rank) const;
-  const ShmSegment& segment() const { return *segment_; }
+  const ShmSegment& segment() const { return segment_->shm(); }
   // Labels as the segment carries them (proto::SegmentHeader::label_dtype/label_width):
   // 0 and 1 for int64 class indices; a float dtype and num_classes for a mixing job's soft rows.
   std::uint32_t label_dtype() const { return label_dtype_; }
@@ -159,36 +140,23 @@ class Job {
            std::vector<std::uint8_t>& file_buffer);
 
  private:
-  struct EpochStream;
-  struct Slot;
-  struct Ring;
-  struct Reader;
+  class RingLink;  // RingHooks of one ring (job.cpp)
 
-  // `ring`: the ring's index (0..consumers-1); its samples are the global rank first_rank + ring's.
-  std::shared_ptr<EpochStream> make_stream(std::uint32_t ring, std::uint64_t epoch) const;
+  // The ring's samples of `epoch`: the share of global rank first_rank + ring.
+  std::vector<std::uint32_t> epoch_ids(std::uint32_t ring, std::uint64_t epoch) const;
   // The ring of a global rank the caller checked with serves().
   Ring& ring_of(std::uint32_t rank) { return *rings_.at(rank - cfg_.first_rank); }
-  void plan_free_slots(Ring& ring, std::vector<WorkItem>& out);      // ring.mu held
-  void finish_batch(Ring& ring, std::uint32_t s, std::vector<WorkItem>& out);  // ring.mu held
-  // finish_batch in steps, so that a mixing job mixes between them without the ring's lock:
-  // drops a batch nobody wants any more (true: dropped, slot FREE), and fills or compacts
-  // the places of bad samples (on_error); both with ring.mu held.
-  bool drop_unwanted(Ring& ring, std::uint32_t s, std::vector<WorkItem>& out);
-  void settle_bad_samples(Ring& ring, std::uint32_t s);
-  // MixUp/CutMix of a batch whose samples are all done (job/batch_mix.hpp). Called without
-  // ring.mu: the slot is FILLING with nothing pending, so no worker or planner touches its
-  // bytes, positions or count until finish_batch's last step runs under the lock again.
-  void mix_batch(std::uint32_t ring, std::uint32_t s, std::uint64_t epoch, std::uint64_t batch_index,
-                 std::uint32_t count);
-  void publish(Ring& ring, std::uint32_t s);                          // ring.mu held
-  void set_slot_state(Ring& ring, std::uint32_t s, proto::SlotState st);  // ring.mu held
-  // Every expected reader has taken and released the slot (or will never take it).
-  static bool consumed(const Ring& ring, const Slot& slot);
-  // READY/LEASED slots no reader needs any more become FREE and are planned again.
-  void free_consumed(Ring& ring, std::vector<WorkItem>& out);          // ring.mu held
-  // Drops every planned batch and plans from `from` on (a group starting elsewhere).
-  void replan(Ring& ring, std::uint64_t epoch, std::uint64_t batch, std::vector<WorkItem>& out);  // ring.mu held
   void record_error(std::uint64_t id, const image::SampleResult& r);
+  // Fills or compacts the places of bad samples (on_error); returns the count to publish.
+  std::uint32_t settle_bad_samples(std::uint32_t ring, const SlotBatch& batch);
+  // MixUp/CutMix of a batch whose samples are all done (job/batch_mix.hpp), called by the
+  // ring without its lock (RingHooks::mix).
+  void mix_batch(std::uint32_t ring, const SlotBatch& batch);
+  bool copy_to_device(std::uint32_t ring, std::uint32_t s, std::uint32_t count, std::uint64_t epoch,
+                      std::uint64_t batch_index, delivery::DeviceRing& to);
+  // A whole epoch of a rank failed (every sample bad, missing or unreadable): ends the job,
+  // better a clear error than empty batches forever.
+  void epoch_failed(std::uint32_t ring, std::uint64_t epoch, std::size_t done, const std::vector<std::string>& first);
   // Reads sample `id` into `buffer`, retrying transient failures with bounded backoff (the
   // batch waits). false with `result` set when the file is missing or the machine did not
   // recover within the retry budget: skipped this epoch, never quarantined (job_read.cpp).
@@ -196,27 +164,15 @@ class Job {
   bool read_sample(const WorkItem& item, std::uint32_t id, std::vector<std::uint8_t>& buffer,
                    image::SampleResult& result);
   // Read-ahead (job_read.cpp): built in the constructor from the `read_ahead` key; an item
-  // planned is announced (ring.mu held), one not read is dropped.
+  // planned is announced (ring mutex held), one not read is dropped.
   void start_reading();
   void want_read(const WorkItem& item, std::uint32_t id);
   void drop_read(const WorkItem& item);
   std::uint64_t read_key(const WorkItem& item) const;
-  // Ends the job when a whole epoch of a rank failed (every sample bad, missing or unreadable):
-  // better a clear error than empty batches forever. Called under the ring's lock.
-  void check_epoch_failed(const Ring& ring, const EpochStream& st);
-  // Device delivery hooks (job_device.cpp), ring.mu held.
-  bool copy_to_device(Ring& ring, std::uint32_t s, const std::shared_ptr<delivery::DeviceRing>& to);  // queue slot s's copy
-  void settle_device_copy(Ring& ring, std::uint32_t s);   // before slot s's host bytes change
-  std::shared_ptr<delivery::DeviceRing> drop_device(Ring& ring, Reader& reader);  // detach: settle its copies
 
-  std::uint8_t* payload(std::uint32_t ring, std::uint32_t slot) const;
-  proto::SlotHeader* slot_header(std::uint32_t ring, std::uint32_t slot) const;
-  proto::RingHeader* ring_header(std::uint32_t ring) const;
-  // Class index per position: in the segment (int64 labels), or the slot's own array when
-  // the segment carries soft labels (a mixing job), which label_region then holds.
-  std::int64_t* labels(std::uint32_t ring, std::uint32_t slot) const;
-  std::uint8_t* label_region(std::uint32_t ring, std::uint32_t slot) const;
-  std::int64_t* ids(std::uint32_t ring, std::uint32_t slot) const;
+  // Class index per position: in the segment (int64 labels), or the job's own array when the
+  // segment carries soft labels (a mixing job), which Segment::label_region then holds.
+  std::int64_t* labels(std::uint32_t ring, std::uint32_t slot);
 
   const std::size_t index_;
   const config::JobConfig cfg_;
@@ -224,7 +180,7 @@ class Job {
   const std::uint32_t label_dtype_;  // see label_dtype(); before plan_, which sizes labels by it
   const std::uint32_t label_width_;
   const proto::SegmentPlan plan_;
-  std::unique_ptr<ShmSegment> segment_;
+  std::unique_ptr<Segment> segment_;
   std::unique_ptr<Quarantine> quarantine_;
   std::unique_ptr<SampleCache> cache_;  // null without `cache:`
   // By sample id: files listed at start or found bad while running; later epochs skip them.
@@ -233,14 +189,18 @@ class Job {
   FormatCounts formats_{dataset_.samples.size()};
   WorkQueue& queue_;
   std::function<void()> notify_ready_;
+  // Mixing jobs: class index per position of each ring's slots (label_region then holds the
+  // soft rows made from them when the batch is finished); empty otherwise. Written by the
+  // slot's workers, read by the finishing steps: the slot's own FILLING protocol orders them.
+  std::vector<std::vector<std::vector<std::int64_t>>> class_labels_;
+  std::vector<std::unique_ptr<RingLink>> links_;  // before rings_, which refer to them
   std::vector<std::unique_ptr<Ring>> rings_;
 
-  mutable std::mutex stats_mu_;
-  JobStats stats_;                         // guarded by stats_mu_
-  std::optional<std::string> failure_;     // guarded by stats_mu_
+  mutable base::Mutex stats_mu_;  // after a ring's mutex in the lock order, never before
+  JobStats stats_ STOKER_GUARDED_BY(stats_mu_);
+  std::optional<std::string> failure_ STOKER_GUARDED_BY(stats_mu_);
   std::atomic<bool> failed_{false};
-  std::atomic<bool> draining_{false};  // set once by drain(); read under each ring's lock
-  proto::SegmentHeader header_copy_{};  // the header as written at start
+  std::atomic<bool> draining_{false};  // set once by drain(), before each Ring::drain()
   std::atomic<std::uint32_t> transient_burst_{0};  // workers inside a transient-error burst
   std::unique_ptr<source::SampleReader> reader_;   // before read_ahead_, whose threads use it
   std::unique_ptr<source::ReadAhead> read_ahead_;          // null with read-ahead off

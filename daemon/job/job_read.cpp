@@ -8,7 +8,6 @@
 #include <spdlog/spdlog.h>
 
 #include "job/job.hpp"
-#include "job/job_state.hpp"
 #include "source/file_reader.hpp"
 
 namespace stoker::job {
@@ -95,7 +94,7 @@ bool Job::read_sample(const WorkItem& item, std::uint32_t id, std::vector<std::u
       r = read();
     }
     {
-      std::lock_guard lock(stats_mu_);
+      base::MutexLock lock(stats_mu_);
       stats_.transient_read_errors += failures;
     }
     if (transient_burst_.fetch_sub(1) == 1 && r.ok()) {
@@ -114,25 +113,13 @@ bool Job::read_sample(const WorkItem& item, std::uint32_t id, std::vector<std::u
     spdlog::warn("job {}: {}: {}; skipped this epoch, tried again next epoch", cfg_.name, path, r.reason);
   }
   {
-    std::lock_guard lock(stats_mu_);
+    base::MutexLock lock(stats_mu_);
     stats_.errors[static_cast<int>(image::SampleErrorKind::kIo)]++;
     stats_.missing += r.status == source::ReadStatus::kMissing ? 1 : 0;
   }
   result.error = image::SampleErrorKind::kIo;
   result.reason = r.reason;
   return false;
-}
-
-void Job::check_epoch_failed(const Ring& ring, const EpochStream& st) {
-  if (!st.whole_epoch || !st.last_planned || st.planned == 0 || st.done != st.planned || st.good != 0) return;
-  std::string first;
-  for (const auto& f : st.first_failures) first += (first.empty() ? "" : "; ") + f;
-  std::lock_guard lock(stats_mu_);
-  if (failure_) return;
-  failure_ = "every sample of rank " + std::to_string(cfg_.first_rank + ring.rank) + " in epoch " +
-             std::to_string(st.epoch) + " failed (" + std::to_string(st.done) + " of them); first: " + first;
-  spdlog::error("job {} stopped: {}", cfg_.name, *failure_);
-  failed_.store(true);
 }
 
 }  // namespace stoker::job

@@ -98,14 +98,14 @@ std::string fingerprint(const std::string& path) {
 }  // namespace
 
 bool Quarantine::contains(const std::string& path) const {
-  std::lock_guard lock(mu_);
+  base::MutexLock lock(mu_);
   return paths_.count(path) != 0;
 }
 
 bool Quarantine::still_bad(const std::string& path) const {
   std::string recorded;
   {
-    std::lock_guard lock(mu_);
+    base::MutexLock lock(mu_);
     auto it = paths_.find(path);
     if (it == paths_.end()) return false;
     recorded = it->second;
@@ -114,12 +114,12 @@ bool Quarantine::still_bad(const std::string& path) const {
 }
 
 std::size_t Quarantine::size() const {
-  std::lock_guard lock(mu_);
+  base::MutexLock lock(mu_);
   return paths_.size();
 }
 
 bool Quarantine::add(const std::string& path, const char* kind, const std::string& reason) {
-  std::lock_guard lock(mu_);
+  base::MutexLock lock(mu_);
   const std::string fp = fingerprint(path);
   if (auto it = paths_.find(path); it != paths_.end() && (it->second.empty() || it->second == fp)) return false;
   paths_[path] = fp;

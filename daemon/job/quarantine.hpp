@@ -12,10 +12,11 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+
+#include "stoker/base/mutex.hpp"
 
 namespace stoker::job {
 
@@ -45,9 +46,9 @@ class Quarantine {
 
  private:
   std::filesystem::path file_;
-  mutable std::mutex mu_;
-  std::unordered_map<std::string, std::string> paths_;  // path -> "size:mtime_ns" or ""; guarded by mu_
-  std::FILE* out_ = nullptr;               // guarded by mu_; opened on first add
+  mutable base::Mutex mu_;
+  std::unordered_map<std::string, std::string> paths_ STOKER_GUARDED_BY(mu_);  // path -> "size:mtime_ns" or ""
+  std::FILE* out_ STOKER_GUARDED_BY(mu_) = nullptr;  // opened on first add
 };
 
 }  // namespace stoker::job

@@ -43,12 +43,12 @@ void WorkQueue::wake(Lane& l, std::size_t job) {
 }
 
 void WorkQueue::set_share(std::size_t job, JobShare share) {
-  std::lock_guard lock(mu_);
+  base::MutexLock lock(mu_);
   lane(job).share = share;
 }
 
 void WorkQueue::close(std::size_t job) {
-  std::lock_guard lock(mu_);
+  base::MutexLock lock(mu_);
   Lane& l = lane(job);
   l.closed = true;
   queued_ -= l.items.size();
@@ -58,14 +58,14 @@ void WorkQueue::close(std::size_t job) {
 }
 
 bool WorkQueue::closed(std::size_t job) const {
-  std::lock_guard lock(mu_);
+  base::MutexLock lock(mu_);
   return job < lanes_.size() && lanes_[job].closed;
 }
 
 void WorkQueue::push(std::size_t job, std::vector<WorkItem>&& items) {
   if (items.empty()) return;
   {
-    std::lock_guard lock(mu_);
+    base::MutexLock lock(mu_);
     Lane& l = lane(job);
     if (l.closed) return;  // the job is being removed (its batches are no longer wanted)
     wake(l, job);
@@ -95,9 +95,9 @@ void WorkQueue::push(std::vector<WorkItem>&& items) {
 }
 
 bool WorkQueue::pop(WorkItem& out, std::size_t& job) {
-  std::unique_lock lock(mu_);
+  base::MutexLock lock(mu_);
   Lane* l = nullptr;
-  cv_.wait(lock, [&] { return stopped_ || (l = next_lane()) != nullptr; });
+  while (!stopped_ && (l = next_lane()) == nullptr) cv_.wait(lock);
   if (stopped_) return false;
   out = l->items.front();
   l->items.pop_front();
@@ -112,7 +112,7 @@ bool WorkQueue::pop(WorkItem& out, std::size_t& job) {
 void WorkQueue::done(std::size_t job) {
   bool wake_one = false;
   {
-    std::lock_guard lock(mu_);
+    base::MutexLock lock(mu_);
     Lane& l = lane(job);
     if (l.running == 0) return;  // a done() without its pop(): nothing was counted
     // Invariant: running <= max_workers; this done() may be what a capped lane waits for.
@@ -124,19 +124,19 @@ void WorkQueue::done(std::size_t job) {
 
 void WorkQueue::stop() {
   {
-    std::lock_guard lock(mu_);
+    base::MutexLock lock(mu_);
     stopped_ = true;
   }
   cv_.notify_all();
 }
 
 std::size_t WorkQueue::depth() const {
-  std::lock_guard lock(mu_);
+  base::MutexLock lock(mu_);
   return queued_;
 }
 
 std::size_t WorkQueue::in_flight(std::size_t job) const {
-  std::lock_guard lock(mu_);
+  base::MutexLock lock(mu_);
   return job < lanes_.size() ? lanes_[job].running : 0;
 }
 

@@ -17,12 +17,12 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <mutex>
 #include <vector>
+
+#include "stoker/base/mutex.hpp"
 
 namespace stoker::job {
 
@@ -77,19 +77,19 @@ class WorkQueue {
     double vtime = 0;           // virtual time: items served / weight, plus catch-up
     bool closed = false;        // job being removed: pushes discarded
   };
-  Lane& lane(std::size_t job);                  // mu_ held; grows lanes_ as needed
-  bool runnable(const Lane& l) const;           // mu_ held
-  Lane* next_lane();                            // mu_ held; the runnable lane of least vtime
-  void wake(Lane& l, std::size_t job);          // mu_ held; idle -> busy catch-up
+  Lane& lane(std::size_t job) STOKER_REQUIRES(mu_);         // grows lanes_ as needed
+  bool runnable(const Lane& l) const STOKER_REQUIRES(mu_);
+  Lane* next_lane() STOKER_REQUIRES(mu_);                   // the runnable lane of least vtime
+  void wake(Lane& l, std::size_t job) STOKER_REQUIRES(mu_); // idle -> busy catch-up
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<Lane> lanes_;   // by job index; guarded by mu_
-  std::size_t queued_ = 0;    // sum of lanes_[*].items.size(); guarded by mu_
+  mutable base::Mutex mu_;
+  base::CondVar cv_;
+  std::vector<Lane> lanes_ STOKER_GUARDED_BY(mu_);  // by job index
+  std::size_t queued_ STOKER_GUARDED_BY(mu_) = 0;   // sum of lanes_[*].items.size()
   // The greatest virtual time an item was served at: where a job that wakes while every other
-  // job is idle restarts (no lower, so idling banks nothing). Guarded by mu_.
-  double clock_ = 0;
-  bool stopped_ = false;      // guarded by mu_
+  // job is idle restarts (no lower, so idling banks nothing).
+  double clock_ STOKER_GUARDED_BY(mu_) = 0;
+  bool stopped_ STOKER_GUARDED_BY(mu_) = false;
   std::atomic<std::uint64_t> closures_{0};
 };
 

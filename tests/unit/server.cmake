@@ -20,3 +20,9 @@ stoker_add_test(metrics_test LABEL unit
 stoker_add_test(instance_lock_test LABEL unit
   SOURCES unit/instance_lock_test.cpp
   LIBS stoker_app stoker_daemon_fixture)
+
+# One rank's Ring (job/ring.hpp), the slot state machine, with no segment, socket or process:
+# fan-out, replanning after a resume, detach, lease reclaim, drain, bad releases.
+stoker_add_test(ring_test LABEL unit
+  SOURCES unit/ring_test.cpp
+  LIBS stoker_job)
