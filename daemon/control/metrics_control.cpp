@@ -5,7 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "image/sample_processor.hpp"
+#include "image/sample_result.hpp"
 #include "control/control_server.hpp"
 #include "job/job.hpp"
 #include "jobs/job_table.hpp"

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
-#include "image/sample_processor.hpp"
+#include "image/sample_result.hpp"
 #include "delivery/device_delivery.hpp"
 #include "control/control_server.hpp"
 #include "job/job.hpp"
