@@ -11,11 +11,11 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <set>
 
 #include "device/cuda_driver_api.hpp"
 #include "device/device_backend.hpp"
+#include "stoker/base/mutex.hpp"
 
 namespace stoker::device {
 namespace {
@@ -77,7 +77,7 @@ class CudaDriverBackend final : public Backend {
   }
 
   bool open_device(int device, std::string& why) override {
-    std::lock_guard lock(mu_);
+    base::MutexLock lock(mu_);
     if (devices_.count(device) != 0) return true;
     CUdevice d = 0;
     if (!check(api_.cuDeviceGet(&d, device), "cuDeviceGet", why)) return false;
@@ -169,13 +169,13 @@ class CudaDriverBackend final : public Backend {
     }
     if (r == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED) return true;  // someone else owns it
     if (!check(r, "cuMemHostRegister", why)) return false;
-    std::lock_guard lock(mu_);
+    base::MutexLock lock(mu_);
     registered_.insert(p);
     return true;
   }
   void unregister_host(int device, void* p) override {
     {
-      std::lock_guard lock(mu_);
+      base::MutexLock lock(mu_);
       if (registered_.erase(p) == 0) return;
     }
     std::string why;
@@ -313,7 +313,7 @@ class CudaDriverBackend final : public Backend {
   struct Scope {
     Scope(CudaDriverBackend& b, int device, std::string& why) : api(b.api_) {
       {
-        std::lock_guard lock(b.mu_);
+        base::MutexLock lock(b.mu_);
         auto it = b.devices_.find(device);
         if (it == b.devices_.end()) {
           why = "device " + std::to_string(device) + " was not opened (open_device first)";
@@ -348,7 +348,7 @@ class CudaDriverBackend final : public Backend {
   // The kernel and a device copy of spec's table (uploaded once per distinct table; jobs
   // have one each). Called inside the device's Scope.
   bool kernel_for(DeviceState& st, const NormalizeSpec& spec, CUfunction& fn, CUdeviceptr& table, std::string& why) {
-    std::lock_guard lock(kernel_mu_);
+    base::MutexLock lock(kernel_mu_);
     if (st.module == nullptr) {
       if (!check(api_.cuModuleLoadData(&st.module, kernel_image_), "cuModuleLoadData(normalize)", why)) {
         st.module = nullptr;
@@ -389,10 +389,15 @@ class CudaDriverBackend final : public Backend {
 
   const DriverApi& api_;
   const void* kernel_image_;  // fatbin of stoker_normalize_table, or nullptr (libstoker)
-  std::mutex mu_;             // guards devices_ (the map, not the contexts) and registered_
-  std::mutex kernel_mu_;      // guards module loads and table uploads
-  std::map<int, DeviceState> devices_;
-  std::set<void*> registered_;
+  // Guards devices_ (the map, not the contexts: a DeviceState's address is stable and its
+  // ctx never changes once inserted) and registered_. Never held across a driver call
+  // other than open_device's, and never together with kernel_mu_.
+  base::Mutex mu_;
+  // Guards module loads and table uploads: a DeviceState's module, normalize and tables
+  // (members of a struct, so not annotated; kernel_for is their only user).
+  base::Mutex kernel_mu_;
+  std::map<int, DeviceState> devices_ STOKER_GUARDED_BY(mu_);
+  std::set<void*> registered_ STOKER_GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -20,7 +20,6 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -34,6 +33,7 @@
 
 #include "device/device_backend.hpp"
 #include "device/hostsim_objects.hpp"
+#include "stoker/base/mutex.hpp"
 
 namespace stoker::device {
 namespace hostsim {
@@ -188,7 +188,7 @@ class SimStream {
   SimStream() : thread_([this] { loop(); }) {}
   ~SimStream() {
     {
-      std::lock_guard lock(mu_);
+      base::MutexLock lock(mu_);
       stop_ = true;
     }
     cv_.notify_all();
@@ -196,21 +196,21 @@ class SimStream {
   }
   void push(std::function<void()> op) {
     {
-      std::lock_guard lock(mu_);
+      base::MutexLock lock(mu_);
       ops_.push_back(std::move(op));
     }
     cv_.notify_all();
   }
   void drain() {
-    std::unique_lock lock(mu_);
-    idle_cv_.wait(lock, [&] { return ops_.empty() && !busy_; });
+    base::MutexLock lock(mu_);
+    while (!ops_.empty() || busy_) idle_cv_.wait(lock);
   }
 
  private:
   void loop() {
-    std::unique_lock lock(mu_);
+    base::MutexLock lock(mu_);
     for (;;) {
-      cv_.wait(lock, [&] { return stop_ || !ops_.empty(); });
+      while (!stop_ && ops_.empty()) cv_.wait(lock);
       if (ops_.empty()) return;  // stop_ and drained
       auto op = std::move(ops_.front());
       ops_.pop_front();
@@ -222,11 +222,11 @@ class SimStream {
       if (ops_.empty()) idle_cv_.notify_all();
     }
   }
-  std::mutex mu_;
-  std::condition_variable cv_, idle_cv_;
-  std::deque<std::function<void()>> ops_;
-  bool busy_ = false;
-  bool stop_ = false;
+  base::Mutex mu_;
+  base::CondVar cv_, idle_cv_;
+  std::deque<std::function<void()>> ops_ STOKER_GUARDED_BY(mu_);
+  bool busy_ STOKER_GUARDED_BY(mu_) = false;  // an op runs (unlocked) on thread_
+  bool stop_ STOKER_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 
@@ -248,11 +248,11 @@ class HostSimBackend final : public Backend {
   ~HostSimBackend() override {
     std::map<StreamId, std::unique_ptr<SimStream>> streams;
     {
-      std::lock_guard lock(mu_);
+      base::MutexLock lock(mu_);
       streams.swap(streams_);
     }
     streams.clear();  // joins every stream thread after its queue ran
-    std::lock_guard lock(mu_);
+    base::MutexLock lock(mu_);
     for (auto& [p, m] : objects_) {
       ::munmap(m.header, m.map_bytes);
       // Objects still created here at exit are left for remove_stale_objects (a daemon stopping
@@ -276,7 +276,7 @@ class HostSimBackend final : public Backend {
             "the trainer cannot share it (set it to DEFAULT with `nvidia-smi -c DEFAULT`)";
       return false;
     }
-    std::lock_guard lock(mu_);
+    base::MutexLock lock(mu_);
     opened_.insert(device);
     return true;
   }
@@ -285,7 +285,7 @@ class HostSimBackend final : public Backend {
     check_device(device);
     auto s = std::make_unique<SimStream>();
     out = reinterpret_cast<StreamId>(s.get());
-    std::lock_guard lock(mu_);
+    base::MutexLock lock(mu_);
     streams_[out] = std::move(s);
     return true;
   }
@@ -294,7 +294,7 @@ class HostSimBackend final : public Backend {
     check_device(device);
     std::unique_ptr<SimStream> dead;
     {
-      std::lock_guard lock(mu_);
+      base::MutexLock lock(mu_);
       auto it = streams_.find(s);
       if (it == streams_.end()) sim_abort("destroying a stream that does not exist");
       dead = std::move(it->second);
@@ -348,7 +348,7 @@ class HostSimBackend final : public Backend {
 
   bool register_host(int device, void* p, std::size_t bytes, bool, std::string& why) override {
     check_device(device);
-    std::lock_guard lock(mu_);
+    base::MutexLock lock(mu_);
     if (!registered_.emplace(p, bytes).second) {
       why = "hostsim: host range already registered";
       return false;
@@ -358,7 +358,7 @@ class HostSimBackend final : public Backend {
 
   void unregister_host(int device, void* p) override {
     check_device(device);
-    std::lock_guard lock(mu_);
+    base::MutexLock lock(mu_);
     registered_.erase(p);
   }
 
@@ -372,7 +372,7 @@ class HostSimBackend final : public Backend {
     out.bytes = bytes;
     out.handle = handle_of(m, ObjectKind::kMemory, bytes);
     out.impl = reinterpret_cast<std::uintptr_t>(m.header);
-    std::lock_guard lock(mu_);
+    base::MutexLock lock(mu_);
     objects_[m.header] = m;
     return true;
   }
@@ -390,7 +390,7 @@ class HostSimBackend final : public Backend {
     m.device = device;
     handle = handle_of(m, ObjectKind::kEvent, 0);
     out = reinterpret_cast<EventId>(m.header);
-    std::lock_guard lock(mu_);
+    base::MutexLock lock(mu_);
     objects_[m.header] = m;
     return true;
   }
@@ -463,7 +463,7 @@ class HostSimBackend final : public Backend {
     }
     m.device = device;
     *ptr = m.data();
-    std::lock_guard lock(mu_);
+    base::MutexLock lock(mu_);
     objects_[m.header] = m;
     return true;
   }
@@ -480,7 +480,7 @@ class HostSimBackend final : public Backend {
     if (!open_object(handle, ObjectKind::kEvent, m, why)) return false;
     m.device = device;
     out = reinterpret_cast<EventId>(m.header);
-    std::lock_guard lock(mu_);
+    base::MutexLock lock(mu_);
     objects_[m.header] = m;
     return true;
   }
@@ -539,7 +539,7 @@ class HostSimBackend final : public Backend {
 
  private:
   void check_device(int device) {
-    std::lock_guard lock(mu_);
+    base::MutexLock lock(mu_);
     if (opened_.count(device) == 0) {
       sim_abort("device " + std::to_string(device) +
                 " used before open_device named it (a context on a device nobody named)");
@@ -548,7 +548,7 @@ class HostSimBackend final : public Backend {
 
   SimStream* stream(int device, StreamId s, std::string& why) {
     check_device(device);
-    std::lock_guard lock(mu_);
+    base::MutexLock lock(mu_);
     if (s == kDefaultStream) {
       auto& d = default_streams_[device];
       if (!d) d = std::make_unique<SimStream>();
@@ -565,7 +565,7 @@ class HostSimBackend final : public Backend {
 
   SimObjectHeader* event_header(EventId e) {
     auto* h = reinterpret_cast<SimObjectHeader*>(e);
-    std::lock_guard lock(mu_);
+    base::MutexLock lock(mu_);
     auto it = objects_.find(h);
     if (it == objects_.end() || h->kind != static_cast<std::uint32_t>(ObjectKind::kEvent)) {
       sim_abort("use of an event that is not open in this process");
@@ -576,7 +576,7 @@ class HostSimBackend final : public Backend {
   // Object and data offset of a pointer into an allocation this process mapped.
   std::pair<SimObjectHeader*, std::uint64_t> locate(const void* ptr) {
     const auto* p = static_cast<const std::uint8_t*>(ptr);
-    std::lock_guard lock(mu_);
+    base::MutexLock lock(mu_);
     for (auto& [h, m] : objects_) {
       if (m.header->kind == static_cast<std::uint32_t>(ObjectKind::kMemory) && p >= m.data() &&
           p < m.data() + m.header->bytes) {
@@ -711,7 +711,7 @@ class HostSimBackend final : public Backend {
   void close_opened(SimObjectHeader* h, const char* what) {
     Mapped m;
     {
-      std::lock_guard lock(mu_);
+      base::MutexLock lock(mu_);
       auto it = objects_.find(h);
       if (it == objects_.end() || it->second.created) {
         sim_abort(std::string("closing ") + what + " that is not open in this process (double close?)");
@@ -725,7 +725,7 @@ class HostSimBackend final : public Backend {
   void destroy_object(SimObjectHeader* h, const char* what) {
     Mapped m;
     {
-      std::lock_guard lock(mu_);
+      base::MutexLock lock(mu_);
       auto it = objects_.find(h);
       if (it == objects_.end() || !it->second.created) {
         sim_abort(std::string("freeing ") + what + " that this process did not create (double free?)");
@@ -747,12 +747,12 @@ class HostSimBackend final : public Backend {
 
   const std::vector<DeviceInfo> devices_;
   const std::set<Uuid> exclusive_;
-  std::mutex mu_;
-  std::set<int> opened_;                                          // guarded by mu_
-  std::map<StreamId, std::unique_ptr<SimStream>> streams_;         // guarded by mu_
-  std::map<int, std::unique_ptr<SimStream>> default_streams_;      // guarded by mu_
-  std::map<SimObjectHeader*, Mapped> objects_;                     // guarded by mu_
-  std::map<void*, std::size_t> registered_;                        // guarded by mu_
+  base::Mutex mu_;
+  std::set<int> opened_ STOKER_GUARDED_BY(mu_);
+  std::map<StreamId, std::unique_ptr<SimStream>> streams_ STOKER_GUARDED_BY(mu_);
+  std::map<int, std::unique_ptr<SimStream>> default_streams_ STOKER_GUARDED_BY(mu_);
+  std::map<SimObjectHeader*, Mapped> objects_ STOKER_GUARDED_BY(mu_);
+  std::map<void*, std::size_t> registered_ STOKER_GUARDED_BY(mu_);
 };
 
 std::vector<std::string> split(const std::string& s) {

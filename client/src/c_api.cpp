@@ -96,14 +96,17 @@ void acquire_on_device(stoker_batch* b, stoker::device::StreamId stream) {
                                  : "this batch has no device copy (stokerd could not copy it; see its log)"};
   }
   if (b->acquired) {
-    std::string why;  // another stream wants it too: order it as well; the fence stays on the first
-    if (stream != b->stream && !dev->wait_copied(b->view.slot, stream, why)) {
-      throw Failure{STOKER_ERR_INTERNAL, "device wait: " + why};
+    // Another stream wants it too: order it as well; the fence stays on the first.
+    if (stream != b->stream) {
+      if (stoker::base::Status s = dev->wait_copied(b->view.slot, stream); !s) {
+        throw Failure{STOKER_ERR_INTERNAL, "device wait: " + s.message()};
+      }
     }
     return;
   }
-  std::string why;
-  if (!dev->acquire(b->view.slot, stream, why)) throw Failure{STOKER_ERR_INTERNAL, "device wait: " + why};
+  if (stoker::base::Status s = dev->acquire(b->view.slot, stream); !s) {
+    throw Failure{STOKER_ERR_INTERNAL, "device wait: " + s.message()};
+  }
   b->acquired = true;
   b->stream = stream;
 }
@@ -277,10 +280,10 @@ stoker_status stoker_batch_device_to_host(stoker_batch* b, void* images_out, voi
   if (b == nullptr) return fail(STOKER_ERR_INVALID_ARGUMENT, "null argument");
   return guarded([&] {
     if (!b->acquired) acquire_on_device(b, stoker::device::kDefaultStream);
-    std::string why;
-    if (!b->conn->device()->copy_to_host(b->view.slot, b->view.count, images_out, labels_out,
-                                         b->stream, why)) {
-      throw Failure{STOKER_ERR_INTERNAL, "copy from the device: " + why};
+    if (stoker::base::Status s = b->conn->device()->copy_to_host(b->view.slot, b->view.count, images_out,
+                                                                 labels_out, b->stream);
+        !s) {
+      throw Failure{STOKER_ERR_INTERNAL, "copy from the device: " + s.message()};
     }
     return STOKER_OK;
   });

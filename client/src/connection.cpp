@@ -365,7 +365,7 @@ void send_unmapped(int fd, std::uint64_t alloc_id, std::uint64_t generation) {
 }  // namespace
 
 void Connection::pin_memory(int ordinal) {
-  std::lock_guard lock(send_mu_);
+  base::MutexLock lock(send_mu_);
   if (pinned_with_) return;
   auto backend = importer_backend();
   std::string why;
@@ -397,7 +397,7 @@ Connection::~Connection() {
 }
 
 void Connection::close() {
-  std::lock_guard lock(send_mu_);
+  base::MutexLock lock(send_mu_);
   if (fd_ >= 0) {
     if (device_ && outstanding_.load() == 0) {
       const std::uint64_t id = device_->alloc_id();
@@ -422,9 +422,11 @@ BatchView Connection::next(int timeout_ms) {
     }
   };
   int fd;
+  bool on_device_ring;
   {
-    std::lock_guard lock(send_mu_);
+    base::MutexLock lock(send_mu_);
     fd = fd_;
+    on_device_ring = device_ != nullptr;
     if (fd < 0) throw Failure{STOKER_ERR_DISCONNECTED, "client is closed"};
     if (!acquire_outstanding_) {
       auto a = proto::make_message<proto::AcquireMsg>(proto::MsgType::kAcquire);
@@ -463,7 +465,7 @@ BatchView Connection::next(int timeout_ms) {
   v.images = payload;
   v.labels = payload + labels_offset_;
   v.ids = reinterpret_cast<const std::int64_t*>(payload + ids_offset_);
-  v.on_device = device_ && (m.flags & proto::kBatchOnDevice) != 0;
+  v.on_device = on_device_ring && (m.flags & proto::kBatchOnDevice) != 0;
   slot_wait_ns_[m.slot].store(wait_pending_ns_, std::memory_order_relaxed);
   wait_pending_ns_ = 0;
   outstanding_++;
@@ -472,12 +474,11 @@ BatchView Connection::next(int timeout_ms) {
 
 void Connection::release(std::uint32_t slot, std::uint32_t generation,
                          const device::StreamId* device_stream) {
-  std::lock_guard lock(send_mu_);
+  base::MutexLock lock(send_mu_);
   outstanding_--;
   if (device_stream != nullptr && device_) {
     // The fence goes on the GPU before the daemon hears of the release.
-    std::string why;
-    if (!device_->release(slot, *device_stream, why)) {
+    if (!device_->release(slot, *device_stream).ok()) {
       // Without the fence the daemon could overwrite what a kernel still reads: keep the
       // slot (the daemon reclaims it when this connection ends).
       return;

@@ -6,11 +6,10 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 
-
 #include "device_mapping.hpp"
+#include "stoker/base/mutex.hpp"
 #include "stoker/proto/control.hpp"
 #include "stoker/proto/layout.hpp"
 #include "stoker/stoker.h"
@@ -52,13 +51,18 @@ class Connection {
   const stoker_job_info& info() const { return info_; }
   // Registers the mapped segment with device `ordinal` (read-only page-locking); throws Failure.
   void pin_memory(int ordinal);
-  // Device mode only (nullptr otherwise).
-  DeviceMapping* device() const { return device_.get(); }
+  // Device mode only (nullptr otherwise, and after close() with no batch outstanding).
+  DeviceMapping* device() const {
+    base::MutexLock lock(send_mu_);
+    return device_.get();
+  }
 
  private:
   std::string socket_path_;
-  int fd_ = -1;                      // guarded by send_mu_ for send/close
-  std::mutex send_mu_;
+  // Serializes sends and close against each other; next()'s receive runs unlocked on the
+  // descriptor it read under the lock.
+  mutable base::Mutex send_mu_;
+  int fd_ STOKER_GUARDED_BY(send_mu_) = -1;
   bool acquire_outstanding_ = false; // only the next() caller touches it
   // Trainer wait (protocol 2.3): time spent inside next() until a batch came, summed over
   // calls that timed out before it; handed to the batch's slot, sent with its Release.
@@ -85,7 +89,8 @@ class Connection {
   const std::uint8_t* first_slot_ = nullptr;
   std::uint64_t slot_stride_ = 0, payload_offset_ = 0, labels_offset_ = 0, ids_offset_ = 0;
   stoker_job_info info_{};
-  std::shared_ptr<DeviceMapping> device_;  // guarded by send_mu_ after construction
+  // Set by the constructor (before the connection is shared).
+  std::shared_ptr<DeviceMapping> device_ STOKER_GUARDED_BY(send_mu_);
   std::atomic<int> outstanding_{0};        // batches handed out and not released
   std::shared_ptr<device::Backend> pinned_with_;  // set while region_ is registered
   int pinned_ordinal_ = -1;

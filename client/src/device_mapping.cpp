@@ -2,15 +2,18 @@
 
 #include <cstring>
 
+#include "stoker/base/mutex.hpp"
+
 #include "connection.hpp"
 
 namespace stoker::client {
 
 std::shared_ptr<device::Backend> importer_backend() {
-  static std::mutex mu;
-  static std::shared_ptr<device::Backend> backend;
-  static std::string why_not;
-  std::lock_guard lock(mu);
+  // Made once per process; a failure is remembered (its reason repeated to every caller).
+  static base::Mutex mu;
+  static std::shared_ptr<device::Backend> backend STOKER_GUARDED_BY(mu);
+  static std::string why_not STOKER_GUARDED_BY(mu);
+  base::MutexLock lock(mu);
   if (!backend && why_not.empty()) {
     auto b = device::make_importer_backend(why_not);
     if (b) backend = std::move(b);
@@ -95,42 +98,45 @@ void* DeviceMapping::labels(std::uint32_t slot) const {
   return static_cast<std::uint8_t*>(base_) + slot_stride_ * slot + labels_offset_;
 }
 
-bool DeviceMapping::acquire(std::uint32_t slot, device::StreamId stream, std::string& why) {
-  if (slot >= ready_.size()) {
-    why = "slot outside the device ring";
-    return false;
+base::Status DeviceMapping::acquire(std::uint32_t slot, device::StreamId stream) {
+  if (slot >= ready_.size()) return base::Status::error("slot outside the device ring");
+  if (std::string why; !backend_->stream_wait(ordinal_, stream, ready_[slot], why)) {
+    return base::Status::error(std::move(why));
   }
-  if (!backend_->stream_wait(ordinal_, stream, ready_[slot], why)) return false;
   backend_->annotate_read_begin(ordinal_, images(slot), slot_stride_, stream);
-  return true;
+  return {};
 }
 
-bool DeviceMapping::wait_copied(std::uint32_t slot, device::StreamId stream, std::string& why) {
-  if (slot >= ready_.size()) {
-    why = "slot outside the device ring";
-    return false;
+base::Status DeviceMapping::wait_copied(std::uint32_t slot, device::StreamId stream) {
+  if (slot >= ready_.size()) return base::Status::error("slot outside the device ring");
+  if (std::string why; !backend_->stream_wait(ordinal_, stream, ready_[slot], why)) {
+    return base::Status::error(std::move(why));
   }
-  return backend_->stream_wait(ordinal_, stream, ready_[slot], why);
+  return {};
 }
 
-bool DeviceMapping::release(std::uint32_t slot, device::StreamId stream, std::string& why) {
-  if (slot >= release_.size()) {
-    why = "slot outside the device ring";
-    return false;
-  }
+base::Status DeviceMapping::release(std::uint32_t slot, device::StreamId stream) {
+  if (slot >= release_.size()) return base::Status::error("slot outside the device ring");
   backend_->annotate_read_end(ordinal_, images(slot), slot_stride_, stream);
-  return backend_->record(ordinal_, release_[slot], stream, why);
+  if (std::string why; !backend_->record(ordinal_, release_[slot], stream, why)) {
+    return base::Status::error(std::move(why));
+  }
+  return {};
 }
 
-bool DeviceMapping::copy_to_host(std::uint32_t slot, std::uint32_t count, void* images_out,
-                                 void* labels_out, device::StreamId stream, std::string& why) {
+base::Status DeviceMapping::copy_to_host(std::uint32_t slot, std::uint32_t count, void* images_out,
+                                         void* labels_out, device::StreamId stream) {
   if (count > batch_size_) count = batch_size_;
+  std::string why;
   if (images_out != nullptr &&
       !backend_->copy_to_host(ordinal_, stream, images_out, images(slot), image_bytes_ * count, why)) {
-    return false;
+    return base::Status::error(std::move(why));
   }
-  return labels_out == nullptr ||
-         backend_->copy_to_host(ordinal_, stream, labels_out, labels(slot), label_bytes_ * count, why);
+  if (labels_out != nullptr &&
+      !backend_->copy_to_host(ordinal_, stream, labels_out, labels(slot), label_bytes_ * count, why)) {
+    return base::Status::error(std::move(why));
+  }
+  return {};
 }
 
 }  // namespace stoker::client

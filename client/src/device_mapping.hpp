@@ -11,11 +11,11 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "device/device_backend.hpp"
+#include "stoker/base/status.hpp"
 #include "stoker/proto/control.hpp"
 
 namespace stoker::client {
@@ -34,13 +34,13 @@ class DeviceMapping {
   // The slot's labels as the segment holds them: count rows of label_bytes (int64 class
   // indices, or a mixing job's soft rows).
   void* labels(std::uint32_t slot) const;
-  bool acquire(std::uint32_t slot, device::StreamId stream, std::string& why);
-  bool release(std::uint32_t slot, device::StreamId stream, std::string& why);
+  base::Status acquire(std::uint32_t slot, device::StreamId stream);
+  base::Status release(std::uint32_t slot, device::StreamId stream);
   // Only the GPU wait for the slot's copy (a second stream reading an acquired batch).
-  bool wait_copied(std::uint32_t slot, device::StreamId stream, std::string& why);
+  base::Status wait_copied(std::uint32_t slot, device::StreamId stream);
   // Blocking copy to host memory after `stream`'s work (stokerctl --dump, tests).
-  bool copy_to_host(std::uint32_t slot, std::uint32_t count, void* images, void* labels,
-                    device::StreamId stream, std::string& why);
+  base::Status copy_to_host(std::uint32_t slot, std::uint32_t count, void* images, void* labels,
+                            device::StreamId stream);
 
   int ordinal() const { return ordinal_; }
   device::Backend& backend() const { return *backend_; }

@@ -7,7 +7,7 @@
 
 #include "control/sessions.hpp"
 #include "control/telemetry.hpp"
-#include "image/sample_processor.hpp"
+#include "image/sample_result.hpp"
 #include "job/job.hpp"
 #include "job/worker_pool.hpp"
 #include "jobs/job_table.hpp"

@@ -13,7 +13,7 @@
 #include "control/sessions.hpp"
 #include "control/telemetry.hpp"
 #include "delivery/device_delivery.hpp"
-#include "image/sample_processor.hpp"
+#include "image/sample_result.hpp"
 #include "job/job.hpp"
 #include "jobs/job_table.hpp"
 

@@ -51,22 +51,22 @@ std::string DeviceDelivery::describe() {
   return out;
 }
 
-std::shared_ptr<DeviceRing> DeviceDelivery::open_ring(const DeviceRingRequest& req, const std::uint8_t uuid_bytes[16],
-                                                      std::uint32_t client_backend, std::string& why) {
+base::Result<std::shared_ptr<DeviceRing>> DeviceDelivery::open_ring(const DeviceRingRequest& req,
+                                                                    const std::uint8_t uuid_bytes[16],
+                                                                    std::uint32_t client_backend) {
   if (!backend_) {
-    why = "device output was requested but this stokerd serves host batches only: " + why_not_;
-    return nullptr;
+    return base::Status::error("device output was requested but this stokerd serves host batches only: " +
+                               why_not_);
   }
   const auto kind = static_cast<device::BackendKind>(client_backend);
   if (kind != backend_->kind()) {
-    why = std::string("device output was requested through the ") + device::to_string(kind) +
-          " backend but stokerd runs the " + device::to_string(backend_->kind()) +
-          " backend (set STOKER_DEVICE_BACKEND alike for both)";
-    return nullptr;
+    return base::Status::error(std::string("device output was requested through the ") + device::to_string(kind) +
+                               " backend but stokerd runs the " + device::to_string(backend_->kind()) +
+                               " backend (set STOKER_DEVICE_BACKEND alike for both)");
   }
+  std::string why;  // the backend's own reason, which the messages below wrap
   if (req.normalize && !backend_->can_normalize(why)) {
-    why = "job '" + req.job_name + "' sets device_normalize, but " + why;
-    return nullptr;
+    return base::Status::error("job '" + req.job_name + "' sets device_normalize, but " + why);
   }
   device::Uuid uuid;
   std::memcpy(uuid.data(), uuid_bytes, 16);
@@ -79,17 +79,16 @@ std::shared_ptr<DeviceRing> DeviceDelivery::open_ring(const DeviceRingRequest& r
     seen += (seen.empty() ? "" : ", ") + device::uuid_string(d.uuid);
   }
   if (ordinal < 0) {
-    why = "GPU " + device::uuid_string(uuid) + " is not visible to stokerd (it sees " +
-          (seen.empty() ? std::string("none") : seen) +
-          "); check CUDA_VISIBLE_DEVICES of the daemon's service";
-    return nullptr;
+    return base::Status::error("GPU " + device::uuid_string(uuid) + " is not visible to stokerd (it sees " +
+                               (seen.empty() ? std::string("none") : seen) +
+                               "); check CUDA_VISIBLE_DEVICES of the daemon's service");
   }
 
-  std::lock_guard lock(mu_);
+  base::MutexLock lock(mu_);
   if (!opened_[ordinal]) {
     if (!backend_->open_device(ordinal, why)) {
       opened_.erase(ordinal);
-      return nullptr;
+      return base::Status::error(why);
     }
     opened_[ordinal] = true;
     spdlog::info("device delivery: using {} for the first time", device::uuid_string(uuid));
@@ -99,8 +98,8 @@ std::shared_ptr<DeviceRing> DeviceDelivery::open_ring(const DeviceRingRequest& r
   if (registered_.count(req.job) == 0) {
     void* base = req.segment_base;
     if (!backend_->register_host(ordinal, base, req.segment_size, true, why)) {
-      why = "cannot page-lock job '" + req.job_name + "''s shared memory for device copies: " + why;
-      return nullptr;
+      return base::Status::error("cannot page-lock job '" + req.job_name +
+                                 "''s shared memory for device copies: " + why);
     }
     registered_[req.job] = {ordinal, base};
   }
@@ -132,23 +131,20 @@ std::shared_ptr<DeviceRing> DeviceDelivery::open_ring(const DeviceRingRequest& r
       }
     }
   }
-  auto ring = DeviceRing::create(*backend_, ordinal, uuid, plan, next_alloc_id_++, why);
-  if (!ring) {
-    why = "cannot allocate the device ring on " + device::uuid_string(uuid) + ": " + why;
-    return nullptr;
-  }
-  rings_.push_back(ring);
+  base::Result<std::shared_ptr<DeviceRing>> ring = DeviceRing::create(*backend_, ordinal, uuid, plan, next_alloc_id_++);
+  if (!ring) return ring.status().prefixed("cannot allocate the device ring on " + device::uuid_string(uuid));
+  rings_.push_back(*ring);
   return ring;
 }
 
 void DeviceDelivery::retire(std::shared_ptr<DeviceRing> ring, std::shared_ptr<PeerProcess> peer) {
   if (!ring) return;
-  std::lock_guard lock(mu_);
+  base::MutexLock lock(mu_);
   retired_.push_back(Retired{std::move(ring), std::move(peer)});
 }
 
 bool DeviceDelivery::mark_unmapped(std::uint64_t alloc_id, std::int32_t pid) {
-  std::lock_guard lock(mu_);
+  base::MutexLock lock(mu_);
   for (auto& r : retired_) {
     if (r.ring->alloc_id() == alloc_id && r.peer && r.peer->pid() == pid) {
       r.ring->unmapped.store(true);
@@ -159,7 +155,7 @@ bool DeviceDelivery::mark_unmapped(std::uint64_t alloc_id, std::int32_t pid) {
 }
 
 void DeviceDelivery::reap() {
-  std::lock_guard lock(mu_);
+  base::MutexLock lock(mu_);
   bool handed = false;
   for (auto it = retired_.begin(); it != retired_.end();) {
     const bool done = it->ring->unmapped.load() || !it->peer || !it->peer->alive();
@@ -175,9 +171,9 @@ void DeviceDelivery::reap() {
 }
 
 void DeviceDelivery::reaper_loop() {
-  std::unique_lock lock(mu_);
+  base::MutexLock lock(mu_);
   for (;;) {
-    reaper_cv_.wait(lock, [&] { return stopping_ || !to_free_.empty(); });
+    while (!stopping_ && to_free_.empty()) reaper_cv_.wait(lock);
     if (to_free_.empty()) return;
     auto ring = std::move(to_free_.front());
     to_free_.pop_front();
@@ -193,7 +189,7 @@ void DeviceDelivery::reaper_loop() {
 }
 
 void DeviceDelivery::forget_job(const void* job) {
-  std::lock_guard lock(mu_);
+  base::MutexLock lock(mu_);
   auto it = registered_.find(job);
   if (it == registered_.end() || !backend_) return;
   // Rings that copied from this segment: their copies must be done before it is unregistered
@@ -207,17 +203,17 @@ void DeviceDelivery::forget_job(const void* job) {
 
 void DeviceDelivery::shutdown() {
   {
-    std::lock_guard lock(mu_);
+    base::MutexLock lock(mu_);
     if (shut_down_ || !backend_) return;
   }
   reap();
   {
-    std::lock_guard lock(mu_);
+    base::MutexLock lock(mu_);
     stopping_ = true;
   }
   reaper_cv_.notify_all();
   if (reaper_.joinable()) reaper_.join();
-  std::lock_guard lock(mu_);
+  base::MutexLock lock(mu_);
   shut_down_ = true;
   // Rings whose consumer may still map them are left to the driver (freed when stokerd
   // exits); their copies must still finish before the segments they read are unmapped.
@@ -233,12 +229,12 @@ void DeviceDelivery::shutdown() {
 }
 
 std::size_t DeviceDelivery::live_rings() {
-  std::lock_guard lock(mu_);
+  base::MutexLock lock(mu_);
   return retired_.size() + to_free_.size();
 }
 
 std::uint64_t DeviceDelivery::rings_freed() {
-  std::lock_guard lock(mu_);
+  base::MutexLock lock(mu_);
   return freed_;
 }
 

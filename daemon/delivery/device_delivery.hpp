@@ -6,12 +6,10 @@
 // Freeing happens on a reaper thread (it waits for the ring's copy stream).
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -20,6 +18,8 @@
 #include "delivery/device_ring.hpp"
 #include "device/device_backend.hpp"
 #include "image/pipeline_spec.hpp"
+#include "stoker/base/mutex.hpp"
+#include "stoker/base/status.hpp"
 
 namespace stoker::delivery {
 
@@ -67,9 +67,20 @@ class DeviceDelivery {
   std::string describe();
 
   // A consumer of the job `req` describes asks for its batches on the GPU with this UUID.
-  // nullptr and `why` (the refusal the consumer sees) when that cannot be served.
+  // The ring, or the refusal the consumer sees when that cannot be served.
+  base::Result<std::shared_ptr<DeviceRing>> open_ring(const DeviceRingRequest& req,
+                                                      const std::uint8_t uuid[16],
+                                                      std::uint32_t client_backend);
+  // TODO(#22): callers in daemon/control move to the Status form.
   std::shared_ptr<DeviceRing> open_ring(const DeviceRingRequest& req, const std::uint8_t uuid[16],
-                                        std::uint32_t client_backend, std::string& why);
+                                        std::uint32_t client_backend, std::string& why) {
+    base::Result<std::shared_ptr<DeviceRing>> r = open_ring(req, uuid, client_backend);
+    if (!r) {
+      why = r.status().message();
+      return nullptr;
+    }
+    return std::move(r).value();
+  }
   // The consumer's connection ended: free the ring once `peer` is gone or ring->unmapped.
   void retire(std::shared_ptr<DeviceRing> ring, std::shared_ptr<PeerProcess> peer);
   // A consumer process says it closed ring `alloc_id` after its connection ended. false when
@@ -97,20 +108,23 @@ class DeviceDelivery {
 
   std::unique_ptr<device::Backend> backend_;
   const std::string why_not_;
-  std::mutex mu_;
-  std::map<int, bool> opened_;               // device ordinal -> opened; guarded by mu_
-  // job -> (device whose context registered it, segment base); guarded by mu_. Registered
-  // once per job, portable to every context (cudaHostRegisterPortable).
-  std::map<const void*, std::pair<int, void*>> registered_;
-  std::vector<std::weak_ptr<DeviceRing>> rings_;  // every ring made, to sync at shutdown
-  std::vector<Retired> retired_;             // guarded by mu_
-  std::uint64_t next_alloc_id_ = 1;          // guarded by mu_
-  std::uint64_t freed_ = 0;                  // guarded by mu_
+  // Lock order: mu_, then a DeviceRing's own mutex (forget_job and shutdown synchronize
+  // rings under mu_); a ring never takes mu_.
+  base::Mutex mu_;
+  std::map<int, bool> opened_ STOKER_GUARDED_BY(mu_);  // device ordinal -> opened
+  // job -> (device whose context registered it, segment base). Registered once per job,
+  // portable to every context (cudaHostRegisterPortable).
+  std::map<const void*, std::pair<int, void*>> registered_ STOKER_GUARDED_BY(mu_);
+  // Every ring made, to sync at shutdown.
+  std::vector<std::weak_ptr<DeviceRing>> rings_ STOKER_GUARDED_BY(mu_);
+  std::vector<Retired> retired_ STOKER_GUARDED_BY(mu_);
+  std::uint64_t next_alloc_id_ STOKER_GUARDED_BY(mu_) = 1;
+  std::uint64_t freed_ STOKER_GUARDED_BY(mu_) = 0;
 
-  std::deque<std::shared_ptr<DeviceRing>> to_free_;  // guarded by mu_
-  std::condition_variable reaper_cv_;
-  bool stopping_ = false;                    // guarded by mu_
-  bool shut_down_ = false;                   // guarded by mu_
+  std::deque<std::shared_ptr<DeviceRing>> to_free_ STOKER_GUARDED_BY(mu_);
+  base::CondVar reaper_cv_;
+  bool stopping_ STOKER_GUARDED_BY(mu_) = false;
+  bool shut_down_ STOKER_GUARDED_BY(mu_) = false;
   std::thread reaper_;
 };
 

@@ -18,35 +18,42 @@ DeviceRing::DeviceRing(device::Backend& backend, int device, const device::Uuid&
   slot_stride_ = align_up(labels_offset_ + plan.label_bytes * plan.batch_size, kDeviceAlign);
 }
 
-std::shared_ptr<DeviceRing> DeviceRing::create(device::Backend& backend, int device,
-                                               const device::Uuid& uuid, const DeviceRingPlan& plan,
-                                               std::uint64_t alloc_id, std::string& why) {
+base::Result<std::shared_ptr<DeviceRing>> DeviceRing::create(device::Backend& backend, int device,
+                                                             const device::Uuid& uuid,
+                                                             const DeviceRingPlan& plan,
+                                                             std::uint64_t alloc_id) {
   std::shared_ptr<DeviceRing> r(new DeviceRing(backend, device, uuid, plan, alloc_id));
-  // Everything is allocated here, with the ring: nothing is allocated on the copy path.
-  bool ok = backend.create_stream(device, r->stream_, why);
-  r->have_stream_ = ok;
-  ok = ok && backend.allocate(device, r->slot_stride_ * plan.slots, r->memory_, why);
-  if (ok && plan.normalize) {
-    ok = backend.allocate(device, plan.host_image_bytes * plan.batch_size, r->staging_, why);
-  }
-  for (std::uint32_t s = 0; ok && s < plan.slots; ++s) {
-    device::EventId ready = 0, release = 0;
-    device::IpcHandle rh{}, lh{};
-    ok = backend.create_ipc_event(device, ready, rh, why);
-    if (ok) {
-      r->ready_.push_back(ready);
-      r->ready_handles_.push_back(rh);
-      ok = backend.create_ipc_event(device, release, lh, why);
+  std::string why;
+  bool ok = false;
+  {
+    // Not shared yet: the lock only lets the analysis see every write of guarded state.
+    base::MutexLock lock(r->mu_);
+    // Everything is allocated here, with the ring: nothing is allocated on the copy path.
+    ok = backend.create_stream(device, r->stream_, why);
+    r->have_stream_ = ok;
+    ok = ok && backend.allocate(device, r->slot_stride_ * plan.slots, r->memory_, why);
+    if (ok && plan.normalize) {
+      ok = backend.allocate(device, plan.host_image_bytes * plan.batch_size, r->staging_, why);
     }
-    if (ok) {
-      r->release_.push_back(release);
-      r->release_handles_.push_back(lh);
+    for (std::uint32_t s = 0; ok && s < plan.slots; ++s) {
+      device::EventId ready = 0, release = 0;
+      device::IpcHandle rh{}, lh{};
+      ok = backend.create_ipc_event(device, ready, rh, why);
+      if (ok) {
+        r->ready_.push_back(ready);
+        r->ready_handles_.push_back(rh);
+        ok = backend.create_ipc_event(device, release, lh, why);
+      }
+      if (ok) {
+        r->release_.push_back(release);
+        r->release_handles_.push_back(lh);
+      }
     }
+    r->copied_.assign(plan.slots, 0);
   }
-  r->copied_.assign(plan.slots, 0);
   if (!ok) {
     r->release_resources();  // nothing was handed to a peer yet
-    return nullptr;
+    return base::Status::error(why);
   }
   return r;
 }
@@ -57,13 +64,11 @@ DeviceRing::~DeviceRing() {
   }
 }
 
-bool DeviceRing::copy_slot(std::uint32_t s, const std::uint8_t* images, std::uint32_t count,
-                           const void* labels, std::string& why) {
-  std::lock_guard lock(mu_);
-  if (released_ || s >= plan_.slots) {
-    why = "device ring released";
-    return false;
-  }
+base::Status DeviceRing::copy_slot(std::uint32_t s, const std::uint8_t* images, std::uint32_t count,
+                                   const void* labels) {
+  base::MutexLock lock(mu_);
+  if (released_ || s >= plan_.slots) return base::Status::error("device ring released");
+  std::string why;
   const std::uint64_t dst = slot_stride_ * s;
   bool ok = backend_.stream_wait(device_, stream_, release_[s], why);
   if (count > 0 && plan_.normalize) {
@@ -77,11 +82,11 @@ bool DeviceRing::copy_slot(std::uint32_t s, const std::uint8_t* images, std::uin
   }
   ok = ok && backend_.record(device_, ready_[s], stream_, why);
   copied_[s] = 1;
-  return ok;
+  return ok ? base::Status() : base::Status::error(why);
 }
 
 void DeviceRing::wait_host_read(std::uint32_t s) {
-  std::lock_guard lock(mu_);
+  base::MutexLock lock(mu_);
   if (released_ || s >= plan_.slots || !copied_[s]) return;
   if (!backend_.event_done(device_, ready_[s])) {
     std::string why;
@@ -93,7 +98,7 @@ void DeviceRing::wait_host_read(std::uint32_t s) {
 }
 
 void DeviceRing::synchronize() {
-  std::lock_guard lock(mu_);
+  base::MutexLock lock(mu_);
   if (released_ || !have_stream_) return;
   std::string why;
   if (!backend_.synchronize_stream(device_, stream_, why)) {
@@ -104,7 +109,7 @@ void DeviceRing::synchronize() {
 
 void DeviceRing::release_resources() {
   synchronize();
-  std::lock_guard lock(mu_);
+  base::MutexLock lock(mu_);
   if (released_) return;
   released_ = true;
   for (auto e : ready_) backend_.destroy_event(device_, e);

@@ -20,11 +20,12 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "device/device_backend.hpp"
+#include "stoker/base/mutex.hpp"
+#include "stoker/base/status.hpp"
 #include "stoker/proto/control.hpp"
 
 namespace stoker::delivery {
@@ -43,18 +44,26 @@ struct DeviceRingPlan {
 
 class DeviceRing {
  public:
-  // nullptr and `why` when the device cannot hold it (out of memory, sticky error).
-  static std::shared_ptr<DeviceRing> create(device::Backend& backend, int device,
-                                            const device::Uuid& uuid, const DeviceRingPlan& plan,
-                                            std::uint64_t alloc_id, std::string& why);
+  // The ring, or why the device cannot hold it (out of memory, sticky error).
+  static base::Result<std::shared_ptr<DeviceRing>> create(device::Backend& backend, int device,
+                                                          const device::Uuid& uuid,
+                                                          const DeviceRingPlan& plan,
+                                                          std::uint64_t alloc_id);
   ~DeviceRing();
   DeviceRing(const DeviceRing&) = delete;
   DeviceRing& operator=(const DeviceRing&) = delete;
 
   // Queues slot s's copy (see the ordering above). `images` holds `count` samples, `labels`
   // count rows of plan.label_bytes.
-  bool copy_slot(std::uint32_t s, const std::uint8_t* images, std::uint32_t count,
-                 const void* labels, std::string& why);
+  base::Status copy_slot(std::uint32_t s, const std::uint8_t* images, std::uint32_t count,
+                         const void* labels);
+  // TODO(#22): callers in daemon/job move to the Status form.
+  bool copy_slot(std::uint32_t s, const std::uint8_t* images, std::uint32_t count, const void* labels,
+                 std::string& why) {
+    base::Status st = copy_slot(s, images, count, labels);
+    if (!st) why = st.message();
+    return st.ok();
+  }
   // Host wait until slot s's last copy has read its host bytes.
   void wait_host_read(std::uint32_t s);
   // Host wait for every queued copy.
@@ -84,15 +93,21 @@ class DeviceRing {
   std::uint64_t slot_stride_ = 0;
   std::uint64_t labels_offset_ = 0;
 
-  std::mutex mu_;  // serializes copies queued on stream_ (workers and the control thread)
-  device::StreamId stream_ = 0;
-  bool have_stream_ = false;
+  // Serializes copies queued on stream_ (workers and the control thread) and their end.
+  base::Mutex mu_;
+  device::StreamId stream_ STOKER_GUARDED_BY(mu_) = 0;
+  bool have_stream_ STOKER_GUARDED_BY(mu_) = false;
+  // Allocated by create() and freed by release_resources() (both under mu_); message() and
+  // device_bytes() read them unlocked, which is safe while the ring is live (not yet
+  // released): nothing else writes them.
   device::DeviceBuffer memory_;   // exported: slots × slot_stride_
   device::DeviceBuffer staging_;  // uint8 batch before normalize (not exported)
-  std::vector<device::EventId> ready_, release_;
+  std::vector<device::EventId> ready_ STOKER_GUARDED_BY(mu_), release_ STOKER_GUARDED_BY(mu_);
+  // Filled by create() only; read-only afterwards.
   std::vector<device::IpcHandle> ready_handles_, release_handles_;
-  std::vector<std::uint8_t> copied_;  // per slot: a copy was queued since the last wait
-  bool released_ = false;
+  // Per slot: a copy was queued since the last wait.
+  std::vector<std::uint8_t> copied_ STOKER_GUARDED_BY(mu_);
+  bool released_ STOKER_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace stoker::delivery

@@ -6,6 +6,7 @@
 
 #include "core/rng.hpp"
 #include "image/pipeline_spec.hpp"
+#include "image/resample.hpp"  // NearestAxis
 
 namespace stoker::image {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "image/sample_processor.hpp"
+#include "image/sample_result.hpp"
 
 namespace stoker::image {
 

@@ -6,8 +6,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "augment/color_ops.hpp"
-#include "image/resample.hpp"  // ResizeFilter
+#include "augment/color_ops.hpp"  // AugmentStep
+#include "augment/erasing.hpp"    // ErasingParams
+#include "image/resize_filter.hpp"
 
 #include "stoker/proto/layout.hpp"
 

@@ -6,7 +6,7 @@
 #include <span>
 #include <vector>
 
-#include "image/sample_processor.hpp"
+#include "image/sample_result.hpp"
 
 namespace stoker::image {
 

@@ -12,10 +12,9 @@
 #include <cstdint>
 #include <vector>
 
-namespace stoker::image {
+#include "image/resize_filter.hpp"
 
-// torchvision's InterpolationMode BILINEAR / BICUBIC / NEAREST on a PIL image.
-enum class ResizeFilter : std::uint8_t { kBilinear, kBicubic, kNearest };
+namespace stoker::image {
 
 inline constexpr int kPrecisionBits = 14;  // weights fit int16; 255 * 2^14 * taps fits int32
 inline constexpr int kPilPrecisionBits = 22;  // PIL's for 8-bit images (32 - 8 - 2)

@@ -19,31 +19,6 @@
 
 namespace stoker::image {
 
-const char* to_string(SampleErrorKind k) {
-  switch (k) {
-    case SampleErrorKind::kNone: return "ok";
-    case SampleErrorKind::kIo: return "io";
-    case SampleErrorKind::kUnsupported: return "unsupported";
-    case SampleErrorKind::kCorrupt: return "corrupt";
-    case SampleErrorKind::kTruncated: return "truncated";
-    case SampleErrorKind::kTooLarge: return "too_large";
-  }
-  return "unknown";
-}
-
-const char* to_string(ImageFormat f) {
-  switch (f) {
-    case ImageFormat::kUnknown: return "unknown";
-    case ImageFormat::kJpeg: return "jpeg";
-    case ImageFormat::kPng: return "png";
-    case ImageFormat::kWebp: return "webp";
-    case ImageFormat::kTiff: return "tiff";
-    case ImageFormat::kBmp: return "bmp";
-    case ImageFormat::kPnm: return "pnm";
-  }
-  return "unknown";
-}
-
 namespace {
 
 // Names what a non-decodable file is, from its first bytes, for the error message.

@@ -14,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include "image/sample_processor.hpp"
+#include "image/sample_result.hpp"
 
 namespace stoker::job {
 

@@ -39,9 +39,9 @@ namespace {
 
 // The list's bytes, from a descriptor checked readable by `as` (read_access.hpp).
 std::string read_list_as(const std::filesystem::path& list, const ReadAs& as) {
-  std::string why;
-  const int fd = open_checked(list.string(), as, /*directory=*/false, why);
-  if (fd < 0) throw SourceError(list.string() + ": cannot read the file list: " + why);
+  const base::Result<int> opened = open_checked(list.string(), as, /*directory=*/false);
+  if (!opened) throw SourceError(list.string() + ": cannot read the file list: " + opened.status().message());
+  const int fd = *opened;
   std::string text;
   char buf[65536];
   for (;;) {

@@ -101,11 +101,10 @@ class Walker {
     DIR* listing = nullptr;
     if (as_ != nullptr) {
       // Checked on the descriptor that is then listed: no window for a swapped symlink.
-      std::string why;
-      const int fd = open_checked(dir, *as_, /*directory=*/true, why);
-      if (fd < 0) throw SourceError(dir + ": cannot list: " + why);
-      listing = ::fdopendir(fd);
-      if (listing == nullptr) ::close(fd);
+      const base::Result<int> fd = open_checked(dir, *as_, /*directory=*/true);
+      if (!fd) throw SourceError(dir + ": cannot list: " + fd.status().message());
+      listing = ::fdopendir(*fd);
+      if (listing == nullptr) ::close(*fd);
     } else {
       listing = ::opendir(dir.c_str());
     }
@@ -173,9 +172,9 @@ Dataset scan_image_folder_unsettled(const fs::path& root_in, const ReadAs* as) {
   // not see), on a descriptor, and the classes are then listed through that very descriptor.
   int root_fd = -1;
   if (as != nullptr) {
-    std::string why;
-    root_fd = open_checked(root_s, *as, /*directory=*/true, why);
-    if (root_fd < 0) throw SourceError(root_s + ": cannot list: " + why);
+    const base::Result<int> opened = open_checked(root_s, *as, /*directory=*/true);
+    if (!opened) throw SourceError(root_s + ": cannot list: " + opened.status().message());
+    root_fd = *opened;
   }
   struct Closer {
     int fd;

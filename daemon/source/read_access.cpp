@@ -61,28 +61,23 @@ std::string check_readable_fd(int fd, const ReadAs& as) {
   return {};
 }
 
-int open_checked(const std::string& path, const ReadAs& as, bool directory, std::string& why) {
+base::Result<int> open_checked(const std::string& path, const ReadAs& as, bool directory) {
   // Looked at before opening too: opening a device or a FIFO can act on it (a tape rewinds, a
   // FIFO's writer is woken), and what the user may not read is better not opened at all. The
   // descriptor is checked again after the open, which is what decides.
   struct stat before {};
   if (::stat(path.c_str(), &before) != 0 || (directory ? !S_ISDIR(before.st_mode) : !S_ISREG(before.st_mode)) ||
       !mode_grants(before, as, directory ? kMayRead | kMayPass : kMayRead)) {
-    why = refusal(as);
-    return -1;
+    return base::Status::error(refusal(as));
   }
   int fd = -1;
   do {
     fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | (directory ? O_DIRECTORY : 0));
   } while (fd < 0 && errno == EINTR);
-  if (fd < 0) {
-    why = refusal(as);
-    return -1;
-  }
-  why = check_readable_fd(fd, as);
-  if (!why.empty()) {
+  if (fd < 0) return base::Status::error(refusal(as));
+  if (std::string why = check_readable_fd(fd, as); !why.empty()) {
     ::close(fd);
-    return -1;
+    return base::Status::error(std::move(why));
   }
   // O_NONBLOCK only kept a FIFO from blocking the open; reads of regular files ignore it,
   // but clear it anyway so the descriptor behaves as any other.

@@ -25,6 +25,8 @@
 #include <sys/types.h>
 #include <vector>
 
+#include "stoker/base/status.hpp"
+
 namespace stoker::source {
 
 // The user whose permissions a job's reads are checked against.
@@ -50,9 +52,9 @@ bool mode_grants(const struct stat& st, const ReadAs& as, int want);
 std::string check_readable_fd(int fd, const ReadAs& as);
 
 // Opens `path` read-only (O_CLOEXEC, plus O_DIRECTORY when `directory`) and checks the
-// descriptor as check_readable_fd does. Returns the descriptor (the caller closes it), or -1
-// with `why` set: the same text whether the path is missing or refused, so a refusal tells
-// nothing about what a folder the user cannot read holds.
-int open_checked(const std::string& path, const ReadAs& as, bool directory, std::string& why);
+// descriptor as check_readable_fd does. Returns the descriptor (the caller closes it), or
+// why not: the same text whether the path is missing or refused, so a refusal tells nothing
+// about what a folder the user cannot read holds.
+base::Result<int> open_checked(const std::string& path, const ReadAs& as, bool directory);
 
 }  // namespace stoker::source

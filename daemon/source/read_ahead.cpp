@@ -21,7 +21,7 @@ ReadAhead::ReadAhead(std::string name, std::uint64_t budget_bytes, std::uint32_t
 
 ReadAhead::~ReadAhead() {
   {
-    std::lock_guard lock(mu_);
+    base::MutexLock lock(mu_);
     stop_ = true;
   }
   work_cv_.notify_all();
@@ -34,7 +34,7 @@ bool ReadAhead::may_start() const {
 
 void ReadAhead::want(std::uint64_t key, std::uint32_t generation, std::uint32_t id) {
   {
-    std::lock_guard lock(mu_);
+    base::MutexLock lock(mu_);
     Entry& e = entries_[key];
     // An entry left under this key belongs to an item of an older generation that was never
     // taken (cannot happen while the job takes or drops every item; kept safe regardless).
@@ -53,7 +53,7 @@ void ReadAhead::want(std::uint64_t key, std::uint32_t generation, std::uint32_t 
 
 std::optional<source::ReadResult> ReadAhead::take(std::uint64_t key, std::uint32_t generation,
                                                   std::vector<std::uint8_t>& out) {
-  std::unique_lock lock(mu_);
+  base::MutexLock lock(mu_);
   auto it = entries_.find(key);
   if (it == entries_.end() || it->second.generation != generation || it->second.dropped) return std::nullopt;
   if (it->second.state == State::kQueued) {
@@ -63,11 +63,13 @@ std::optional<source::ReadResult> ReadAhead::take(std::uint64_t key, std::uint32
   }
   if (it->second.state == State::kReading) {
     stats_.waited++;
-    done_cv_.wait(lock, [&] {
+    // Rehashing while unlocked may move the entry: look it up again after every wake.
+    for (;;) {
+      done_cv_.wait(lock);
       it = entries_.find(key);
-      return it == entries_.end() || it->second.state == State::kDone;
-    });
-    if (it == entries_.end()) return std::nullopt;
+      if (it == entries_.end()) return std::nullopt;
+      if (it->second.state == State::kDone) break;
+    }
   } else {
     stats_.ready++;
   }
@@ -83,7 +85,7 @@ std::optional<source::ReadResult> ReadAhead::take(std::uint64_t key, std::uint32
 
 void ReadAhead::drop(std::uint64_t key, std::uint32_t generation) {
   {
-    std::lock_guard lock(mu_);
+    base::MutexLock lock(mu_);
     auto it = entries_.find(key);
     if (it == entries_.end() || it->second.generation != generation) return;
     if (it->second.state == State::kReading) {
@@ -97,7 +99,7 @@ void ReadAhead::drop(std::uint64_t key, std::uint32_t generation) {
 }
 
 ReadAheadStats ReadAhead::stats() const {
-  std::lock_guard lock(mu_);
+  base::MutexLock lock(mu_);
   ReadAheadStats s = stats_;
   s.held_bytes = held_;
   return s;
@@ -105,9 +107,9 @@ ReadAheadStats ReadAhead::stats() const {
 
 void ReadAhead::run() {
   std::vector<std::uint8_t> buffer;
-  std::unique_lock lock(mu_);
+  base::MutexLock lock(mu_);
   for (;;) {
-    work_cv_.wait(lock, [&] { return stop_ || may_start(); });
+    while (!stop_ && !may_start()) work_cv_.wait(lock);
     if (stop_) return;
     const Pending p = pending_.front();
     pending_.pop_front();

@@ -26,11 +26,9 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -38,6 +36,7 @@
 #include <vector>
 
 #include "source/file_reader.hpp"
+#include "stoker/base/mutex.hpp"
 
 namespace stoker::source {
 
@@ -86,23 +85,25 @@ class ReadAhead {
   };
 
   void run();
-  bool may_start() const;  // mu_ held
+  bool may_start() const STOKER_REQUIRES(mu_);
 
   const std::string name_;
   const std::uint64_t budget_;
   const ReadFn read_;
   const SizeFn size_hint_;
 
-  mutable std::mutex mu_;
-  std::condition_variable work_cv_;  // readers: an item was announced, or budget freed
-  std::condition_variable done_cv_;  // workers: a read finished
-  std::unordered_map<std::uint64_t, Entry> entries_;  // guarded by mu_
-  std::deque<Pending> pending_;      // announced, in order (may hold withdrawn ones); mu_
-  std::uint64_t held_ = 0;           // bytes of done, untaken reads; guarded by mu_
-  std::uint64_t reserved_ = 0;       // expected bytes of reads in flight; guarded by mu_
-  std::uint64_t read_bytes_ = 0, read_count_ = 0;  // for the mean file size; guarded by mu_
-  ReadAheadStats stats_;             // guarded by mu_
-  bool stop_ = false;                // guarded by mu_
+  mutable base::Mutex mu_;
+  base::CondVar work_cv_;  // readers: an item was announced, or budget freed
+  base::CondVar done_cv_;  // workers: a read finished
+  std::unordered_map<std::uint64_t, Entry> entries_ STOKER_GUARDED_BY(mu_);
+  // Announced, in order (may hold withdrawn ones).
+  std::deque<Pending> pending_ STOKER_GUARDED_BY(mu_);
+  std::uint64_t held_ STOKER_GUARDED_BY(mu_) = 0;      // bytes of done, untaken reads
+  std::uint64_t reserved_ STOKER_GUARDED_BY(mu_) = 0;  // expected bytes of reads in flight
+  // For the mean file size.
+  std::uint64_t read_bytes_ STOKER_GUARDED_BY(mu_) = 0, read_count_ STOKER_GUARDED_BY(mu_) = 0;
+  ReadAheadStats stats_ STOKER_GUARDED_BY(mu_);
+  bool stop_ STOKER_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };
 

@@ -28,24 +28,24 @@ SampleReader::SampleReader(const Dataset& dataset, Options options)
 
 int SampleReader::open_for_read_as(const std::string& path, ReadResult& failed) const {
   if (!dataset_.read_as) return open_for_read(path, failed);
-  std::string why;
-  const int fd = open_checked(path, *dataset_.read_as, /*directory=*/false, why);
-  if (fd < 0) {
+  const base::Result<int> fd = open_checked(path, *dataset_.read_as, /*directory=*/false);
+  if (!fd) {
     // Missing, not transient: skipped this epoch and looked at again the next, as any file
     // its reader may not open (EACCES).
-    failed = ReadResult{ReadStatus::kMissing, EACCES, "cannot open: " + why};
+    failed = ReadResult{ReadStatus::kMissing, EACCES, "cannot open: " + fd.status().message()};
+    return -1;
   }
-  return fd;
+  return *fd;
 }
 
 std::size_t SampleReader::open_shards() const {
-  std::lock_guard lock(mu_);
+  base::MutexLock lock(mu_);
   return open_.size();
 }
 
 std::shared_ptr<SampleReader::ShardFd> SampleReader::shard_fd(std::uint32_t shard, ReadResult& failed) {
   {
-    std::lock_guard lock(mu_);
+    base::MutexLock lock(mu_);
     if (auto it = open_.find(shard); it != open_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second.at);
       return it->second.fd;
@@ -58,7 +58,7 @@ std::shared_ptr<SampleReader::ShardFd> SampleReader::shard_fd(std::uint32_t shar
     if (failed.status == ReadStatus::kTransient) {
       // Out of descriptors or memory: give back every cached descriptor (each closes once the
       // reads using it finish), then the caller retries as for any machine fault.
-      std::lock_guard lock(mu_);
+      base::MutexLock lock(mu_);
       open_.clear();
       lru_.clear();
     }
@@ -66,7 +66,7 @@ std::shared_ptr<SampleReader::ShardFd> SampleReader::shard_fd(std::uint32_t shar
   }
   auto shared = std::make_shared<ShardFd>(fd);
   if (sequential_) (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  std::lock_guard lock(mu_);
+  base::MutexLock lock(mu_);
   if (max_open_ == 0 || open_.count(shard) != 0) return shared;
   while (open_.size() >= max_open_) {
     open_.erase(lru_.back());

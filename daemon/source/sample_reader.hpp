@@ -18,13 +18,13 @@
 #include <cstdint>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "source/dataset.hpp"
 #include "source/file_reader.hpp"
+#include "stoker/base/mutex.hpp"
 
 namespace stoker::source {
 
@@ -56,13 +56,14 @@ class SampleReader {
   const Dataset& dataset_;
   const bool sequential_;
   std::size_t max_open_;
-  mutable std::mutex mu_;
-  std::list<std::uint32_t> lru_;  // shard numbers, most recently used first; guarded by mu_
+  mutable base::Mutex mu_;
+  // Shard numbers, most recently used first.
+  std::list<std::uint32_t> lru_ STOKER_GUARDED_BY(mu_);
   struct Cached {
     std::shared_ptr<ShardFd> fd;
     std::list<std::uint32_t>::iterator at;
   };
-  std::unordered_map<std::uint32_t, Cached> open_;  // guarded by mu_
+  std::unordered_map<std::uint32_t, Cached> open_ STOKER_GUARDED_BY(mu_);
 };
 
 }  // namespace stoker::source

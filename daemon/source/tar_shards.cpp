@@ -14,11 +14,9 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <exception>
 #include <limits>
-#include <mutex>
 #include <optional>
 #include <string_view>
 #include <thread>
@@ -26,6 +24,7 @@
 
 #include "source/dataset.hpp"
 #include "source/tar_shards.hpp"
+#include "stoker/base/mutex.hpp"
 
 namespace stoker::source {
 namespace tar {
@@ -443,8 +442,10 @@ Dataset read_tar_shards_unsettled(const std::vector<std::string>& patterns, cons
   std::vector<const tar::ShardIndex*> indexes(shards.size(), nullptr);
   std::vector<std::exception_ptr> errors(shards.size());
   std::atomic<std::size_t> next{0}, done{0}, walked{0};
-  std::mutex mu;
-  std::condition_variable cv;
+  // Wakes the reporting thread when the last shard is done; `done` is atomic, the mutex only
+  // orders that last notify after the reporter's check (no lost wake-up).
+  base::Mutex mu;
+  base::CondVar cv;
 
   // A shard's index is taken from the cache when its size and mtime are those it had when
   // indexed; else its headers are walked. Each thread writes only its own shards' slots.
@@ -456,9 +457,9 @@ Dataset read_tar_shards_unsettled(const std::vector<std::string>& patterns, cons
         // and indexed, so the index (cached or walked) is of a shard that user could read.
         int checked = -1;
         if (as != nullptr) {
-          std::string why;
-          checked = open_checked(shards[i], *as, /*directory=*/false, why);
-          if (checked < 0) throw SourceError(shards[i] + ": cannot read: " + why);
+          const base::Result<int> opened = open_checked(shards[i], *as, /*directory=*/false);
+          if (!opened) throw SourceError(shards[i] + ": cannot read: " + opened.status().message());
+          checked = *opened;
         }
         struct Closer {
           int fd;
@@ -483,7 +484,7 @@ Dataset read_tar_shards_unsettled(const std::vector<std::string>& patterns, cons
         errors[i] = std::current_exception();
       }
       if (done.fetch_add(1) + 1 == shards.size()) {
-        std::lock_guard lock(mu);
+        base::MutexLock lock(mu);
         cv.notify_all();
       }
     }
@@ -498,7 +499,7 @@ Dataset read_tar_shards_unsettled(const std::vector<std::string>& patterns, cons
       // Many shards: this thread reports progress while the others index.
       spdlog::info("{}: indexing {} tar shard(s) with {} thread(s) (unchanged ones from the cache)", log_name,
                    shards.size(), threads);
-      std::unique_lock lock(mu);
+      base::MutexLock lock(mu);
       while (!cv.wait_for(lock, std::chrono::seconds(2), [&] { return done.load() == shards.size(); })) {
         spdlog::info("{}: indexed {} of {} tar shard(s)", log_name, done.load(), shards.size());
       }

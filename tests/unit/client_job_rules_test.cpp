@@ -69,25 +69,25 @@ TEST_CASE("a descriptor is checked against the user's permissions, folders above
   // A symlink the user may follow, to a file they may read only by mode, behind a closed folder.
   fs::create_symlink(behind, dir.path() / "link.txt");
 
-  std::string why;
-  int fd = source::open_checked(open_file.string(), nobody, false, why);
-  CHECK(fd >= 0);
-  CHECK(why.empty());
-  if (fd >= 0) ::close(fd);
+  base::Result<int> fd = source::open_checked(open_file.string(), nobody, false);
+  CHECK(fd.ok());
+  CHECK(fd.status().message().empty());
+  if (fd.ok()) ::close(*fd);
   for (const fs::path& p : {private_file, behind, dir.path() / "link.txt", dir.path() / "missing.txt"}) {
     INFO(p);
-    CHECK(source::open_checked(p.string(), nobody, false, why) == -1);
-    CHECK_THAT(why, Catch::Contains("not readable by uid 65534"));
+    const base::Result<int> refused = source::open_checked(p.string(), nobody, false);
+    CHECK(!refused.ok());
+    CHECK_THAT(refused.status().message(), Catch::Contains("not readable by uid 65534"));
   }
   // Folders: listing needs r and x; a closed one is refused without a word of what it holds.
-  fd = source::open_checked(dir.path().string(), nobody, true, why);
-  CHECK(fd >= 0);
-  if (fd >= 0) ::close(fd);
-  CHECK(source::open_checked((dir.path() / "closed").string(), nobody, true, why) == -1);
+  fd = source::open_checked(dir.path().string(), nobody, true);
+  CHECK(fd.ok());
+  if (fd.ok()) ::close(*fd);
+  CHECK(!source::open_checked((dir.path() / "closed").string(), nobody, true).ok());
   // stokerd's own reads are unchanged, and root as the user reads everything.
-  fd = source::open_checked(behind.string(), source::ReadAs{0, 0, {}}, false, why);
-  CHECK(fd >= 0);
-  if (fd >= 0) ::close(fd);
+  fd = source::open_checked(behind.string(), source::ReadAs{0, 0, {}}, false);
+  CHECK(fd.ok());
+  if (fd.ok()) ::close(*fd);
 
   // A job's samples read as the user: what they may not read is missing, never served.
   source::Dataset ds;

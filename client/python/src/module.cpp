@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dlpack_abi.hpp"
+#include "stoker/base/mutex.hpp"
 #include "stoker/stoker.h"
 
 namespace py = pybind11;
@@ -64,8 +65,9 @@ struct BatchHandle {
 struct ClientState {
   // Held (without the GIL) across stoker_client_next and stoker_client_close, so a close()
   // from another thread waits for a running next() instead of freeing the handle under it.
-  std::mutex mu;
-  stoker_client* client = nullptr;  // guarded by mu after construction
+  stoker::base::Mutex mu;
+  // Set by Client's constructor before the state is shared.
+  stoker_client* client STOKER_GUARDED_BY(mu) = nullptr;
   stoker_job_info info{};
   std::atomic<int> outstanding{0};  // batches handed out and not yet released
   ~ClientState() {
@@ -275,7 +277,7 @@ class Client {
     bool closed = false;
     {
       py::gil_scoped_release nogil;
-      std::lock_guard lock(s_->mu);
+      stoker::base::MutexLock lock(s_->mu);
       if (s_->client == nullptr) {
         closed = true;
       } else {
@@ -297,7 +299,7 @@ class Client {
     stoker_status st;
     {
       py::gil_scoped_release nogil;
-      std::lock_guard lock(s_->mu);
+      stoker::base::MutexLock lock(s_->mu);
       st = s_->client == nullptr ? STOKER_ERR_DISCONNECTED : stoker_client_pin_memory(s_->client, ordinal);
     }
     if (st != STOKER_OK) raise_status(st);
@@ -306,7 +308,7 @@ class Client {
   // Outstanding batches stay mapped (the C API keeps the mapping until each is released).
   void close() {
     py::gil_scoped_release nogil;
-    std::lock_guard lock(s_->mu);
+    stoker::base::MutexLock lock(s_->mu);
     if (s_->client != nullptr) {
       stoker_client_close(s_->client);
       s_->client = nullptr;
