@@ -161,12 +161,12 @@ bool Sessions::handle_hello(Session& s, const proto::HelloMsg& hello) {
   }
   std::shared_ptr<DeviceRing> device;
   if ((m.flags & proto::kHelloWantDevice) != 0) {
-    std::string why;
-    device = delivery_.open_ring(job->device_request(), m.device_uuid, m.device_backend, why);
-    if (!device) {
-      send_error(s, proto::ErrorCode::kNoDevice, why);
+    auto opened = delivery_.open_ring(job->device_request(), m.device_uuid, m.device_backend);
+    if (!opened) {
+      send_error(s, proto::ErrorCode::kNoDevice, opened.status().message());
       return false;
     }
+    device = std::move(opened).value();
   }
   // A ring this consumer never saw may be freed at once if the attach fails.
   auto drop_unsent = [&] {
@@ -180,9 +180,8 @@ bool Sessions::handle_hello(Session& s, const proto::HelloMsg& hello) {
                    std::to_string(job->readers()) + ", so 0.." + std::to_string(job->readers() - 1) + ")");
     return false;
   }
-  std::string why;
-  AttachResult attached = job->attach(m.rank, m.reader, m.start_epoch, m.start_batch, device, why);
-  if (attached == AttachResult::kBusy) {
+  base::Result<AttachResult> attached = job->attach(m.rank, m.reader, m.start_epoch, m.start_batch, device);
+  if (attached && *attached == AttachResult::kBusy) {
     // A trainer that reconnects right after closing may get here before its old connection's
     // hang-up was processed: if the holder of the rank is gone, finish it off and retry.
     // Draining its queued messages (releases, then the hang-up) settles it either way.
@@ -194,17 +193,17 @@ bool Sessions::handle_hello(Session& s, const proto::HelloMsg& hello) {
         // Evicted now, so its number may be reused by the next accept: forget it here.
         std::erase(doomed_, other_fd);
         evict(other_fd, "hung up");
-        attached = job->attach(m.rank, m.reader, m.start_epoch, m.start_batch, device, why);
+        attached = job->attach(m.rank, m.reader, m.start_epoch, m.start_batch, device);
       }
       break;
     }
   }
-  if (attached == AttachResult::kOutOfStep) {
+  if (!attached) {  // out of step with its rank's other readers: the message names both positions
     drop_unsent();
-    send_error(s, proto::ErrorCode::kOutOfStep, why);
+    send_error(s, proto::ErrorCode::kOutOfStep, attached.status().message());
     return false;
   }
-  if (attached == AttachResult::kBusy) {
+  if (*attached == AttachResult::kBusy) {
     drop_unsent();
     send_error(s, proto::ErrorCode::kRankBusy,
                "rank " + std::to_string(m.rank) + (job->readers() > 1 ? " reader " + std::to_string(m.reader) : "") +

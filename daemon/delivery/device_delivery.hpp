@@ -71,16 +71,6 @@ class DeviceDelivery {
   base::Result<std::shared_ptr<DeviceRing>> open_ring(const DeviceRingRequest& req,
                                                       const std::uint8_t uuid[16],
                                                       std::uint32_t client_backend);
-  // TODO(#22): callers in daemon/control move to the Status form.
-  std::shared_ptr<DeviceRing> open_ring(const DeviceRingRequest& req, const std::uint8_t uuid[16],
-                                        std::uint32_t client_backend, std::string& why) {
-    base::Result<std::shared_ptr<DeviceRing>> r = open_ring(req, uuid, client_backend);
-    if (!r) {
-      why = r.status().message();
-      return nullptr;
-    }
-    return std::move(r).value();
-  }
   // The consumer's connection ended: free the ring once `peer` is gone or ring->unmapped.
   void retire(std::shared_ptr<DeviceRing> ring, std::shared_ptr<PeerProcess> peer);
   // A consumer process says it closed ring `alloc_id` after its connection ended. false when

@@ -57,13 +57,6 @@ class DeviceRing {
   // count rows of plan.label_bytes.
   base::Status copy_slot(std::uint32_t s, const std::uint8_t* images, std::uint32_t count,
                          const void* labels);
-  // TODO(#22): callers in daemon/job move to the Status form.
-  bool copy_slot(std::uint32_t s, const std::uint8_t* images, std::uint32_t count, const void* labels,
-                 std::string& why) {
-    base::Status st = copy_slot(s, images, count, labels);
-    if (!st) why = st.message();
-    return st.ok();
-  }
   // Host wait until slot s's last copy has read its host bytes.
   void wait_host_read(std::uint32_t s);
   // Host wait for every queued copy.

@@ -99,11 +99,11 @@ class Job {
   // Reader `reader` (< readers()) of global `rank` connected and wants (epoch, batch) next.
   // The first reader of an idle rank sets the position: ready batches that do not fit are
   // dropped and the ring is re-planned from there. A later reader must ask for a batch its
-  // rank still holds or plans next (kOutOfStep with `why` otherwise); kBusy: that reader is
-  // already connected. `device`: the reader takes its batches on the GPU through this ring
+  // rank still holds or plans next (an error naming both positions otherwise); kBusy: that
+  // reader is already connected. `device`: the reader takes its batches on the GPU through this ring
   // (batches prefetched before it attached are copied when they are taken).
-  AttachResult attach(std::uint32_t rank, std::uint32_t reader, std::uint64_t epoch, std::uint64_t batch,
-                      std::shared_ptr<delivery::DeviceRing> device, std::string& why);
+  base::Result<AttachResult> attach(std::uint32_t rank, std::uint32_t reader, std::uint64_t epoch,
+                                    std::uint64_t batch, std::shared_ptr<delivery::DeviceRing> device);
   // The reader is gone: its leases are reclaimed; batches its rank's other readers still need
   // are kept. Returns its device ring (no slot refers to it any more), for DeviceDelivery.
   std::shared_ptr<delivery::DeviceRing> detach(std::uint32_t rank, std::uint32_t reader);

@@ -22,10 +22,9 @@ delivery::DeviceRingRequest Job::device_request() const {
 
 bool Job::copy_to_device(std::uint32_t ring, std::uint32_t s, std::uint32_t count, std::uint64_t epoch,
                          std::uint64_t batch_index, delivery::DeviceRing& to) {
-  std::string why;
-  if (!to.copy_slot(s, segment_->payload(ring, s), count, segment_->label_region(ring, s), why)) {
+  if (base::Status st = to.copy_slot(s, segment_->payload(ring, s), count, segment_->label_region(ring, s)); !st) {
     spdlog::error("job {} rank {}: batch {}:{} not copied to the device: {}", cfg_.name, ring, epoch, batch_index,
-                  why);
+                  st.message());
     return false;
   }
   return true;

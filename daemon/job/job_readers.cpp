@@ -5,16 +5,12 @@
 
 namespace stoker::job {
 
-AttachResult Job::attach(std::uint32_t rank, std::uint32_t reader, std::uint64_t epoch, std::uint64_t batch,
-                         std::shared_ptr<delivery::DeviceRing> device, std::string& why) {
+base::Result<AttachResult> Job::attach(std::uint32_t rank, std::uint32_t reader, std::uint64_t epoch,
+                                       std::uint64_t batch, std::shared_ptr<delivery::DeviceRing> device) {
   std::vector<WorkItem> items;
   base::Result<AttachResult> r = ring_of(rank).attach(reader, BatchPos{epoch, batch}, std::move(device), items);
-  if (!r) {
-    why = r.status().message();
-    return AttachResult::kOutOfStep;
-  }
-  queue_.push(std::move(items));
-  return *r;
+  if (r) queue_.push(std::move(items));
+  return r;
 }
 
 std::shared_ptr<delivery::DeviceRing> Job::detach(std::uint32_t rank, std::uint32_t reader) {

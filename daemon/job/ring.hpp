@@ -64,7 +64,7 @@ struct RingStatus {
   std::vector<ReaderStatus> readers;
 };
 
-enum class AttachResult { kAttached, kBusy, kOutOfStep };
+enum class AttachResult { kAttached, kBusy };  // out of step: attach returns an error Status
 
 // A place in a rank's stream of batches, ordered epoch first.
 struct BatchPos {
@@ -144,7 +144,7 @@ class Ring {
   // Reader `reader` connected and wants (epoch, batch) next. The first reader of an idle ring
   // sets the position: ready batches that do not fit are dropped and the ring is re-planned
   // from there. A later reader must ask for a batch the ring still holds or plans next (an
-  // error Status saying why otherwise: kOutOfStep); kBusy: that reader is already connected.
+  // error Status naming both positions otherwise); kBusy: that reader is already connected.
   // `device`: the reader takes its batches on the GPU through this ring.
   base::Result<AttachResult> attach(std::uint32_t reader, BatchPos want, std::shared_ptr<delivery::DeviceRing> device,
                                     std::vector<WorkItem>& out) STOKER_EXCLUDES(mu_);
