@@ -404,8 +404,10 @@ TEST_CASE("decode.max_memory_mb bounds the daemon's peak memory: huge progressiv
   INFO("stokerd peak RSS " << peak << " KiB");
 #if defined(__SANITIZE_ADDRESS__)
   // ASan's shadow, redzones and its quarantine of freed blocks: measured 94 MB here against
-  // the release build's far lower peak; without the budget the panoramas still go well past.
-  constexpr std::uint64_t kSanitizerKiB = 24 * 1024;
+  // the release build's far lower peak, and 128 MB after the #22 redesign (Debug, -O0) while
+  // the release build's peak did not grow (stokerd alone on this job, side by side: 56 MB
+  // before, 41-57 MB after). Without the budget the panoramas still go well past.
+  constexpr std::uint64_t kSanitizerKiB = 48 * 1024;
 #else
   constexpr std::uint64_t kSanitizerKiB = 0;
 #endif
