@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "as_nobody.hpp"
 #include "daemon_fixture.hpp"
 #include "stoker/stoker.h"
 
@@ -20,7 +21,6 @@ using namespace stoker::test;
 
 namespace {
 
-constexpr uid_t kNobody = 65534;
 
 void skip_unless_root() {
   if (::geteuid() != 0) {
@@ -57,32 +57,14 @@ struct Outcome {
 
 // stoker_daemon_status from a forked child running as uid/gid 65534 with `groups`.
 Outcome status_as_nobody(const std::string& socket, const std::vector<gid_t>& groups) {
-  int p[2];
-  REQUIRE(::pipe(p) == 0);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::close(p[0]);
-    ::alarm(30);
-    if (::setgroups(groups.size(), groups.data()) != 0 || ::setresgid(kNobody, kNobody, kNobody) != 0 ||
-        ::setresuid(kNobody, kNobody, kNobody) != 0) {
-      ::_exit(3);
-    }
-    char* json = nullptr;
-    const int rc = stoker_daemon_status(socket.c_str(), &json);
-    const std::string text = std::to_string(rc) + "\n" + (rc == 0 ? std::string(json) : stoker_last_error());
-    [[maybe_unused]] ssize_t w = ::write(p[1], text.data(), text.size());
-    ::_exit(0);
-  }
-  ::close(p[1]);
-  std::string text;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(p[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
-  ::close(p[0]);
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  REQUIRE(WIFEXITED(st));
-  REQUIRE(WEXITSTATUS(st) == 0);
+  const std::string text = in_child_as_nobody(
+      groups,
+      [&] {
+        char* json = nullptr;
+        const int rc = stoker_daemon_status(socket.c_str(), &json);
+        return std::to_string(rc) + "\n" + (rc == 0 ? std::string(json) : stoker_last_error());
+      },
+      30);
   Outcome o;
   const auto nl = text.find('\n');
   REQUIRE(nl != std::string::npos);
