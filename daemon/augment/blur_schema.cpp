@@ -34,13 +34,15 @@ constexpr ParamSpec kParams[] = {
      .lengths = kTwo, .list_error = "expected an odd integer or a list [kx, ky] of two", .integers = true,
      .check_element = [](double x, const OpContext&) {
        const auto n = static_cast<int>(x);
-       return n % 2 != 0 ? fine() : complain("must be odd (the kernel is centred on the pixel), got " + std::to_string(n));
+       if (n % 2 != 0) return fine();
+       return complain("must be odd (the kernel is centred on the pixel), got " + std::to_string(n));
      },
      .check = check_kernel,
      .apply = [](AugmentStep& a, const ParamValue& v) { a.kernel = kernel_of(v); }},
     {.name = "sigma", .kind = ParamKind::kNumberOrPair, .check = check_positive_range,
      .apply = [](AugmentStep& a, const ParamValue& v) {
-       a.sigma = v.list ? std::array<double, 2>{v.numbers[0], v.numbers[1]} : std::array<double, 2>{v.number(), v.number()};
+       a.sigma = v.list ? std::array<double, 2>{v.numbers[0], v.numbers[1]}
+                        : std::array<double, 2>{v.number(), v.number()};
      }},
 };
 

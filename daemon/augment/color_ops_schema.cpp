@@ -14,7 +14,10 @@ namespace {
 // brightness, contrast, saturation: a number x >= 0 means [max(0, 1 - x), 1 + x]; a pair
 // [lo, hi] is used as it is (torchvision's _check_input).
 Complaint check_factor(const ParamValue& v, const OpContext&) {
-  if (v.list) return v.numbers[0] >= 0 && v.numbers[0] <= v.numbers[1] ? fine() : complain("must be [min, max] with 0 <= min <= max");
+  if (v.list) {
+    const bool ok = v.numbers[0] >= 0 && v.numbers[0] <= v.numbers[1];
+    return ok ? fine() : complain("must be [min, max] with 0 <= min <= max");
+  }
   return v.number() >= 0 ? fine() : complain("must be >= 0");
 }
 std::array<double, 2> factor_range(const ParamValue& v) {
@@ -41,7 +44,8 @@ constexpr ParamSpec kColorJitter[] = {
      .apply = [](AugmentStep& a, const ParamValue& v) { a.saturation = factor_range(v); }},
     {.name = "hue", .kind = ParamKind::kNumberOrPair, .check = check_hue,
      .apply = [](AugmentStep& a, const ParamValue& v) {
-       a.hue = v.list ? std::array<double, 2>{v.numbers[0], v.numbers[1]} : std::array<double, 2>{-v.number(), v.number()};
+       a.hue = v.list ? std::array<double, 2>{v.numbers[0], v.numbers[1]}
+                      : std::array<double, 2>{-v.number(), v.number()};
      }},
 };
 

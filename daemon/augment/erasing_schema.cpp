@@ -19,7 +19,8 @@ constexpr ParamSpec kParams[] = {
     {.name = "scale", .kind = ParamKind::kPair,
      .check = [](const ParamValue& v, const OpContext&) {
        const auto& q = v.numbers;
-       return q[0] >= 0 && q[0] <= q[1] && q[1] <= 1 ? fine() : complain("must be [min, max] with 0 <= min <= max <= 1");
+       const bool ok = q[0] >= 0 && q[0] <= q[1] && q[1] <= 1;
+       return ok ? fine() : complain("must be [min, max] with 0 <= min <= max <= 1");
      },
      .apply = [](AugmentStep& a, const ParamValue& v) { a.erasing.scale = {v.numbers[0], v.numbers[1]}; }},
     {.name = "ratio", .kind = ParamKind::kPair, .check = check_positive_range,

@@ -46,7 +46,9 @@ constexpr ParamSpec kAffine[] = {
     {.name = "translate", .kind = ParamKind::kPair,
      .check = [](const ParamValue& v, const OpContext&) {
        for (int i = 0; i < 2; ++i) {
-         if (!(v.numbers[i] >= 0 && v.numbers[i] <= 1)) return complain("must be a fraction of the side within [0, 1]", i);
+         if (!(v.numbers[i] >= 0 && v.numbers[i] <= 1)) {
+           return complain("must be a fraction of the side within [0, 1]", i);
+         }
        }
        return fine();
      },

@@ -46,7 +46,10 @@ std::array<double, 2> angle_range(const ParamValue& v) {
 }
 
 Complaint check_positive_range(const ParamValue& v, const OpContext&) {
-  if (v.list) return v.numbers[0] > 0 && v.numbers[0] <= v.numbers[1] ? fine() : complain("must be [min, max] with 0 < min <= max");
+  if (v.list) {
+    const bool ok = v.numbers[0] > 0 && v.numbers[0] <= v.numbers[1];
+    return ok ? fine() : complain("must be [min, max] with 0 < min <= max");
+  }
   return v.number() > 0 ? fine() : complain("must be > 0");
 }
 
