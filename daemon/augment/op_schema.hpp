@@ -109,7 +109,7 @@ struct OpSchema {
   StepComplaint (*finish)(const AugmentStep& step) = nullptr;
   // Placement, checked by the pipeline walker before the parameters:
   std::string_view needs_geometry{};    // refusal when no geometry step came before
-  std::string_view before_normalize{};  // refusal when normalize came before (unless the next)
+  std::string_view before_normalize{};  // refusal when normalize came before (ops that may not follow it)
   // May follow normalize, then running on the float output. Only random_erasing does today:
   // the walker moves its ErasingParams to PipelineSpec::erase_output.
   bool runs_after_normalize = false;
