@@ -76,7 +76,7 @@ class Job::RingLink final : public RingHooks {
   void planned(std::uint32_t slot, std::uint32_t position, std::uint32_t generation, std::uint32_t id,
                std::vector<WorkItem>& out) override {
     out.push_back(WorkItem{&job_, ring_, slot, position, generation});
-    job_.want_read(out.back(), id);
+    job_.want_read(out.back(), job_.mixture_ ? sampler::untag(*job_.mixture_, id) : id);
   }
   std::uint32_t settle(const SlotBatch& batch) override { return job_.settle_bad_samples(ring_, batch); }
   bool mixes() const override { return job_.label_dtype_ != 0; }
@@ -224,7 +224,7 @@ std::int64_t* Job::labels(std::uint32_t ring, std::uint32_t slot) {
 std::vector<std::uint32_t> Job::epoch_ids(std::uint32_t ring, std::uint64_t epoch) const {
   // The epoch's global order (one permutation, or a mixture's interleave of its sources'
   // walks); the ranks' split of it is the same either way.
-  const auto perm = mixture_ ? sampler::mixture_order(*mixture_, cfg_.shuffle, cfg_.seed, epoch)
+  const auto perm = mixture_ ? sampler::mixture_order(*mixture_, cfg_.shuffle, cfg_.seed, epoch, /*tag_visits=*/true)
                              : sampler::epoch_permutation(static_cast<std::uint32_t>(dataset_.samples.size()),
                                                           cfg_.shuffle, cfg_.seed, epoch);
   return sampler::rank_samples(perm, cfg_.world_size, cfg_.first_rank + ring, cfg_.shards());
@@ -266,7 +266,11 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
               std::vector<std::uint8_t>& file_buffer) {
   Ring& ring = *rings_[item.ring];
   const Ring::Sample sample_of = ring.begin_sample(item);
-  const std::uint32_t id = sample_of.id;
+  // A mixture's stream carries each visit's source epoch in the id (mixture_order's
+  // tag_visits): the sample is the untagged id, its augmentation draw keyed by the tagged one,
+  // so a sample visited twice in an epoch gets two draws. One source: the same number.
+  const std::uint32_t draw_id = sample_of.id;
+  const std::uint32_t id = mixture_ ? sampler::untag(*mixture_, draw_id) : draw_id;
   const std::uint64_t epoch = sample_of.epoch;
 
   image::SampleResult result;
@@ -281,7 +285,7 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
     if (cache_ && cache_->get(id, out)) {
       // Finished earlier (a deterministic pipeline gives the same bytes every epoch).
     } else if (read_sample(item, id, file_buffer, result)) {
-      result = processor.process(file_buffer, cfg_.pixel_seed(), epoch, id, out);
+      result = processor.process(file_buffer, cfg_.pixel_seed(), epoch, draw_id, out);
       if (formats_.record(id, result.format)) {
         spdlog::info("job {}: formats by content: {}", cfg_.name, formats_.summary());
       }

@@ -84,7 +84,18 @@ std::uint64_t source_epoch_at(const Mixture& m, std::size_t source, std::uint64_
   return epoch * q[source] / m.sources[source].size;
 }
 
-std::vector<std::uint32_t> mixture_order(const Mixture& m, bool shuffle, std::uint64_t seed, std::uint64_t epoch) {
+std::uint64_t mixture_total(const Mixture& m) {
+  return m.sources.empty() ? 0 : std::uint64_t{m.sources.back().offset} + m.sources.back().size;
+}
+
+std::uint64_t visit_tags(const Mixture& m) {
+  const std::uint64_t total = mixture_total(m);
+  return total == 0 ? 1 : std::max<std::uint64_t>(1, 0xffffffffull / total);
+}
+
+std::vector<std::uint32_t> mixture_order(const Mixture& m, bool shuffle, std::uint64_t seed, std::uint64_t epoch,
+                                         bool tag_visits) {
+  const std::uint64_t total = mixture_total(m), tags = visit_tags(m);
   const auto quota = mixture_quotas(m);
   const auto who = interleave(quota, m.epoch_size, shuffle, seed, epoch);
   const std::size_t n = m.sources.size();
@@ -104,7 +115,8 @@ std::vector<std::uint32_t> mixture_order(const Mixture& m, bool shuffle, std::ui
       source_permutation(perm[s], m.sources[s].size, shuffle, seed, s, ++k[s]);
       at[s] = 0;
     }
-    out.push_back(m.sources[s].offset + perm[s][at[s]++]);
+    const std::uint64_t id = m.sources[s].offset + perm[s][at[s]++];
+    out.push_back(static_cast<std::uint32_t>(tag_visits ? id + total * (k[s] % tags) : id));
   }
   return out;
 }

@@ -37,7 +37,20 @@ std::vector<std::uint64_t> mixture_quotas(const Mixture& m);
 std::uint64_t source_epoch_at(const Mixture& m, std::size_t source, std::uint64_t epoch);
 
 // The epoch's list of global sample ids, epoch_size long.
-std::vector<std::uint32_t> mixture_order(const Mixture& m, bool shuffle, std::uint64_t seed, std::uint64_t epoch);
+// `tag_visits`: each id also carries the source epoch of that visit, as
+// id + total * (source epoch mod visit_tags(m)), total = the sources' summed sizes, so that two
+// visits of one sample in an epoch (an up-weighted source) can be told apart: the job keys a
+// sample's augmentation draw by it. untag() gives the sample id back.
+std::vector<std::uint32_t> mixture_order(const Mixture& m, bool shuffle, std::uint64_t seed, std::uint64_t epoch,
+                                         bool tag_visits = false);
+
+// Sample ids of all sources together (the global id space's size).
+std::uint64_t mixture_total(const Mixture& m);
+// Distinct tags an id can carry: floor((2^32 - 1) / total), at least 1.
+std::uint64_t visit_tags(const Mixture& m);
+inline std::uint32_t untag(const Mixture& m, std::uint32_t tagged) {
+  return static_cast<std::uint32_t>(tagged % mixture_total(m));
+}
 
 // Which source a global id belongs to (sources sorted by offset, as built).
 std::size_t source_of(const Mixture& m, std::uint32_t id);

@@ -68,6 +68,7 @@ std::int64_t per_source_label(std::int64_t id) { return id < kDemo ? id / 16 : 4
 
 struct Served {
   std::vector<std::vector<std::int64_t>> ids, labels;
+  std::vector<std::vector<std::uint8_t>> images;  // one per sample, in order
   bool operator==(const Served&) const = default;
 };
 
@@ -84,6 +85,10 @@ Served consume_epoch(const std::string& socket, std::uint32_t rank, std::uint64_
     REQUIRE(b.index() == start + out.ids.size());
     out.ids.emplace_back(b.ids(), b.ids() + b.count());
     out.labels.emplace_back(b.labels(), b.labels() + b.count());
+    const std::size_t per = 3 * 32 * 32;  // the fixture's uint8 32x32 output
+    for (std::uint32_t i = 0; i < b.count(); ++i) {
+      out.images.emplace_back(b.images<std::uint8_t>() + i * per, b.images<std::uint8_t>() + (i + 1) * per);
+    }
     if (b.last_in_epoch()) break;
   }
   return out;
@@ -118,6 +123,20 @@ TEST_CASE("mixture: batches are the ranks' share of the mixture order, for 1 and
         CHECK(s.ids == expected(r, e));
         for (std::size_t k = 0; k < s.ids.size(); ++k) {
           for (std::size_t i = 0; i < s.ids[k].size(); ++i) CHECK(s.labels[k][i] == per_source_label(s.ids[k][i]));
+        }
+        // small's samples come about 8 times an epoch: each visit its own random crop, so
+        // the same sample's images within one rank's epoch are not all the same.
+        std::map<std::int64_t, std::set<std::vector<std::uint8_t>>> looks;
+        std::map<std::int64_t, int> visits;
+        std::size_t at = 0;
+        for (const auto& batch : s.ids) {
+          for (const auto id : batch) {
+            visits[id]++;
+            looks[id].insert(s.images[at++]);
+          }
+        }
+        for (const auto& [id, n] : visits) {
+          if (n >= 3) CHECK(looks[id].size() >= 2);
         }
         first[{r, e}] = s;
       }

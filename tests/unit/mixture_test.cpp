@@ -131,3 +131,17 @@ TEST_CASE("mixture: the ranks' split of a mixture epoch is the ordinary split of
   }
   CHECK(all == std::multiset<std::uint32_t>(order.begin(), order.end()));
 }
+
+TEST_CASE("mixture: tagged visits untag to the order, and two visits of a sample in an epoch differ") {
+  const Mixture m = three_sources();
+  for (std::uint64_t e = 0; e < 5; ++e) {
+    const Ids plain = mixture_order(m, true, 9, e);
+    const Ids tagged = mixture_order(m, true, 9, e, /*tag_visits=*/true);
+    REQUIRE(tagged.size() == plain.size());
+    for (std::size_t i = 0; i < plain.size(); ++i) CHECK(untag(m, tagged[i]) == plain[i]);
+    // Source 0 (50 samples, 750 positions) is visited 15 times an epoch: every visit distinct.
+    CHECK(std::set<std::uint32_t>(tagged.begin(), tagged.end()).size() == tagged.size());
+  }
+  CHECK(mixture_total(m) == 1250);
+  CHECK(visit_tags(m) == 0xffffffffull / 1250);
+}
