@@ -39,14 +39,15 @@ fs::path make_small(const fs::path& dir) {
 }
 
 // A config whose job "demo" mixes the demo set (weight 1) and `small` (weight 2).
-fs::path mixture_config(const fs::path& dir, int workers, const std::string& mix_keys, int consumers = 2) {
+fs::path mixture_config(const fs::path& dir, int workers, const std::string& mix_keys, int consumers = 2,
+                        const std::string& server_extra = "") {
   JobSpec j;
   j.source = "@SOURCES@";
   j.batch_size = kBatch;
   j.consumers = consumers;
   j.prefetch = 2;
   j.extra = "    world_size: 2\n";
-  const fs::path cfg = write_config(dir, {j}, workers);
+  const fs::path cfg = write_config(dir, {j}, workers, server_extra);
   std::ifstream in(cfg);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::string sources = "    sources:\n      - {root: \"" + data_dir() + "/demo\", weight: 1}\n" +
@@ -196,4 +197,64 @@ TEST_CASE("mixture: labels: shared maps class names across sources, and refuses 
       }
     }
   }
+}
+
+TEST_CASE("mixture: a bad file is quarantined in its own source, skipped after a restart; status and /metrics per source",
+          "[integration][mixture]") {
+  TempDir dir;
+  const fs::path small = make_small(dir.path());
+  {  // small's insect/s1.jpg (id 64 + 4) truncated: undecodable
+    std::ifstream in(small / "insect" / "s1.jpg", std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(small / "insect" / "s1.jpg", std::ios::binary | std::ios::trunc) << bytes.substr(0, 300);
+  }
+  const std::int64_t bad = kDemo + 4;
+  const auto socket = (dir.path() / "s.sock").string();
+  const auto cfg = mixture_config(dir.path(), 2, "", 2, "  metrics: 127.0.0.1:0\n");
+  auto served_ids = [&]() {
+    std::vector<std::vector<std::int64_t>> all;
+    for (std::uint32_t r = 0; r < 2; ++r) {
+      for (auto& b : consume_epoch(socket, r, 0).ids) all.push_back(b);
+    }
+    return all;
+  };
+  // What the order says, less the bad sample (on_error: skip drops it inside its batch).
+  std::vector<std::vector<std::int64_t>> want;
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    for (auto b : expected(r, 0)) {
+      b.erase(std::remove(b.begin(), b.end(), bad), b.end());
+      want.push_back(b);
+    }
+  }
+  {
+    Daemon d(cfg, socket);
+    CHECK(served_ids() == want);
+    std::string out;
+    REQUIRE(run_program({bin("stokerctl"), "status", "--socket", socket}, out) == 0);
+    const Json doc = Json::parse(out.substr(out.find('{')));
+    const Json job = doc["jobs"][0];
+    CHECK(job["sources"][0]["quarantined"] == 0);
+    CHECK(job["sources"][1]["quarantined"] == 1);
+    CHECK(job["quarantined"] == 1);
+    // The same figures on /metrics, labelled by job and source.
+    std::string metrics;
+    REQUIRE(run_program({"/usr/bin/python3", "-c",
+                         // The document is published once a second: wait for one that has the job.
+                         "import sys, time, urllib.request\n"
+                         "for _ in range(300):\n"
+                         "    t = urllib.request.urlopen(sys.argv[1]).read().decode()\n"
+                         "    if 'stoker_source_quarantined' in t: break\n"
+                         "    time.sleep(0.1)\n"
+                         "print(t)",
+                         doc["metrics"].get<std::string>()},
+                        metrics) == 0);
+    CHECK_THAT(metrics, Catch::Contains("stoker_source_quarantined{job=\"demo\",source=\"small\"} 1") &&
+                            Catch::Contains("stoker_source_quarantined{job=\"demo\",source=\"demo\"} 0") &&
+                            Catch::Contains("stoker_source_samples_total{job=\"demo\",source=\"small\"}") &&
+                            Catch::Contains("stoker_source_epoch{job=\"demo\",source=\"small\"}"));
+    CHECK(d.stop() == 0);
+  }
+  Daemon d2(cfg, socket);
+  CHECK_THAT(d2.log(), Catch::Contains("1 file(s) skipped"));
+  CHECK(served_ids() == want);
 }
