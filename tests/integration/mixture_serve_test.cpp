@@ -39,14 +39,15 @@ fs::path make_small(const fs::path& dir) {
 }
 
 // A config whose job "demo" mixes the demo set (weight 1) and `small` (weight 2).
+// `ranks`: the ranks this daemon serves of the world of 2 (one node of two: "0" or "1").
 fs::path mixture_config(const fs::path& dir, int workers, const std::string& mix_keys, int consumers = 2,
-                        const std::string& server_extra = "") {
+                        const std::string& server_extra = "", const std::string& ranks = "") {
   JobSpec j;
   j.source = "@SOURCES@";
   j.batch_size = kBatch;
   j.consumers = consumers;
   j.prefetch = 2;
-  j.extra = "    world_size: 2\n";
+  j.extra = "    world_size: 2\n" + (ranks.empty() ? std::string() : "    ranks: " + ranks + "\n");
   const fs::path cfg = write_config(dir, {j}, workers, server_extra);
   std::ifstream in(cfg);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -170,6 +171,22 @@ TEST_CASE("mixture: batches are the ranks' share of the mixture order, for 1 and
   }
   const Served rest = consume_epoch(socket, 1, 1, 2);
   CHECK(rest.ids == std::vector<std::vector<std::int64_t>>(first[{1, 1}].ids.begin() + 2, first[{1, 1}].ids.end()));
+  CHECK(d2.stop() == 0);
+
+  // Two nodes, one daemon each serving one rank (nothing shared but the config): each rank's
+  // batches are the one-daemon run's.
+  TempDir n0, n1;
+  make_small(n0.path());
+  make_small(n1.path());
+  // Sample ids, labels and the order do not depend on where the sources live; pixels neither.
+  const auto s0 = (n0.path() / "s.sock").string(), s1 = (n1.path() / "s.sock").string();
+  Daemon node0(mixture_config(n0.path(), 1, "", 1, "", "0"), s0);
+  Daemon node1(mixture_config(n1.path(), 1, "", 1, "", "1"), s1);
+  for (std::uint64_t e = 0; e < 2; ++e) {
+    INFO("epoch " << e);
+    CHECK(consume_epoch(s0, 0, e) == first[{0, e}]);
+    CHECK(consume_epoch(s1, 1, e) == first[{1, e}]);
+  }
 }
 
 TEST_CASE("mixture: labels: shared maps class names across sources, and refuses a missing class by name",
@@ -199,7 +216,7 @@ TEST_CASE("mixture: labels: shared maps class names across sources, and refuses 
   }
 }
 
-TEST_CASE("mixture: a bad file is quarantined in its own source, skipped after a restart; status and /metrics per source",
+TEST_CASE("mixture: a bad file is quarantined in its own source, skipped after a restart, status and /metrics per source",
           "[integration][mixture]") {
   TempDir dir;
   const fs::path small = make_small(dir.path());
