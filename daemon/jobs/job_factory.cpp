@@ -52,6 +52,17 @@ source::Dataset load_dataset(const config::JobConfig& job, const std::filesystem
                                 err.what());
     }
     names.push_back(e.name);
+    if (parts.back().samples.empty()) {
+      throw config::ConfigError(config_file, e.source.root_mark,
+                                "jobs." + job.name + ".sources[" + std::to_string(i) + "]." + e.source.root_key,
+                                "this source holds no samples");
+    }
+  }
+  std::uint64_t total = 0;
+  for (const auto& d : parts) total += d.samples.size();
+  if (total > 0xffffffffull) {  // sample ids are 32-bit
+    throw config::ConfigError(config_file, job.source.root_mark, "jobs." + job.name + ".sources",
+                              "the sources hold " + std::to_string(total) + " samples together; at most 4294967295");
   }
   try {
     return source::combine_datasets(std::move(parts), names,
