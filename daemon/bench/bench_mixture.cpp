@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
   const int reps = argc > 3 ? std::atoi(argv[3]) : 5;
   const std::uint64_t n = std::uint64_t{large} + small;
   auto line = [&](const char* name, double ms) {
-    std::printf("%-44s %9llu samples %8.1f ms/epoch %6.1f ns/sample\n", name, static_cast<unsigned long long>(n), ms,
+    std::printf("%-48s %9llu samples %8.1f ms/epoch %6.1f ns/sample\n", name, static_cast<unsigned long long>(n), ms,
                 ms * 1e6 / static_cast<double>(n));
   };
   line("one permutation (epoch_permutation)",
@@ -45,6 +45,8 @@ int main(int argc, char** argv) {
   m.sources = {{0, large, 1.0}, {large, small, 1.0}};
   m.epoch_size = n;
   line("mixture, 2 sources, weights 1:1", best_ms(reps, [&](std::uint64_t e) { return mixture_order(m, true, 1, e); }));
+  line("mixture, 1:1, visits tagged (as Job::epoch_ids)",
+       best_ms(reps, [&](std::uint64_t e) { return mixture_order(m, true, 1, e, /*tag_visits=*/true); }));
   m.sources[1].weight = 0.01;
   line("mixture, 2 sources, weights 1:0.01", best_ms(reps, [&](std::uint64_t e) { return mixture_order(m, true, 1, e); }));
   line("mixture, shuffle: false (smooth round-robin)",
