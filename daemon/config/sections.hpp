@@ -24,7 +24,14 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
                     const std::filesystem::path& base_dir);
 
 // job_source.cpp: a job's `source:` (imagefolder, filelist or tar; roots and lists must exist).
-void parse_source(const Reader& r, const Value& section, const std::filesystem::path& base_dir, SourceConfig& out);
+// `mixture_entry`: an element of `sources:`, which may also hold `weight` and `name` (read by
+// parse_sources).
+void parse_source(const Reader& r, const Value& section, const std::filesystem::path& base_dir, SourceConfig& out,
+                  bool mixture_entry = false);
+
+// job_sources.cpp: a job's `sources:` (a weighted mixture) with `epoch_size`, `labels` and
+// `allow_missing_classes`; refuses those three without `sources:`.
+void parse_sources(const Reader& r, const Fields& f, const std::filesystem::path& base_dir, JobConfig& job);
 
 // pipeline_steps.cpp: a job's `pipeline:`, the steps in the one order the engine runs them;
 // decode, the geometry steps, horizontal_flip and normalize are read there.

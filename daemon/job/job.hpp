@@ -34,6 +34,7 @@
 #include "job/sample_cache.hpp"
 #include "job/segment.hpp"
 #include "job/worker_pool.hpp"
+#include "sampler/mixture.hpp"
 #include "source/dataset.hpp"
 #include "source/sample_reader.hpp"
 #include "stoker/proto/control.hpp"
@@ -51,6 +52,17 @@ struct JobStats {
   std::uint64_t transient_read_errors = 0;  // machine faults, retried (never quarantined)
   std::uint64_t missing = 0;                // unreadable now, skipped this epoch (ENOENT, EACCES)
   std::uint64_t bytes_read = 0;             // sample bytes read from storage (cache hits excluded)
+};
+
+// One source of a mixture job, for status and /metrics.
+struct MixtureSourceStatus {
+  std::string name;
+  double weight = 0;
+  std::uint64_t samples = 0;          // the source's size
+  std::uint64_t per_epoch = 0;        // positions of each job epoch it takes (its quota)
+  std::uint64_t samples_served = 0;   // samples of it decoded into batches (quarantined ones not)
+  std::uint64_t quarantined = 0;      // of its samples, known bad
+  std::uint64_t source_epoch = 0;     // its own epoch counter where the slowest rank now plans
 };
 
 class Job {
@@ -82,6 +94,10 @@ class Job {
   // What global `rank` gets per epoch (ranks differ only with pad_shards: false, by one sample).
   std::uint64_t batches_per_epoch(std::uint32_t rank) const;
   std::uint64_t samples_per_rank(std::uint32_t rank) const;
+  // Positions of the global order per epoch: the dataset's size, or a mixture's epoch_size.
+  std::uint64_t samples_per_epoch() const;
+  // A mixture's sources (empty for one source).
+  std::vector<MixtureSourceStatus> mixture_status() const;
   const ShmSegment& segment() const { return segment_->shm(); }
   // Labels as the segment carries them (proto::SegmentHeader::label_dtype/label_width):
   // 0 and 1 for int64 class indices; a float dtype and num_classes for a mixing job's soft rows.
@@ -177,6 +193,11 @@ class Job {
   const std::size_t index_;
   const config::JobConfig cfg_;
   const source::Dataset dataset_;
+  // A mixture's sources as the sampler sees them (offsets, sizes, weights, epoch_size); unset
+  // for one source, whose order is epoch_permutation.
+  const std::optional<sampler::Mixture> mixture_;
+  // A mixture: samples served and quarantined per source (by DatasetPart index).
+  std::unique_ptr<std::atomic<std::uint64_t>[]> source_served_, source_quarantined_;
   const std::uint32_t label_dtype_;  // see label_dtype(); before plan_, which sizes labels by it
   const std::uint32_t label_width_;
   const proto::SegmentPlan plan_;

@@ -56,3 +56,9 @@ catch_discover_tests(device_test TEST_PREFIX "cuda-emu/" EXTRA_ARGS -w NoTests -
   TEST_LIST device_test_EMU PROPERTIES TIMEOUT 600)
 stoker_discovered_tests_properties(device_test_EMU LABELS integration device device-emu
   ENVIRONMENT ${STOKER_CUDA_EMU_ENV})
+
+# Weighted mixtures of sources (`sources:`, issue #25): a real stokerd serving one.
+stoker_add_test(mixture_serve_test LABEL integration
+  SOURCES integration/mixture_serve_test.cpp
+  LIBS stoker_daemon_fixture stoker::client stoker_sampler)
+add_dependencies(mixture_serve_test stokerd stokerctl)
