@@ -51,7 +51,9 @@ class Job::RingLink final : public RingHooks {
  public:
   RingLink(Job& job, std::uint32_t ring) : job_(job), ring_(ring) {}
 
-  std::vector<std::uint32_t> epoch_ids(std::uint64_t epoch) override { return job_.epoch_ids(ring_, epoch); }
+  std::vector<std::uint32_t> epoch_ids(std::uint64_t epoch, std::uint64_t consumed) override {
+    return job_.epoch_ids(ring_, epoch, consumed);
+  }
   bool stopped() const override { return job_.failed_.load(); }
   void planned(std::uint32_t slot, std::uint32_t position, std::uint32_t generation, std::uint32_t id,
                std::vector<WorkItem>& out) override {
@@ -171,10 +173,12 @@ std::int64_t* Job::labels(std::uint32_t ring, std::uint32_t slot) {
   return reinterpret_cast<std::int64_t*>(segment_->label_region(ring, slot));
 }
 
-std::vector<std::uint32_t> Job::epoch_ids(std::uint32_t ring, std::uint64_t epoch) const {
+std::vector<std::uint32_t> Job::epoch_ids(std::uint32_t ring, std::uint64_t epoch, std::uint64_t consumed) const {
   const auto perm = sampler::epoch_permutation(static_cast<std::uint32_t>(dataset_.samples.size()),
                                                cfg_.shuffle, cfg_.seed, epoch);
-  return sampler::rank_samples(perm, cfg_.world_size, cfg_.first_rank + ring, cfg_.shards());
+  // Each daemon computes only its own ranks' share from (position, world): nothing is
+  // exchanged between nodes, so one daemon per node resumes elastically on its own.
+  return sampler::rank_samples_from(perm, consumed, cfg_.world_size, cfg_.first_rank + ring, cfg_.shards());
 }
 
 void Job::start() {
