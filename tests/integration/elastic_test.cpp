@@ -6,6 +6,7 @@
 // "nodes" (one daemon each, nothing shared) and after a daemon restart.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -203,4 +204,53 @@ TEST_CASE("elastic: resumed on two nodes (one daemon each), and after a daemon r
     take(c, after);
   }
   check_once(before, after, "pad", 6);
+}
+
+namespace {
+
+// The sample ids of every batch line `stokerctl consume --ids` printed.
+Ids ids_in(const std::string& out) {
+  Ids ids;
+  for (std::size_t at = out.find("\"ids\":["); at != std::string::npos; at = out.find("\"ids\":[", at)) {
+    at += 7;
+    const std::size_t end = out.find(']', at);
+    std::size_t p = at;
+    while (p < end) {
+      std::size_t next = out.find_first_of(",]", p);
+      ids.push_back(std::stoll(out.substr(p, next - p)));
+      p = next + 1;
+    }
+  }
+  return ids;
+}
+
+}  // namespace
+
+TEST_CASE("elastic: stokerctl consume --start-position P resumes a rank on another world size",
+          "[integration][elastic]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  Daemon d(write_config(dir.path(), {job("w4", 4, "    pad_shards: false\n"), job("w3", 3, "    pad_shards: false\n")}, 2),
+           socket);
+  Ids seen;
+  std::string out;
+  for (std::uint32_t r = 0; r < 4; ++r) {
+    REQUIRE(run_program({bin("stokerctl"), "consume", "--job", "w4", "--socket", socket, "--rank", std::to_string(r),
+                         "--batches", std::to_string(kTaken), "--ids"},
+                        out) == 0);
+    const Ids mine = ids_in(out);
+    CHECK(mine.size() == kTaken * kBatch);
+    seen.insert(seen.end(), mine.begin(), mine.end());
+  }
+  for (std::uint32_t r = 0; r < 3; ++r) {
+    REQUIRE(run_program({bin("stokerctl"), "consume", "--job", "w3", "--socket", socket, "--rank", std::to_string(r),
+                         "--start-position", std::to_string(kPosition), "--epochs", "1", "--ids"},
+                        out) == 0);
+    const Ids mine = ids_in(out);
+    seen.insert(seen.end(), mine.begin(), mine.end());
+  }
+  std::sort(seen.begin(), seen.end());
+  Ids every(kDemoSamples);
+  for (std::uint32_t i = 0; i < kDemoSamples; ++i) every[i] = i;
+  CHECK(seen == every);  // pad_shards: false: each sample of the epoch exactly once
 }

@@ -15,7 +15,7 @@ add_dependencies(integration_test stokerd stokerctl)
 stoker_add_test(elastic_test LABEL integration
   SOURCES integration/elastic_test.cpp
   LIBS stoker_daemon_fixture stoker::client)
-add_dependencies(elastic_test stokerd)
+add_dependencies(elastic_test stokerd stokerctl)
 
 # The /metrics responder over loopback sockets, no daemon: slow peers, extra bytes (issue 24).
 stoker_add_test(metrics_http_test LABEL integration
