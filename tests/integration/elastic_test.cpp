@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -253,4 +255,73 @@ TEST_CASE("elastic: stokerctl consume --start-position P resumes a rank on anoth
   Ids every(kDemoSamples);
   for (std::uint32_t i = 0; i < kDemoSamples; ++i) every[i] = i;
   CHECK(seen == every);  // pad_shards: false: each sample of the epoch exactly once
+}
+
+TEST_CASE("elastic: with readers: 2 both readers of a rank get the same share of the rest", "[integration][elastic]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  Daemon d(write_config(dir.path(), {job("w4", 4, "    pad_shards: false\n"),
+                                     job("w3", 3, "    pad_shards: false\n    readers: 2\n")}, 2),
+           socket);
+  Ids seen;
+  for (std::uint32_t r = 0; r < 4; ++r) {
+    stoker::Client c("w4", r, at(socket, 0, 0));
+    take(c, seen, kTaken);
+  }
+  for (std::uint32_t r = 0; r < 3; ++r) {
+    stoker::ClientOptions o0 = at(socket, 0, 0, kPosition), o1 = o0;
+    o1.reader = 1;
+    stoker::Client r0("w3", r, o0), r1("w3", r, o1);
+    // The readers share slots: take their batches side by side.
+    Ids a, b;
+    for (bool last = false; !last;) {
+      stoker::Batch x = r0.next(30000), y = r1.next(30000);
+      a.insert(a.end(), x.ids(), x.ids() + x.count());
+      b.insert(b.end(), y.ids(), y.ids() + y.count());
+      CHECK(x.last_in_epoch() == y.last_in_epoch());
+      last = x.last_in_epoch();
+    }
+    INFO("rank " << r);
+    CHECK(a == b);
+    seen.insert(seen.end(), a.begin(), a.end());
+  }
+  std::sort(seen.begin(), seen.end());
+  Ids every(kDemoSamples);
+  for (std::uint32_t i = 0; i < kDemoSamples; ++i) every[i] = i;
+  CHECK(seen == every);
+}
+
+TEST_CASE("elastic: bad files are skipped inside their batch; the position still counts positions",
+          "[integration][elastic]") {
+  namespace fs = std::filesystem;
+  TempDir dir;
+  // The demo's 64 photos plus 3 files that fail to decode (quarantined when first met).
+  const fs::path root = dir.path() / "data";
+  fs::create_directories(root / "a");
+  for (const auto& cls : fs::directory_iterator(std::string(STOKER_TEST_DATA_DIR) + "/demo")) {
+    if (!cls.is_directory()) continue;
+    fs::create_directories(root / cls.path().filename());
+    for (const auto& e : fs::directory_iterator(cls.path())) fs::copy_file(e.path(), root / cls.path().filename() / e.path().filename());
+  }
+  for (const char* bad : {"bad0.jpg", "bad1.jpg", "bad2.jpg"}) std::ofstream(root / "a" / bad) << "not an image\n";
+  std::vector<JobSpec> jobs = {job("w4", 4, "    pad_shards: false\n"), job("w3", 3, "    pad_shards: false\n")};
+  for (auto& j : jobs) j.root = root.string();
+  const auto socket = (dir.path() / "s.sock").string();
+  Daemon d(write_config(dir.path(), jobs, 2), socket);
+  Ids seen;
+  for (std::uint32_t r = 0; r < 4; ++r) {
+    stoker::Client c("w4", r, at(socket, 0, 0));
+    take(c, seen, kTaken);
+  }
+  for (std::uint32_t r = 0; r < 3; ++r) {
+    stoker::Client c("w3", r, at(socket, 0, 0, kPosition));
+    take(c, seen);
+  }
+  // Sample ids are sorted paths: a/bad0..2 are 0..2; every other one arrives exactly once.
+  std::sort(seen.begin(), seen.end());
+  std::uint32_t total = 0;
+  for (const auto& e : fs::recursive_directory_iterator(root)) total += e.is_regular_file() ? 1 : 0;
+  Ids good;
+  for (std::uint32_t i = 3; i < total; ++i) good.push_back(i);
+  CHECK(seen == good);
 }
