@@ -403,16 +403,16 @@ class Loader:
         return {"epoch": self._epoch, "batch": self._batch, "rank": self.rank, "reader": self.reader,
                 "job": self.job, "global_position": self._global_position()}
 
-    def _global_position(self) -> Dict[str, Any]:
+    def _global_position(self) -> Optional[Dict[str, Any]]:
+        """None when the job's world cannot be told (no world_size and no status from the
+        daemon): a checkpoint must never fail for it; load_state_dict then resumes per rank."""
         world = self._job_world()
         samples = self._position_for(self._epoch)
         if self._batch:
             # Every batch before the position was full on every rank (only an epoch's last
             # batch can be short, and after it the position is the next epoch's start).
             if world is None:
-                raise _stoker.StokerError(
-                    f"cannot tell job '{self.job}''s world size for its global position: pass "
-                    f"world_size= to the Loader")
+                return None
             samples += self._batch * self.batch_size * world
         return {"epoch": self._epoch, "samples": samples, "world_size": world}
 
