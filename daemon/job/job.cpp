@@ -71,7 +71,9 @@ class Job::RingLink final : public RingHooks {
  public:
   RingLink(Job& job, std::uint32_t ring) : job_(job), ring_(ring) {}
 
-  std::vector<std::uint32_t> epoch_ids(std::uint64_t epoch) override { return job_.epoch_ids(ring_, epoch); }
+  std::vector<std::uint32_t> epoch_ids(std::uint64_t epoch, std::uint64_t consumed) override {
+    return job_.epoch_ids(ring_, epoch, consumed);
+  }
   bool stopped() const override { return job_.failed_.load(); }
   void planned(std::uint32_t slot, std::uint32_t position, std::uint32_t generation, std::uint32_t id,
                std::vector<WorkItem>& out) override {
@@ -221,13 +223,15 @@ std::int64_t* Job::labels(std::uint32_t ring, std::uint32_t slot) {
   return reinterpret_cast<std::int64_t*>(segment_->label_region(ring, slot));
 }
 
-std::vector<std::uint32_t> Job::epoch_ids(std::uint32_t ring, std::uint64_t epoch) const {
+std::vector<std::uint32_t> Job::epoch_ids(std::uint32_t ring, std::uint64_t epoch, std::uint64_t consumed) const {
   // The epoch's global order (one permutation, or a mixture's interleave of its sources'
   // walks); the ranks' split of it is the same either way.
   const auto perm = mixture_ ? sampler::mixture_order(*mixture_, cfg_.shuffle, cfg_.seed, epoch, /*tag_visits=*/true)
                              : sampler::epoch_permutation(static_cast<std::uint32_t>(dataset_.samples.size()),
                                                           cfg_.shuffle, cfg_.seed, epoch);
-  return sampler::rank_samples(perm, cfg_.world_size, cfg_.first_rank + ring, cfg_.shards());
+  // Each daemon computes only its own ranks' share from (position, world): nothing is
+  // exchanged between nodes, so one daemon per node resumes elastically on its own.
+  return sampler::rank_samples_from(perm, consumed, cfg_.world_size, cfg_.first_rank + ring, cfg_.shards());
 }
 
 void Job::start() {

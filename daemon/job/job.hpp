@@ -118,8 +118,13 @@ class Job {
   // rank still holds or plans next (an error naming both positions otherwise); kBusy: that
   // reader is already connected. `device`: the reader takes its batches on the GPU through this ring
   // (batches prefetched before it attached are copied when they are taken).
+  // `consumed` (elastic resume): epoch `epoch` starts after the whole world consumed that many
+  // positions of its global order, and `batch` counts batches of this rank's share of the rest.
+  // The first consumer of an idle job sets it; every later one (any rank) must pass the same
+  // position, or is refused with an error naming both (checkpoints of different steps).
   base::Result<AttachResult> attach(std::uint32_t rank, std::uint32_t reader, std::uint64_t epoch,
-                                    std::uint64_t batch, std::shared_ptr<delivery::DeviceRing> device);
+                                    std::uint64_t batch, std::optional<std::uint64_t> consumed,
+                                    std::shared_ptr<delivery::DeviceRing> device);
   // The reader is gone: its leases are reclaimed; batches its rank's other readers still need
   // are kept. Returns its device ring (no slot refers to it any more), for DeviceDelivery.
   std::shared_ptr<delivery::DeviceRing> detach(std::uint32_t rank, std::uint32_t reader);
@@ -159,7 +164,7 @@ class Job {
   class RingLink;  // RingHooks of one ring (job.cpp)
 
   // The ring's samples of `epoch`: the share of global rank first_rank + ring.
-  std::vector<std::uint32_t> epoch_ids(std::uint32_t ring, std::uint64_t epoch) const;
+  std::vector<std::uint32_t> epoch_ids(std::uint32_t ring, std::uint64_t epoch, std::uint64_t consumed) const;
   // The ring of a global rank the caller checked with serves().
   Ring& ring_of(std::uint32_t rank) { return *rings_.at(rank - cfg_.first_rank); }
   void record_error(std::uint64_t id, const image::SampleResult& r);
@@ -222,6 +227,15 @@ class Job {
   std::optional<std::string> failure_ STOKER_GUARDED_BY(stats_mu_);
   std::atomic<bool> failed_{false};
   std::atomic<bool> draining_{false};  // set once by drain(), before each Ring::drain()
+  // Control thread only: the resume points the job's current consumers passed (an elastic
+  // global position, or a per-rank batch > 0), one entry per distinct point; cleared when the
+  // job has no consumer. Plain starts of an epoch (batch 0) are not recorded: a Loader
+  // connects at (0, 0) when it is built, before its checkpoint is loaded.
+  struct ResumePoint {
+    std::uint64_t epoch = 0, consumed = 0, batch = 0;  // consumed > 0: elastic (batch of the rest)
+    bool operator==(const ResumePoint&) const = default;
+  };
+  std::vector<ResumePoint> starts_;
   std::atomic<std::uint32_t> transient_burst_{0};  // workers inside a transient-error burst
   std::unique_ptr<source::SampleReader> reader_;   // before read_ahead_, whose threads use it
   std::unique_ptr<source::ReadAhead> read_ahead_;          // null with read-ahead off
