@@ -291,7 +291,7 @@ TEST_CASE("elastic: with readers: 2 both readers of a rank get the same share of
   CHECK(seen == every);
 }
 
-TEST_CASE("elastic: bad files are skipped inside their batch; the position still counts positions",
+TEST_CASE("elastic: bad files are skipped inside their batch and the position still counts positions",
           "[integration][elastic]") {
   namespace fs = std::filesystem;
   TempDir dir;
