@@ -275,3 +275,65 @@ TEST_CASE("mixture: a bad file is quarantined in its own source, skipped after a
   CHECK_THAT(d2.log(), Catch::Contains("1 file(s) skipped"));
   CHECK(served_ids() == want);
 }
+
+TEST_CASE("mixture: an elastic resume from 2 ranks to 3 serves the rest of the mixture's epoch once",
+          "[integration][mixture][elastic]") {
+  // Issue 25 asks that everything one source does, a mixture does, elastic resume included:
+  // the 2-rank run consumes the first P positions of the mixture's order, the 3-rank run (its
+  // own daemon, as after a restart on other nodes) gets exactly the rest, split r, r+3, ...
+  TempDir dir;
+  make_small(dir.path());
+  const std::string uneven = "    pad_shards: false\n";  // every position exactly once
+  const auto order = stoker::sampler::mixture_order(the_mixture(), true, 7, 0);
+  constexpr std::uint64_t kTaken = 2;                           // batches each of the 2 ranks took
+  constexpr std::uint64_t kPosition = kTaken * kBatch * 2;      // 32 of the epoch's 70
+  std::multiset<std::int64_t> served;
+  {
+    const auto socket = (dir.path() / "a.sock").string();
+    Daemon d(mixture_config(dir.path(), 2, uneven), socket);
+    for (std::uint32_t r = 0; r < 2; ++r) {
+      stoker::ClientOptions o;
+      o.socket_path = socket;
+      stoker::Client c("demo", r, o);
+      const auto mine = stoker::sampler::rank_samples(order, 2, r, stoker::sampler::Shards::kUneven);
+      for (std::uint64_t k = 0; k < kTaken; ++k) {
+        stoker::Batch b = c.next(30000);
+        const std::vector<std::int64_t> got(b.ids(), b.ids() + b.count());
+        const std::vector<std::int64_t> want(mine.begin() + static_cast<std::ptrdiff_t>(k * kBatch),
+                                             mine.begin() + static_cast<std::ptrdiff_t>((k + 1) * kBatch));
+        CHECK(got == want);
+        served.insert(got.begin(), got.end());
+      }
+    }
+  }
+  // Daemon A is gone: its config file is rewritten for the world of 3.
+  fs::path cfg3 = mixture_config(dir.path(), 2, uneven, 3);
+  {
+    std::ifstream in(cfg3);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    text.replace(text.find("world_size: 2"), 13, "world_size: 3");
+    std::ofstream(cfg3) << text;
+  }
+  const auto socket = (dir.path() / "b.sock").string();
+  Daemon d(cfg3, socket);
+  for (std::uint32_t r = 0; r < 3; ++r) {
+    stoker::ClientOptions o;
+    o.socket_path = socket;
+    o.start_position = kPosition;
+    stoker::Client c("demo", r, o);
+    std::vector<std::int64_t> got;
+    for (;;) {
+      stoker::Batch b = c.next(30000);
+      REQUIRE(b.epoch() == 0);
+      got.insert(got.end(), b.ids(), b.ids() + b.count());
+      if (b.last_in_epoch()) break;
+    }
+    const auto want = stoker::sampler::rank_samples_from(order, kPosition, 3, r, stoker::sampler::Shards::kUneven);
+    INFO("rank " << r << " of 3");
+    CHECK(got == std::vector<std::int64_t>(want.begin(), want.end()));
+    served.insert(got.begin(), got.end());
+  }
+  // Together: the mixture's epoch, each position once (small's samples repeat as often as the
+  // order visits them, no more).
+  CHECK(served == std::multiset<std::int64_t>(order.begin(), order.end()));
+}
