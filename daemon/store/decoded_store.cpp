@@ -146,6 +146,12 @@ std::uint64_t DecodedStore::scan() {
   struct stat st{};
   if (::fstat(fd_, &st) != 0) return scanned_end_;
   const auto end = static_cast<std::uint64_t>(st.st_size);
+  if (end < scanned_end_) {
+    // Cut under us (by hand, another process): what the index knows past the end is gone, and
+    // an append must not leave a hole; index again from the start.
+    index_.clear();
+    scanned_end_ = sizeof(FileHeader);
+  }
   std::string path;
   while (scanned_end_ + sizeof(EntryHeader) <= end) {
     EntryHeader h{};

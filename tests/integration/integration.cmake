@@ -56,3 +56,9 @@ catch_discover_tests(device_test TEST_PREFIX "cuda-emu/" EXTRA_ARGS -w NoTests -
   TEST_LIST device_test_EMU PROPERTIES TIMEOUT 600)
 stoker_discovered_tests_properties(device_test_EMU LABELS integration device device-emu
   ENVIRONMENT ${STOKER_CUDA_EMU_ENV})
+
+# The decoded store (issue 26): cold/warm/restart/worker counts, sharing, faults.
+stoker_add_test(decoded_store_serve_test LABEL integration
+  SOURCES integration/decoded_store_serve_test.cpp
+  LIBS stoker_daemon_fixture stoker::client stoker::proto)
+add_dependencies(decoded_store_serve_test stokerd)
