@@ -161,7 +161,10 @@ std::string StatusReport::json() const {
                               {"budget_bytes", d->store.budget}, {"hits", d->hits},
                               {"misses", d->misses},       {"rebuilt", d->store.rebuilt},
                               {"errors", d->store.errors},  {"refused_full", d->store.refused_full},
-                              {"writes_off", d->store.writes_off}};
+                              {"writes_off", d->store.writes_off},
+                              {"prepare", {{"running", d->preparing}, {"done", d->prepare_done},
+                                           {"stored", d->prepare_stored}, {"failed", d->prepare_failed},
+                                           {"total", d->total}}}};
     }
     Json consumers = Json::array();
     for (const auto& rs : j.ring_status()) {

@@ -155,7 +155,10 @@ Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset datase
   start_reading();
 }
 
-Job::~Job() = default;
+Job::~Job() {
+  prepare_stop_.store(true);
+  for (std::thread& t : prepare_threads_) t.join();
+}
 
 bool Job::restore_layout() { return segment_->restore_layout(); }
 

@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -48,6 +49,9 @@ struct JobStoreStats {
   std::uint64_t misses = 0;  // samples decoded (not stored, changed on disk, broken, or no room)
   store::StoreStats store;
   std::string file;
+  // `stokerctl prepare`: samples looked at (already stored or decoded now) of `total`.
+  bool preparing = false;
+  std::uint64_t prepare_done = 0, prepare_stored = 0, prepare_failed = 0, total = 0;
 };
 
 struct JobStats {
@@ -138,6 +142,9 @@ class Job {
   std::optional<SampleCacheStats> cache_stats() const {
     return cache_ ? std::optional<SampleCacheStats>(cache_->stats()) : std::nullopt;
   }
+  // `stokerctl prepare`: fills the decoded store with every sample not stored yet, on
+  // `threads` threads of its own (a no-op while a fill runs). false without a store.
+  bool start_prepare(unsigned threads);
   // The decoded store's figures (`decoded_store: {...}`), when the job has one.
   std::optional<JobStoreStats> store_stats() const;
   std::vector<RingStatus> ring_status() const;
@@ -224,6 +231,13 @@ class Job {
   std::unique_ptr<source::ReadAhead> read_ahead_;          // null with read-ahead off
   std::atomic<std::uint64_t> read_wait_ns_{0};
   std::atomic<std::uint64_t> bytes_read_{0};       // JobStats::bytes_read (no lock per read)
+  // `stokerctl prepare` (job_store.cpp): threads filling the decoded store, each taking the next
+  // sample id; joined by ~Job before any member they use goes.
+  std::vector<std::thread> prepare_threads_;
+  std::atomic<bool> prepare_stop_{false}, preparing_{false};
+  std::atomic<std::uint64_t> prepare_next_{0}, prepare_done_{0}, prepare_stored_{0}, prepare_failed_{0};
+  std::atomic<std::uint32_t> prepare_running_{0};
+  void prepare_loop();
 };
 
 }  // namespace stoker::job

@@ -2,6 +2,7 @@
 // from the store when an intact entry of the same file version is there, else read, reduced,
 // stored and processed. Both give the same pixels: process_reduced runs on the same reduced
 // image either way (image/sample_processor.hpp).
+#include <algorithm>
 #include <sys/stat.h>
 
 #include <spdlog/spdlog.h>
@@ -67,6 +68,55 @@ void Job::run_stored(const WorkItem& item, std::uint32_t id, std::uint64_t epoch
   result.reason = done.reason;
 }
 
+bool Job::start_prepare(unsigned threads) {
+  if (!store_) return false;
+  if (preparing_.exchange(true)) return true;  // one fill at a time
+  // Threads of an earlier fill have ended (preparing_ was false): join them first.
+  for (std::thread& t : prepare_threads_) t.join();
+  prepare_threads_.clear();
+  prepare_next_ = 0;
+  prepare_done_ = 0;
+  prepare_stored_ = 0;
+  prepare_failed_ = 0;
+  threads = std::clamp(threads, 1u, 64u);
+  prepare_running_ = threads;
+  spdlog::info("job {}: prepare: filling decoded store {} ({} samples, {} thread(s))", cfg_.name,
+               store_->file().string(), dataset_.samples.size(), threads);
+  for (unsigned i = 0; i < threads; ++i) prepare_threads_.emplace_back([this] { prepare_loop(); });
+  return true;
+}
+
+// One prepare thread: each sample not stored yet (for its file's current version) is read,
+// reduced and stored, as a worker's miss would; a stored one is skipped, so an interrupted
+// fill resumes where it was.
+void Job::prepare_loop() {
+  image::SampleProcessor processor(cfg_.pipeline);
+  std::vector<std::uint8_t> bytes;
+  const std::uint64_t n = dataset_.samples.size();
+  for (std::uint64_t id = prepare_next_++; id < n && !prepare_stop_.load() && !failed_.load(); id = prepare_next_++) {
+    const auto i = static_cast<std::uint32_t>(id);
+    const std::string path = dataset_.path(i);
+    store::EntryKey key{path, 0, 0};
+    if (quarantined_[i].load() != 0 || !file_version(dataset_, i, key.size, key.mtime_ns)) {
+      prepare_failed_++;
+    } else if (!store_->contains(key)) {
+      image::ReducedView view;
+      if (reader_->read(i, bytes).ok() && processor.reduce(bytes, view).ok()) {
+        store_->put(key, store::StoredImage{view.width, view.height, view.orientation, view.pixels});
+        if (store_->contains(key)) prepare_stored_++;
+      } else {
+        prepare_failed_++;  // the worker that meets it in an epoch reports and quarantines it
+      }
+    }
+    prepare_done_++;
+  }
+  if (prepare_running_.fetch_sub(1) == 1) {
+    spdlog::info("job {}: prepare: done, {} stored now, {} not stored (unreadable, undecodable or no room)", cfg_.name,
+                 prepare_stored_.load(), prepare_failed_.load());
+    preparing_.store(false);
+  }
+}
+
 std::optional<JobStoreStats> Job::store_stats() const {
   if (!store_) return std::nullopt;
   JobStoreStats s;
@@ -74,6 +124,11 @@ std::optional<JobStoreStats> Job::store_stats() const {
   s.misses = store_misses_.load();
   s.store = store_->stats();
   s.file = store_->file().string();
+  s.preparing = preparing_.load();
+  s.prepare_done = prepare_done_.load();
+  s.prepare_stored = prepare_stored_.load();
+  s.prepare_failed = prepare_failed_.load();
+  s.total = dataset_.samples.size();
   return s;
 }
 

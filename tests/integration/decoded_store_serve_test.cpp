@@ -220,3 +220,48 @@ TEST_CASE("decoded store: a full disk degrades to decoding, no sample lost", "[i
   CHECK(figure(full.status, "entries") < kDemoSamples);
   CHECK(figure(full.status, "hits") > 0);  // what fitted is served in epoch 1
 }
+
+TEST_CASE("decoded store: stokerctl prepare fills it ahead of training, resumably", "[integration]") {
+  TempDir dir;
+  const fs::path store = dir.path() / "store";
+  const auto socket = (dir.path() / "s.sock").string();
+  {
+    Daemon d(write_config(dir.path(), {stored_job(store)}, 2), socket);
+    std::string out;
+    REQUIRE(run_program({bin("stokerctl"), "prepare", "demo", "--threads", "2", "--socket", socket}, out, 120) == 0);
+    INFO(out);
+    CHECK(out.find("samples/s") != std::string::npos);
+    CHECK(out.find("ETA") != std::string::npos);
+    CHECK(out.find("64/64 samples") != std::string::npos);
+    Json st = job_status(socket, "demo");
+    CHECK(figure(st, "entries") == kDemoSamples);
+    CHECK(st["decoded_store"]["prepare"]["running"] == false);
+    // Again: everything is stored already, nothing is decoded.
+    REQUIRE(run_program({bin("stokerctl"), "prepare", "demo", "--socket", socket}, out, 120) == 0);
+    st = job_status(socket, "demo");
+    CHECK(st["decoded_store"]["prepare"]["stored"] == 0);
+    CHECK(st["decoded_store"]["prepare"]["done"] == kDemoSamples);
+    CHECK(d.stop() == 0);
+  }
+  // Interrupted halfway (here: the store cut to half), prepare stores only the rest.
+  const fs::path file = only_file(store);
+  fs::resize_file(file, fs::file_size(file) / 2);
+  {
+    JobSpec plain;  // a job without a store: prepare is refused by name
+    plain.name = "plain";
+    Daemon d(write_config(dir.path(), {stored_job(store), plain}, 2), socket);
+    std::string out;
+    REQUIRE(run_program({bin("stokerctl"), "prepare", "demo", "--socket", socket}, out, 120) == 0);
+    const Json st = job_status(socket, "demo");
+    const auto stored = st["decoded_store"]["prepare"]["stored"].get<std::uint64_t>();
+    CHECK(stored > 0);
+    CHECK(stored < kDemoSamples);
+    CHECK(figure(st, "entries") == kDemoSamples);
+    CHECK(run_program({bin("stokerctl"), "prepare", "plain", "--socket", socket}, out, 60) == 1);
+    CHECK(out.find("has no decoded_store") != std::string::npos);
+    CHECK(d.stop() == 0);
+  }
+  // Training then never decodes.
+  const Run after = run(dir.path(), {stored_job(store)}, 2, 1);
+  CHECK(figure(after.status, "misses") == 0);
+}

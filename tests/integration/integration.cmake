@@ -61,4 +61,4 @@ stoker_discovered_tests_properties(device_test_EMU LABELS integration device dev
 stoker_add_test(decoded_store_serve_test LABEL integration
   SOURCES integration/decoded_store_serve_test.cpp
   LIBS stoker_daemon_fixture stoker::client stoker::proto)
-add_dependencies(decoded_store_serve_test stokerd)
+add_dependencies(decoded_store_serve_test stokerd stokerctl)
