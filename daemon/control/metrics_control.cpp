@@ -105,7 +105,10 @@ std::string Telemetry::metrics_text() const {
   per_job("stoker_job_draining", "gauge", "1 while the job drains (reload, stokerctl drain).",
           [&](std::size_t i, const JobStats&) { return jobs[i]->draining() ? 1 : 0; });
   // Decoded store (jobs that have one): this job's hits/misses, the shared store's size.
+  // (No family at all when no job has a store: /metrics stays as it was without the key.)
+  const bool any_store = std::any_of(jobs.begin(), jobs.end(), [](const Job* j) { return j->store_stats().has_value(); });
   auto per_store = [&](const char* name, const char* type, const char* help, auto value) {
+    if (!any_store) return;
     m.family(name, type, help);
     for (const Job* j : jobs) {
       if (auto d = j->store_stats()) m.sample(name, {{"job", j->name()}}, static_cast<double>(value(*d)));
