@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sys/mount.h>
 #include <sys/resource.h>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -264,4 +265,38 @@ TEST_CASE("decoded store: stokerctl prepare fills it ahead of training, resumabl
   // Training then never decodes.
   const Run after = run(dir.path(), {stored_job(store)}, 2, 1);
   CHECK(figure(after.status, "misses") == 0);
+}
+
+TEST_CASE("decoded store: two daemons fill one store at once; each entry is written once", "[integration]") {
+  TempDir dir;
+  const Run ref = run(dir.path(), {stored_job(dir.path() / "ref")}, 2, 1);
+  const auto one_daemon_bytes = fs::file_size(only_file(dir.path() / "ref"));
+  const fs::path store = dir.path() / "store";
+  const fs::path config = write_config(dir.path(), {stored_job(store)}, 1);
+  const auto sa = (dir.path() / "a.sock").string(), sb = (dir.path() / "b.sock").string();
+  {
+    Daemon a(config, sa);
+    Daemon b(config, sb);
+    std::vector<BatchCopy> got_a, got_b;
+    std::thread ta([&] {
+      stoker::Client c("demo", 0, at(sa));
+      got_a = take_epoch(c);
+    });
+    {
+      stoker::Client c("demo", 0, at(sb));
+      got_b = take_epoch(c);
+    }
+    ta.join();
+    CHECK(got_a == ref.batches);
+    CHECK(got_b == ref.batches);
+    const auto misses = figure(job_status(sa, "demo"), "misses") + figure(job_status(sb, "demo"), "misses");
+    CHECK(misses >= kDemoSamples);  // between them every sample was decoded at least once
+    CHECK(a.stop() == 0);
+    CHECK(b.stop() == 0);
+  }
+  // Appends under the file lock, each after catching up with the other's: no entry twice.
+  CHECK(fs::file_size(only_file(store)) == one_daemon_bytes);
+  const Run after = run(dir.path(), {stored_job(store)}, 2, 1);
+  CHECK(figure(after.status, "misses") == 0);
+  CHECK(after.batches == ref.batches);
 }
