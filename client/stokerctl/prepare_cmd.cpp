@@ -109,7 +109,9 @@ Command add_prepare(CLI::App& root) {
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("JOB", a->job, "the job whose store to fill")->type_name("");
-  cmd->add_option("--threads", a->threads, "decoding threads in stokerd (default: one per core)");
+  cmd->add_option("--threads", a->threads, "decoding threads in stokerd (default: one per core)")
+      ->transform(whole_number())
+      ->option_text("N");
   add_socket_option(*cmd, a->socket);
   return {cmd, [a] { return run_prepare(a->socket, a->job, a->threads); }};
 }
