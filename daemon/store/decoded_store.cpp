@@ -179,6 +179,11 @@ bool DecodedStore::contains(const EntryKey& key) {
   return it != index_.end() && it->second.size == key.size && it->second.mtime_ns == key.mtime_ns;
 }
 
+bool DecodedStore::has_path(std::string_view path) {
+  base::MutexLock lock(mu_);
+  return index_.count(path_hash(path)) != 0;
+}
+
 DecodedStore::Lookup DecodedStore::get(const EntryKey& key, std::vector<std::uint8_t>& buffer, StoredImage& out) {
   const std::uint64_t hash = path_hash(key.path);
   Entry e;

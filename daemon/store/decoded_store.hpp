@@ -85,6 +85,9 @@ class DecodedStore {
   Lookup get(const EntryKey& key, std::vector<std::uint8_t>& buffer, StoredImage& out);
   // Whether an entry for exactly this file version is indexed (not read nor verified).
   bool contains(const EntryKey& key);
+  // Whether any entry for `path` is indexed (of whatever file version): read-ahead's hint that
+  // the sample's bytes will likely not be needed. No system call.
+  bool has_path(std::string_view path);
   // Appends the entry if the budget has room and writes are on; never fails the caller.
   void put(const EntryKey& key, const StoredImage& image);
 
