@@ -10,6 +10,8 @@
 #include <fstream>
 #include <sys/mount.h>
 #include <sys/resource.h>
+#include <chrono>
+#include <iterator>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -299,4 +301,41 @@ TEST_CASE("decoded store: two daemons fill one store at once; each entry is writ
   const Run after = run(dir.path(), {stored_job(store)}, 2, 1);
   CHECK(figure(after.status, "misses") == 0);
   CHECK(after.batches == ref.batches);
+}
+
+TEST_CASE("decoded store: its figures are in /metrics (the textfile's copy of it)", "[integration]") {
+  TempDir dir;
+  const fs::path store = dir.path() / "store";
+  const fs::path prom = dir.path() / "prom";
+  fs::create_directories(prom);
+  const auto socket = (dir.path() / "s.sock").string();
+  Daemon d(write_config(dir.path(), {stored_job(store)}, 2,
+                        "  metrics: \"127.0.0.1:0\"\n  metrics_textfile: " + prom.string() + "\n"),
+           socket);
+  {
+    stoker::Client c("demo", 0, at(socket));
+    take_epoch(c);
+    take_epoch(c);
+  }
+  const Json st = job_status(socket, "demo");
+  // The textfile is rewritten once a second: wait for one that has the second epoch's hits.
+  std::string text;
+  for (int i = 0; i < 100; ++i) {
+    std::ifstream in(prom / "stoker.prom");
+    text.assign(std::istreambuf_iterator<char>(in), {});
+    if (text.find("stoker_job_decoded_store_misses_total{job=\"demo\"} 64") != std::string::npos &&
+        text.find("stoker_job_decoded_store_entries{job=\"demo\"} 64") != std::string::npos &&
+        text.find("stoker_job_decoded_store_hits_total{job=\"demo\"} 0") == std::string::npos) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  INFO(text);
+  CHECK(figure(st, "misses") == kDemoSamples);
+  CHECK_THAT(text, Catch::Contains("stoker_job_decoded_store_misses_total{job=\"demo\"} 64\n") &&
+                       Catch::Contains("stoker_job_decoded_store_entries{job=\"demo\"} 64\n") &&
+                       Catch::Contains("stoker_job_decoded_store_bytes{job=\"demo\"} ") &&
+                       Catch::Contains("stoker_job_decoded_store_hits_total{job=\"demo\"} ") &&
+                       Catch::Contains("stoker_job_decoded_store_rebuilt_total{job=\"demo\"} 0\n"));
+  CHECK(d.stop() == 0);
 }
