@@ -269,7 +269,7 @@ TEST_CASE("decoded store: stokerctl prepare fills it ahead of training, resumabl
   CHECK(figure(after.status, "misses") == 0);
 }
 
-TEST_CASE("decoded store: two daemons fill one store at once; each entry is written once", "[integration]") {
+TEST_CASE("decoded store: two daemons fill one store at once, each entry is written once", "[integration]") {
   TempDir dir;
   const Run ref = run(dir.path(), {stored_job(dir.path() / "ref")}, 2, 1);
   const auto one_daemon_bytes = fs::file_size(only_file(dir.path() / "ref"));

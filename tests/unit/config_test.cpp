@@ -758,7 +758,7 @@ TEST_CASE("config: cache takes a size with a binary unit, only for a determinist
   CHECK_THAT(refusal(train_job("    cache: {bytes: 1GiB}\n", val + "      - horizontal_flip: {p: 0.5}\n")), Contains("has horizontal_flip"));
 }
 
-TEST_CASE("config: decoded_store takes max_side, path and bytes; bad values refused at file:line (#26)",
+TEST_CASE("config: decoded_store takes max_side, path and bytes, bad values refused at file:line (#26)",
           "[config][decoded_store]") {
   const auto off = parse(train_job()).jobs.at(0);
   CHECK(off.store_max_side == 0);

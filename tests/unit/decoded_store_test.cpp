@@ -58,7 +58,7 @@ constexpr std::uint64_t kEntryBytes(std::size_t path, std::uint32_t w, std::uint
 
 }  // namespace
 
-TEST_CASE("decoded store: entries survive a reopen; a changed file is a miss", "[decoded_store]") {
+TEST_CASE("decoded store: entries survive a reopen, a changed file is a miss", "[decoded_store]") {
   stoker::test::TempDir dir;
   fs::path file;
   {
@@ -182,7 +182,7 @@ TEST_CASE("decoded store: admits until the budget is full, then keeps", "[decode
   CHECK_FALSE(served(*s, 4));
 }
 
-TEST_CASE("decoded store: a write error turns writes off; what is stored is still served", "[decoded_store]") {
+TEST_CASE("decoded store: a write error turns writes off, what is stored is still served", "[decoded_store]") {
   stoker::test::TempDir dir;
   auto s = DecodedStore::open(dir.path(), 1, 320, 1 << 20);
   put_n(*s, 2);
