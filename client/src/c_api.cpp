@@ -31,6 +31,10 @@ struct stoker_client {
   bool writable = false;
   int reconnect_timeout_ms = 0;
   std::uint64_t next_epoch = 0, next_batch = 0;
+  // Elastic resume: epoch start_epoch is the rest after start_position samples; a reconnect
+  // within that epoch asks for the same rest (its batch numbers count that rest's batches).
+  std::uint64_t start_epoch = 0, start_position = 0;
+  std::uint64_t position_for(std::uint64_t epoch) const { return epoch == start_epoch ? start_position : 0; }
 };
 
 struct stoker_batch {
@@ -123,7 +127,7 @@ void reconnect(stoker_client& c, const Failure& lost) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     try {
       c.conn = std::make_shared<Connection>(c.socket, c.job, c.rank, c.reader, c.next_epoch, c.next_batch, c.device_ordinal,
-                                            c.writable);
+                                            c.writable, false, c.position_for(c.next_epoch));
       return;
     } catch (const Failure& f) {
       // No daemon yet, or the old one's rank not released yet: keep waiting. Anything else
@@ -164,8 +168,10 @@ stoker_status stoker_client_open(const stoker_options* o, stoker_client** out) {
     c->reconnect_timeout_ms = std::max(0, o->reconnect_timeout_ms);
     c->next_epoch = o->start_epoch;
     c->next_batch = o->start_batch;
+    c->start_epoch = o->start_epoch;
+    c->start_position = o->start_position;
     c->conn = std::make_shared<Connection>(socket, o->job, o->rank, o->reader, o->start_epoch, o->start_batch,
-                                           c->device_ordinal, c->writable, o->split_rank != 0);
+                                           c->device_ordinal, c->writable, o->split_rank != 0, o->start_position);
     // A reconnect asks for the rank and reader this connection was given.
     c->rank = c->conn->info().rank;
     c->reader = c->conn->info().reader;

@@ -166,7 +166,7 @@ void throw_daemon_error(const void* data, std::size_t n) {
 
 Connection::Connection(const std::string& socket_path, const std::string& job, std::uint32_t rank,
                        std::uint32_t reader, std::uint64_t start_epoch, std::uint64_t start_batch,
-                       int device_ordinal, bool map_writable, bool split_rank)
+                       int device_ordinal, bool map_writable, bool split_rank, std::uint64_t start_position)
     : socket_path_(socket_path) {
   if (job.empty() || job.size() >= 64) {
     throw Failure{STOKER_ERR_INVALID_ARGUMENT, "job name must be 1..63 characters"};
@@ -203,6 +203,10 @@ Connection::Connection(const std::string& socket_path, const std::string& job, s
     }
     hello.start_epoch = start_epoch;
     hello.start_batch = start_batch;
+    if (start_position > 0) {
+      hello.flags |= proto::kHelloStartPosition;
+      hello.start_position = start_position;
+    }
     hello.pid = static_cast<std::uint32_t>(::getpid());
     send_message(fd_, &hello, sizeof hello, socket_path_);
 
@@ -227,6 +231,14 @@ Connection::Connection(const std::string& socket_path, const std::string& job, s
     }
     if (static_cast<proto::MsgType>(h.type) != proto::MsgType::kWelcome || n != sizeof(proto::WelcomeMsg)) {
       throw Failure{STOKER_ERR_PROTOCOL, "unexpected reply to hello"};
+    }
+    if (start_position > 0 && h.proto_minor < proto::kStartPositionMinor) {
+      // An older daemon ignores the position and would serve the ordinary split: refuse.
+      throw Failure{STOKER_ERR_VERSION, "start position " + std::to_string(start_position) +
+                                            " (elastic resume) needs stokerd protocol " +
+                                            version_text(proto::kProtoMajor, proto::kStartPositionMinor) +
+                                            " or later; this stokerd speaks " +
+                                            version_text(h.proto_major, h.proto_minor)};
     }
     proto::WelcomeMsg w;
     std::memcpy(&w, buf, sizeof w);

@@ -36,7 +36,8 @@ class Connection {
   // Throws Failure.
   Connection(const std::string& socket_path, const std::string& job, std::uint32_t rank,
              std::uint32_t reader, std::uint64_t start_epoch, std::uint64_t start_batch,
-             int device_ordinal = -1, bool map_writable = false, bool split_rank = false);
+             int device_ordinal = -1, bool map_writable = false, bool split_rank = false,
+             std::uint64_t start_position = 0);
   ~Connection();
 
   // Throws Failure (STOKER_ERR_TIMEOUT leaves the request outstanding for the next call).

@@ -23,7 +23,7 @@ struct ConsumeArgs {
   std::string socket, job, dump, device;
   std::uint32_t rank = 0;
   std::uint32_t reader = 0;
-  std::uint64_t batches = 0, epochs = 0, start_epoch = 0, start_batch = 0;
+  std::uint64_t batches = 0, epochs = 0, start_epoch = 0, start_batch = 0, start_position = 0;
   bool ids = false;
   int hold_ms = 0;
   int timeout_ms = -1;
@@ -49,6 +49,11 @@ void add_consume_options(CLI::App& cmd, ConsumeArgs& a) {
   cmd.add_option("--start-batch", a.start_batch, "resume at batch B of that epoch")
       ->transform(whole_number())
       ->option_text("B");
+  cmd.add_option("--start-position", a.start_position,
+                 "elastic resume: the whole world (of any size) already consumed the first P samples of the "
+                 "start epoch's global order; this rank takes its share of the rest (every rank passes the same P)")
+      ->transform(whole_number())
+      ->option_text("P");
   cmd.add_option("--hold-ms", a.hold_ms, "hold each batch MS milliseconds before releasing it")
       ->transform(whole_number())
       ->option_text("MS");
@@ -109,6 +114,7 @@ int run_consume(ConsumeArgs& a) {
   o.reader = a.reader;
   o.start_epoch = a.start_epoch;
   o.start_batch = a.start_batch;
+  o.start_position = a.start_position;
   o.device = a.device.empty() ? nullptr : a.device.c_str();
   stoker_client* c = nullptr;
   if (stoker_client_open(&o, &c) != STOKER_OK) return fail_with("connect");

@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "augment/op_schema.hpp"
 #include "stoker/proto/control.hpp"  // kProtoMajor/Minor
 #include "stoker/proto/layout.hpp"   // kLayoutMajor/Minor
 
@@ -50,6 +51,21 @@ class UsageFirst : public CLI::Formatter {
   }
 };
 
+// --list-ops: the augmentation steps a pipeline may hold, from augment/'s registry, one a
+// line: "NAME PARAM,PARAM,... FLAGS" with FLAGS a comma list of flip_first (the engine flips
+// before it) and after_normalize (it may follow normalize), or "-". The Python client's step
+// lists are checked against it (tests/python/test_step_table.py).
+void print_ops() {
+  for (const augment::OpSchema& op : augment::op_schemas()) {
+    std::string params, flags;
+    for (const augment::ParamSpec& p : op.params) params += (params.empty() ? "" : ",") + std::string(p.name);
+    if (op.flip_first) flags += "flip_first";
+    if (op.runs_after_normalize) flags += (flags.empty() ? "" : ",") + std::string("after_normalize");
+    std::printf("%.*s %s %s\n", static_cast<int>(op.name.size()), op.name.data(), params.empty() ? "-" : params.c_str(),
+                flags.empty() ? "-" : flags.c_str());
+  }
+}
+
 }  // namespace
 
 bool parse_daemon_args(int argc, char** argv, DaemonOptions& out, int& exit_code) {
@@ -66,6 +82,13 @@ bool parse_daemon_args(int argc, char** argv, DaemonOptions& out, int& exit_code
         throw CLI::Success();
       },
       "print the version, protocol and layout and exit");
+  app.add_flag_callback(
+      "--list-ops",
+      [] {
+        print_ops();
+        throw CLI::Success();
+      },
+      "print the augmentation steps a pipeline may hold (name, parameters, placement) and exit");
   // Required, checked below rather than by ->required(): CLI11 checks that before unknown
   // arguments, and `stokerd --cnofig x` should name --cnofig.
   app.add_option("-c,--config", out.config_path, "pipeline config (see configs/README.md); required")

@@ -48,6 +48,22 @@ struct SourceConfig {
   std::string root_key = "root";  // the key root_mark points at: root, list, file or shards
 };
 
+// One source of a mixture (job key `sources:`): a source as `source:` takes it, its `weight`
+// and the `name` its classes are prefixed with (default: its folder's, list's or first
+// shard's name; made unique by appending _<index>).
+struct MixtureEntry {
+  SourceConfig source;
+  double weight = 1;  // > 0, relative to the other sources' weights
+  std::string name;
+  Mark mark;          // the list element, for refusals found when the sources are read
+};
+
+// How a mixture's labels combine (job key `labels:`):
+//  kPerSource  each source's classes follow the previous sources' (offset), named SOURCE/CLASS;
+//  kShared     one class list, the sorted union of the sources' class names; a class missing
+//              from a source is refused unless `allow_missing_classes: true`.
+enum class MixtureLabels : std::uint8_t { kPerSource, kShared };
+
 // Batch mixing (job keys `mixup: {alpha}`, `cutmix: {alpha}`, `mix_switch_prob`), applied
 // once per finished batch (job/batch_mix.hpp). An alpha of 0 means that kind is off.
 struct MixConfig {
@@ -63,7 +79,14 @@ struct JobConfig {
   // The job's YAML as written (re-emitted, so layout and comments do not count) and the folder
   // relative paths resolve from: a reload restarts a job only when this changed.
   std::string definition;
-  SourceConfig source;
+  SourceConfig source;  // a mixture: type "mixture", the sources in `sources`
+  // A weighted mixture (`sources:`, sampler/mixture.hpp); empty for a job with one `source:`.
+  std::vector<MixtureEntry> sources;
+  std::uint64_t epoch_size = 0;  // samples per epoch of a mixture; 0: the sum of the sources' sizes
+  MixtureLabels labels = MixtureLabels::kPerSource;
+  bool allow_missing_classes = false;
+  Mark labels_mark;  // `labels:` (or `sources:`): where a refused class list is reported
+  bool mixture() const { return !sources.empty(); }
   std::uint32_t batch_size = 0;
   bool shuffle = true;
   std::uint64_t seed = 0;

@@ -212,7 +212,7 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
   if (!name_ok) {
     r.fail(name_at, j.path, "job names are 1..48 characters of A-Z a-z 0-9 _ . -");
   }
-  const Fields f(r, j, {"source", "batch_size", "shuffle", "seed", "augment_seed", "drop_last", "sampler_drop_last", "pad_shards",
+  const Fields f(r, j, {"source", "sources", "epoch_size", "labels", "allow_missing_classes", "batch_size", "shuffle", "seed", "augment_seed", "drop_last", "sampler_drop_last", "pad_shards",
                         "consumers", "world_size",
                         "ranks", "node_rank", "local_world_size", "readers", "prefetch", "lease_timeout_s", "cache",
                         "weight", "workers", "on_error", "quarantine", "device", "device_normalize", "pipeline", "output",
@@ -222,7 +222,8 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
   job.definition = YAML::Dump(j.node) + "\n# relative to " + base_dir.string();
   job.mark = name_at;
 
-  parse_source(r, f.need("source"), base_dir, job.source);
+  if (f.get("sources") == nullptr) parse_source(r, f.need("source"), base_dir, job.source);
+  parse_sources(r, f, base_dir, job);  // a mixture, or a refusal of its keys beside `source:`
 
   job.batch_size = static_cast<std::uint32_t>(r.integer(f.need("batch_size"), 1, kMaxBatch));
   if (auto* v = f.get("shuffle")) job.shuffle = r.boolean(*v);

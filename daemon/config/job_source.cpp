@@ -11,8 +11,10 @@ namespace stoker::config {
 
 namespace fs = std::filesystem;
 
-void parse_source(const Reader& r, const Value& section, const fs::path& base_dir, SourceConfig& out) {
-  const Fields src(r, section, {"type", "root", "list", "file", "shards"});
+void parse_source(const Reader& r, const Value& section, const fs::path& base_dir, SourceConfig& out,
+                  bool mixture_entry) {
+  const Fields src = mixture_entry ? Fields(r, section, {"type", "root", "list", "file", "shards", "weight", "name"})
+                                   : Fields(r, section, {"type", "root", "list", "file", "shards"});
   if (auto* v = src.get("type")) out.type = r.choice(*v, {"imagefolder", "filelist", "tar"});
   if (out.type == "tar") {
     // shards: one pattern or a list of them; braces are expanded (and shards opened) when the

@@ -1,15 +1,19 @@
 // A job's `pipeline:`: the list of steps, the one order the engine runs them in, and the
 // steps that are not augmentations: decode, the geometry (random_resized_crop, or resize with
-// an optional center_crop), horizontal_flip and normalize. The augmentation steps' own
-// parameters are read in augment_steps.cpp; where they may stand is checked here.
+// an optional center_crop), horizontal_flip and normalize. An augmentation step is any name in
+// augment/'s registry (op_registry.cpp): where it may stand is checked here from its schema
+// (OpSchema's placement fields), its parameters are read in augment_steps.cpp.
 //
 // client/python/stoker/step_rules.py mirrors the ordering rules of parse_pipeline for the
 // client's early checks: change both together.
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
+#include <vector>
 
+#include "augment/op_schema.hpp"
 #include "config/sections.hpp"
 
 namespace stoker::config {
@@ -137,25 +141,21 @@ void parse_normalize(const Reader& r, const Value& body, image::PipelineSpec& sp
   spec.normalize = true;
 }
 
-bool is_color_step(const std::string& name) {
-  return name == "color_jitter" || name == "random_grayscale" || name == "random_solarize" ||
-         name == "random_posterize" || name == "random_autocontrast" || name == "random_equalize" ||
-         name == "random_adjust_sharpness";
-}
-
+// The step names in two orders, from the ops' registry: for "did you mean" (a tie goes to the
+// first) and for the list of known steps, which names them in the order they may be written.
 [[noreturn]] void fail_unknown_step(const Reader& r, const Step& step) {
-  const std::string near = closest(step.name, {"decode", "random_resized_crop", "resize", "center_crop",
-                                               "horizontal_flip", "normalize", "color_jitter", "random_grayscale",
-                                               "random_solarize", "random_posterize", "random_autocontrast",
-                                               "random_equalize", "random_adjust_sharpness", "gaussian_blur",
-                                               "random_erasing", "random_rotation", "random_affine",
-                                               "trivial_augment_wide", "rand_augment", "auto_augment"});
-  r.fail(step.at_name, near.empty() ? "unknown step (known: decode, random_resized_crop, resize, "
-                                      "center_crop, horizontal_flip, color_jitter, random_grayscale, "
-                                      "random_solarize, random_posterize, random_autocontrast, random_equalize, "
-                                      "random_adjust_sharpness, gaussian_blur, random_rotation, random_affine, "
-                                      "trivial_augment_wide, rand_augment, auto_augment, random_erasing, normalize)"
-                                    : "unknown step; did you mean '" + near + "'?");
+  std::vector<std::string_view> names = {"decode", "random_resized_crop", "resize", "center_crop", "horizontal_flip",
+                                         "normalize"};
+  for (const augment::OpSchema& op : augment::op_schemas()) names.push_back(op.name);
+  const std::string near = closest(step.name, names);
+  if (!near.empty()) r.fail(step.at_name, "unknown step; did you mean '" + near + "'?");
+  std::string known = "decode, random_resized_crop, resize, center_crop, horizontal_flip";
+  for (const bool after_normalize : {false, true}) {
+    for (const augment::OpSchema& op : augment::op_schemas()) {
+      if (op.runs_after_normalize == after_normalize) known += ", " + std::string(op.name);
+    }
+  }
+  r.fail(step.at_name, "unknown step (known: " + known + ", normalize)");
 }
 
 }  // namespace
@@ -211,42 +211,22 @@ void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec
       }
       flip = true;
       parse_horizontal_flip(r, body, spec);
-    } else if (is_color_step(name)) {
-      if (normalize) r.fail(at_name, "colour steps work on uint8 pixels: put them before normalize");
-      if (!geometry) r.fail(at_name, "colour steps come after the geometry step");
+    } else if (const augment::OpSchema* op = augment::find_op(name)) {
+      if (normalize && !op->runs_after_normalize) r.fail(at_name, std::string(op->before_normalize));
+      if (!geometry) r.fail(at_name, std::string(op->needs_geometry));
       stage = kAfterGeometry;
-      spec.augment.push_back(parse_color_step(r, body, name));
-    } else if (name == "gaussian_blur") {
-      if (normalize) r.fail(at_name, "gaussian_blur works on uint8 pixels: put it before normalize");
-      if (!geometry) r.fail(at_name, "gaussian_blur comes after the geometry step");
-      stage = kAfterGeometry;
-      spec.augment.push_back(parse_gaussian_blur(r, body, spec, shorter_side));
-    } else if (name == "random_rotation") {
-      if (normalize) r.fail(at_name, "random_rotation works on uint8 pixels: put it before normalize");
-      if (!geometry) r.fail(at_name, "random_rotation comes after the geometry step");
-      stage = kAfterGeometry;
-      flips_first = name;
-      spec.augment.push_back(parse_random_rotation(r, body));
-    } else if (name == "random_affine" || name == "trivial_augment_wide" || name == "rand_augment" ||
-               name == "auto_augment") {
-      // Geometric ops (and policies holding them) on the upright uint8 image: after the
-      // geometry, before normalize, and after horizontal_flip (the engine flips first).
-      if (normalize) r.fail(at_name, name + " works on uint8 pixels: put it before normalize");
-      if (!geometry) r.fail(at_name, name + " comes after the geometry step (random_resized_crop or resize)");
-      stage = kAfterGeometry;
-      flips_first = name;
-      spec.augment.push_back(name == "random_affine" ? parse_random_affine(r, body) : parse_policy(r, body, name));
-    } else if (name == "random_erasing") {
-      if (!geometry) r.fail(at_name, "random_erasing comes after the geometry step");
-      stage = kAfterGeometry;
-      flips_first = name;
-      const augment::ErasingParams e = parse_random_erasing(r, body, normalize);
+      if (op->flip_first) flips_first = name;
+      augment::OpContext ctx;
+      ctx.out_width = static_cast<int>(spec.out_width);
+      ctx.out_height = static_cast<int>(spec.out_height);
+      ctx.size_known = !shorter_side;
+      ctx.after_normalize = normalize;
+      const augment::AugmentStep a = parse_augment_step(r, body, *op, ctx);
       if (normalize) {
-        spec.erase_output.push_back(e);  // on the float output, after normalize
+        // On the float output. Invariant: random_erasing is the one op whose schema has
+        // runs_after_normalize (tests/unit/augment_schema_test.cpp checks it).
+        spec.erase_output.push_back(a.erasing);
       } else {
-        augment::AugmentStep a;
-        a.kind = augment::AugmentStep::Kind::kErasing;
-        a.erasing = e;
         spec.augment.push_back(a);
       }
     } else if (name == "normalize") {

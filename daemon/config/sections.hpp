@@ -9,6 +9,7 @@
 
 #include "augment/color_ops.hpp"
 #include "augment/erasing.hpp"
+#include "augment/op_schema.hpp"
 #include "config/config.hpp"
 #include "config/yaml_reader.hpp"
 #include "image/pipeline_spec.hpp"
@@ -23,26 +24,23 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
                     const std::filesystem::path& base_dir);
 
 // job_source.cpp: a job's `source:` (imagefolder, filelist or tar; roots and lists must exist).
-void parse_source(const Reader& r, const Value& section, const std::filesystem::path& base_dir, SourceConfig& out);
+// `mixture_entry`: an element of `sources:`, which may also hold `weight` and `name` (read by
+// parse_sources).
+void parse_source(const Reader& r, const Value& section, const std::filesystem::path& base_dir, SourceConfig& out,
+                  bool mixture_entry = false);
+
+// job_sources.cpp: a job's `sources:` (a weighted mixture) with `epoch_size`, `labels` and
+// `allow_missing_classes`; refuses those three without `sources:`.
+void parse_sources(const Reader& r, const Fields& f, const std::filesystem::path& base_dir, JobConfig& job);
 
 // pipeline_steps.cpp: a job's `pipeline:`, the steps in the one order the engine runs them;
 // decode, the geometry steps, horizontal_flip and normalize are read there.
 void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec);
 
-// augment_steps.cpp: the parameters of one augmentation step, as torchvision's transform of
-// the same name takes them. Where the step may stand in the pipeline is parse_pipeline's
+// augment_steps.cpp: the parameters of one augmentation step, read by walking its schema
+// (augment/op_schema.hpp). Where the step may stand in the pipeline is parse_pipeline's
 // business; `body` is the step's mapping (empty for a bare `- name`).
-//   color_jitter, random_grayscale, random_solarize, random_posterize, random_autocontrast,
-//   random_equalize, random_adjust_sharpness:
-augment::AugmentStep parse_color_step(const Reader& r, const Value& body, const std::string& name);
-// `size_pending`: the output size is not known yet (resize's center_crop is still to come).
-augment::AugmentStep parse_gaussian_blur(const Reader& r, const Value& body, const image::PipelineSpec& spec,
-                                         bool size_pending);
-augment::AugmentStep parse_random_rotation(const Reader& r, const Value& body);
-augment::AugmentStep parse_random_affine(const Reader& r, const Value& body);
-// trivial_augment_wide, rand_augment, auto_augment (`name` says which).
-augment::AugmentStep parse_policy(const Reader& r, const Value& body, const std::string& name);
-// Before normalize it erases uint8 pixels, after it the float output (`after_normalize`).
-augment::ErasingParams parse_random_erasing(const Reader& r, const Value& body, bool after_normalize);
+augment::AugmentStep parse_augment_step(const Reader& r, const Value& body, const augment::OpSchema& op,
+                                        const augment::OpContext& ctx);
 
 }  // namespace stoker::config

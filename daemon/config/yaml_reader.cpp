@@ -48,6 +48,10 @@ std::string join(const std::string& path, std::string_view key) {
 }
 
 std::string quoted_list(std::initializer_list<std::string_view> words) {
+  return quoted_list(std::span<const std::string_view>(words.begin(), words.size()));
+}
+
+std::string quoted_list(std::span<const std::string_view> words) {
   std::string list;
   for (auto w : words) list += (list.empty() ? "" : ", ") + std::string(w);
   return list;
@@ -55,6 +59,10 @@ std::string quoted_list(std::initializer_list<std::string_view> words) {
 
 // Close enough: 1 edit for words of up to 3 letters, 2 up to 8, 3 beyond.
 std::string closest(std::string_view word, std::initializer_list<std::string_view> options) {
+  return closest(word, std::span<const std::string_view>(options.begin(), options.size()));
+}
+
+std::string closest(std::string_view word, std::span<const std::string_view> options) {
   const std::size_t limit = word.size() <= 3 ? 1 : word.size() <= 8 ? 2 : 3;
   std::string best;
   std::size_t best_d = limit + 1;
@@ -183,6 +191,10 @@ std::string Reader::string(const Value& v) const {
 }
 
 std::string Reader::choice(const Value& v, std::initializer_list<std::string_view> options) const {
+  return choice(v, std::span<const std::string_view>(options.begin(), options.size()));
+}
+
+std::string Reader::choice(const Value& v, std::span<const std::string_view> options) const {
   const std::string s = string(v);
   for (auto o : options) {
     if (s == o) return s;
@@ -218,7 +230,7 @@ std::pair<std::uint32_t, std::uint32_t> Reader::size(const Value& v) const {
   return {s, s};
 }
 
-Fields::Fields(const Reader& r, const Value& map, std::initializer_list<std::string_view> allowed)
+Fields::Fields(const Reader& r, const Value& map, std::span<const std::string_view> allowed)
     : r_(r), path_(map.path), at_(map.at) {
   if (!map.node.IsMap()) r.fail(map, "expected a mapping of keys, got " + describe(map.node));
   for (const auto& kv : map.node) {

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <initializer_list>
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -34,10 +35,12 @@ std::string join(const std::string& path, std::string_view key);
 
 // "a, b, c", for the lists of allowed keys and values in messages.
 std::string quoted_list(std::initializer_list<std::string_view> words);
+std::string quoted_list(std::span<const std::string_view> words);
 
 // The option closest to `word` if it is close enough to be what was meant (a misspelling),
 // else "": the "did you mean" of unknown keys, values and steps.
 std::string closest(std::string_view word, std::initializer_list<std::string_view> options);
+std::string closest(std::string_view word, std::span<const std::string_view> options);
 
 // How a node reads in a message: 'text', a list, a mapping or nothing.
 std::string describe(const YAML::Node& n);
@@ -79,6 +82,7 @@ class Reader {
   bool boolean(const Value& v) const;
   std::string string(const Value& v) const;
   std::string choice(const Value& v, std::initializer_list<std::string_view> options) const;
+  std::string choice(const Value& v, std::span<const std::string_view> options) const;
   // Element i of a sequence, marked at the sequence when it has no position of its own.
   Value element(const Value& seq, std::size_t i) const;
   std::vector<double> numbers(const Value& v, std::size_t count) const;  // exactly `count`
@@ -94,7 +98,9 @@ class Reader {
 // refused); gives each value with its path and a mark that is never lines away.
 class Fields {
  public:
-  Fields(const Reader& r, const Value& map, std::initializer_list<std::string_view> allowed);
+  Fields(const Reader& r, const Value& map, std::initializer_list<std::string_view> allowed)
+      : Fields(r, map, std::span<const std::string_view>(allowed.begin(), allowed.size())) {}
+  Fields(const Reader& r, const Value& map, std::span<const std::string_view> allowed);
 
   const Value* get(std::string_view key) const;  // nullptr when the key is absent
   const Value& need(std::string_view key) const;  // refused when the key is absent

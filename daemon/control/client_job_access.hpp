@@ -5,14 +5,8 @@
 
 #include <cstdint>
 
+#include "control/forward.hpp"
 #include "stoker/base/status.hpp"
-
-namespace stoker::job {
-class Job;
-}  // namespace stoker::job
-namespace stoker::jobs {
-class JobTable;
-}  // namespace stoker::jobs
 
 namespace stoker::control {
 

@@ -14,22 +14,12 @@
 #include <memory>
 #include <string>
 
+#include "control/forward.hpp"
 #include "control/job_definitions.hpp"
 #include "control/reloads.hpp"
 #include "control/settings.hpp"
 
-namespace stoker::job {
-class Job;
-}  // namespace stoker::job
-namespace stoker::jobs {
-class JobLoader;
-class JobTable;
-}  // namespace stoker::jobs
-
 namespace stoker::control {
-
-struct Session;
-class Sessions;
 
 class Commands {
  public:

@@ -20,19 +20,13 @@
 #include <string>
 
 #include "control/commands.hpp"
+#include "control/forward.hpp"
 #include "control/peer_access.hpp"
 #include "control/sessions.hpp"
 #include "control/settings.hpp"
 #include "control/status_report.hpp"
 #include "control/telemetry.hpp"
 #include "stoker/proto/control.hpp"
-
-namespace stoker::jobs {
-class JobTable;
-}  // namespace stoker::jobs
-namespace stoker::delivery {
-class DeviceDelivery;
-}  // namespace stoker::delivery
 
 namespace stoker::control {
 

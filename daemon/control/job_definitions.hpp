@@ -15,18 +15,10 @@
 #include <utility>
 #include <vector>
 
+#include "control/forward.hpp"
 #include "control/settings.hpp"
 
-namespace stoker::jobs {
-class JobLoader;
-class JobTable;
-struct LoadResult;
-}  // namespace stoker::jobs
-
 namespace stoker::control {
-
-struct Session;
-class Sessions;
 
 class JobDefinitions {
  public:

@@ -126,6 +126,23 @@ std::string Telemetry::metrics_text() const {
             [](const job::JobStoreStats& d) { return d.store.rebuilt; });
   per_store("stoker_job_decoded_store_errors_total", "counter", "I/O errors on the decoded store.",
             [](const job::JobStoreStats& d) { return d.store.errors; });
+  // A mixture's sources (job key `sources:`): one sample per (job, source).
+  std::vector<std::vector<job::MixtureSourceStatus>> mixes;
+  for (const Job* j : jobs) mixes.push_back(j->mixture_status());
+  auto per_source = [&](const char* name, const char* type, const char* help, auto value) {
+    m.family(name, type, help);
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+      for (const auto& src : mixes[i]) {
+        m.sample(name, {{"job", jobs[i]->name()}, {"source", src.name}}, static_cast<double>(value(src)));
+      }
+    }
+  };
+  per_source("stoker_source_samples_total", "counter", "Samples of a mixture's source decoded and published.",
+             [](const job::MixtureSourceStatus& s) { return s.samples_served; });
+  per_source("stoker_source_epoch", "gauge", "A mixture source's own epoch counter where the slowest rank plans.",
+             [](const job::MixtureSourceStatus& s) { return s.source_epoch; });
+  per_source("stoker_source_quarantined", "gauge", "A mixture source's samples known bad.",
+             [](const job::MixtureSourceStatus& s) { return s.quarantined; });
   m.family("stoker_job_decode_errors_total", "counter", "Samples that failed, by kind.");
   for (std::size_t i = 0; i < jobs.size(); ++i) {
     for (int k = 1; k < 6; ++k) {

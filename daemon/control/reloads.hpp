@@ -16,21 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "control/forward.hpp"
 #include "control/settings.hpp"
 
-namespace stoker::job {
-class Job;
-}  // namespace stoker::job
-namespace stoker::jobs {
-class JobLoader;
-class JobTable;
-struct LoadResult;
-}  // namespace stoker::jobs
-
 namespace stoker::control {
-
-struct Session;
-class Sessions;
 
 class Reloads {
  public:

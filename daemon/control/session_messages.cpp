@@ -180,7 +180,10 @@ bool Sessions::handle_hello(Session& s, const proto::HelloMsg& hello) {
                    std::to_string(job->readers()) + ", so 0.." + std::to_string(job->readers() - 1) + ")");
     return false;
   }
-  base::Result<AttachResult> attached = job->attach(m.rank, m.reader, m.start_epoch, m.start_batch, device);
+  // A 2.3 client's reserved bytes are zero and its flags lack the bit: ordinary positions.
+  const std::optional<std::uint64_t> start_position =
+      (m.flags & proto::kHelloStartPosition) != 0 ? std::optional<std::uint64_t>(m.start_position) : std::nullopt;
+  base::Result<AttachResult> attached = job->attach(m.rank, m.reader, m.start_epoch, m.start_batch, start_position, device);
   if (attached && *attached == AttachResult::kBusy) {
     // A trainer that reconnects right after closing may get here before its old connection's
     // hang-up was processed: if the holder of the rank is gone, finish it off and retry.
@@ -193,7 +196,7 @@ bool Sessions::handle_hello(Session& s, const proto::HelloMsg& hello) {
         // Evicted now, so its number may be reused by the next accept: forget it here.
         std::erase(doomed_, other_fd);
         evict(other_fd, "hung up");
-        attached = job->attach(m.rank, m.reader, m.start_epoch, m.start_batch, device);
+        attached = job->attach(m.rank, m.reader, m.start_epoch, m.start_batch, start_position, device);
       }
       break;
     }
@@ -229,8 +232,10 @@ bool Sessions::handle_hello(Session& s, const proto::HelloMsg& hello) {
   w.readers = job->readers();
   w.reader = m.reader;
   w.rank = m.rank;
-  spdlog::info("consumer pid {} attached to job {} rank {}{} at epoch {} batch {}{}", s.pid, job_name,
-               m.rank, reader_suffix(s.job, s.reader), m.start_epoch, m.start_batch, device ? " (device batches)" : "");
+  spdlog::info("consumer pid {} attached to job {} rank {}{} at epoch {} batch {}{}{}", s.pid, job_name, m.rank,
+               reader_suffix(s.job, s.reader), m.start_epoch, m.start_batch,
+               start_position ? " of the rest after global position " + std::to_string(*start_position) : "",
+               device ? " (device batches)" : "");
   // The segment travels with the Welcome, as a descriptor (SCM_RIGHTS): it has no name.
   if (!send_with_fd(s, &w, sizeof w, job->segment().fd())) return false;
   if (device) {

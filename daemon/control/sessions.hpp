@@ -23,20 +23,9 @@
 #include <string>
 #include <vector>
 
+#include "control/forward.hpp"
 #include "control/settings.hpp"
 #include "stoker/proto/control.hpp"
-
-namespace stoker::job {
-class Job;
-}  // namespace stoker::job
-namespace stoker::jobs {
-class JobTable;
-}  // namespace stoker::jobs
-namespace stoker::delivery {
-class DeviceDelivery;
-class DeviceRing;
-class PeerProcess;
-}  // namespace stoker::delivery
 
 namespace stoker::control {
 

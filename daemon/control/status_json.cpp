@@ -100,6 +100,25 @@ std::string StatusReport::json() const {
     job["source"] = j.config().source.type;
     job["root"] = j.config().source.root.string();
     if (!j.config().source.file.empty()) job["file"] = j.config().source.file.string();
+    job["samples_per_epoch"] = j.samples_per_epoch();  // a mixture's epoch_size; else `samples`
+    if (j.config().mixture()) {
+      job["labels"] = j.config().labels == config::MixtureLabels::kShared ? "shared" : "per_source";
+      Json sources = Json::array();
+      const auto mix = j.mixture_status();
+      for (std::size_t s = 0; s < mix.size(); ++s) {
+        const auto& m = mix[s];
+        const config::SourceConfig& sc = j.config().sources[s].source;
+        Json src{{"name", m.name},           {"type", sc.type},
+                 {"weight", m.weight},       {"samples", m.samples},
+                 {"per_epoch", m.per_epoch}, {"samples_served", m.samples_served},
+                 {"source_epoch", m.source_epoch}, {"quarantined", m.quarantined}};
+        if (sc.type == "tar") src["shards"] = sc.shards;
+        else src["root"] = sc.root.string();
+        if (!sc.file.empty()) src["file"] = sc.file.string();
+        sources.push_back(std::move(src));
+      }
+      job["sources"] = std::move(sources);
+    }
     job["shuffle"] = j.config().shuffle;
     job["seed"] = j.config().seed;
     job["augment_seed"] = j.config().pixel_seed();

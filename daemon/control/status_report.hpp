@@ -7,19 +7,9 @@
 #include <cstdint>
 #include <string>
 
-namespace stoker::jobs {
-class JobTable;
-}  // namespace stoker::jobs
-namespace stoker::delivery {
-class DeviceDelivery;
-}  // namespace stoker::delivery
+#include "control/forward.hpp"
 
 namespace stoker::control {
-
-class Reloads;
-class Sessions;
-class Telemetry;
-struct JobSources;
 
 class StatusReport {
  public:

@@ -18,17 +18,11 @@
 #include <tuple>
 #include <utility>
 
+#include "control/forward.hpp"
 #include "control/metrics_text.hpp"
 #include "control/settings.hpp"
 
-namespace stoker::jobs {
-class JobTable;
-}  // namespace stoker::jobs
-
 namespace stoker::control {
-
-struct Session;
-class Sessions;
 
 class Telemetry {
  public:

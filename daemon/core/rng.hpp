@@ -49,5 +49,10 @@ inline constexpr std::uint64_t kStreamErasing = 4;  // random_erasing on the nor
 // the stream's upper half (job/batch_mix.hpp); far from the small numbers so that steps
 // appended meanwhile cannot collide with it.
 inline constexpr std::uint64_t kStreamBatchMix = 0x6d6978;  // "mix"
+// Mixtures of sources (sampler/mixture.hpp): where each source's share falls in an epoch
+// (keyed (seed, epoch, 0)), and each source's own permutation (keyed (seed, source epoch,
+// source index)). Far from the small numbers for the same reason.
+inline constexpr std::uint64_t kStreamMixtureInterleave = 0x6d78696c;  // "mxil"
+inline constexpr std::uint64_t kStreamMixtureSource = 0x6d787372;      // "mxsr"
 
 }  // namespace stoker

@@ -43,6 +43,26 @@ std::uint32_t label_dtype_of(const config::JobConfig& cfg, const source::Dataset
   return static_cast<std::uint32_t>(soft_label_dtype(cfg.pipeline.dtype));
 }
 
+// The sampler's view of a mixture job: each source's ids, size and weight (the dataset's parts
+// are in the config's order of `sources:`), and epoch_size (default: the sources' sum).
+std::optional<sampler::Mixture> mixture_of(const config::JobConfig& cfg, const source::Dataset& dataset) {
+  if (!cfg.mixture()) return std::nullopt;
+  STOKER_CHECK(dataset.parts.size() == cfg.sources.size(), "job {}: {} dataset parts for {} sources", cfg.name,
+               dataset.parts.size(), cfg.sources.size());
+  sampler::Mixture m;
+  for (std::size_t s = 0; s < cfg.sources.size(); ++s) {
+    m.sources.push_back({dataset.parts[s].offset, dataset.parts[s].size, cfg.sources[s].weight});
+  }
+  m.epoch_size = cfg.epoch_size != 0 ? cfg.epoch_size : dataset.samples.size();
+  const auto quota = sampler::mixture_quotas(m);
+  for (std::size_t s = 0; s < cfg.sources.size(); ++s) {
+    spdlog::info("job {}: source {}: {} samples, weight {}, {} of each epoch's {} ({:.3g} of its own epochs)", cfg.name,
+                 dataset.parts[s].name, dataset.parts[s].size, cfg.sources[s].weight, quota[s], m.epoch_size,
+                 static_cast<double>(quota[s]) / dataset.parts[s].size);
+  }
+  return m;
+}
+
 }  // namespace
 
 // What one ring needs from its job (ring.hpp): the job's streams, stop flag, work items,
@@ -51,12 +71,14 @@ class Job::RingLink final : public RingHooks {
  public:
   RingLink(Job& job, std::uint32_t ring) : job_(job), ring_(ring) {}
 
-  std::vector<std::uint32_t> epoch_ids(std::uint64_t epoch) override { return job_.epoch_ids(ring_, epoch); }
+  std::vector<std::uint32_t> epoch_ids(std::uint64_t epoch, std::uint64_t consumed) override {
+    return job_.epoch_ids(ring_, epoch, consumed);
+  }
   bool stopped() const override { return job_.failed_.load(); }
   void planned(std::uint32_t slot, std::uint32_t position, std::uint32_t generation, std::uint32_t id,
                std::vector<WorkItem>& out) override {
     out.push_back(WorkItem{&job_, ring_, slot, position, generation});
-    job_.want_read(out.back(), id);
+    job_.want_read(out.back(), job_.mixture_ ? sampler::untag(*job_.mixture_, id) : id);
   }
   std::uint32_t settle(const SlotBatch& batch) override { return job_.settle_bad_samples(ring_, batch); }
   bool mixes() const override { return job_.label_dtype_ != 0; }
@@ -88,6 +110,9 @@ Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset datase
     : index_(index),
       cfg_(cfg),
       dataset_(std::move(dataset)),
+      mixture_(mixture_of(cfg, dataset_)),
+      source_served_(std::make_unique<std::atomic<std::uint64_t>[]>(dataset_.parts.size())),
+      source_quarantined_(std::make_unique<std::atomic<std::uint64_t>[]>(dataset_.parts.size())),
       label_dtype_(label_dtype_of(cfg, dataset_)),
       label_width_(label_dtype_ == 0 ? 1 : static_cast<std::uint32_t>(dataset_.classes.size())),
       plan_(proto::plan_segment(geometry_of(cfg), cfg.consumers, cfg.prefetch,
@@ -98,7 +123,7 @@ Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset datase
   proto::SegmentHeader h{};
   h.daemon_generation = daemon_generation;
   h.geometry = geometry_of(cfg);
-  h.samples_per_epoch = dataset_.samples.size();
+  h.samples_per_epoch = samples_per_epoch();
   h.num_classes = static_cast<std::uint32_t>(dataset_.classes.size());
   h.label_dtype = label_dtype_;
   h.label_width = label_width_;
@@ -115,6 +140,7 @@ Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset datase
       if (quarantine_->still_bad(path)) {
         quarantined_[i] = 1;
         ++skipped;
+        if (mixture_) source_quarantined_[sampler::source_of(*mixture_, static_cast<std::uint32_t>(i))]++;
       } else {
         ++changed;  // replaced since it was found bad: decoded again
       }
@@ -162,8 +188,34 @@ Job::~Job() {
 
 bool Job::restore_layout() { return segment_->restore_layout(); }
 
+std::uint64_t Job::samples_per_epoch() const {
+  return mixture_ ? mixture_->epoch_size : dataset_.samples.size();
+}
+
 std::uint64_t Job::samples_per_rank(std::uint32_t rank) const {
-  return sampler::samples_per_rank(dataset_.samples.size(), cfg_.world_size, rank, cfg_.shards());
+  return sampler::samples_per_rank(samples_per_epoch(), cfg_.world_size, rank, cfg_.shards());
+}
+
+std::vector<MixtureSourceStatus> Job::mixture_status() const {
+  std::vector<MixtureSourceStatus> out;
+  if (!mixture_) return out;
+  // The slowest rank's planning epoch: where every rank has got to at least.
+  std::uint64_t epoch = UINT64_MAX;
+  for (const auto& r : ring_status()) epoch = std::min(epoch, r.next_epoch);
+  if (epoch == UINT64_MAX) epoch = 0;
+  const auto quota = sampler::mixture_quotas(*mixture_);
+  for (std::size_t s = 0; s < dataset_.parts.size(); ++s) {
+    MixtureSourceStatus m;
+    m.name = dataset_.parts[s].name;
+    m.weight = mixture_->sources[s].weight;
+    m.samples = dataset_.parts[s].size;
+    m.per_epoch = quota[s];
+    m.samples_served = source_served_[s].load(std::memory_order_relaxed);
+    m.quarantined = source_quarantined_[s].load(std::memory_order_relaxed);
+    m.source_epoch = epoch * quota[s] / m.samples;
+    out.push_back(std::move(m));
+  }
+  return out;
 }
 
 std::uint64_t Job::batches_per_epoch(std::uint32_t rank) const {
@@ -175,10 +227,15 @@ std::int64_t* Job::labels(std::uint32_t ring, std::uint32_t slot) {
   return reinterpret_cast<std::int64_t*>(segment_->label_region(ring, slot));
 }
 
-std::vector<std::uint32_t> Job::epoch_ids(std::uint32_t ring, std::uint64_t epoch) const {
-  const auto perm = sampler::epoch_permutation(static_cast<std::uint32_t>(dataset_.samples.size()),
-                                               cfg_.shuffle, cfg_.seed, epoch);
-  return sampler::rank_samples(perm, cfg_.world_size, cfg_.first_rank + ring, cfg_.shards());
+std::vector<std::uint32_t> Job::epoch_ids(std::uint32_t ring, std::uint64_t epoch, std::uint64_t consumed) const {
+  // The epoch's global order (one permutation, or a mixture's interleave of its sources'
+  // walks); the ranks' split of it is the same either way.
+  const auto perm = mixture_ ? sampler::mixture_order(*mixture_, cfg_.shuffle, cfg_.seed, epoch, /*tag_visits=*/true)
+                             : sampler::epoch_permutation(static_cast<std::uint32_t>(dataset_.samples.size()),
+                                                          cfg_.shuffle, cfg_.seed, epoch);
+  // Each daemon computes only its own ranks' share from (position, world): nothing is
+  // exchanged between nodes, so one daemon per node resumes elastically on its own.
+  return sampler::rank_samples_from(perm, consumed, cfg_.world_size, cfg_.first_rank + ring, cfg_.shards());
 }
 
 void Job::start() {
@@ -194,7 +251,10 @@ void Job::record_error(std::uint64_t id, const image::SampleResult& r) {
     base::MutexLock lock(stats_mu_);
     stats_.errors[static_cast<int>(r.error)]++;
   }
-  if (quarantined_[id].exchange(1) == 0) quarantined_count_++;
+  if (quarantined_[id].exchange(1) == 0) {
+    quarantined_count_++;
+    if (mixture_) source_quarantined_[sampler::source_of(*mixture_, id)].fetch_add(1, std::memory_order_relaxed);
+  }
   if (quarantine_->add(path, kind, r.reason)) {
     spdlog::warn("job {}: {}: {} ({})", cfg_.name, path, r.reason, kind);
     base::MutexLock lock(stats_mu_);
@@ -214,7 +274,11 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
               std::vector<std::uint8_t>& file_buffer) {
   Ring& ring = *rings_[item.ring];
   const Ring::Sample sample_of = ring.begin_sample(item);
-  const std::uint32_t id = sample_of.id;
+  // A mixture's stream carries each visit's source epoch in the id (mixture_order's
+  // tag_visits): the sample is the untagged id, its augmentation draw keyed by the tagged one,
+  // so a sample visited twice in an epoch gets two draws. One source: the same number.
+  const std::uint32_t draw_id = sample_of.id;
+  const std::uint32_t id = mixture_ ? sampler::untag(*mixture_, draw_id) : draw_id;
   const std::uint64_t epoch = sample_of.epoch;
 
   image::SampleResult result;
@@ -231,7 +295,7 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
     } else if (store_) {
       run_stored(item, id, epoch, processor, file_buffer, out, result);
     } else if (read_sample(item, id, file_buffer, result)) {
-      result = processor.process(file_buffer, cfg_.pixel_seed(), epoch, id, out);
+      result = processor.process(file_buffer, cfg_.pixel_seed(), epoch, draw_id, out);
       if (formats_.record(id, result.format)) {
         spdlog::info("job {}: formats by content: {}", cfg_.name, formats_.summary());
       }
@@ -240,6 +304,7 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
     if (result.ok()) {
       labels(item.ring, item.slot)[item.position] = sample.label;
       segment_->ids(item.ring, item.slot)[item.position] = id;
+      if (mixture_) source_served_[sampler::source_of(*mixture_, id)].fetch_add(1, std::memory_order_relaxed);
       base::MutexLock lock(stats_mu_);
       stats_.samples_ok++;
       stats_.decode_warnings += result.warnings;

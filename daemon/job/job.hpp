@@ -35,6 +35,7 @@
 #include "job/sample_cache.hpp"
 #include "job/segment.hpp"
 #include "job/worker_pool.hpp"
+#include "sampler/mixture.hpp"
 #include "source/dataset.hpp"
 #include "source/sample_reader.hpp"
 #include "store/decoded_store.hpp"
@@ -66,6 +67,17 @@ struct JobStats {
   std::uint64_t bytes_read = 0;             // sample bytes read from storage (cache hits excluded)
 };
 
+// One source of a mixture job, for status and /metrics.
+struct MixtureSourceStatus {
+  std::string name;
+  double weight = 0;
+  std::uint64_t samples = 0;          // the source's size
+  std::uint64_t per_epoch = 0;        // positions of each job epoch it takes (its quota)
+  std::uint64_t samples_served = 0;   // samples of it decoded into batches (quarantined ones not)
+  std::uint64_t quarantined = 0;      // of its samples, known bad
+  std::uint64_t source_epoch = 0;     // its own epoch counter where the slowest rank now plans
+};
+
 class Job {
  public:
   // Builds the segment (throws std::runtime_error on failure; nothing is left behind).
@@ -95,6 +107,10 @@ class Job {
   // What global `rank` gets per epoch (ranks differ only with pad_shards: false, by one sample).
   std::uint64_t batches_per_epoch(std::uint32_t rank) const;
   std::uint64_t samples_per_rank(std::uint32_t rank) const;
+  // Positions of the global order per epoch: the dataset's size, or a mixture's epoch_size.
+  std::uint64_t samples_per_epoch() const;
+  // A mixture's sources (empty for one source).
+  std::vector<MixtureSourceStatus> mixture_status() const;
   const ShmSegment& segment() const { return segment_->shm(); }
   // Labels as the segment carries them (proto::SegmentHeader::label_dtype/label_width):
   // 0 and 1 for int64 class indices; a float dtype and num_classes for a mixing job's soft rows.
@@ -115,8 +131,13 @@ class Job {
   // rank still holds or plans next (an error naming both positions otherwise); kBusy: that
   // reader is already connected. `device`: the reader takes its batches on the GPU through this ring
   // (batches prefetched before it attached are copied when they are taken).
+  // `consumed` (elastic resume): epoch `epoch` starts after the whole world consumed that many
+  // positions of its global order, and `batch` counts batches of this rank's share of the rest.
+  // The first consumer of an idle job sets it; every later one (any rank) must pass the same
+  // position, or is refused with an error naming both (checkpoints of different steps).
   base::Result<AttachResult> attach(std::uint32_t rank, std::uint32_t reader, std::uint64_t epoch,
-                                    std::uint64_t batch, std::shared_ptr<delivery::DeviceRing> device);
+                                    std::uint64_t batch, std::optional<std::uint64_t> consumed,
+                                    std::shared_ptr<delivery::DeviceRing> device);
   // The reader is gone: its leases are reclaimed; batches its rank's other readers still need
   // are kept. Returns its device ring (no slot refers to it any more), for DeviceDelivery.
   std::shared_ptr<delivery::DeviceRing> detach(std::uint32_t rank, std::uint32_t reader);
@@ -161,7 +182,7 @@ class Job {
   class RingLink;  // RingHooks of one ring (job.cpp)
 
   // The ring's samples of `epoch`: the share of global rank first_rank + ring.
-  std::vector<std::uint32_t> epoch_ids(std::uint32_t ring, std::uint64_t epoch) const;
+  std::vector<std::uint32_t> epoch_ids(std::uint32_t ring, std::uint64_t epoch, std::uint64_t consumed) const;
   // The ring of a global rank the caller checked with serves().
   Ring& ring_of(std::uint32_t rank) { return *rings_.at(rank - cfg_.first_rank); }
   void record_error(std::uint64_t id, const image::SampleResult& r);
@@ -200,6 +221,11 @@ class Job {
   const std::size_t index_;
   const config::JobConfig cfg_;
   const source::Dataset dataset_;
+  // A mixture's sources as the sampler sees them (offsets, sizes, weights, epoch_size); unset
+  // for one source, whose order is epoch_permutation.
+  const std::optional<sampler::Mixture> mixture_;
+  // A mixture: samples served and quarantined per source (by DatasetPart index).
+  std::unique_ptr<std::atomic<std::uint64_t>[]> source_served_, source_quarantined_;
   const std::uint32_t label_dtype_;  // see label_dtype(); before plan_, which sizes labels by it
   const std::uint32_t label_width_;
   const proto::SegmentPlan plan_;
@@ -226,6 +252,15 @@ class Job {
   std::optional<std::string> failure_ STOKER_GUARDED_BY(stats_mu_);
   std::atomic<bool> failed_{false};
   std::atomic<bool> draining_{false};  // set once by drain(), before each Ring::drain()
+  // Control thread only: the resume points the job's current consumers passed (an elastic
+  // global position, or a per-rank batch > 0), one entry per distinct point; cleared when the
+  // job has no consumer. Plain starts of an epoch (batch 0) are not recorded: a Loader
+  // connects at (0, 0) when it is built, before its checkpoint is loaded.
+  struct ResumePoint {
+    std::uint64_t epoch = 0, consumed = 0, batch = 0;  // consumed > 0: elastic (batch of the rest)
+    bool operator==(const ResumePoint&) const = default;
+  };
+  std::vector<ResumePoint> starts_;
   std::atomic<std::uint32_t> transient_burst_{0};  // workers inside a transient-error burst
   std::unique_ptr<source::SampleReader> reader_;   // before read_ahead_, whose threads use it
   std::unique_ptr<source::ReadAhead> read_ahead_;          // null with read-ahead off

@@ -34,7 +34,10 @@ std::shared_ptr<Ring::EpochStream> Ring::make_stream(std::uint64_t epoch) {
   // Quarantined samples stay in the stream: batch k is always positions [kB, (k+1)B) of the
   // rank's share, whichever files are bad and whenever they were found (a restarted daemon
   // with a bigger quarantine, a resume at batch k). Bad ones are dropped inside their batch.
-  st->ids = hooks_.epoch_ids(epoch);
+  // An elastic resume cuts only its own epoch; the streams after it are whole epochs again.
+  const std::uint64_t consumed = start_ && start_->epoch == epoch ? start_->consumed : 0;
+  st->ids = hooks_.epoch_ids(epoch, consumed);
+  st->whole_epoch = consumed == 0;
   return st;
 }
 

@@ -73,6 +73,16 @@ struct BatchPos {
   auto operator<=>(const BatchPos&) const = default;
 };
 
+// Elastic resume: epoch `epoch` starts after the whole world (of any size) consumed the first
+// `consumed` positions of its global order; the ring serves its rank's share of the rest
+// (sampler::rank_samples_from), numbered from batch 0. Later epochs are the ordinary split.
+// Never holds consumed == 0 (that is the ordinary epoch: std::nullopt).
+struct EpochStart {
+  std::uint64_t epoch = 0;
+  std::uint64_t consumed = 0;
+  bool operator==(const EpochStart&) const = default;
+};
+
 // A batch whose samples are all done, as its ring holds it, for the job's finishing steps
 // (finish.hpp, mixing). `sample_ids` and `ok` hold `count` entries, one per position.
 struct SlotBatch {
@@ -88,8 +98,9 @@ struct SlotBatch {
 class RingHooks {
  public:
   virtual ~RingHooks() = default;
-  // The rank's sample ids of `epoch` in order (its share of the epoch's permutation).
-  virtual std::vector<std::uint32_t> epoch_ids(std::uint64_t epoch) = 0;
+  // The rank's sample ids of `epoch` in order (its share of the epoch's permutation), or with
+  // `consumed` > 0 its share of what is left after the whole world took that many positions.
+  virtual std::vector<std::uint32_t> epoch_ids(std::uint64_t epoch, std::uint64_t consumed) = 0;
   // The job stopped (on_error: fail, a failed epoch): nothing more is planned, and batches
   // still filling are dropped when their workers finish.
   virtual bool stopped() const = 0;
@@ -147,7 +158,17 @@ class Ring {
   // error Status naming both positions otherwise); kBusy: that reader is already connected.
   // `device`: the reader takes its batches on the GPU through this ring.
   base::Result<AttachResult> attach(std::uint32_t reader, BatchPos want, std::shared_ptr<delivery::DeviceRing> device,
-                                    std::vector<WorkItem>& out) STOKER_EXCLUDES(mu_);
+                                    std::vector<WorkItem>& out) STOKER_EXCLUDES(mu_) {
+    return attach(reader, want, std::nullopt, std::move(device), out);
+  }
+  // The same, where `start` (elastic resume) says that want.epoch begins after the whole world
+  // consumed start->consumed positions. The first reader of an idle ring sets it (a ring whose
+  // planned batches were cut another way is re-planned); a later reader must agree.
+  base::Result<AttachResult> attach(std::uint32_t reader, BatchPos want, std::optional<EpochStart> start,
+                                    std::shared_ptr<delivery::DeviceRing> device, std::vector<WorkItem>& out)
+      STOKER_EXCLUDES(mu_);
+  // Any reader connected (the job checks that its ranks start from one global position).
+  bool any_reader_attached() const STOKER_EXCLUDES(mu_);
   // The reader is gone: its leases are reclaimed; batches the other readers still need are
   // kept. Returns its device ring once no slot's copy reads for it any more.
   std::shared_ptr<delivery::DeviceRing> detach(std::uint32_t reader, std::vector<WorkItem>& out)
@@ -241,7 +262,7 @@ class Ring {
     }
   };
 
-  std::shared_ptr<EpochStream> make_stream(std::uint64_t epoch);
+  std::shared_ptr<EpochStream> make_stream(std::uint64_t epoch) STOKER_REQUIRES(mu_);
   bool any_attached() const STOKER_REQUIRES(mu_);
   void set_slot_state(std::uint32_t s, proto::SlotState st) STOKER_REQUIRES(mu_);
   void plan_free_slots(std::vector<WorkItem>& out) STOKER_REQUIRES(mu_);
@@ -272,6 +293,9 @@ class Ring {
   mutable base::Mutex mu_;
   std::vector<Slot> slots_ STOKER_GUARDED_BY(mu_);
   std::shared_ptr<EpochStream> planning_ STOKER_GUARDED_BY(mu_);
+  // The epoch that starts at a global position (elastic resume), set by the group's first
+  // reader; every stream of that epoch is cut from there.
+  std::optional<EpochStart> start_ STOKER_GUARDED_BY(mu_);
   std::vector<Reader> readers_ STOKER_GUARDED_BY(mu_);
   bool draining_ STOKER_GUARDED_BY(mu_) = false;
 };

@@ -58,17 +58,23 @@ void Ring::replan(BatchPos from, std::vector<WorkItem>& out) {
   auto st = make_stream(from.epoch);
   const std::uint64_t skip = std::min<std::uint64_t>(from.batch * cfg_.batch_size, st->ids.size());
   st->cursor = static_cast<std::size_t>(skip);
-  st->whole_epoch = skip == 0;
+  st->whole_epoch = st->whole_epoch && skip == 0;
   st->next_batch = from.batch;
   planning_ = std::move(st);
   plan_free_slots(out);
 }
 
-base::Result<AttachResult> Ring::attach(std::uint32_t reader, BatchPos want,
+bool Ring::any_reader_attached() const {
+  base::MutexLock lock(mu_);
+  return any_attached();
+}
+
+base::Result<AttachResult> Ring::attach(std::uint32_t reader, BatchPos want, std::optional<EpochStart> start,
                                         std::shared_ptr<delivery::DeviceRing> device, std::vector<WorkItem>& out) {
   base::MutexLock lock(mu_);
   Reader& me = readers_.at(reader);
   if (me.attached) return AttachResult::kBusy;
+  if (start && start->consumed == 0) start.reset();  // position 0 is the ordinary epoch
 
   // What the ring holds or plans next: live slots are consecutive batches, so a position in
   // [oldest, next_planned] can be served without dropping anything.
@@ -78,19 +84,36 @@ base::Result<AttachResult> Ring::attach(std::uint32_t reader, BatchPos want,
   for (const Slot& slot : slots_) {
     if (slot.live()) oldest = std::min(oldest, slot.pos());
   }
-  const bool held = oldest <= want && want <= next_planned;
+  // Batches planned under another elastic start were cut from another remainder.
+  // A reader joining a group that is past its elastic epoch needs no position.
+  const bool same_cut = start == start_ || (!start && start_ && start_->epoch < want.epoch);
+  const bool held = oldest <= want && want <= next_planned && same_cut;
 
   if (!any_attached()) {
     // The group (re)starts here: every reader is expected from this position, so the first
     // to connect cannot leave the others behind.
     if (!held) {
-      spdlog::info("job {} rank {}: consumer starts at {}; re-planning", cfg_.job_name, cfg_.rank, pos_string(want));
+      if (start) {
+        spdlog::info("job {} rank {}: consumer starts at {} of the rest of epoch {} after {} samples consumed by the "
+                     "whole world; re-planning",
+                     cfg_.job_name, cfg_.rank, pos_string(want), start->epoch, start->consumed);
+      } else {
+        spdlog::info("job {} rank {}: consumer starts at {}; re-planning", cfg_.job_name, cfg_.rank, pos_string(want));
+      }
+      start_ = start;
       replan(want, out);
     }
     for (Reader& r : readers_) {
       r.expected = true;
       r.next = want;
     }
+  } else if (!same_cut) {
+    return base::Status::error(
+        "reader " + std::to_string(reader) + " of rank " + std::to_string(cfg_.rank) + " of job '" + cfg_.job_name +
+        "' starts at global position " + std::to_string(start ? start->consumed : 0) + " of epoch " +
+        std::to_string(start ? start->epoch : want.epoch) + ", but the rank's other readers started at global position " +
+        std::to_string(start_ ? start_->consumed : 0) + " of epoch " +
+        std::to_string(start_ ? start_->epoch : want.epoch) + "; the readers of a rank take the same batches together");
   } else if (!held) {
     BatchPos group = next_planned;
     for (const Reader& r : readers_) {

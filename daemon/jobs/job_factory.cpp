@@ -10,6 +10,7 @@
 
 #include "job/job.hpp"
 #include "job/work_queue.hpp"
+#include "source/mixed_dataset.hpp"
 #include "stoker/proto/names.hpp"
 
 namespace stoker::jobs {
@@ -19,8 +20,8 @@ using job::WorkQueue;
 using job::JobShare;
 namespace {
 
-source::Dataset load_dataset(const config::JobConfig& job, const std::filesystem::path& state_dir,
-                             const source::ReadAs* as) {
+source::Dataset load_one(const config::JobConfig& job, const std::filesystem::path& state_dir,
+                         const source::ReadAs* as) {
   if (job.source.type == "filelist") return source::read_file_list(job.source.file, job.source.root, as);
   if (job.source.type == "tar") {
     // The index cache sits beside the quarantine, keyed the same way.
@@ -28,6 +29,49 @@ source::Dataset load_dataset(const config::JobConfig& job, const std::filesystem
                                    "job " + job.name, as);
   }
   return source::scan_image_folder(job.source.root, as);
+}
+
+// A mixture: each source read as a job of its own would read it (a tar index cache of its own,
+// keyed by the source), then combined; a failure names the source's entry of `sources:`, a
+// class list refused by `labels: shared` names `labels`.
+source::Dataset load_dataset(const config::JobConfig& job, const std::filesystem::path& state_dir,
+                             const source::ReadAs* as, const std::string& config_file) {
+  if (!job.mixture()) return load_one(job, state_dir, as);
+  std::vector<source::Dataset> parts;
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < job.sources.size(); ++i) {
+    const config::MixtureEntry& e = job.sources[i];
+    config::JobConfig one;
+    one.name = job.name + "-" + e.name;
+    one.source = e.source;
+    try {
+      parts.push_back(load_one(one, state_dir, as));
+    } catch (const source::SourceError& err) {
+      throw config::ConfigError(config_file, e.source.root_mark,
+                                "jobs." + job.name + ".sources[" + std::to_string(i) + "]." + e.source.root_key,
+                                err.what());
+    }
+    names.push_back(e.name);
+    if (parts.back().samples.empty()) {
+      throw config::ConfigError(config_file, e.source.root_mark,
+                                "jobs." + job.name + ".sources[" + std::to_string(i) + "]." + e.source.root_key,
+                                "this source holds no samples");
+    }
+  }
+  std::uint64_t total = 0;
+  for (const auto& d : parts) total += d.samples.size();
+  if (total > 0xffffffffull) {  // sample ids are 32-bit
+    throw config::ConfigError(config_file, job.source.root_mark, "jobs." + job.name + ".sources",
+                              "the sources hold " + std::to_string(total) + " samples together; at most 4294967295");
+  }
+  try {
+    return source::combine_datasets(std::move(parts), names,
+                                    job.labels == config::MixtureLabels::kShared ? source::ClassMerge::kShared
+                                                                                 : source::ClassMerge::kPerSource,
+                                    job.allow_missing_classes);
+  } catch (const source::SourceError& err) {
+    throw config::ConfigError(config_file, job.labels_mark, "jobs." + job.name + ".labels", err.what());
+  }
 }
 
 // "jpg 1281167, png 12, webp 3": what a scan found, one line (the decoders go by content, so
@@ -59,6 +103,11 @@ std::string dataset_state_name(const config::JobConfig& jc) {
   std::string identity = jc.source.type + ":" + jc.source.root.lexically_normal().string() + ":" +
                          jc.source.file.lexically_normal().string();
   for (const auto& s : jc.source.shards) identity += ":" + s;  // none unless tar: old names unchanged
+  for (const auto& m : jc.sources) {  // a mixture: every source (none for one source: unchanged)
+    identity += "|" + m.name + ":" + m.source.type + ":" + m.source.root.lexically_normal().string() + ":" +
+                m.source.file.lexically_normal().string();
+    for (const auto& s : m.source.shards) identity += ":" + s;
+  }
   for (const char c : identity) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
@@ -69,7 +118,7 @@ PreparedJob prepare_job(config::JobConfig jc, const std::filesystem::path& state
                         const std::string& config_file, std::shared_ptr<const source::ReadAs> read_as) {
   PreparedJob p;
   try {
-    p.dataset = load_dataset(jc, state_dir, read_as.get());
+    p.dataset = load_dataset(jc, state_dir, read_as.get(), config_file);
     p.dataset.read_as = std::move(read_as);
   } catch (const source::SourceError& e) {
     throw config::ConfigError(config_file, jc.source.root_mark, "jobs." + jc.name + ".source." + jc.source.root_key,
@@ -87,7 +136,9 @@ std::unique_ptr<Job> make_job(PreparedJob prepared, std::size_t index, const Job
   spdlog::info("job {}: files by extension: {}", jc.name, extension_summary(ds));
   spdlog::info("job {}: {} samples in {} classes from {}, batch {}, {} consumer(s), {} slots each", jc.name,
                ds.samples.size(), ds.classes.size(),
-               jc.source.type == "tar" ? std::to_string(ds.shards.size()) + " tar shard(s)" : jc.source.root.string(),
+               jc.mixture()                ? "a mixture of " + std::to_string(jc.sources.size()) + " sources"
+               : jc.source.type == "tar" ? std::to_string(ds.shards.size()) + " tar shard(s)"
+                                         : jc.source.root.string(),
                jc.batch_size, jc.consumers, jc.prefetch);
   if (index > 0 || jc.max_workers != 0) {
     spdlog::info("job {}: shares the {} worker(s) with weight {}, at most {} at once", jc.name, ctx.workers,

@@ -34,6 +34,25 @@ inline std::uint64_t samples_per_rank(std::uint64_t n, std::uint32_t world, bool
   return samples_per_rank(n, world, 0, drop_last ? Shards::kDrop : Shards::kPad);
 }
 
+// Elastic resume: rank `rank`'s share of what is left of an epoch after the whole world has
+// consumed its first `consumed` positions. Under DistributedSampler's split (rank r of W takes
+// positions r, r+W, ...), once every rank took k batches of B the first k*B*W positions are
+// consumed whatever W was, so `consumed` describes progress for any world size.
+// The remainder is the UNPADDED rest of the epoch's order, permutation[consumed..n) (padding
+// only ever sits past position n-1, so what the earlier world consumed is
+// permutation[0..min(consumed, n))). That remainder is then split among `world` ranks exactly
+// as rank_samples() splits a whole epoch: padded (kPad: repeating the epoch's start, as
+// DistributedSampler does), cut (kDrop) or uneven (kUneven) for the NEW world. So across both
+// runs kUneven serves every sample of the epoch exactly once, kPad every sample at least once
+// (the repeats are the padding: fewer than `world` of the epoch's first samples), kDrop every
+// sample at most once (fewer than `world` of the rest's end left out). On the same world it is
+// exactly the ordinary split from that position on. The global permutation itself never
+// changes; only how its remainder is split does. consumed >= n leaves nothing (the earlier
+// world was in its padding).
+// `permutation` is the epoch's global order (epoch_permutation, or a mixture's interleave).
+std::vector<std::uint32_t> rank_samples_from(const std::vector<std::uint32_t>& permutation, std::uint64_t consumed,
+                                             std::uint32_t world, std::uint32_t rank, Shards shards);
+
 // Batches per epoch for one rank: floor with drop_last (incomplete tail batch dropped),
 // ceil otherwise.
 std::uint64_t batches_per_epoch(std::uint64_t per_rank, std::uint32_t batch_size, bool drop_last);

@@ -29,8 +29,18 @@ struct Sample {
   std::uint32_t name_size = 0;
 };
 
+// One source of a mixture (source/mixed_dataset.hpp): its ids are [offset, offset + size) of
+// the combined dataset.
+struct DatasetPart {
+  std::string name;
+  std::uint32_t offset = 0;
+  std::uint32_t size = 0;
+  std::size_t classes = 0;  // the classes this source had on its own
+};
+
 struct Dataset {
   std::vector<std::string> classes;  // label -> class name
+  std::vector<DatasetPart> parts;    // a mixture's sources in id order; empty: one source
   std::vector<Sample> samples;       // id -> sample
   std::vector<std::string> shards;   // tar sources: absolute shard paths, in pattern order
   // Whole files: the folder their names are relative to, without a trailing '/' ("" when the

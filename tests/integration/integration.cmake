@@ -11,6 +11,12 @@ stoker_add_test(integration_test LABEL integration
   LIBS stoker_daemon_fixture stoker::client stoker::proto Boost::headers stoker_sampler PNG::PNG)
 add_dependencies(integration_test stokerd stokerctl)
 
+# Elastic resume on another world size (issue 25): its own executable, a few daemons each.
+stoker_add_test(elastic_test LABEL integration
+  SOURCES integration/elastic_test.cpp
+  LIBS stoker_daemon_fixture stoker::client)
+add_dependencies(elastic_test stokerd stokerctl)
+
 # The /metrics responder over loopback sockets, no daemon: slow peers, extra bytes (issue 24).
 stoker_add_test(metrics_http_test LABEL integration
   SOURCES integration/metrics_http_test.cpp
@@ -62,3 +68,9 @@ stoker_add_test(decoded_store_serve_test LABEL integration
   SOURCES integration/decoded_store_serve_test.cpp
   LIBS stoker_daemon_fixture stoker::client stoker::proto)
 add_dependencies(decoded_store_serve_test stokerd stokerctl)
+
+# Weighted mixtures of sources (`sources:`, issue #25): a real stokerd serving one.
+stoker_add_test(mixture_serve_test LABEL integration
+  SOURCES integration/mixture_serve_test.cpp
+  LIBS stoker_daemon_fixture stoker::client stoker_sampler)
+add_dependencies(mixture_serve_test stokerd stokerctl)

@@ -1155,3 +1155,72 @@ TEST_CASE("config: augment_seed seeds the augmentations apart from the order", "
   CHECK(j.seed == 5);  // the permutation's
   CHECK(j.pixel_seed() == 18446744073709551615ull);  // crops, flips, colour, erasing, mixes
 }
+
+// ---------------------------------------------------------------------------------------------
+// Mixtures of sources (`sources:`, issue #25)
+
+namespace {
+
+// A job reading `sources_yaml` in place of `source:` (both roots are this test folder).
+std::string mixture_job(const std::string& sources_yaml) {
+  std::string y = train_job();
+  replace_all(y, "    source: {root: .}\n", sources_yaml);
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("config: sources: a weighted mixture with epoch_size and labels", "[config][mixture]") {
+  const Config cfg = parse(mixture_job("    sources:\n"
+                                       "      - {root: ., weight: 3}\n"
+                                       "      - {type: filelist, list: ../demo/../configs/bad-scale.yaml, weight: 0.5, name: extra}\n"
+                                       "    epoch_size: 1000\n"
+                                       "    labels: shared\n"
+                                       "    allow_missing_classes: true\n"));
+  const auto& j = cfg.jobs.at(0);
+  REQUIRE(j.mixture());
+  REQUIRE(j.sources.size() == 2);
+  CHECK(j.sources[0].weight == 3);
+  CHECK(j.sources[0].name == "configs");  // the folder's name by default
+  CHECK(j.sources[1].name == "extra");
+  CHECK(j.sources[1].source.type == "filelist");
+  CHECK(j.epoch_size == 1000);
+  CHECK(j.labels == stoker::config::MixtureLabels::kShared);
+  CHECK(j.allow_missing_classes);
+  // Defaults: epoch_size 0 (the sum of the sizes), per_source labels; equal default names unique.
+  const auto& d = parse(mixture_job("    sources:\n      - {root: ., weight: 1}\n      - {root: ., weight: 1}\n")).jobs.at(0);
+  CHECK(d.epoch_size == 0);
+  CHECK(d.labels == stoker::config::MixtureLabels::kPerSource);
+  CHECK(d.sources[0].name == "configs");
+  CHECK(d.sources[1].name == "configs_1");
+  // One `source:` is unchanged: no mixture.
+  CHECK_FALSE(parse(train_job()).jobs.at(0).mixture());
+}
+
+TEST_CASE("config: bad sources, weights, epoch_size and labels are refused with file:line and the key",
+          "[config][mixture]") {
+  CHECK_THAT(refusal(mixture_job("    sources:\n      - {root: .}\n")),
+             StartsWith("test.yaml:4:9: jobs.train.sources[0].weight: required key is missing"));
+  CHECK_THAT(refusal(mixture_job("    sources:\n      - {root: ., weight: 0}\n")),
+             StartsWith("test.yaml:4:27: jobs.train.sources[0].weight: ") && Contains("(0, 1000000]"));
+  CHECK_THAT(refusal(mixture_job("    sources:\n      - {root: ., weight: -1}\n")),
+             StartsWith("test.yaml:4:27: jobs.train.sources[0].weight: "));
+  CHECK_THAT(refusal(mixture_job("    sources:\n      - {root: ./nope, weight: 1}\n")),
+             StartsWith("test.yaml:4:16: jobs.train.sources[0].root: ") && Contains("not an existing directory"));
+  CHECK_THAT(refusal(mixture_job("    sources: []\n")), StartsWith("test.yaml:3:14: jobs.train.sources: "));
+  CHECK_THAT(refusal(mixture_job("    sources:\n      - {root: ., weight: 1, colour: red}\n")),
+             StartsWith("test.yaml:4:") && Contains("jobs.train.sources[0]") && Contains("colour"));
+  CHECK_THAT(refusal(mixture_job("    source: {root: .}\n    sources:\n      - {root: ., weight: 1}\n")),
+             StartsWith("test.yaml:3:") && Contains("jobs.train.source") && Contains("not both"));
+  CHECK_THAT(refusal(mixture_job("    sources:\n      - {root: ., weight: 1}\n    epoch_size: 0\n")),
+             StartsWith("test.yaml:5:17: jobs.train.epoch_size: "));
+  CHECK_THAT(refusal(mixture_job("    sources:\n      - {root: ., weight: 1}\n    labels: mixed\n")),
+             StartsWith("test.yaml:5:13: jobs.train.labels: ") && Contains("per_source"));
+  CHECK_THAT(refusal(mixture_job("    sources:\n      - {root: ., weight: 1}\n    allow_missing_classes: true\n")),
+             StartsWith("test.yaml:5:28: jobs.train.allow_missing_classes: ") && Contains("labels: shared"));
+  CHECK_THAT(refusal(mixture_job("    sources:\n      - {root: ., weight: 1, name: a}\n      - {root: ., weight: 1, name: a}\n")),
+             StartsWith("test.yaml:5:") && Contains("jobs.train.sources[1].name") && Contains("earlier source"));
+  CHECK_THAT(refusal(train_job("    epoch_size: 10\n")),
+             StartsWith("test.yaml:") && Contains("jobs.train.epoch_size") && Contains("sources:"));
+  CHECK_THAT(refusal(train_job("    labels: shared\n")), Contains("jobs.train.labels") && Contains("sources:"));
+}

@@ -8,6 +8,12 @@ stoker_add_test(source_test LABEL unit
 stoker_add_test(sampler_test LABEL unit
   SOURCES unit/sampler_test.cpp
   LIBS stoker_sampler)
+stoker_add_test(elastic_sampler_test LABEL unit
+  SOURCES unit/elastic_sampler_test.cpp
+  LIBS stoker_sampler)
 stoker_add_test(tar_test LABEL unit
   SOURCES unit/tar_test.cpp
   LIBS stoker_source)
+stoker_add_test(mixture_test LABEL unit
+  SOURCES unit/mixture_test.cpp
+  LIBS stoker_sampler)

@@ -90,6 +90,7 @@ TEST_CASE("control messages", "[layout]") {
   CHECK(offsetof(HelloMsg, pid) == 120);
   CHECK(offsetof(HelloMsg, device_backend) == 124);
   CHECK(offsetof(HelloMsg, reader) == 128);
+  CHECK(offsetof(HelloMsg, start_position) == 136);  // 2.4
   CHECK(sizeof(WelcomeMsg) == 192);
   CHECK(offsetof(WelcomeMsg, segment_name) == 16);
   CHECK(offsetof(WelcomeMsg, segment_size) == 112);

@@ -28,7 +28,7 @@ class FakeJob final : public RingHooks {
  public:
   explicit FakeJob(std::uint32_t samples) : samples_(samples) {}
 
-  std::vector<std::uint32_t> epoch_ids(std::uint64_t epoch) override {
+  std::vector<std::uint32_t> epoch_ids(std::uint64_t epoch, std::uint64_t /*consumed*/) override {
     std::vector<std::uint32_t> ids(samples_);
     for (std::uint32_t i = 0; i < samples_; ++i) ids[i] = static_cast<std::uint32_t>(1000 * epoch) + i;
     return ids;

@@ -71,6 +71,12 @@ typedef struct stoker_options {
                               reader g % K (consecutive processes form a group, as tensor-
                               parallel groups are numbered); `reader` is ignored. The rank
                               and reader served are in stoker_job_info. */
+  uint64_t start_position; /* elastic resume (protocol 2.4): epoch start_epoch begins after the
+                              WHOLE world, of whatever size it had, consumed this many positions
+                              of the epoch's global order (every rank's batches x batch size x
+                              that world); start_batch then counts this rank's batches of the
+                              rest, split among this job's world as DistributedSampler splits an
+                              epoch. Every rank of the job must pass the same value. 0: none. */
 } stoker_options;
 
 typedef struct stoker_job_info {

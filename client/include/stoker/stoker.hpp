@@ -116,6 +116,7 @@ struct ClientOptions {
   std::string device;        // "" host batches; "cuda" ($LOCAL_RANK) or "cuda:N"
   int reconnect_timeout_ms = 0;  // > 0: wait this long for a restarted daemon (stoker.h)
   std::uint32_t reader = 0;      // fan-out jobs: which of the rank's readers (stoker.h)
+  std::uint64_t start_position = 0;  // elastic resume: samples the whole world consumed (stoker.h)
 };
 
 class Client {
@@ -132,6 +133,7 @@ class Client {
     opts.device = o.device.empty() ? nullptr : o.device.c_str();
     opts.reconnect_timeout_ms = o.reconnect_timeout_ms;
     opts.reader = o.reader;
+    opts.start_position = o.start_position;
     check(stoker_client_open(&opts, &c_));
     check(stoker_client_info(c_, &info_));
   }

@@ -248,7 +248,7 @@ class Client {
  public:
   Client(const std::string& job, std::uint32_t rank, const std::string& socket, std::uint64_t start_epoch,
          std::uint64_t start_batch, bool writable, const std::string& device, std::uint32_t reader,
-         bool split_rank)
+         bool split_rank, std::uint64_t start_position)
       : s_(std::make_shared<ClientState>()) {
     stoker_options o;
     stoker_options_init(&o);
@@ -259,6 +259,7 @@ class Client {
     o.split_rank = split_rank ? 1 : 0;
     o.start_epoch = start_epoch;
     o.start_batch = start_batch;
+    o.start_position = start_position;
     o.map_writable = writable ? 1 : 0;
     o.device = device.empty() ? nullptr : device.c_str();
     stoker_status st;
@@ -391,10 +392,10 @@ PYBIND11_MODULE(_stoker, m) {
 
   py::class_<Client>(m, "Client")
       .def(py::init<const std::string&, std::uint32_t, const std::string&, std::uint64_t, std::uint64_t, bool,
-                    const std::string&, std::uint32_t, bool>(),
+                    const std::string&, std::uint32_t, bool, std::uint64_t>(),
            py::arg("job"), py::arg("rank") = 0, py::arg("socket") = "", py::arg("start_epoch") = 0,
            py::arg("start_batch") = 0, py::arg("writable") = true, py::arg("device") = "",
-           py::arg("reader") = 0, py::arg("split_rank") = false)
+           py::arg("reader") = 0, py::arg("split_rank") = false, py::arg("start_position") = 0)
       .def("pin_memory", &Client::pin_memory, py::arg("ordinal"))
       .def("next", &Client::next, py::arg("timeout_ms") = -1)
       .def("info", &Client::info)

@@ -230,9 +230,18 @@ def job_yaml(*, name: str, root: str, batch_size: int, shuffle: bool, seed: int,
              world: int, first: int, local: int, prefetch: int, on_error: str,
              steps: Sequence[str], dtype: str, layout: str = "NCHW",
              mixup: Optional[float] = None, cutmix: Optional[float] = None,
-             mix_switch_prob: Optional[float] = None) -> str:
-    lines = ["jobs:", f"  {name}:",
-             f"    source: {{type: imagefolder, root: {json.dumps(root)}}}",
+             mix_switch_prob: Optional[float] = None,
+             sources: Optional[Sequence[Tuple[str, float]]] = None, labels: Optional[str] = None) -> str:
+    """`sources`: a weighted mixture of ImageFolder roots [(root, weight), ...] in place of
+    `root` (the job key `sources:`), with `labels: per_source|shared`."""
+    if sources:
+        src = ["    sources:"] + [f"      - {{type: imagefolder, root: {json.dumps(r)}, weight: {float(w)!r}}}"
+                                   for r, w in sources]
+        if labels is not None:
+            src.append(f"    labels: {labels}")
+    else:
+        src = [f"    source: {{type: imagefolder, root: {json.dumps(root)}}}"]
+    lines = ["jobs:", f"  {name}:"] + src + [
              f"    batch_size: {int(batch_size)}",
              f"    shuffle: {'true' if shuffle else 'false'}",
              f"    seed: {int(seed)}",

@@ -117,6 +117,10 @@ class Loader:
         self._batch = 0
         self._client: Optional[_stoker.Client] = None
         self._stream: Tuple[int, int] = (-1, -1)  # next position the open connection delivers
+        # Elastic resume (load_state_dict of a global_position): epoch `_elastic[0]` is the rest
+        # after the whole world consumed `_elastic[1]` samples; its batch numbers count that rest.
+        self._elastic: Optional[Tuple[int, int]] = None
+        self._stream_position = 0  # the start position the open connection was made with
         self._pending: Optional[Batch] = None
         if self.world_size is not None and self.world_size < 1:
             raise ValueError("world_size must be >= 1")
@@ -284,9 +288,10 @@ class Loader:
                     f"view slots the daemon refills (copy what you keep, or use copy=True)",
                     RuntimeWarning, stacklevel=4)
             self.close()
+        position = self._position_for(epoch)
         try:
             self._client = _stoker.Client(self.job, self.rank, self.socket, epoch, batch, True, self.device,
-                                          self.reader, self._split_rank)
+                                          self.reader, self._split_rank, position)
         except _stoker.RefusedError:
             if self._definition is None or self._info is None:
                 raise
@@ -294,15 +299,22 @@ class Loader:
             # daemon restarted): define it again, the same definition gives the same job.
             self._define()
             self._client = _stoker.Client(self.job, self.rank, self.socket, epoch, batch, True, self.device,
-                                          self.reader, self._split_rank)
+                                          self.reader, self._split_rank, position)
         if self.pin_memory:
             index = resolve_device("cuda")[1]
             self._client.pin_memory(index)
         self._stream = (epoch, batch)
+        self._stream_position = position
+
+    def _position_for(self, epoch: int) -> int:
+        """Samples the whole world had consumed of `epoch` when this loader's stream of it
+        began (elastic resume); 0 for an ordinary epoch."""
+        return self._elastic[1] if self._elastic is not None and self._elastic[0] == epoch else 0
 
     def _ensure_stream_at(self, epoch: int, batch: int) -> None:
         self._open(epoch, batch)
-        if self._client is None or self._stream != (epoch, batch):
+        if (self._client is None or self._stream != (epoch, batch)
+                or self._stream_position != self._position_for(epoch)):
             self._connect(epoch, batch)
 
     def _next_native(self) -> "_stoker.Batch":
@@ -382,16 +394,76 @@ class Loader:
 
     def state_dict(self) -> Dict[str, Any]:
         """Position of the next batch (a batch counts as consumed once it was yielded):
-        restoring it resumes exactly there, also after the daemon restarted."""
+        restoring it resumes exactly there, also after the daemon restarted.
+
+        "global_position" is the same place for the whole world: the epoch, the samples every
+        rank together consumed of its global order ("samples": batches x batch_size x world, as
+        DistributedSampler splits it) and the world size it was taken at. load_state_dict() on
+        a world of another size resumes from it: the new ranks split the rest of that epoch."""
         return {"epoch": self._epoch, "batch": self._batch, "rank": self.rank, "reader": self.reader,
-                "job": self.job}
+                "job": self.job, "global_position": self._global_position()}
+
+    def _global_position(self) -> Optional[Dict[str, Any]]:
+        """None when the job's world cannot be told (no world_size and no status from the
+        daemon): a checkpoint must never fail for it; load_state_dict then resumes per rank."""
+        world = self._job_world()
+        samples = self._position_for(self._epoch)
+        if self._batch:
+            # Every batch before the position was full on every rank (only an epoch's last
+            # batch can be short, and after it the position is the next epoch's start).
+            if world is None:
+                return None
+            samples += self._batch * self.batch_size * world
+        return {"epoch": self._epoch, "samples": samples, "world_size": world}
+
+    def _job_world(self) -> Optional[int]:
+        """The world of ranks this loader's job is split among (its daemon's status says)."""
+        if self.world_size is not None:
+            return int(self.world_size)
+        try:
+            status = json.loads(_stoker.daemon_status(self.socket))
+        except _stoker.StokerError:
+            return None
+        for j in status.get("jobs", []):
+            if j.get("name") == self.job:
+                world = j.get("world_size")
+                if not isinstance(world, int) and isinstance(j.get("consumers"), list):
+                    world = len(j["consumers"])
+                return int(world) if world else None
+        return None
+
+    def _same_split(self, state: Dict[str, Any], gp: Dict[str, Any]) -> bool:
+        """The checkpoint was taken on a world of this size, in an epoch split the ordinary way:
+        its per-rank (epoch, batch) names the same batches, and keeps their numbering (scripts
+        count steps from state_dict()["batch"])."""
+        if "epoch" not in state or "batch" not in state or int(state["epoch"]) != int(gp["epoch"]):
+            return False
+        world = gp.get("world_size")
+        if world is None or world != self._job_world():
+            return False
+        return int(gp["samples"]) == int(state["batch"]) * self.batch_size * int(world)
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """The next iteration starts at state's position (reconnecting if needed)."""
-        epoch, batch = int(state["epoch"]), int(state["batch"])
-        if epoch < 0 or batch < 0:
-            raise ValueError(f"invalid loader state {state!r}")
-        self._epoch, self._batch = epoch, batch
+        """The next iteration starts at state's position (reconnecting if needed). A state
+        with "global_position" resumes from it, on this world whatever its size: the rest of
+        that epoch is split among this world's ranks (each sample the earlier world had not
+        consumed, once, padded or cut by the job's pad_shards / sampler_drop_last), and the
+        epochs after it are the ordinary split."""
+        gp = state.get("global_position")
+        if gp is not None and self._same_split(state, gp):
+            gp = None  # taken on this world in an ordinary epoch: the per-rank position is the same place
+        if gp is not None:
+            epoch, samples = int(gp["epoch"]), int(gp["samples"])
+            if epoch < 0 or samples < 0:
+                raise ValueError(f"invalid loader state {state!r}")
+            self._epoch, self._batch = epoch, 0
+            self._elastic = (epoch, samples) if samples else None
+        else:
+            epoch, batch = int(state["epoch"]), int(state["batch"])
+            if epoch < 0 or batch < 0:
+                raise ValueError(f"invalid loader state {state!r}")
+            self._epoch, self._batch = epoch, batch
+            self._elastic = None
         if self._epoch_sampler is not None:
             self._epoch_sampler.set_epoch(epoch)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from . import dataloader_args, jobdef, step_rules
 from .placement import distributed, env_int
@@ -30,7 +30,7 @@ def in_users_words(error: Any, origins: Dict[int, str]) -> Any:
     return f"{origin}: {m.group(2)} ({error})" if origin else error
 
 
-def from_folder(cls, root: str, batch_size: int = 256, train: bool = True, *,
+def from_folder(cls, root: Any, batch_size: int = 256, train: bool = True, *,
                 crop_size: int = 224, resize_size: int = 256,
                 mean: Sequence[float] = (0.485, 0.456, 0.406),
                 std: Sequence[float] = (0.229, 0.224, 0.225),
@@ -58,9 +58,15 @@ def from_folder(cls, root: str, batch_size: int = 256, train: bool = True, *,
     torchrun's WORLD_SIZE / LOCAL_WORLD_SIZE / GROUP_RANK (or the arguments): this node's
     daemon serves ranks node_rank * local_world_size .. + local_world_size - 1 of it.
     Other arguments (rank, socket, device, copy, timeout_s, ...) are Loader's.
+    A list of (root, weight) pairs is a weighted mixture of those trees (the job key
+    `sources:`, README "Mixtures of datasets"): an epoch is as many samples as they hold
+    together, drawn by weight; each source walks its own permutation, so an up-weighted
+    small one repeats; labels per source (`dataset.classes` lists "NAME/CLASS", NAME the
+    root's folder name).
     For anything else (other sources, augmentations, long-lived jobs) write the job in the
     daemon's YAML config and use Loader(name)."""
-    root_path = os.path.abspath(os.fspath(root))
+    mixture = mixture_roots(root)
+    root_path = mixture[0][0] if mixture else os.path.abspath(os.fspath(root))
     if dtype not in ("float32", "float16", "uint8"):
         raise ValueError(f"dtype must be float32, float16 or uint8, not {dtype!r}")
     dist_rank, dist_world = distributed()
@@ -92,11 +98,55 @@ def from_folder(cls, root: str, batch_size: int = 256, train: bool = True, *,
     definition = jobdef.job_yaml(name="from_folder", root=root_path, batch_size=batch_size, shuffle=shuffle,
                                  seed=seed, drop_last=drop_last, pad_shards=train, world=world, first=first,
                                  local=local, prefetch=prefetch, on_error=on_error, steps=steps, dtype=dtype,
-                                 layout=layout)
+                                 layout=layout, sources=mixture)
     kwargs.setdefault("world_size", world)
     loader = cls("", lazy=True, **kwargs)
     loader._define_on_first_use(definition)
     return loader
+
+
+def mixture_roots(root: Any) -> Optional[List[Tuple[str, float]]]:
+    """from_folder's `root` as a mixture: a list of (root, weight) pairs, roots made absolute;
+    None for one root (a str or path)."""
+    if isinstance(root, (str, bytes, os.PathLike)):
+        return None
+    try:
+        pairs = list(root)
+    except TypeError:
+        raise TypeError(f"root must be a folder or a list of (folder, weight), not {type(root).__name__}") from None
+    if not pairs:
+        raise ValueError("root: an empty list of (folder, weight)")
+    out = []
+    for i, p in enumerate(pairs):
+        if not isinstance(p, (tuple, list)) or len(p) != 2 or not isinstance(p[0], (str, os.PathLike)):
+            raise TypeError(f"root[{i}] must be a (folder, weight) pair, not {p!r}")
+        w = float(p[1])
+        if not w > 0:
+            raise ValueError(f"root[{i}]: weight {p[1]!r} must be > 0")
+        out.append((os.path.abspath(os.fspath(p[0])), w))
+    return out
+
+
+def concat_sources(dataset: Any) -> Tuple[Any, List[Tuple[str, float]]]:
+    """A torch ConcatDataset of ImageFolders as a mixture: (the first part, for its transform
+    and class list; [(root, weight = its size)]). Torch labels each part by its own classes,
+    so the parts must have the same classes (then `labels: shared` gives torch's labels) and
+    the same transform (one pipeline per job); anything else is refused, naming the part."""
+    from torchvision import datasets
+    parts = list(dataset.datasets)
+    for i, d in enumerate(parts):
+        if not isinstance(d, datasets.ImageFolder):
+            raise jobdef.TranslationError(
+                f"ConcatDataset part {i} is a {type(d).__name__}, not a torchvision ImageFolder")
+        if d.classes != parts[0].classes:
+            raise jobdef.TranslationError(
+                f"ConcatDataset part {i} ({d.root}) has other classes than part 0 ({parts[0].root}): torch "
+                f"would give the same label to different classes; use Loader.from_folder([(root, weight), ...]) "
+                f"for per-source labels")
+        if d.transform is not parts[0].transform and repr(d.transform) != repr(parts[0].transform):
+            raise jobdef.TranslationError(
+                f"ConcatDataset part {i} has another transform than part 0: a job has one pipeline")
+    return parts[0], [(os.path.abspath(d.root), float(len(d))) for d in parts]
 
 
 def from_dataset(cls, dataset: Any, batch_size: Optional[int] = 1, shuffle: Optional[bool] = None,
@@ -140,6 +190,11 @@ def from_dataset(cls, dataset: Any, batch_size: Optional[int] = 1, shuffle: Opti
     [B, num_classes]. The job is defined on first use as from_folder's."""
     from torchvision import datasets
     from torch.utils import data as tud
+    mixture = None
+    if isinstance(dataset, tud.ConcatDataset):
+        # Weights by size and epoch_size their sum: each part's quota is its size, so an epoch
+        # holds every sample once, as ConcatDataset's; labels: shared is torch's labelling.
+        dataset, mixture = concat_sources(dataset)
     if not isinstance(dataset, datasets.ImageFolder):
         raise jobdef.TranslationError(
             f"from_dataset takes a torchvision ImageFolder, not {type(dataset).__name__} (stokerd reads "
@@ -179,6 +234,11 @@ def from_dataset(cls, dataset: Any, batch_size: Optional[int] = 1, shuffle: Opti
     elif isinstance(sampler, tud.DistributedSampler):
         world, rank = int(sampler.num_replicas), int(sampler.rank)
         shuffle, sampler_drop_last = bool(sampler.shuffle), bool(sampler.drop_last)
+    elif isinstance(sampler, tud.WeightedRandomSampler):
+        raise jobdef.TranslationError(
+            "sampler WeightedRandomSampler (weights per sample, drawn with replacement) has no stokerd "
+            "equivalent; to weight whole datasets use a mixture: Loader.from_folder([(root, weight), ...]) "
+            "or `sources:` in the daemon's YAML")
     else:
         raise jobdef.TranslationError(f"sampler {type(sampler).__name__} has no stokerd equivalent")
     seed, augment_seed = dataloader_args.job_seeds(seed, generator, sampler)
@@ -187,7 +247,8 @@ def from_dataset(cls, dataset: Any, batch_size: Optional[int] = 1, shuffle: Opti
         raise ValueError(f"world size {world} is not a multiple of local_world_size {local}")
     first = (rank // local) * local
     definition = jobdef.job_yaml(
-        name="from_dataset", root=os.path.abspath(dataset.root), batch_size=batch_size, shuffle=shuffle,
+        name="from_dataset", root=os.path.abspath(dataset.root), sources=mixture,
+        labels="shared" if mixture else None, batch_size=batch_size, shuffle=shuffle,
         seed=seed, augment_seed=augment_seed, drop_last=drop_last, sampler_drop_last=sampler_drop_last,
         world=world, first=first, local=local, prefetch=prefetch, on_error=on_error, steps=steps, dtype=dtype,
         layout=layout,

@@ -23,7 +23,10 @@ inline constexpr std::uint16_t kProtoMajor = 2;
 // 2.2: Command (JSON requests: define a job, drain a job) and error kJobDrained.
 // 2.3: Release.wait_ns (the trainer's time blocked waiting for that batch), sent only to a
 // daemon whose Welcome says 2.3 or later; a 2.3 daemon still takes the 24-byte Release.
-inline constexpr std::uint16_t kProtoMinor = 3;
+// 2.4: Hello.start_position with kHelloStartPosition (elastic resume); a client that asks for
+// one checks the Welcome says 2.4 or later (an older daemon ignores it, so it must refuse).
+inline constexpr std::uint16_t kProtoMinor = 4;
+inline constexpr std::uint16_t kStartPositionMinor = 4;  // first minor whose daemon reads start_position
 inline constexpr std::size_t kMaxMessageBytes = 65536;       // status replies carry JSON
 // MessageHeader.reserved of a StatusReply: more StatusReply messages follow with the rest of
 // the JSON (a status for thousands of consumers spans several messages). Readers that do not
@@ -64,6 +67,10 @@ inline constexpr std::uint32_t kHelloWantDevice = 1u << 0;  // device output thr
 // daemon serves it as rank g / K, reader g % K (consecutive processes form a group, as
 // tensor-parallel groups are numbered). The Welcome says which rank and reader it got.
 inline constexpr std::uint32_t kHelloSplitRank = 1u << 1;
+// 2.4: start_position is set: epoch start_epoch begins after the whole world (of whatever
+// size it had) consumed start_position positions of its global order; start_batch counts
+// this rank's batches of the rest (elastic resume, sampler::rank_samples_from).
+inline constexpr std::uint32_t kHelloStartPosition = 1u << 2;
 
 struct HelloMsg {
   MessageHeader header;
@@ -76,9 +83,12 @@ struct HelloMsg {
   std::uint32_t pid;            // for status/logs only
   std::uint32_t device_backend; // device::BackendKind of the client (1 cuda, 2 hostsim)
   std::uint32_t reader;         // 2.1: which of the rank's `readers` this is (0 from 2.0)
-  std::uint8_t reserved[28];
+  std::uint32_t reserved0;
+  std::uint64_t start_position; // 2.4, with kHelloStartPosition: samples consumed by the whole world
+  std::uint8_t reserved[16];
 };
 static_assert(sizeof(HelloMsg) == 160);
+static_assert(offsetof(HelloMsg, start_position) == 136);
 static_assert(offsetof(HelloMsg, reader) == 128);
 static_assert(offsetof(HelloMsg, device_uuid) == 104);
 static_assert(offsetof(HelloMsg, device_backend) == 124);
