@@ -12,5 +12,6 @@ Command add_top(CLI::App& root);      // top.cpp
 Command add_preview(CLI::App& root);  // preview.cpp
 Command add_drain(CLI::App& root);    // jobs_cmd.cpp
 Command add_reload(CLI::App& root);   // jobs_cmd.cpp
+Command add_prepare(CLI::App& root);  // prepare_cmd.cpp
 
 }  // namespace stoker::ctl

@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
       },
       "print stokerctl's and the loaded libstoker's versions and exit");
   const std::vector<Command> commands = {add_consume(app), add_status(app),  add_top(app),
-                                         add_preview(app), add_drain(app), add_reload(app)};
+                                         add_preview(app), add_drain(app), add_reload(app), add_prepare(app)};
   app.footer("stokerctl COMMAND --help: that command's options");  // after them: subcommands copy the footer
 
   const auto usage_to_stderr = [&] {

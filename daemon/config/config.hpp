@@ -112,6 +112,11 @@ struct JobConfig {
   // RAM for finished samples of a deterministic pipeline (0: no cache); later epochs copy
   // them instead of reading and decoding.
   std::uint64_t cache_bytes = 0;
+  // decoded_store: {max_side, path, bytes}: images reduced to max_side (pipeline.store_max_side)
+  // kept in a file under `path` (store/decoded_store.hpp), at most `bytes` of it; 0: off.
+  std::uint32_t store_max_side = 0;
+  std::filesystem::path store_path;
+  std::uint64_t store_bytes = 0;
   // Read-ahead (key `read_ahead`): sample bytes fetched ahead of decode by `requests` reader
   // threads, holding at most about `bytes` (source/read_ahead.hpp); either 0: off.
   std::uint64_t read_ahead_bytes = std::uint64_t{64} << 20;

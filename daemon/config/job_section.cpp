@@ -94,6 +94,31 @@ void parse_cache(const Reader& r, const Value& v, JobConfig& job) {
   }
 }
 
+// decoded_store: {max_side: N, path: DIR, bytes: SIZE}: every image is reduced so its longer
+// side is at most max_side (part of the pipeline from epoch 0 on) and the reduced pixels are
+// kept under DIR, shared by the jobs of the same source and max_side. A client-defined job may
+// not name a folder stokerd writes (as quarantine).
+void parse_decoded_store(const Reader& r, const Value& v, const fs::path& base_dir, JobConfig& job) {
+  if (r.client_job()) {
+    r.fail(v, "a client-defined job cannot use a decoded store (stokerd writes its folder); define the job in "
+              "the server's config");
+  }
+  const Fields d(r, v, {"max_side", "path", "bytes"});
+  job.store_max_side = static_cast<std::uint32_t>(r.integer(d.need("max_side"), 16, 16384));
+  const Value& p = d.need("path");
+  const fs::path dir = r.string(p);
+  if (dir.empty()) r.fail(p, "must name a folder");
+  job.store_path = resolve(dir, base_dir);
+  job.store_bytes = r.bytes(d.need("bytes"), std::uint64_t{1} << 20, std::uint64_t{1} << 50);
+  const std::uint32_t longest = std::max(job.pipeline.out_width, job.pipeline.out_height);
+  if (job.store_max_side < longest) {
+    r.fail(d.need("max_side"), "max_side " + std::to_string(job.store_max_side) + " is below the output's " +
+                                   std::to_string(longest) + " px: every sample would be enlarged");
+  }
+  job.pipeline.store_max_side = job.store_max_side;
+  job.device_pipeline.store_max_side = job.store_max_side;
+}
+
 // read_ahead: {bytes: SIZE, requests: N} (either 0: off), or false to turn it off. The
 // defaults hold a few hundred typical JPEGs; requests is the most reads in flight per job.
 void parse_read_ahead(const Reader& r, const Value& v, JobConfig& job) {
@@ -191,7 +216,7 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
                         "consumers", "world_size",
                         "ranks", "node_rank", "local_world_size", "readers", "prefetch", "lease_timeout_s", "cache",
                         "weight", "workers", "on_error", "quarantine", "device", "device_normalize", "pipeline", "output",
-                        "mixup", "cutmix", "mix_switch_prob", "read_ahead"});
+                        "mixup", "cutmix", "mix_switch_prob", "read_ahead", "decoded_store"});
   JobConfig job;
   job.name = name;
   job.definition = YAML::Dump(j.node) + "\n# relative to " + base_dir.string();
@@ -254,6 +279,7 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
   parse_output(r, f, j, job);
   if (auto* v = f.get("cache")) parse_cache(r, *v, job);
   if (auto* v = f.get("read_ahead")) parse_read_ahead(r, *v, job);
+  if (auto* v = f.get("decoded_store")) parse_decoded_store(r, *v, base_dir, job);
   parse_mix(r, f, job);
   const std::uint64_t slot_bytes = job.pipeline.sample_bytes() * job.batch_size;
   if (slot_bytes > kMaxSlotBytes) {

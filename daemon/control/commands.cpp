@@ -1,6 +1,7 @@
 #include "control/commands.hpp"
 
 #include <algorithm>
+#include <thread>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -60,6 +61,25 @@ bool Commands::handle(Session& s, const std::uint8_t* data, std::size_t n) {
     drain_job(job, "drained by stokerctl drain from " + who);
     return reply(Json{{"ok", true}, {"job", name}, {"consumers", consumers}}.dump());
   }
+  if (op == "prepare") {
+    // Fills the job's decoded store ahead of training (stokerctl prepare); the progress is in
+    // status (decoded_store.prepare). Same peers as drain: it costs the daemon's CPU.
+    if (s.peer_uid != ::geteuid() && s.peer_uid != 0) {
+      return reply(reply_error("only stokerd's own user (uid " + std::to_string(::geteuid()) +
+                               ") or root may prepare a job's store"));
+    }
+    const std::string name = req.contains("job") && req["job"].is_string() ? req["job"].get<std::string>() : "";
+    Job* job = jobs_.serving(name);
+    if (job == nullptr) return reply(reply_error("no serving job '" + name + "'"));
+    const unsigned threads = req.contains("threads") && req["threads"].is_number_unsigned()
+                                 ? req["threads"].get<unsigned>()
+                                 : std::max(1u, std::thread::hardware_concurrency());
+    if (!job->start_prepare(threads)) {
+      return reply(reply_error("job '" + name + "' has no decoded_store (the job key decoded_store: {max_side, "
+                               "path, bytes})"));
+    }
+    return reply(Json{{"ok", true}, {"job", name}, {"samples", job->dataset().samples.size()}}.dump());
+  }
   if (op == "reload") {
     // Through the socket, never by a pid: a pid read from status names another process in
     // another PID namespace (stokerd as PID 1 of its container). Same peers as drain.
@@ -112,7 +132,7 @@ bool Commands::handle(Session& s, const std::uint8_t* data, std::size_t n) {
     return reply(
         Json{{"ok", true}, {"total", samples.size()}, {"offset", offset}, {"samples", std::move(page)}}.dump());
   }
-  return reply(reply_error("unknown command \"" + op + "\" (known: define_job, drain, reload, samples)"));
+  return reply(reply_error("unknown command \"" + op + "\" (known: define_job, drain, prepare, reload, samples)"));
 }
 
 void Commands::apply_loaded() {

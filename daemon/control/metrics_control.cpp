@@ -104,6 +104,28 @@ std::string Telemetry::metrics_text() const {
           [&](std::size_t i, const JobStats&) { return jobs[i]->failure() ? 1 : 0; });
   per_job("stoker_job_draining", "gauge", "1 while the job drains (reload, stokerctl drain).",
           [&](std::size_t i, const JobStats&) { return jobs[i]->draining() ? 1 : 0; });
+  // Decoded store (jobs that have one): this job's hits/misses, the shared store's size.
+  // (No family at all when no job has a store: /metrics stays as it was without the key.)
+  const bool any_store = std::any_of(jobs.begin(), jobs.end(), [](const Job* j) { return j->store_stats().has_value(); });
+  auto per_store = [&](const char* name, const char* type, const char* help, auto value) {
+    if (!any_store) return;
+    m.family(name, type, help);
+    for (const Job* j : jobs) {
+      if (auto d = j->store_stats()) m.sample(name, {{"job", j->name()}}, static_cast<double>(value(*d)));
+    }
+  };
+  per_store("stoker_job_decoded_store_hits_total", "counter", "Samples whose reduced pixels came from the decoded store.",
+            [](const job::JobStoreStats& d) { return d.hits; });
+  per_store("stoker_job_decoded_store_misses_total", "counter", "Samples decoded with a decoded store configured.",
+            [](const job::JobStoreStats& d) { return d.misses; });
+  per_store("stoker_job_decoded_store_entries", "gauge", "Entries in the job's decoded store.",
+            [](const job::JobStoreStats& d) { return d.store.entries; });
+  per_store("stoker_job_decoded_store_bytes", "gauge", "Size of the job's decoded store file.",
+            [](const job::JobStoreStats& d) { return d.store.bytes; });
+  per_store("stoker_job_decoded_store_rebuilt_total", "counter", "Broken store entries found and decoded again.",
+            [](const job::JobStoreStats& d) { return d.store.rebuilt; });
+  per_store("stoker_job_decoded_store_errors_total", "counter", "I/O errors on the decoded store.",
+            [](const job::JobStoreStats& d) { return d.store.errors; });
   // A mixture's sources (job key `sources:`): one sample per (job, source).
   std::vector<std::vector<job::MixtureSourceStatus>> mixes;
   for (const Job* j : jobs) mixes.push_back(j->mixture_status());

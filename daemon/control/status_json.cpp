@@ -172,6 +172,19 @@ std::string StatusReport::json() const {
       job["cache"] = {{"budget_bytes", c->budget_bytes}, {"used_bytes", c->used_bytes}, {"entries", c->entries},
                       {"hits", c->hits}, {"misses", c->misses}};
     }
+    if (auto d = j.store_stats()) {
+      // entries/bytes/errors are the shared store's (every job of the same source and max_side
+      // sees the same); hits/misses are this job's.
+      job["decoded_store"] = {{"file", d->file},           {"max_side", j.config().store_max_side},
+                              {"entries", d->store.entries}, {"bytes", d->store.bytes},
+                              {"budget_bytes", d->store.budget}, {"hits", d->hits},
+                              {"misses", d->misses},       {"rebuilt", d->store.rebuilt},
+                              {"errors", d->store.errors},  {"refused_full", d->store.refused_full},
+                              {"writes_off", d->store.writes_off},
+                              {"prepare", {{"running", d->preparing}, {"done", d->prepare_done},
+                                           {"stored", d->prepare_stored}, {"failed", d->prepare_failed},
+                                           {"total", d->total}}}};
+    }
     Json consumers = Json::array();
     for (const auto& rs : j.ring_status()) {
       Json c;

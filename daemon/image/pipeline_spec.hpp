@@ -38,6 +38,12 @@ struct PipelineSpec {
   // with a whole-image decode.
   bool webp_region_decode = true;
   DctScale dct_scale = DctScale::kAuto;
+  // decoded_store (job key decoded_store.max_side): every image is first reduced so that its
+  // longer side is at most this (a DCT-scaled JPEG decode, then an antialiased bicubic
+  // resize; never enlarged), and the geometry runs on the reduced image. Part of the
+  // pipeline's definition, so a sample gives the same pixels whether the reduced image came
+  // from the store or from a fresh decode. 0: no reduction (the original pipeline).
+  std::uint32_t store_max_side = 0;
 
   // geometry
   Geometry geometry = Geometry::kResizeCenterCrop;

@@ -101,8 +101,38 @@ struct SampleProcessor::Impl {
   OutputWriter writer;
   OutputWriter upright_writer;  // only used with colour steps
   std::vector<std::uint8_t> pixels, resampled, upright;
+  std::vector<std::uint8_t> reduced;  // reduce()'s output (the ReducedView it returns)
   ResampleScratch scratch;
   AxisTaps xt, yt;
+
+  // The steps after the resample (stored-orientation pixels in `resampled`, rw x rh): colour
+  // steps, orientation and flip, the write in the output's dtype and layout, random erasing.
+  void write_out(int rw, int rh, int orientation, const SamplePlan& plan, std::uint64_t seed, std::uint64_t epoch,
+                 std::uint64_t sample_id, void* out) {
+    if (spec.augment.empty()) {
+      writer.write(resampled.data(), rw, rh, orientation, plan.flip, out);
+    } else {
+      // Colour steps work on the upright image: orient and flip into HWC uint8 first, apply
+      // them, then write that with nothing left to orient. Their randomness has its own stream,
+      // so adding a colour step does not change the crops.
+      upright.resize(static_cast<std::size_t>(spec.out_width) * spec.out_height * 3);
+      upright_writer.write(resampled.data(), rw, rh, orientation, plan.flip, upright.data());
+      CounterRng color_rng(seed, epoch, sample_id, kStreamColor);
+      augment::apply_augment(spec.augment, upright.data(), static_cast<int>(spec.out_width), static_cast<int>(spec.out_height),
+                    color_rng);
+      writer.write(upright.data(), static_cast<int>(spec.out_width), static_cast<int>(spec.out_height), 1, false, out);
+    }
+    if (!spec.erase_output.empty()) {
+      // After normalize: erase in the output's own type and layout, values in normalized units.
+      CounterRng erase_rng(seed, epoch, sample_id, kStreamErasing);
+      const int w = static_cast<int>(spec.out_width), h = static_cast<int>(spec.out_height);
+      const auto kind = spec.dtype == proto::DType::kFloat16 ? augment::FloatKind::kFloat16 : augment::FloatKind::kFloat32;
+      for (const augment::ErasingParams& e : spec.erase_output) {
+        augment::erase_float(out, kind, spec.layout == proto::Layout::kNCHW, w, h, augment::erase_box(e, h, w, erase_rng),
+                             e, erase_rng);
+      }
+    }
+  }
 
   // Taps for a stored-orientation box at a decode scale (fx, fy) of a scaled_w x scaled_h image.
   // Nearest has no reduced decode (spec.reduced_decode()), so its scale is always 1: its taps
@@ -140,6 +170,17 @@ SampleResult SampleProcessor::process(std::span<const std::uint8_t> encoded, std
     r.error = SampleErrorKind::kUnsupported;
     r.reason = "empty file (0 bytes)";
     return r;
+  }
+  if (spec.store_max_side > 0) {
+    // The decoded-store pipeline: the reduced image is what the geometry sees, whether it
+    // comes from here or from the store (job/decoded_store.hpp).
+    ReducedView view;
+    r = reduce(encoded, view);
+    if (!r.ok()) return r;
+    SampleResult done = process_reduced(view, seed, epoch, sample_id, out);
+    done.format = r.format;
+    done.warnings += r.warnings;
+    return done;
   }
   Clock::time_point t = Clock::now();
   const ImageFormat format = sniff(encoded);
@@ -269,33 +310,125 @@ SampleResult SampleProcessor::process(std::span<const std::uint8_t> encoded, std
     resample_rgb(m.pixels.data(), static_cast<int>(W) * 3, 0, 0, m.xt, m.yt, m.resampled.data(), m.scratch, pil_order);
   }
   if (breakdown) breakdown->resize_s += seconds_since(t);
-  if (spec.augment.empty()) {
-    m.writer.write(m.resampled.data(), rw, rh, orientation, plan.flip, out);
-  } else {
-    // Colour steps work on the upright image: orient and flip into HWC uint8 first, apply
-    // them, then write that with nothing left to orient. Their randomness has its own stream,
-    // so adding a colour step does not change the crops.
-    m.upright.resize(static_cast<std::size_t>(spec.out_width) * spec.out_height * 3);
-    m.upright_writer.write(m.resampled.data(), rw, rh, orientation, plan.flip, m.upright.data());
-    CounterRng color_rng(seed, epoch, sample_id, kStreamColor);
-    augment::apply_augment(spec.augment, m.upright.data(), static_cast<int>(spec.out_width), static_cast<int>(spec.out_height),
-                  color_rng);
-    m.writer.write(m.upright.data(), static_cast<int>(spec.out_width), static_cast<int>(spec.out_height), 1, false, out);
-  }
-  if (!spec.erase_output.empty()) {
-    // After normalize: erase in the output's own type and layout, values in normalized units.
-    CounterRng erase_rng(seed, epoch, sample_id, kStreamErasing);
-    const int w = static_cast<int>(spec.out_width), h = static_cast<int>(spec.out_height);
-    const auto kind = spec.dtype == proto::DType::kFloat16 ? augment::FloatKind::kFloat16 : augment::FloatKind::kFloat32;
-    for (const augment::ErasingParams& e : spec.erase_output) {
-      augment::erase_float(out, kind, spec.layout == proto::Layout::kNCHW, w, h, augment::erase_box(e, h, w, erase_rng),
-                           e, erase_rng);
-    }
-  }
+  m.write_out(rw, rh, orientation, plan, seed, epoch, sample_id, out);
   if (breakdown) {
     breakdown->write_s += seconds_since(t);
     breakdown->samples++;
   }
+  return r;
+}
+
+namespace {
+
+// Size of a w x h image whose longer side becomes at most max_side (aspect kept, each side at
+// least 1; never enlarged).
+void reduced_size(std::uint32_t w, std::uint32_t h, std::uint32_t max_side, std::uint32_t& rw, std::uint32_t& rh) {
+  const std::uint32_t longer = std::max(w, h);
+  if (longer <= max_side) {
+    rw = w;
+    rh = h;
+    return;
+  }
+  const double f = static_cast<double>(max_side) / longer;
+  rw = w >= h ? max_side : std::max<std::uint32_t>(1, static_cast<std::uint32_t>(std::lround(w * f)));
+  rh = h > w ? max_side : std::max<std::uint32_t>(1, static_cast<std::uint32_t>(std::lround(h * f)));
+}
+
+}  // namespace
+
+SampleResult SampleProcessor::reduce(std::span<const std::uint8_t> encoded, ReducedView& out) {
+  Impl& m = *impl_;
+  const PipelineSpec& spec = m.spec;
+  const std::uint32_t max_side = spec.store_max_side;
+  SampleResult r;
+  if (encoded.empty()) {
+    r.error = SampleErrorKind::kUnsupported;
+    r.reason = "empty file (0 bytes)";
+    return r;
+  }
+  const ImageFormat format = sniff(encoded);
+  r.format = format;
+  if (format == ImageFormat::kUnknown) {
+    r.error = SampleErrorKind::kUnsupported;
+    r.reason = describe_unknown(encoded);
+    return r;
+  }
+  std::uint32_t W = 0, H = 0;  // decoded size (a JPEG's at its DCT scale)
+  int orientation = 1;
+  int stride = 0, win_x = 0, win_y = 0;
+  if (format == ImageFormat::kJpeg) {
+    JpegHeader h;
+    if (!m.jpeg.read_header(encoded, spec.strict, h, r)) return r;
+    if (static_cast<std::uint64_t>(h.width) * h.height > spec.max_pixels) {
+      r.error = SampleErrorKind::kTooLarge;
+      r.reason = "JPEG header claims " + std::to_string(h.width) + "x" + std::to_string(h.height) +
+                 " pixels, above max_pixels " + std::to_string(spec.max_pixels);
+      return r;
+    }
+    orientation = h.orientation;
+    // The smallest DCT scale (1/8, 1/4, 1/2, 1) whose longer side still reaches max_side, so
+    // the resize below only ever reduces by less than 2x from real decoded pixels.
+    int k = 8;
+    for (int c : {1, 2, 4}) {
+      if (std::max(JpegDecoder::scaled(h.width, c), JpegDecoder::scaled(h.height, c)) >= max_side) {
+        k = c;
+        break;
+      }
+    }
+    W = JpegDecoder::scaled(h.width, k);
+    H = JpegDecoder::scaled(h.height, k);
+    const JpegWindow win{k, 0, 0, static_cast<int>(W), static_cast<int>(H)};
+    if (!m.jpeg.decode(win, m.pixels, stride, win_x, win_y, r)) return r;
+  } else if (format == ImageFormat::kPng) {
+    if (!decode_png(encoded, spec.max_pixels, m.pixels, W, H, r)) return r;
+    stride = static_cast<int>(W) * 3;
+  } else {
+    OtherFormat other = OtherFormat::kBmp;
+    sniff_other(encoded, other);
+    if (!decode_other(other, encoded, spec.max_pixels, m.pixels, W, H, orientation, r)) return r;
+    stride = static_cast<int>(W) * 3;
+  }
+  std::uint32_t rw = 0, rh = 0;
+  reduced_size(W, H, max_side, rw, rh);
+  m.reduced.resize(static_cast<std::size_t>(rw) * rh * 3);
+  if (rw == W && rh == H) {
+    for (std::uint32_t y = 0; y < H; ++y) {
+      std::memcpy(m.reduced.data() + static_cast<std::size_t>(y) * W * 3,
+                  m.pixels.data() + static_cast<std::size_t>(y) * stride,
+                  static_cast<std::size_t>(W) * 3);
+    }
+  } else {
+    // PIL's Image.resize(BICUBIC) with its antialiasing support (torchvision's Resize on a
+    // PIL image): the whole image onto rw x rh.
+    compute_taps(0.0, W, static_cast<int>(rw), 0, static_cast<int>(W), m.xt, ResizeFilter::kBicubic);
+    compute_taps(0.0, H, static_cast<int>(rh), 0, static_cast<int>(H), m.yt, ResizeFilter::kBicubic);
+    resample_rgb(m.pixels.data(), stride, win_x, win_y, m.xt, m.yt, m.reduced.data(), m.scratch, true);
+  }
+  out.pixels = m.reduced.data();
+  out.width = rw;
+  out.height = rh;
+  out.orientation = orientation;
+  return r;
+}
+
+SampleResult SampleProcessor::process_reduced(const ReducedView& image, std::uint64_t seed, std::uint64_t epoch,
+                                              std::uint64_t sample_id, void* out) {
+  Impl& m = *impl_;
+  const PipelineSpec& spec = m.spec;
+  SampleResult r;
+  const std::uint32_t W = image.width, H = image.height;
+  const int orientation = spec.apply_exif_orientation ? image.orientation : 1;
+  CounterRng rng(seed, epoch, sample_id, kStreamAugment);
+  const bool swap = swaps_axes(orientation);
+  const SamplePlan plan = plan_sample(spec, swap ? H : W, swap ? W : H, rng);
+  const bool pil_order = spec.filter == ResizeFilter::kBicubic && !swap;
+  const int rw = static_cast<int>(swap ? spec.out_height : spec.out_width);
+  const int rh = static_cast<int>(swap ? spec.out_width : spec.out_height);
+  const SourceBox sbox = to_stored(plan.box, orientation, W, H);
+  m.taps_for(sbox, 1.0, 1.0, rw, rh, static_cast<int>(W), static_cast<int>(H), plan, orientation);
+  m.resampled.resize(static_cast<std::size_t>(rw) * rh * 3);
+  resample_rgb(image.pixels, static_cast<int>(W) * 3, 0, 0, m.xt, m.yt, m.resampled.data(), m.scratch, pil_order);
+  m.write_out(rw, rh, orientation, plan, seed, epoch, sample_id, out);
   return r;
 }
 

@@ -158,6 +158,7 @@ Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset datase
                  fit < dataset_.samples.size() ? " (the first ones decoded are kept; nothing is evicted)" : "");
   }
   quarantined_count_ = skipped;
+  if (cfg.store_max_side > 0) open_store();
 
   for (std::uint32_t r = 0; r < cfg.consumers; ++r) {
     RingMemory memory;
@@ -180,7 +181,10 @@ Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset datase
   start_reading();
 }
 
-Job::~Job() = default;
+Job::~Job() {
+  prepare_stop_.store(true);
+  for (std::thread& t : prepare_threads_) t.join();
+}
 
 bool Job::restore_layout() { return segment_->restore_layout(); }
 
@@ -288,6 +292,8 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
                         static_cast<std::uint64_t>(item.position) * cfg_.pipeline.sample_bytes();
     if (cache_ && cache_->get(id, out)) {
       // Finished earlier (a deterministic pipeline gives the same bytes every epoch).
+    } else if (store_) {
+      run_stored(item, id, epoch, processor, file_buffer, out, result);
     } else if (read_sample(item, id, file_buffer, result)) {
       result = processor.process(file_buffer, cfg_.pixel_seed(), epoch, draw_id, out);
       if (formats_.record(id, result.format)) {

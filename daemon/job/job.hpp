@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -37,10 +38,22 @@
 #include "sampler/mixture.hpp"
 #include "source/dataset.hpp"
 #include "source/sample_reader.hpp"
+#include "store/decoded_store.hpp"
 #include "stoker/proto/control.hpp"
 #include "stoker/proto/layout.hpp"
 
 namespace stoker::job {
+
+// The decoded store as one job sees it: its own hits and misses, the shared store's figures.
+struct JobStoreStats {
+  std::uint64_t hits = 0;    // samples whose reduced pixels came from the store
+  std::uint64_t misses = 0;  // samples decoded (not stored, changed on disk, broken, or no room)
+  store::StoreStats store;
+  std::string file;
+  // `stokerctl prepare`: samples looked at (already stored or decoded now) of `total`.
+  bool preparing = false;
+  std::uint64_t prepare_done = 0, prepare_stored = 0, prepare_failed = 0, total = 0;
+};
 
 struct JobStats {
   std::uint64_t samples_ok = 0;
@@ -150,6 +163,11 @@ class Job {
   std::optional<SampleCacheStats> cache_stats() const {
     return cache_ ? std::optional<SampleCacheStats>(cache_->stats()) : std::nullopt;
   }
+  // `stokerctl prepare`: fills the decoded store with every sample not stored yet, on
+  // `threads` threads of its own (a no-op while a fill runs). false without a store.
+  bool start_prepare(unsigned threads);
+  // The decoded store's figures (`decoded_store: {...}`), when the job has one.
+  std::optional<JobStoreStats> store_stats() const;
   std::vector<RingStatus> ring_status() const;
   // Seconds worker threads spent waiting for sample bytes (reads, read-ahead, retries).
   double read_wait_s() const { return static_cast<double>(read_wait_ns_.load()) * 1e-9; }
@@ -168,6 +186,11 @@ class Job {
   // The ring of a global rank the caller checked with serves().
   Ring& ring_of(std::uint32_t rank) { return *rings_.at(rank - cfg_.first_rank); }
   void record_error(std::uint64_t id, const image::SampleResult& r);
+  // The sample through the decoded store (job_store.cpp): its reduced pixels from the store,
+  // or read, reduced, stored, then processed; `result` as read_sample/process set it.
+  void run_stored(const WorkItem& item, std::uint32_t id, std::uint64_t epoch, image::SampleProcessor& processor,
+                  std::vector<std::uint8_t>& file_buffer, std::uint8_t* out, image::SampleResult& result);
+  void open_store();
   // Fills or compacts the places of bad samples (on_error); returns the count to publish.
   std::uint32_t settle_bad_samples(std::uint32_t ring, const SlotBatch& batch);
   // MixUp/CutMix of a batch whose samples are all done (job/batch_mix.hpp), called by the
@@ -209,6 +232,8 @@ class Job {
   std::unique_ptr<Segment> segment_;
   std::unique_ptr<Quarantine> quarantine_;
   std::unique_ptr<SampleCache> cache_;  // null without `cache:`
+  std::shared_ptr<store::DecodedStore> store_;  // null without `decoded_store:`; shared with other jobs
+  std::atomic<std::uint64_t> store_hits_{0}, store_misses_{0};
   // By sample id: files listed at start or found bad while running; later epochs skip them.
   std::unique_ptr<std::atomic<std::uint8_t>[]> quarantined_;
   std::atomic<std::size_t> quarantined_count_{0};
@@ -241,6 +266,13 @@ class Job {
   std::unique_ptr<source::ReadAhead> read_ahead_;          // null with read-ahead off
   std::atomic<std::uint64_t> read_wait_ns_{0};
   std::atomic<std::uint64_t> bytes_read_{0};       // JobStats::bytes_read (no lock per read)
+  // `stokerctl prepare` (job_store.cpp): threads filling the decoded store, each taking the next
+  // sample id; joined by ~Job before any member they use goes.
+  std::vector<std::thread> prepare_threads_;
+  std::atomic<bool> prepare_stop_{false}, preparing_{false};
+  std::atomic<std::uint64_t> prepare_next_{0}, prepare_done_{0}, prepare_stored_{0}, prepare_failed_{0};
+  std::atomic<std::uint32_t> prepare_running_{0};
+  void prepare_loop();
 };
 
 }  // namespace stoker::job

@@ -53,6 +53,9 @@ std::uint64_t Job::read_key(const WorkItem& item) const {
 
 void Job::want_read(const WorkItem& item, std::uint32_t id) {
   if (!read_ahead_ || quarantined_[id].load() != 0) return;
+  // Likely a store hit, which reads no file bytes: not fetched ahead (if the file changed since,
+  // the worker reads it itself).
+  if (store_ && store_->has_path(dataset_.path(id))) return;
   read_ahead_->want(read_key(item), item.generation, id);
 }
 

@@ -34,7 +34,7 @@ TEST_CASE("stokerctl COMMAND --help lists each of that command's options with wh
 
   // The top level lists the commands.
   REQUIRE(run_program({bin("stokerctl"), "--help"}, out) == 0);
-  for (const char* cmd : {"consume", "status", "top", "preview", "drain", "reload"}) {
+  for (const char* cmd : {"consume", "status", "top", "preview", "drain", "reload", "prepare"}) {
     CHECK_THAT(out, Contains(std::string("\n  ") + cmd + " "));
   }
 }

@@ -63,6 +63,12 @@ catch_discover_tests(device_test TEST_PREFIX "cuda-emu/" EXTRA_ARGS -w NoTests -
 stoker_discovered_tests_properties(device_test_EMU LABELS integration device device-emu
   ENVIRONMENT ${STOKER_CUDA_EMU_ENV})
 
+# The decoded store (issue 26): cold/warm/restart/worker counts, sharing, faults.
+stoker_add_test(decoded_store_serve_test LABEL integration
+  SOURCES integration/decoded_store_serve_test.cpp
+  LIBS stoker_daemon_fixture stoker::client stoker::proto)
+add_dependencies(decoded_store_serve_test stokerd stokerctl)
+
 # Weighted mixtures of sources (`sources:`, issue #25): a real stokerd serving one.
 stoker_add_test(mixture_serve_test LABEL integration
   SOURCES integration/mixture_serve_test.cpp

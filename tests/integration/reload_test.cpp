@@ -247,7 +247,7 @@ TEST_CASE("malformed commands get a clear refusal and the daemon keeps serving",
   };
   CHECK_THAT(refusal("not json {"), Catch::Contains("a command is a JSON object with a string \"op\""));
   CHECK_THAT(refusal("{\"op\": 5}"), Catch::Contains("string \"op\""));
-  CHECK_THAT(refusal("{\"op\": \"explode\"}"), Catch::Contains("unknown command \"explode\" (known: define_job, drain, reload, samples)"));
+  CHECK_THAT(refusal("{\"op\": \"explode\"}"), Catch::Contains("unknown command \"explode\" (known: define_job, drain, prepare, reload, samples)"));
   CHECK_THAT(refusal("{\"op\": \"define_job\"}"), Catch::Contains("needs \"config\""));
   CHECK_THAT(refusal("{\"op\": \"define_job\", \"config\": \"jobs: [\"}"), Catch::Contains("<job defined by client"));
   CHECK_THAT(refusal("{\"op\": \"samples\", \"job\": \"nosuch\"}"), Catch::Contains("no serving job 'nosuch'"));

@@ -150,6 +150,14 @@ TEST_CASE("a client's job text may not choose stokerd's files nor read its envir
     CHECK(e.key_path() == "jobs.j.quarantine");
     CHECK_THAT(e.what(), Catch::Contains("<client>:6:") && Catch::Contains("cannot choose its quarantine file"));
   }
+  try {
+    // Nor a folder stokerd writes its decoded store into (#26).
+    config::parse_client_job(job + "    decoded_store: {max_side: 64, path: /etc, bytes: 1GiB}\n", "<client>");
+    FAIL("a client chose a decoded store folder");
+  } catch (const config::ConfigError& e) {
+    CHECK(e.key_path() == "jobs.j.decoded_store");
+    CHECK_THAT(e.what(), Catch::Contains("<client>:6:") && Catch::Contains("cannot use a decoded store"));
+  }
   ::setenv("STOKER_UNIT_SECRET", "s3cr3t", 1);
   std::string with_var = job;
   with_var.replace(with_var.find(dir.path().string()), dir.path().string().size(),

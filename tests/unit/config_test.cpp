@@ -758,6 +758,35 @@ TEST_CASE("config: cache takes a size with a binary unit, only for a determinist
   CHECK_THAT(refusal(train_job("    cache: {bytes: 1GiB}\n", val + "      - horizontal_flip: {p: 0.5}\n")), Contains("has horizontal_flip"));
 }
 
+TEST_CASE("config: decoded_store takes max_side, path and bytes, bad values refused at file:line (#26)",
+          "[config][decoded_store]") {
+  const auto off = parse(train_job()).jobs.at(0);
+  CHECK(off.store_max_side == 0);
+  CHECK(off.pipeline.store_max_side == 0);
+  const auto on = parse(train_job("    decoded_store: {max_side: 320, path: store, bytes: 200GiB}\n")).jobs.at(0);
+  CHECK(on.store_max_side == 320);
+  CHECK(on.pipeline.store_max_side == 320);  // the reduction is part of the pipeline
+  CHECK(on.store_bytes == std::uint64_t{200} << 30);
+  CHECK(on.store_path == std::filesystem::path(kBase) / "store");
+  CHECK(parse(train_job("    decoded_store: {max_side: 256, path: /s, bytes: 512MiB}\n")).jobs.at(0).store_bytes ==
+        std::uint64_t{512} << 20);
+  CHECK(refusal(train_job("    decoded_store: {max_side: 320, path: /s, bytes: 2GB}\n")) ==
+        "test.yaml:5:53: jobs.train.decoded_store.bytes: expected a size in bytes: an integer, or one with KiB, MiB, "
+        "GiB or TiB (e.g. 8GiB), got '2GB'");
+  CHECK_THAT(refusal(train_job("    decoded_store: {max_side: 8, path: /s, bytes: 1GiB}\n")),
+             StartsWith("test.yaml:5:31: jobs.train.decoded_store.max_side:"));
+  CHECK_THAT(refusal(train_job("    decoded_store: {max_side: 200, path: /s, bytes: 1GiB}\n")),
+             StartsWith("test.yaml:5:31: jobs.train.decoded_store.max_side: max_side 200 is below the output's 224"));
+  CHECK_THAT(refusal(train_job("    decoded_store: {max_side: 320, bytes: 1GiB}\n")),
+             StartsWith("test.yaml:5:20: jobs.train.decoded_store") && Contains("path"));
+  CHECK_THAT(refusal(train_job("    decoded_store: {max_side: 320, path: \"\", bytes: 1GiB}\n")),
+             StartsWith("test.yaml:5:42: jobs.train.decoded_store.path: must name a folder"));
+  CHECK_THAT(refusal(train_job("    decoded_store: {max_side: 320, path: /s, bytes: 1KiB}\n")),
+             StartsWith("test.yaml:5:53: jobs.train.decoded_store.bytes: must be between 1048576"));
+  CHECK_THAT(refusal(train_job("    decoded_store: {max_side: 320, path: /s, bytes: 1GiB, mode: raw}\n")),
+             Contains("jobs.train.decoded_store.mode: unknown key (allowed: max_side, path, bytes)"));
+}
+
 TEST_CASE("config: read_ahead takes bytes and requests (on by default), false or a 0 turns it off, bad values "
           "refused at file:line", "[config][read_ahead]") {
   const auto plain = parse(train_job()).jobs.at(0);

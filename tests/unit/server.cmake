@@ -26,3 +26,9 @@ stoker_add_test(instance_lock_test LABEL unit
 stoker_add_test(ring_test LABEL unit
   SOURCES unit/ring_test.cpp
   LIBS stoker_job)
+
+# The decoded store's file format (store/decoded_store.hpp): reopen, checksums, torn tail,
+# budget, read and write errors (issue 26).
+stoker_add_test(decoded_store_test LABEL unit
+  SOURCES unit/decoded_store_test.cpp
+  LIBS stoker_store stoker_daemon_fixture)
