@@ -308,10 +308,14 @@ class CudaDriverBackend final : public Backend {
     std::string why;
     if (Scope s(*this, device, why); s.ok) api_.cuEventDestroy(event(e));
   }
-  bool copy_to_host(int device, StreamId st, void* dst, const void* src, std::size_t bytes, std::string& why) override {
+  base::Status copy_to_host(int device, StreamId st, void* dst, const void* src, std::size_t bytes) override {
+    std::string why;
     Scope s(*this, device, why);
-    return s.ok && check(api_.cuMemcpyDtoHAsync(dst, dptr(src), bytes, stream(st)), "cuMemcpyDtoHAsync", why) &&
-           check(api_.cuStreamSynchronize(stream(st)), "cuStreamSynchronize", why);
+    if (s.ok && check(api_.cuMemcpyDtoHAsync(dst, dptr(src), bytes, stream(st)), "cuMemcpyDtoHAsync", why) &&
+        check(api_.cuStreamSynchronize(stream(st)), "cuStreamSynchronize", why)) {
+      return {};
+    }
+    return base::Status::error(why);
   }
 
  private:

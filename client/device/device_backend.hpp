@@ -132,8 +132,8 @@ class Backend {
   virtual void close_event(int device, EventId e) = 0;
   // Blocking copy of device bytes to host memory, ordered after `s`'s work (stokerctl --dump,
   // the simulated Loader).
-  virtual bool copy_to_host(int device, StreamId s, void* dst, const void* src, std::size_t bytes,
-                            std::string& why) = 0;
+  virtual base::Status copy_to_host(int device, StreamId s, void* dst, const void* src,
+                                    std::size_t bytes) = 0;
   // Whether device pointers can be read by the CPU (hostsim: yes; cuda: no).
   virtual bool host_addressable() const = 0;
 

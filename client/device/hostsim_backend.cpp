@@ -492,14 +492,11 @@ class HostSimBackend final : public Backend {
     close_opened(event_header(e), "an interprocess event");
   }
 
-  bool copy_to_host(int device, StreamId s, void* dst, const void* src, std::size_t bytes,
-                    std::string& why) override {
-    if (base::Status st = synchronize_stream(device, s); !st) {
-      why = st.message();
-      return false;
-    }
+  base::Status copy_to_host(int device, StreamId s, void* dst, const void* src,
+                            std::size_t bytes) override {
+    if (base::Status st = synchronize_stream(device, s); !st) return st;
     std::memcpy(dst, src, bytes);
-    return true;
+    return {};
   }
 
   bool host_addressable() const override { return true; }

@@ -121,14 +121,13 @@ base::Status DeviceMapping::release(std::uint32_t slot, device::StreamId stream)
 base::Status DeviceMapping::copy_to_host(std::uint32_t slot, std::uint32_t count, void* images_out,
                                          void* labels_out, device::StreamId stream) {
   if (count > batch_size_) count = batch_size_;
-  std::string why;
-  if (images_out != nullptr &&
-      !backend_->copy_to_host(ordinal_, stream, images_out, images(slot), image_bytes_ * count, why)) {
-    return base::Status::error(std::move(why));
+  if (images_out != nullptr) {
+    if (base::Status s = backend_->copy_to_host(ordinal_, stream, images_out, images(slot), image_bytes_ * count); !s) {
+      return s;
+    }
   }
-  if (labels_out != nullptr &&
-      !backend_->copy_to_host(ordinal_, stream, labels_out, labels(slot), label_bytes_ * count, why)) {
-    return base::Status::error(std::move(why));
+  if (labels_out != nullptr) {
+    return backend_->copy_to_host(ordinal_, stream, labels_out, labels(slot), label_bytes_ * count);
   }
   return {};
 }

@@ -340,7 +340,7 @@ TEST_CASE("cuda-emu streams run later, so a missing stream wait reads stale byte
       b->copy_to_device(sa, buf, 0, pattern.data(), n, why);
       (void)b->record(0, done, sa);
       if (wait) (void)b->stream_wait(0, sb, done);
-      if (!b->copy_to_host(0, sb, back.data(), buf.ptr, n, why)) return say(why);
+      if (auto st = b->copy_to_host(0, sb, back.data(), buf.ptr, n); !st) return say(st.message());
       (void)b->synchronize_stream(0, sa);
       b->destroy_event(0, done);
       b->free(buf);

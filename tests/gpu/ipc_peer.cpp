@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   }
   if (auto st = b->stream_wait(ordinal, s, ready); !st) return fail(st.message());
   std::vector<std::uint8_t> host(bytes);
-  if (!b->copy_to_host(ordinal, s, host.data(), ptr, bytes, why)) return fail(why);
+  if (auto st = b->copy_to_host(ordinal, s, host.data(), ptr, bytes); !st) return fail(st.message());
   std::size_t wrong = 0;
   for (std::size_t i = 0; i < bytes; ++i) wrong += host[i] != gputest::pattern_byte(i);
   if (auto st = b->record(ordinal, release, s); !st) return fail(st.message());

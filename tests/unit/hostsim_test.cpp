@@ -99,7 +99,7 @@ TEST_CASE("hostsim: memory and events cross processes - waits order work", "[uni
       std::_Exit(3);
     }
     std::vector<std::uint8_t> got(4096);
-    if (!peer->copy_to_host(1, kDefaultStream, got.data(), p, got.size(), w)) std::_Exit(4);
+    if (!peer->copy_to_host(1, kDefaultStream, got.data(), p, got.size()).ok()) std::_Exit(4);
     for (std::size_t i = 0; i < got.size(); ++i) {
       if (got[i] != static_cast<std::uint8_t>(i * 7)) std::_Exit(5);
     }
