@@ -47,11 +47,11 @@ class CudaDriverBackend final : public Backend {
   }
   bool host_addressable() const override { return false; }
 
-  bool can_normalize(std::string& why) const override {
-    if (kernel_image_ != nullptr) return true;
-    why = "this stokerd was built without the CUDA toolkit, so it has no normalize kernel "
-          "(rebuild with nvcc, or set device_normalize: false)";
-    return false;
+  base::Status can_normalize() const override {
+    if (kernel_image_ != nullptr) return {};
+    return base::Status::error(
+        "this stokerd was built without the CUDA toolkit, so it has no normalize kernel "
+        "(rebuild with nvcc, or set device_normalize: false)");
   }
 
   std::vector<DeviceInfo> devices(std::string& why) override {
@@ -133,21 +133,31 @@ class CudaDriverBackend final : public Backend {
     if (Scope s(*this, device, why); s.ok) api_.cuStreamDestroy(stream(st));
   }
 
-  bool record(int device, EventId e, StreamId st, std::string& why) override {
+  base::Status record(int device, EventId e, StreamId st) override {
+    std::string why;
     Scope s(*this, device, why);
-    return s.ok && check(api_.cuEventRecord(event(e), stream(st)), "cuEventRecord", why);
+    if (s.ok && check(api_.cuEventRecord(event(e), stream(st)), "cuEventRecord", why)) return {};
+    return base::Status::error(why);
   }
-  bool stream_wait(int device, StreamId st, EventId e, std::string& why) override {
+  base::Status stream_wait(int device, StreamId st, EventId e) override {
+    std::string why;
     Scope s(*this, device, why);
-    return s.ok && check(api_.cuStreamWaitEvent(stream(st), event(e), 0), "cuStreamWaitEvent", why);
+    if (s.ok && check(api_.cuStreamWaitEvent(stream(st), event(e), 0), "cuStreamWaitEvent", why)) {
+      return {};
+    }
+    return base::Status::error(why);
   }
-  bool synchronize_stream(int device, StreamId st, std::string& why) override {
+  base::Status synchronize_stream(int device, StreamId st) override {
+    std::string why;
     Scope s(*this, device, why);
-    return s.ok && check(api_.cuStreamSynchronize(stream(st)), "cuStreamSynchronize", why);
+    if (s.ok && check(api_.cuStreamSynchronize(stream(st)), "cuStreamSynchronize", why)) return {};
+    return base::Status::error(why);
   }
-  bool synchronize_event(int device, EventId e, std::string& why) override {
+  base::Status synchronize_event(int device, EventId e) override {
+    std::string why;
     Scope s(*this, device, why);
-    return s.ok && check(api_.cuEventSynchronize(event(e)), "cuEventSynchronize", why);
+    if (s.ok && check(api_.cuEventSynchronize(event(e)), "cuEventSynchronize", why)) return {};
+    return base::Status::error(why);
   }
   bool event_done(int device, EventId e) override {
     std::string why;
@@ -157,9 +167,10 @@ class CudaDriverBackend final : public Backend {
     return !s.ok || api_.cuEventQuery(event(e)) != CUDA_ERROR_NOT_READY;
   }
 
-  bool register_host(int device, void* p, std::size_t bytes, bool read_only, std::string& why) override {
+  base::Status register_host(int device, void* p, std::size_t bytes, bool read_only) override {
+    std::string why;
     Scope s(*this, device, why);
-    if (!s.ok) return false;
+    if (!s.ok) return base::Status::error(why);
     unsigned flags = kHostRegisterPortable;
     if (read_only && s.state->read_only_register) flags |= kHostRegisterReadOnly;
     CUresult r = api_.cuMemHostRegister(p, bytes, flags);
@@ -167,11 +178,11 @@ class CudaDriverBackend final : public Backend {
     if (r != CUDA_SUCCESS && (flags & kHostRegisterReadOnly) == 0 && read_only) {
       r = api_.cuMemHostRegister(p, bytes, flags | kHostRegisterReadOnly);
     }
-    if (r == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED) return true;  // someone else owns it
-    if (!check(r, "cuMemHostRegister", why)) return false;
+    if (r == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED) return {};  // someone else owns it
+    if (!check(r, "cuMemHostRegister", why)) return base::Status::error(why);
     base::MutexLock lock(mu_);
     registered_.insert(p);
-    return true;
+    return {};
   }
   void unregister_host(int device, void* p) override {
     {
@@ -245,7 +256,11 @@ class CudaDriverBackend final : public Backend {
     }
     if (elems == 0) return true;
     Scope s(*this, dst.device, why);
-    if (!s.ok || !can_normalize(why)) return false;
+    if (!s.ok) return false;
+    if (base::Status can = can_normalize(); !can) {
+      why = can.message();
+      return false;
+    }
     CUfunction fn = nullptr;
     CUdeviceptr table = 0;
     if (!kernel_for(*s.state, spec, fn, table, why)) return false;
@@ -293,10 +308,14 @@ class CudaDriverBackend final : public Backend {
     std::string why;
     if (Scope s(*this, device, why); s.ok) api_.cuEventDestroy(event(e));
   }
-  bool copy_to_host(int device, StreamId st, void* dst, const void* src, std::size_t bytes, std::string& why) override {
+  base::Status copy_to_host(int device, StreamId st, void* dst, const void* src, std::size_t bytes) override {
+    std::string why;
     Scope s(*this, device, why);
-    return s.ok && check(api_.cuMemcpyDtoHAsync(dst, dptr(src), bytes, stream(st)), "cuMemcpyDtoHAsync", why) &&
-           check(api_.cuStreamSynchronize(stream(st)), "cuStreamSynchronize", why);
+    if (s.ok && check(api_.cuMemcpyDtoHAsync(dst, dptr(src), bytes, stream(st)), "cuMemcpyDtoHAsync", why) &&
+        check(api_.cuStreamSynchronize(stream(st)), "cuStreamSynchronize", why)) {
+      return {};
+    }
+    return base::Status::error(why);
   }
 
  private:

@@ -35,6 +35,8 @@
 #include <string>
 #include <vector>
 
+#include "stoker/base/status.hpp"
+
 namespace stoker::device {
 
 // Bytes that let another process open an allocation or an event (cudaIpcMemHandle_t and
@@ -86,7 +88,7 @@ class Backend {
   // What the daemon logs at start beside the device list ("CUDA driver 12.8").
   virtual std::string version() const { return {}; }
   // Whether normalize() can run here (a stokerd built without nvcc has no kernel); else why.
-  virtual bool can_normalize(std::string& why) const { (void)why; return true; }
+  virtual base::Status can_normalize() const { return {}; }
 
   // --- both sides ---
   // Devices this process sees, without creating any context.
@@ -96,18 +98,18 @@ class Backend {
   virtual bool open_device(int device, std::string& why) = 0;
   virtual bool create_stream(int device, StreamId& out, std::string& why) = 0;
   virtual void destroy_stream(int device, StreamId s) = 0;
-  virtual bool record(int device, EventId e, StreamId s, std::string& why) = 0;
-  virtual bool stream_wait(int device, StreamId s, EventId e, std::string& why) = 0;
+  virtual base::Status record(int device, EventId e, StreamId s) = 0;
+  virtual base::Status stream_wait(int device, StreamId s, EventId e) = 0;
   // Host waits (off the hot paths: teardown, tests, the simulated Loader).
-  virtual bool synchronize_stream(int device, StreamId s, std::string& why) = 0;
-  virtual bool synchronize_event(int device, EventId e, std::string& why) = 0;
+  virtual base::Status synchronize_stream(int device, StreamId s) = 0;
+  virtual base::Status synchronize_event(int device, EventId e) = 0;
   // true when the event's last record has completed (or it was never recorded).
   virtual bool event_done(int device, EventId e) = 0;
   // Page-locks [p, p + bytes) for asynchronous copies (the job's segment in stokerd; a
   // trainer's mapped ring for pin_memory), in `device`'s context (an opened device: never a
   // context on a GPU nobody named); portable: usable from every device's context, so a range is
   // registered once. `read_only`: the device only reads it.
-  virtual bool register_host(int device, void* p, std::size_t bytes, bool read_only, std::string& why) = 0;
+  virtual base::Status register_host(int device, void* p, std::size_t bytes, bool read_only) = 0;
   virtual void unregister_host(int device, void* p) = 0;
 
   // --- exporter (stokerd) ---
@@ -130,8 +132,8 @@ class Backend {
   virtual void close_event(int device, EventId e) = 0;
   // Blocking copy of device bytes to host memory, ordered after `s`'s work (stokerctl --dump,
   // the simulated Loader).
-  virtual bool copy_to_host(int device, StreamId s, void* dst, const void* src, std::size_t bytes,
-                            std::string& why) = 0;
+  virtual base::Status copy_to_host(int device, StreamId s, void* dst, const void* src,
+                                    std::size_t bytes) = 0;
   // Whether device pointers can be read by the CPU (hostsim: yes; cuda: no).
   virtual bool host_addressable() const = 0;
 

@@ -302,9 +302,10 @@ class HostSimBackend final : public Backend {
     }
   }
 
-  bool record(int device, EventId e, StreamId s, std::string& why) override {
+  base::Status record(int device, EventId e, StreamId s) override {
+    std::string why;
     SimStream* st = stream(device, s, why);
-    if (st == nullptr) return false;
+    if (st == nullptr) return base::Status::error(why);
     SimObjectHeader* h = event_header(e);
     const std::uint64_t seq = h->recorded.fetch_add(1) + 1;
     h->last_recorder.store(self_tag());
@@ -314,30 +315,32 @@ class HostSimBackend final : public Backend {
       while (cur < seq && !h->completed.compare_exchange_weak(cur, seq)) {
       }
     });
-    return true;
+    return {};
   }
 
-  bool stream_wait(int device, StreamId s, EventId e, std::string& why) override {
+  base::Status stream_wait(int device, StreamId s, EventId e) override {
+    std::string why;
     SimStream* st = stream(device, s, why);
-    if (st == nullptr) return false;
+    if (st == nullptr) return base::Status::error(why);
     SimObjectHeader* h = event_header(e);
     const std::uint64_t target = h->recorded.load();
     st->push([h, target] { wait_event(h, target); });
-    return true;
+    return {};
   }
 
-  bool synchronize_stream(int device, StreamId s, std::string& why) override {
+  base::Status synchronize_stream(int device, StreamId s) override {
+    std::string why;
     SimStream* st = stream(device, s, why);
-    if (st == nullptr) return false;
+    if (st == nullptr) return base::Status::error(why);
     st->drain();
-    return true;
+    return {};
   }
 
-  bool synchronize_event(int device, EventId e, std::string&) override {
+  base::Status synchronize_event(int device, EventId e) override {
     check_device(device);
     const SimObjectHeader* h = event_header(e);
     wait_event(h, h->recorded.load());
-    return true;
+    return {};
   }
 
   bool event_done(int device, EventId e) override {
@@ -346,14 +349,13 @@ class HostSimBackend final : public Backend {
     return event_complete(h, h->recorded.load());
   }
 
-  bool register_host(int device, void* p, std::size_t bytes, bool, std::string& why) override {
+  base::Status register_host(int device, void* p, std::size_t bytes, bool) override {
     check_device(device);
     base::MutexLock lock(mu_);
     if (!registered_.emplace(p, bytes).second) {
-      why = "hostsim: host range already registered";
-      return false;
+      return base::Status::error("hostsim: host range already registered");
     }
-    return true;
+    return {};
   }
 
   void unregister_host(int device, void* p) override {
@@ -490,11 +492,11 @@ class HostSimBackend final : public Backend {
     close_opened(event_header(e), "an interprocess event");
   }
 
-  bool copy_to_host(int device, StreamId s, void* dst, const void* src, std::size_t bytes,
-                    std::string& why) override {
-    if (!synchronize_stream(device, s, why)) return false;
+  base::Status copy_to_host(int device, StreamId s, void* dst, const void* src,
+                            std::size_t bytes) override {
+    if (base::Status st = synchronize_stream(device, s); !st) return st;
     std::memcpy(dst, src, bytes);
-    return true;
+    return {};
   }
 
   bool host_addressable() const override { return true; }

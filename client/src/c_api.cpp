@@ -264,9 +264,8 @@ stoker_status stoker_batch_device_synchronize(stoker_batch* b) {
   return guarded([&] {
     if (!b->acquired) acquire_on_device(b, stoker::device::kDefaultStream);
     auto* dev = b->conn->device();
-    std::string why;
-    if (!dev->backend().synchronize_stream(dev->ordinal(), b->stream, why)) {
-      throw Failure{STOKER_ERR_INTERNAL, "device synchronize: " + why};
+    if (stoker::base::Status s = dev->backend().synchronize_stream(dev->ordinal(), b->stream); !s) {
+      throw Failure{STOKER_ERR_INTERNAL, "device synchronize: " + s.message()};
     }
     return STOKER_OK;
   });

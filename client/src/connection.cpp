@@ -381,9 +381,12 @@ void Connection::pin_memory(int ordinal) {
   if (pinned_with_) return;
   auto backend = importer_backend();
   std::string why;
-  if (!backend->open_device(ordinal, why) ||
-      !backend->register_host(ordinal, region_.get_address(), region_.get_size(), true, why)) {
+  if (!backend->open_device(ordinal, why)) {
     throw Failure{STOKER_ERR_INTERNAL, "cannot pin the batch ring for device " + std::to_string(ordinal) + ": " + why};
+  }
+  if (base::Status reg = backend->register_host(ordinal, region_.get_address(), region_.get_size(), true); !reg) {
+    throw Failure{STOKER_ERR_INTERNAL,
+                  "cannot pin the batch ring for device " + std::to_string(ordinal) + ": " + reg.message()};
   }
   pinned_with_ = std::move(backend);
   pinned_ordinal_ = ordinal;

@@ -65,8 +65,10 @@ base::Result<std::shared_ptr<DeviceRing>> DeviceDelivery::open_ring(const Device
                                " backend (set STOKER_DEVICE_BACKEND alike for both)");
   }
   std::string why;  // the backend's own reason, which the messages below wrap
-  if (req.normalize && !backend_->can_normalize(why)) {
-    return base::Status::error("job '" + req.job_name + "' sets device_normalize, but " + why);
+  if (req.normalize) {
+    if (base::Status can = backend_->can_normalize(); !can) {
+      return base::Status::error("job '" + req.job_name + "' sets device_normalize, but " + can.message());
+    }
   }
   device::Uuid uuid;
   std::memcpy(uuid.data(), uuid_bytes, 16);
@@ -97,9 +99,9 @@ base::Result<std::shared_ptr<DeviceRing>> DeviceDelivery::open_ring(const Device
   // that only serve host batches).
   if (registered_.count(req.job) == 0) {
     void* base = req.segment_base;
-    if (!backend_->register_host(ordinal, base, req.segment_size, true, why)) {
+    if (base::Status reg = backend_->register_host(ordinal, base, req.segment_size, true); !reg) {
       return base::Status::error("cannot page-lock job '" + req.job_name +
-                                 "''s shared memory for device copies: " + why);
+                                 "''s shared memory for device copies: " + reg.message());
     }
     registered_[req.job] = {ordinal, base};
   }

@@ -70,7 +70,11 @@ base::Status DeviceRing::copy_slot(std::uint32_t s, const std::uint8_t* images, 
   if (released_ || s >= plan_.slots) return base::Status::error("device ring released");
   std::string why;
   const std::uint64_t dst = slot_stride_ * s;
-  bool ok = backend_.stream_wait(device_, stream_, release_[s], why);
+  bool ok = true;
+  if (base::Status w = backend_.stream_wait(device_, stream_, release_[s]); !w) {
+    ok = false;
+    why = w.message();
+  }
   if (count > 0 && plan_.normalize) {
     ok = ok && backend_.copy_to_device(stream_, staging_, 0, images, plan_.host_image_bytes * count, why);
     ok = ok && backend_.normalize(stream_, memory_, dst, staging_, 0, count, plan_.spec, why);
@@ -80,7 +84,12 @@ base::Status DeviceRing::copy_slot(std::uint32_t s, const std::uint8_t* images, 
   if (count > 0) {
     ok = ok && backend_.copy_to_device(stream_, memory_, dst + labels_offset_, labels, plan_.label_bytes * count, why);
   }
-  ok = ok && backend_.record(device_, ready_[s], stream_, why);
+  if (ok) {
+    if (base::Status r = backend_.record(device_, ready_[s], stream_); !r) {
+      ok = false;
+      why = r.message();
+    }
+  }
   copied_[s] = 1;
   return ok ? base::Status() : base::Status::error(why);
 }
@@ -89,9 +98,8 @@ void DeviceRing::wait_host_read(std::uint32_t s) {
   base::MutexLock lock(mu_);
   if (released_ || s >= plan_.slots || !copied_[s]) return;
   if (!backend_.event_done(device_, ready_[s])) {
-    std::string why;
-    if (!backend_.synchronize_event(device_, ready_[s], why)) {
-      spdlog::error("device ring {}: waiting for slot {}'s copy failed: {}", alloc_id_, s, why);
+    if (base::Status w = backend_.synchronize_event(device_, ready_[s]); !w) {
+      spdlog::error("device ring {}: waiting for slot {}'s copy failed: {}", alloc_id_, s, w.message());
     }
   }
   copied_[s] = 0;
@@ -100,9 +108,8 @@ void DeviceRing::wait_host_read(std::uint32_t s) {
 void DeviceRing::synchronize() {
   base::MutexLock lock(mu_);
   if (released_ || !have_stream_) return;
-  std::string why;
-  if (!backend_.synchronize_stream(device_, stream_, why)) {
-    spdlog::error("device ring {}: synchronize failed: {}", alloc_id_, why);
+  if (base::Status w = backend_.synchronize_stream(device_, stream_); !w) {
+    spdlog::error("device ring {}: synchronize failed: {}", alloc_id_, w.message());
   }
   std::fill(copied_.begin(), copied_.end(), 0);
 }

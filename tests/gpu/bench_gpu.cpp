@@ -37,12 +37,11 @@ namespace {
 // Seconds per run of `op` (queued `reps` times on `s`, then synchronized), best of 3.
 template <typename Op>
 double time_per_run(device::Backend& b, device::StreamId s, int reps, Op op) {
-  std::string why;
   double best = 1e30;
   for (int round = 0; round < 3; ++round) {
     const auto t0 = Clock::now();
     for (int i = 0; i < reps; ++i) op();
-    if (!b.synchronize_stream(0, s, why)) die(why);
+    if (auto st = b.synchronize_stream(0, s); !st) die(st.message());
     best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count() / reps);
   }
   return best;
@@ -80,7 +79,8 @@ int main(int argc, char** argv) {
   if (shm == MAP_FAILED || anon == MAP_FAILED) die("mmap failed");
   std::memset(shm, 7, bytes);
   std::memset(anon, 7, bytes);
-  if (!b->register_host(0, shm, bytes, true, why) || !b->register_host(0, anon, bytes, false, why)) die(why);
+  if (auto st = b->register_host(0, shm, bytes, true); !st) die(st.message());
+  if (auto st = b->register_host(0, anon, bytes, false); !st) die(st.message());
   device::DeviceBuffer slot, out;
   if (!b->allocate(0, bytes, slot, why) || !b->allocate(0, bytes * 4, out, why)) die(why);
   const double t_shm = time_per_run(*b, s, 20, [&] {

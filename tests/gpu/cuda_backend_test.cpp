@@ -58,7 +58,7 @@ TEST_CASE("normalize on the GPU equals the per-channel table, for float32/float1
       REQUIRE(b->copy_to_device(s, src, 0, in.data(), elems, why));
       REQUIRE(b->normalize(s, dst, dst_offset, src, 0, count, spec, why));
       std::vector<std::uint8_t> out(elems * out_size);
-      REQUIRE(b->copy_to_host(0, s, out.data(), static_cast<std::uint8_t*>(dst.ptr) + dst_offset, out.size(), why));
+      REQUIRE(b->copy_to_host(0, s, out.data(), static_cast<std::uint8_t*>(dst.ptr) + dst_offset, out.size()).ok());
       const std::size_t plane = 17 * 13;
       std::size_t wrong = 0;
       for (std::size_t i = 0; i < elems; ++i) {
@@ -133,7 +133,7 @@ TEST_CASE("another process maps the batch, waits for its ready event on its stre
   std::vector<std::uint8_t> pattern(bytes);
   for (std::size_t i = 0; i < bytes; ++i) pattern[i] = gputest::pattern_byte(i);
   REQUIRE(b->copy_to_device(s, mem, 0, pattern.data(), bytes, why));
-  REQUIRE(b->record(0, ready, s, why));
+  REQUIRE(b->record(0, ready, s).ok());
 
   // The peer is a new program (a fork of a process that initialized CUDA cannot use CUDA).
   const std::string peer = std::string(STOKER_BIN_DIR) + "/stoker_gpu_ipc_peer";
@@ -151,8 +151,8 @@ TEST_CASE("another process maps the batch, waits for its ready event on its stre
 
   // The daemon's side of the release fence: its copy stream waits for the peer's event
   // before the slot is overwritten.
-  REQUIRE(b->stream_wait(0, s, release, why));
-  REQUIRE(b->synchronize_stream(0, s, why));
+  REQUIRE(b->stream_wait(0, s, release).ok());
+  REQUIRE(b->synchronize_stream(0, s).ok());
   CHECK(b->event_done(0, release));
   b->destroy_event(0, ready);
   b->destroy_event(0, release);

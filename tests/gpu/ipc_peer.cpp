@@ -40,12 +40,13 @@ int main(int argc, char** argv) {
       !b->open_event(ordinal, release_h, release, why) || !b->create_stream(ordinal, s, why)) {
     return fail(why);
   }
-  if (!b->stream_wait(ordinal, s, ready, why)) return fail(why);
+  if (auto st = b->stream_wait(ordinal, s, ready); !st) return fail(st.message());
   std::vector<std::uint8_t> host(bytes);
-  if (!b->copy_to_host(ordinal, s, host.data(), ptr, bytes, why)) return fail(why);
+  if (auto st = b->copy_to_host(ordinal, s, host.data(), ptr, bytes); !st) return fail(st.message());
   std::size_t wrong = 0;
   for (std::size_t i = 0; i < bytes; ++i) wrong += host[i] != gputest::pattern_byte(i);
-  if (!b->record(ordinal, release, s, why) || !b->synchronize_stream(ordinal, s, why)) return fail(why);
+  if (auto st = b->record(ordinal, release, s); !st) return fail(st.message());
+  if (auto st = b->synchronize_stream(ordinal, s); !st) return fail(st.message());
   b->close_event(ordinal, ready);
   b->close_event(ordinal, release);
   b->close_memory(ordinal, ptr);
