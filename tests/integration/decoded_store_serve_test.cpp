@@ -104,6 +104,11 @@ class SmallTmpfs {
 
 }  // namespace
 
+// Exact miss counts are asserted on runs with one worker: with two, the next epoch's prefetch
+// can look a sample up while its first decode is still in flight in the last batch of the
+// epoch before, and that lookup is a second (harmless, counted) miss; put() then keeps the
+// first entry. Runs with two workers assert what is exact for them (0 misses on a full store,
+// the same batches).
 TEST_CASE("decoded store: the same batches cold, warm after a restart, with 1 and 2 workers", "[integration]") {
   TempDir dir;
   const fs::path store = dir.path() / "store";
@@ -120,7 +125,7 @@ TEST_CASE("decoded store: the same batches cold, warm after a restart, with 1 an
   CHECK(figure(warm.status, "entries") == kDemoSamples);
   CHECK(warm.batches == cold.batches);
 
-  const Run other = run(dir.path(), {stored_job(dir.path() / "store2")}, 2, 2);
+  const Run other = run(dir.path(), {stored_job(dir.path() / "store2")}, 1, 2);
   CHECK(figure(other.status, "misses") == kDemoSamples);
   CHECK(other.batches == cold.batches);
 
@@ -140,7 +145,7 @@ TEST_CASE("decoded store: two jobs of the same source and max_side share it, the
           "[integration]") {
   TempDir dir;
   const fs::path store = dir.path() / "store";
-  const Run first = run(dir.path(), {stored_job(store, "a")}, 2, 1, "a");
+  const Run first = run(dir.path(), {stored_job(store, "a")}, 1, 1, "a");
   CHECK(figure(first.status, "misses") == kDemoSamples);
   // Both jobs in one daemon now: one store between them.
   const Run second = run(dir.path(), {stored_job(store, "a"), stored_job(store, "b")}, 2, 1, "b");
@@ -149,7 +154,7 @@ TEST_CASE("decoded store: two jobs of the same source and max_side share it, the
   CHECK(second.status["decoded_store"]["file"] == first.status["decoded_store"]["file"]);
   CHECK(second.batches == first.batches);  // same seed and pipeline, another name
   // Another max_side is another store.
-  const Run third = run(dir.path(), {stored_job(store, "c", 48)}, 2, 1, "c");
+  const Run third = run(dir.path(), {stored_job(store, "c", 48)}, 1, 1, "c");
   CHECK(figure(third.status, "misses") == kDemoSamples);
 }
 
@@ -166,7 +171,7 @@ TEST_CASE("decoded store: scribbled or truncated between runs, every sample is s
       f.seekp(static_cast<std::streamoff>(size - 3));  // the last entry's last pixels
       f.write("\x01\x02\x03", 3);
     }
-    const Run after = run(dir.path(), {stored_job(store)}, 2, 1);
+    const Run after = run(dir.path(), {stored_job(store)}, 1, 1);
     CHECK(after.batches == ref.batches);
     CHECK(figure(after.status, "rebuilt") == 1);
     CHECK(figure(after.status, "misses") == 1);
@@ -309,7 +314,7 @@ TEST_CASE("decoded store: its figures are in /metrics (the textfile's copy of it
   const fs::path prom = dir.path() / "prom";
   fs::create_directories(prom);
   const auto socket = (dir.path() / "s.sock").string();
-  Daemon d(write_config(dir.path(), {stored_job(store)}, 2,
+  Daemon d(write_config(dir.path(), {stored_job(store)}, 1,
                         "  metrics: \"127.0.0.1:0\"\n  metrics_textfile: " + prom.string() + "\n"),
            socket);
   {
