@@ -1188,7 +1188,7 @@ TEST_CASE("config: sources: a weighted mixture with epoch_size and labels", "[co
   CHECK(j.labels == stoker::config::MixtureLabels::kShared);
   CHECK(j.allow_missing_classes);
   // Defaults: epoch_size 0 (the sum of the sizes), per_source labels; equal default names unique.
-  const auto& d = parse(mixture_job("    sources:\n      - {root: ., weight: 1}\n      - {root: ., weight: 1}\n")).jobs.at(0);
+  const auto d = parse(mixture_job("    sources:\n      - {root: ., weight: 1}\n      - {root: ., weight: 1}\n")).jobs.at(0);
   CHECK(d.epoch_size == 0);
   CHECK(d.labels == stoker::config::MixtureLabels::kPerSource);
   CHECK(d.sources[0].name == "configs");
