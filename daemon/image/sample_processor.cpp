@@ -82,6 +82,24 @@ double seconds_since(Clock::time_point& t) {
   return s;
 }
 
+// The checks every decode path starts with (process() and reduce()): an empty file, or bytes
+// no decoder recognizes, are refused as unsupported with the reason named. Sets r.format;
+// false: r holds the refusal.
+bool admit_encoded(std::span<const std::uint8_t> encoded, SampleResult& r) {
+  if (encoded.empty()) {
+    r.error = SampleErrorKind::kUnsupported;
+    r.reason = "empty file (0 bytes)";
+    return false;
+  }
+  r.format = sniff(encoded);
+  if (r.format == ImageFormat::kUnknown) {
+    r.error = SampleErrorKind::kUnsupported;
+    r.reason = describe_unknown(encoded);
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 struct SampleProcessor::Impl {
@@ -166,11 +184,7 @@ SampleResult SampleProcessor::process(std::span<const std::uint8_t> encoded, std
   Impl& m = *impl_;
   const PipelineSpec& spec = m.spec;
   SampleResult r;
-  if (encoded.empty()) {
-    r.error = SampleErrorKind::kUnsupported;
-    r.reason = "empty file (0 bytes)";
-    return r;
-  }
+  if (!admit_encoded(encoded, r)) return r;
   if (spec.store_max_side > 0) {
     // The decoded-store pipeline: the reduced image is what the geometry sees, whether it
     // comes from here or from the store (job/decoded_store.hpp).
@@ -183,13 +197,7 @@ SampleResult SampleProcessor::process(std::span<const std::uint8_t> encoded, std
     return done;
   }
   Clock::time_point t = Clock::now();
-  const ImageFormat format = sniff(encoded);
-  r.format = format;
-  if (format == ImageFormat::kUnknown) {
-    r.error = SampleErrorKind::kUnsupported;
-    r.reason = describe_unknown(encoded);
-    return r;
-  }
+  const ImageFormat format = r.format;
 
   CounterRng rng(seed, epoch, sample_id, kStreamAugment);
   std::uint32_t W = 0, H = 0;
@@ -341,18 +349,8 @@ SampleResult SampleProcessor::reduce(std::span<const std::uint8_t> encoded, Redu
   const PipelineSpec& spec = m.spec;
   const std::uint32_t max_side = spec.store_max_side;
   SampleResult r;
-  if (encoded.empty()) {
-    r.error = SampleErrorKind::kUnsupported;
-    r.reason = "empty file (0 bytes)";
-    return r;
-  }
-  const ImageFormat format = sniff(encoded);
-  r.format = format;
-  if (format == ImageFormat::kUnknown) {
-    r.error = SampleErrorKind::kUnsupported;
-    r.reason = describe_unknown(encoded);
-    return r;
-  }
+  if (!admit_encoded(encoded, r)) return r;
+  const ImageFormat format = r.format;
   std::uint32_t W = 0, H = 0;  // decoded size (a JPEG's at its DCT scale)
   int orientation = 1;
   int stride = 0, win_x = 0, win_y = 0;
