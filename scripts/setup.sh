@@ -7,6 +7,7 @@ set -euo pipefail
 
 build_pkgs=(build-essential cmake pkg-config libboost-dev libjpeg62-turbo-dev libpng-dev libwebp-dev libtiff-dev
             nlohmann-json3-dev libcli11-dev
+            libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libzstd-dev
             libspdlog-dev libyaml-cpp-dev pybind11-dev python3-dev python3-numpy)
 test_pkgs=(catch2 python3-pytest python3-torch python3-torchvision python3-pil
            clang libclang-rt-14-dev)  # clang: the ThreadSanitizer build and the fuzz tier

@@ -11,6 +11,7 @@
 
 #include "image/pipeline_spec.hpp"
 #include "sampler/sampler.hpp"
+#include "stoker/base/status.hpp"
 
 namespace stoker::config {
 
@@ -71,6 +72,25 @@ struct MixConfig {
   double cutmix_alpha = 0;
   double switch_prob = 0.5;  // both on: probability that a batch takes CutMix (else MixUp)
   bool enabled() const { return mixup_alpha > 0 || cutmix_alpha > 0; }
+};
+
+// Remote workers (job key `remote:`, daemon/remote/): other machines' `stokerd --worker`
+// processes decode and augment some (or, with local: false, all) of the job's samples; the job
+// stays this daemon's (order, seeds, rings, quarantine). Off when `workers` is empty.
+struct RemoteConfig {
+  std::vector<std::string> workers;  // "HOST:PORT" as written; a HOST may resolve to several workers
+  bool local = true;                 // false: every item to remote workers while one is connected
+  std::string token;                 // read from token_file when the config is read; empty: none
+  std::filesystem::path token_file;
+  bool zstd = false;                 // compression: zstd (returned samples compressed by the worker)
+  double deadline_s = 30;            // an item unanswered this long: the worker counts as stalled
+  std::filesystem::path tls_ca, tls_cert, tls_key;  // tls: {ca, cert, key}; all empty: plain TCP
+  // What the workers are sent (Open.job_yaml/base_dir/origin): the job's keys its pixels depend
+  // on (sources, pipeline, output, seeds), as written, and where relative paths resolve from.
+  std::string worker_yaml;
+  std::filesystem::path base_dir;
+  std::string origin;
+  bool enabled() const { return !workers.empty(); }
 };
 
 struct JobConfig {
@@ -138,6 +158,7 @@ struct JobConfig {
   // `device_pipeline` holds the float output the GPU makes of it for device consumers.
   bool device_normalize = false;
   image::PipelineSpec device_pipeline;
+  RemoteConfig remote;
 };
 
 struct ServerConfig {
@@ -181,6 +202,16 @@ struct Config {
   ServerConfig server;
   std::vector<JobConfig> jobs;
 };
+
+// Where a metrics endpoint listens (server.metrics, `stokerd --worker --metrics`): a numeric
+// host (IPv4 or IPv6; "localhost" is 127.0.0.1), a port (0: any free port), and whether the
+// host is a loopback address. "HOST:PORT" or "[V6]:PORT"; an error saying what is wrong.
+struct MetricsAddress {
+  std::string host;
+  std::uint16_t port = 0;
+  bool loopback = false;
+};
+base::Result<MetricsAddress> parse_metrics_address(const std::string& a);
 
 Config load_config(const std::filesystem::path& file);            // throws ConfigError
 Config parse_config(const std::string& yaml_text, const std::string& file_name,

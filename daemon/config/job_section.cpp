@@ -216,7 +216,7 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
                         "consumers", "world_size",
                         "ranks", "node_rank", "local_world_size", "readers", "prefetch", "lease_timeout_s", "cache",
                         "weight", "workers", "on_error", "quarantine", "device", "device_normalize", "pipeline", "output",
-                        "mixup", "cutmix", "mix_switch_prob", "read_ahead", "decoded_store"});
+                        "mixup", "cutmix", "mix_switch_prob", "read_ahead", "decoded_store", "remote"});
   JobConfig job;
   job.name = name;
   job.definition = YAML::Dump(j.node) + "\n# relative to " + base_dir.string();
@@ -281,6 +281,7 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
   if (auto* v = f.get("read_ahead")) parse_read_ahead(r, *v, job);
   if (auto* v = f.get("decoded_store")) parse_decoded_store(r, *v, base_dir, job);
   parse_mix(r, f, job);
+  if (auto* v = f.get("remote")) parse_remote(r, *v, j, base_dir, job);
   const std::uint64_t slot_bytes = job.pipeline.sample_bytes() * job.batch_size;
   if (slot_bytes > kMaxSlotBytes) {
     r.fail(name_at, j.path, "one batch would take " + std::to_string(slot_bytes >> 20) +

@@ -35,6 +35,11 @@ void parse_sources(const Reader& r, const Fields& f, const std::filesystem::path
 
 // pipeline_steps.cpp: a job's `pipeline:`, the steps in the one order the engine runs them;
 // decode, the geometry steps, horizontal_flip and normalize are read there.
+// remote: {...} of a job (job_remote.cpp): the workers, the token file, TLS files, and the
+// job's keys the workers are sent. After the pipeline and decoded_store were read.
+void parse_remote(const Reader& r, const Value& v, const Value& job_node, const std::filesystem::path& base_dir,
+                  JobConfig& job);
+
 void parse_pipeline(const Reader& r, const Value& seq, image::PipelineSpec& spec);
 
 // augment_steps.cpp: the parameters of one augmentation step, read by walking its schema

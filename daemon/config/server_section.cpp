@@ -21,13 +21,28 @@ namespace {
 
 constexpr std::size_t kMaxSocketPath = 107;  // sizeof(sockaddr_un::sun_path) - 1 on Linux
 
-// Where server.metrics points: a numeric host (IPv4 or IPv6; "localhost" is 127.0.0.1) and a
-// port (0: any free port), and whether the host is a loopback address.
-struct MetricsAddress {
-  std::string host;
-  std::uint16_t port = 0;
-  bool loopback = false;
-};
+// server.group: a group name or a numeric gid that exists on this machine (looked up now, so
+// a typo is refused with the config's line rather than found when the socket is made).
+void parse_server_group(const Reader& r, const Value& v, ServerConfig& out) {
+  const std::string g = r.string(v);
+  if (g.empty()) r.fail(v, "must not be empty (leave the key out for owner-only access)");
+  std::vector<char> buf(16384);
+  group gr{};
+  group* found = nullptr;
+  const bool numeric = g.size() <= 9 && std::all_of(g.begin(), g.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (numeric) {
+    ::getgrgid_r(static_cast<gid_t>(std::stoul(g)), &gr, buf.data(), buf.size(), &found);
+  } else {
+    ::getgrnam_r(g.c_str(), &gr, buf.data(), buf.size(), &found);
+  }
+  if (found == nullptr) {
+    r.fail(v, "no group '" + g + "' on this machine (`getent group " + g + "`; create it with `groupadd " + g + "`)");
+  }
+  out.group = found->gr_name;
+  out.group_id = found->gr_gid;
+}
+
+}  // namespace
 
 // "HOST:PORT" or "[V6]:PORT"; an error saying what is wrong with it otherwise.
 base::Result<MetricsAddress> parse_metrics_address(const std::string& a) {
@@ -60,28 +75,6 @@ base::Result<MetricsAddress> parse_metrics_address(const std::string& a) {
   return out;
 }
 
-// server.group: a group name or a numeric gid that exists on this machine (looked up now, so
-// a typo is refused with the config's line rather than found when the socket is made).
-void parse_server_group(const Reader& r, const Value& v, ServerConfig& out) {
-  const std::string g = r.string(v);
-  if (g.empty()) r.fail(v, "must not be empty (leave the key out for owner-only access)");
-  std::vector<char> buf(16384);
-  group gr{};
-  group* found = nullptr;
-  const bool numeric = g.size() <= 9 && std::all_of(g.begin(), g.end(), [](char c) { return c >= '0' && c <= '9'; });
-  if (numeric) {
-    ::getgrgid_r(static_cast<gid_t>(std::stoul(g)), &gr, buf.data(), buf.size(), &found);
-  } else {
-    ::getgrnam_r(g.c_str(), &gr, buf.data(), buf.size(), &found);
-  }
-  if (found == nullptr) {
-    r.fail(v, "no group '" + g + "' on this machine (`getent group " + g + "`; create it with `groupadd " + g + "`)");
-  }
-  out.group = found->gr_name;
-  out.group_id = found->gr_gid;
-}
-
-}  // namespace
 
 void parse_server(const Reader& r, const Value& s, const fs::path& base_dir, ServerConfig& out) {
   const Fields f(r, s, {"workers", "socket", "log_level", "state_dir", "shm_mode", "handshake_timeout_s",

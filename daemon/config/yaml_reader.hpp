@@ -64,6 +64,7 @@ class Reader {
   // stokerd's environment and no key may choose where stokerd writes.
   explicit Reader(std::string file, bool client_job = false) : file_(std::move(file)), client_job_(client_job) {}
   bool client_job() const { return client_job_; }
+  const std::string& file() const { return file_; }
 
   [[noreturn]] void fail(Mark at, const std::string& path, const std::string& msg) const {
     throw ConfigError(file_, at, path, msg);

@@ -126,6 +126,40 @@ std::string Telemetry::metrics_text() const {
             [](const job::JobStoreStats& d) { return d.store.rebuilt; });
   per_store("stoker_job_decoded_store_errors_total", "counter", "I/O errors on the decoded store.",
             [](const job::JobStoreStats& d) { return d.store.errors; });
+  // Remote workers (job key `remote:`): one sample per (job, worker endpoint); no family when
+  // no job names workers.
+  std::vector<std::vector<remote::WorkerLinkStatus>> links;
+  bool any_remote = false;
+  for (const Job* j : jobs) {
+    links.push_back(jobs_.remote_status(j));
+    any_remote = any_remote || !links.back().empty();
+  }
+  auto per_worker = [&](const char* name, const char* type, const char* help, auto value) {
+    if (!any_remote) return;
+    m.family(name, type, help);
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+      for (const auto& w : links[i]) {
+        m.sample(name, {{"job", jobs[i]->name()}, {"worker", w.endpoint}}, static_cast<double>(value(w)));
+      }
+    }
+  };
+  using remote::WorkerLinkStatus;
+  per_worker("stoker_remote_connected", "gauge", "1 while the worker's stream is open.",
+             [](const WorkerLinkStatus& w) { return w.connected ? 1 : 0; });
+  per_worker("stoker_remote_in_flight", "gauge", "Items sent to the worker and not answered yet.",
+             [](const WorkerLinkStatus& w) { return w.in_flight; });
+  per_worker("stoker_remote_samples_total", "counter", "Samples the worker made for the job.",
+             [](const WorkerLinkStatus& w) { return w.samples; });
+  per_worker("stoker_remote_samples_per_second", "gauge", "Samples per second from the worker (last second).",
+             [](const WorkerLinkStatus& w) { return w.samples_per_s; });
+  per_worker("stoker_remote_reissued_total", "counter", "Items handed back after a failure of the worker.",
+             [](const WorkerLinkStatus& w) { return w.reissued; });
+  per_worker("stoker_remote_errors_total", "counter", "Streams to the worker that failed or were refused.",
+             [](const WorkerLinkStatus& w) { return w.errors; });
+  per_worker("stoker_remote_bytes_received_total", "counter", "Sample bytes received from the worker.",
+             [](const WorkerLinkStatus& w) { return w.bytes_received; });
+  per_worker("stoker_remote_rtt_seconds", "gauge", "Mean round trip of the worker's last items.",
+             [](const WorkerLinkStatus& w) { return w.rtt_s; });
   // A mixture's sources (job key `sources:`): one sample per (job, source).
   std::vector<std::vector<job::MixtureSourceStatus>> mixes;
   for (const Job* j : jobs) mixes.push_back(j->mixture_status());

@@ -185,6 +185,21 @@ std::string StatusReport::json() const {
                                            {"stored", d->prepare_stored}, {"failed", d->prepare_failed},
                                            {"total", d->total}}}};
     }
+    if (j.config().remote.enabled()) {
+      // remote: one entry per worker endpoint (a name resolving to several gives several).
+      Json workers = Json::array();
+      for (const remote::WorkerLinkStatus& w : jobs_.remote_status(&j)) {
+        workers.push_back({{"address", w.address},        {"endpoint", w.endpoint},
+                           {"connected", w.connected},    {"in_flight", w.in_flight},
+                           {"window", w.window},          {"threads", w.threads},
+                           {"samples", w.samples},        {"reissued", w.reissued},
+                           {"errors", w.errors},          {"bytes_received", w.bytes_received},
+                           {"rtt_ms", w.rtt_s * 1000},    {"samples_per_s", w.samples_per_s},
+                           {"last_error", w.last_error.empty() ? Json(nullptr) : Json(w.last_error)}});
+      }
+      job["remote"] = std::move(workers);
+      job["remote_local"] = j.config().remote.local;
+    }
     Json consumers = Json::array();
     for (const auto& rs : j.ring_status()) {
       Json c;

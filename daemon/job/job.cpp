@@ -282,14 +282,14 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
   const std::uint64_t epoch = sample_of.epoch;
 
   image::SampleResult result;
+  bool made = false;
   if (quarantined_[id].load() != 0) {
     // Known bad (this run or an earlier one's quarantine file): not read again, and dropped
     // from (or substituted in) its batch like a newly found bad file, without counting again.
     result.error = image::SampleErrorKind::kCorrupt;
   } else if (!failed_.load()) {
-    const auto& sample = dataset_.samples[id];
-    std::uint8_t* out = segment_->payload(item.ring, item.slot) +
-                        static_cast<std::uint64_t>(item.position) * cfg_.pipeline.sample_bytes();
+    made = true;
+    std::uint8_t* out = sample_out(item);
     if (cache_ && cache_->get(id, out)) {
       // Finished earlier (a deterministic pipeline gives the same bytes every epoch).
     } else if (store_) {
@@ -301,27 +301,36 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
       }
       if (result.ok() && cache_) cache_->put(id, out);
     }
-    if (result.ok()) {
-      labels(item.ring, item.slot)[item.position] = sample.label;
-      segment_->ids(item.ring, item.slot)[item.position] = id;
-      if (mixture_) source_served_[sampler::source_of(*mixture_, id)].fetch_add(1, std::memory_order_relaxed);
-      base::MutexLock lock(stats_mu_);
-      stats_.samples_ok++;
-      stats_.decode_warnings += result.warnings;
-    } else if (result.error != image::SampleErrorKind::kIo) {
-      record_error(id, result);  // the bytes failed to decode: quarantined
-    }
   } else {
     result.error = image::SampleErrorKind::kIo;  // job stopped: not decoded, not counted
   }
-  drop_read(item);  // not read (quarantined, cached, job stopped): read-ahead frees its bytes
+  settle_sample(item, id, result, made);
+}
+
+std::uint8_t* Job::sample_out(const WorkItem& item) {
+  return segment_->payload(item.ring, item.slot) +
+         static_cast<std::uint64_t>(item.position) * cfg_.pipeline.sample_bytes();
+}
+
+void Job::settle_sample(const WorkItem& item, std::uint32_t id, const image::SampleResult& result, bool made) {
+  if (made && result.ok()) {
+    labels(item.ring, item.slot)[item.position] = dataset_.samples[id].label;
+    segment_->ids(item.ring, item.slot)[item.position] = id;
+    if (mixture_) source_served_[sampler::source_of(*mixture_, id)].fetch_add(1, std::memory_order_relaxed);
+    base::MutexLock lock(stats_mu_);
+    stats_.samples_ok++;
+    stats_.decode_warnings += result.warnings;
+  } else if (made && result.error != image::SampleErrorKind::kIo) {
+    record_error(id, result);  // the bytes failed to decode: quarantined
+  }
+  drop_read(item);  // not read (quarantined, cached, job stopped, remote): read-ahead frees its bytes
 
   std::optional<std::string> failure;
   if (!result.ok()) {
     failure = dataset_.path(id) + ": " + (result.reason.empty() ? std::string("quarantined earlier") : result.reason);
   }
   std::vector<WorkItem> more;
-  ring.sample_done(item, result.ok(), failure ? &*failure : nullptr, more);
+  rings_[item.ring]->sample_done(item, result.ok(), failure ? &*failure : nullptr, more);
   queue_.push(std::move(more));
 }
 

@@ -178,6 +178,29 @@ class Job {
   void run(const WorkItem& item, image::SampleProcessor& processor,
            std::vector<std::uint8_t>& file_buffer);
 
+  // --- remote workers (remote/dispatcher.hpp; job_remote.cpp), any thread ---
+  // A sample a remote worker makes: where its bytes lie and its random stream. Its pixels are
+  // a pure function of (pipeline, pixel_seed, epoch, draw, bytes), whichever machine runs it.
+  struct RemoteSample {
+    std::string path;  // the file to read: the sample, or the tar shard holding it
+    std::uint64_t offset = 0, size = 0;
+    bool member = false;  // a tar member: `size` bytes at `offset` of `path`
+    std::uint64_t epoch = 0;
+    std::uint32_t draw = 0;  // the id its augmentation is drawn with
+    std::uint32_t id = 0;    // the sample
+  };
+  // run()'s start for an item a remote worker will make. nullopt when no worker is needed
+  // (quarantined, in the cache, or the job stopped): the item is then finished here, as run()
+  // would. Otherwise the caller must end the item exactly once: finish_remote(), or hand it
+  // back to the queue (WorkQueue::push_front) for a local or another remote worker.
+  std::optional<RemoteSample> begin_remote(const WorkItem& item);
+  // Where the item's finished pixels go (pipeline().sample_bytes() of them).
+  std::uint8_t* sample_out(const WorkItem& item);
+  // The worker's answer for `item` (its pixels already in sample_out(item) when ok): settled
+  // as run() settles a sample it made (a bad one quarantined here, counted once, by the
+  // job's on_error). Not for a read failure of the worker: that item is re-issued.
+  void finish_remote(const WorkItem& item, const RemoteSample& sample, const image::SampleResult& result);
+
  private:
   class RingLink;  // RingHooks of one ring (job.cpp)
 
@@ -186,6 +209,10 @@ class Job {
   // The ring of a global rank the caller checked with serves().
   Ring& ring_of(std::uint32_t rank) { return *rings_.at(rank - cfg_.first_rank); }
   void record_error(std::uint64_t id, const image::SampleResult& r);
+  // The end of every item: the sample's label and id written when `made` and ok, a bad one
+  // recorded (`made`: this run decoded it), read-ahead told, the ring told (which may finish
+  // the batch) and the items it plans queued.
+  void settle_sample(const WorkItem& item, std::uint32_t id, const image::SampleResult& result, bool made);
   // The sample through the decoded store (job_store.cpp): its reduced pixels from the store,
   // or read, reduced, stored, then processed; `result` as read_sample/process set it.
   void run_stored(const WorkItem& item, std::uint32_t id, std::uint64_t epoch, image::SampleProcessor& processor,

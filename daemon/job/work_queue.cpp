@@ -19,7 +19,7 @@ WorkQueue::Lane& WorkQueue::lane(std::size_t job) {
 }
 
 bool WorkQueue::runnable(const Lane& l) const {
-  return !l.items.empty() && (l.share.max_workers == 0 || l.running < l.share.max_workers);
+  return !l.items.empty() && !l.remote_only && (l.share.max_workers == 0 || l.running < l.share.max_workers);
 }
 
 WorkQueue::Lane* WorkQueue::next_lane() {
@@ -77,6 +77,57 @@ void WorkQueue::push(std::size_t job, std::vector<WorkItem>&& items) {
   } else {
     cv_.notify_all();
   }
+  remote_cv_.notify_all();
+}
+
+void WorkQueue::push_front(std::size_t job, std::vector<WorkItem>&& items) {
+  if (items.empty()) return;
+  {
+    base::MutexLock lock(mu_);
+    Lane& l = lane(job);
+    if (l.closed) return;
+    wake(l, job);
+    l.items.insert(l.items.begin(), items.begin(), items.end());
+    queued_ += items.size();
+  }
+  cv_.notify_all();
+  remote_cv_.notify_all();
+}
+
+void WorkQueue::set_remote_only(std::size_t job, bool remote_only) {
+  {
+    base::MutexLock lock(mu_);
+    lane(job).remote_only = remote_only;
+  }
+  cv_.notify_all();  // local workers may take its items again
+}
+
+std::size_t WorkQueue::queued(std::size_t job) const {
+  base::MutexLock lock(mu_);
+  return job < lanes_.size() ? lanes_[job].items.size() : 0;
+}
+
+bool WorkQueue::pop_remote(std::size_t job, WorkItem& out, std::chrono::milliseconds wait) {
+  base::MutexLock lock(mu_);
+  const auto until = std::chrono::steady_clock::now() + wait;
+  for (;;) {
+    if (stopped_) return false;
+    Lane& l = lane(job);
+    if (l.closed) return false;
+    if (!l.items.empty() && (l.remote_only || idle_ == 0)) {
+      out = l.items.front();
+      l.items.pop_front();
+      --queued_;
+      clock_ = std::max(clock_, l.vtime);
+      l.vtime += 1.0 / l.share.weight;  // remote items count in the job's fair share too
+      return true;
+    }
+    if (remote_cv_.wait_for(lock, until - std::chrono::steady_clock::now()) == std::cv_status::timeout) {
+      // One last look: an item queued while a local worker was idle may still be there.
+      Lane& again = lane(job);
+      if (stopped_ || again.closed || again.items.empty() || !(again.remote_only || idle_ == 0)) return false;
+    }
+  }
 }
 
 void WorkQueue::push(std::vector<WorkItem>&& items) {
@@ -97,8 +148,13 @@ void WorkQueue::push(std::vector<WorkItem>&& items) {
 bool WorkQueue::pop(WorkItem& out, std::size_t& job) {
   base::MutexLock lock(mu_);
   Lane* l = nullptr;
-  while (!stopped_ && (l = next_lane()) == nullptr) cv_.wait(lock);
+  while (!stopped_ && (l = next_lane()) == nullptr) {
+    ++idle_;
+    cv_.wait(lock);
+    --idle_;
+  }
   if (stopped_) return false;
+  const bool last_idle = idle_ == 0;
   out = l->items.front();
   l->items.pop_front();
   --queued_;
@@ -106,6 +162,7 @@ bool WorkQueue::pop(WorkItem& out, std::size_t& job) {
   clock_ = std::max(clock_, l->vtime);
   l->vtime += 1.0 / l->share.weight;
   job = static_cast<std::size_t>(l - lanes_.data());
+  if (last_idle && queued_ > 0) remote_cv_.notify_all();  // no local worker idles: remote may take
   return true;
 }
 
@@ -128,6 +185,7 @@ void WorkQueue::stop() {
     stopped_ = true;
   }
   cv_.notify_all();
+  remote_cv_.notify_all();
 }
 
 std::size_t WorkQueue::depth() const {

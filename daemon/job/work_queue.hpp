@@ -17,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -66,6 +67,22 @@ class WorkQueue {
   bool closed(std::size_t job) const;
   std::uint64_t closures() const { return closures_.load(std::memory_order_acquire); }  // close() calls so far
   void stop();
+
+  // --- remote workers (daemon/remote/dispatcher.hpp) ---
+  // Takes the front item of `job` for a remote worker, waiting at most `wait`; false when
+  // there is none it may take (or the queue stopped, or the lane closed). Local workers come
+  // first: while a local worker idles in pop() an item is left for it, unless the lane is
+  // remote-only. The item does not count under the job's `workers` cap nor in in_flight():
+  // the dispatcher that took it finishes or re-issues it, and is destroyed before the job.
+  bool pop_remote(std::size_t job, WorkItem& out, std::chrono::milliseconds wait);
+  // Items taken by pop_remote whose worker failed: queued again ahead of the job's other items,
+  // in the order given (so the batches they belong to still finish first).
+  void push_front(std::size_t job, std::vector<WorkItem>&& items);
+  // remote: {local: false} while a worker is connected: local workers leave the job's items
+  // to pop_remote. Off again (the local pool serves) when no worker is left.
+  void set_remote_only(std::size_t job, bool remote_only);
+  std::size_t queued(std::size_t job) const;  // items of `job` waiting
+
   std::size_t depth() const;             // items queued, all jobs
   std::size_t in_flight(std::size_t job) const;
 
@@ -76,6 +93,7 @@ class WorkQueue {
     std::uint32_t running = 0;  // popped and not yet done()
     double vtime = 0;           // virtual time: items served / weight, plus catch-up
     bool closed = false;        // job being removed: pushes discarded
+    bool remote_only = false;   // set_remote_only: pop() skips the lane
   };
   Lane& lane(std::size_t job) STOKER_REQUIRES(mu_);         // grows lanes_ as needed
   bool runnable(const Lane& l) const STOKER_REQUIRES(mu_);
@@ -90,6 +108,8 @@ class WorkQueue {
   // job is idle restarts (no lower, so idling banks nothing).
   double clock_ STOKER_GUARDED_BY(mu_) = 0;
   bool stopped_ STOKER_GUARDED_BY(mu_) = false;
+  std::size_t idle_ STOKER_GUARDED_BY(mu_) = 0;  // local workers waiting in pop()
+  base::CondVar remote_cv_;  // pop_remote's waiters: apart, so a push never wakes only them
   std::atomic<std::uint64_t> closures_{0};
 };
 

@@ -7,6 +7,13 @@
 #include "delivery/device_delivery.hpp"
 #include "job/job.hpp"
 #include "job/work_queue.hpp"
+#ifdef STOKER_WITH_REMOTE
+#include "remote/dispatcher.hpp"
+#else
+namespace stoker::remote {
+class Dispatcher {};  // built without gRPC: a job with `remote:` is refused in add()
+}  // namespace stoker::remote
+#endif
 
 namespace stoker::jobs {
 
@@ -14,9 +21,15 @@ using job::Job;
 using job::WorkQueue;
 using delivery::DeviceDelivery;
 
+JobTable::Entry::Entry() = default;
+JobTable::Entry::Entry(Entry&&) noexcept = default;
+JobTable::Entry& JobTable::Entry::operator=(Entry&&) noexcept = default;
+JobTable::Entry::~Entry() = default;
+
 JobTable::JobTable(JobContext ctx, DeviceDelivery& delivery) : ctx_(std::move(ctx)), delivery_(delivery) {}
 
 JobTable::~JobTable() {
+  for (Entry& e : entries_) e.remote.reset();  // their threads end before any job goes
   // Workers are joined before the table goes (daemon.cpp's scopes); device copies may still
   // read the segments, which must also be unregistered before they are unmapped.
   for (Entry& e : entries_) {
@@ -34,6 +47,14 @@ Job* JobTable::add(PreparedJob prepared, bool defined_by_client, std::string def
   e.defined_by_uid = uid;
   e.unused_since = std::chrono::steady_clock::now();
   Job* job = e.job.get();
+  if (job->config().remote.enabled()) {
+#ifdef STOKER_WITH_REMOTE
+    e.remote = std::make_unique<remote::Dispatcher>(*job, *ctx_.queue, job->config().remote);
+#else
+    throw std::runtime_error("job " + job->name() + ": remote: this stokerd was built without remote workers "
+                             "(gRPC not found when it was built; scripts/setup.sh installs it)");
+#endif
+  }
   entries_.push_back(std::move(e));
   job->start();
   return job;
@@ -108,7 +129,9 @@ std::vector<std::string> JobTable::collect(const std::function<bool(const Job*)>
   }
   // Destroy what nothing refers to any more: no item running, no device copy reading.
   std::erase_if(entries_, [&](Entry& e) {
-    if (!e.lane_closed || ctx_.queue->in_flight(e.job->index()) != 0) return false;
+    if (!e.lane_closed) return false;
+    e.remote.reset();  // its items in flight are given up: the lane is closed, the job goes
+    if (ctx_.queue->in_flight(e.job->index()) != 0) return false;
     e.job->settle_device_copies();
     delivery_.forget_job(e.job.get());
     spdlog::info("job {}: removed ({})", e.job->name(), e.drain_reason);
@@ -116,6 +139,16 @@ std::vector<std::string> JobTable::collect(const std::function<bool(const Job*)>
     return true;
   });
   return removed;
+}
+
+std::vector<remote::WorkerLinkStatus> JobTable::remote_status(const Job* job) const {
+  const Entry* e = entry(job);
+#ifdef STOKER_WITH_REMOTE
+  if (e != nullptr && e->remote) return e->remote->status();
+#else
+  (void)e;
+#endif
+  return {};
 }
 
 }  // namespace stoker::jobs

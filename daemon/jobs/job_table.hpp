@@ -23,10 +23,15 @@
 #include <vector>
 
 #include "jobs/job_factory.hpp"
+#include "remote/link_status.hpp"
 
 namespace stoker::delivery {
 class DeviceDelivery;
 }  // namespace stoker::delivery
+
+namespace stoker::remote {
+class Dispatcher;
+}  // namespace stoker::remote
 
 namespace stoker::jobs {
 
@@ -45,6 +50,13 @@ class JobTable {
     std::string definition;
     std::uint32_t defined_by_uid = 0;  // counted against server.client_jobs_per_user
     std::chrono::steady_clock::time_point unused_since;
+    // remote: the job's remote workers (daemon/remote/dispatcher.hpp). After `job`, so it is
+    // destroyed first (its threads use the job); the table also resets it before removing one.
+    std::unique_ptr<remote::Dispatcher> remote;
+    Entry();
+    Entry(Entry&&) noexcept;
+    Entry& operator=(Entry&&) noexcept;
+    ~Entry();
   };
 
   JobTable(JobContext ctx, delivery::DeviceDelivery& delivery);
@@ -63,6 +75,8 @@ class JobTable {
   std::vector<job::Job*> serving_jobs() const;
   const Entry* entry(const job::Job* job) const;
   const JobContext& context() const { return ctx_; }
+  // The job's remote workers, one entry per endpoint (empty without `remote:`).
+  std::vector<remote::WorkerLinkStatus> remote_status(const job::Job* job) const;
 
   // Starts draining `job` (no-op if it already drains); `reason` ends the consumers' message.
   void drain(job::Job* job, std::string reason);

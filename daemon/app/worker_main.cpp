@@ -1,0 +1,206 @@
+#include "app/worker_main.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#ifdef STOKER_WITH_REMOTE
+#include "config/config.hpp"
+#include "control/metrics_http.hpp"
+#include "remote/protocol.hpp"
+#include "remote/worker_server.hpp"
+#endif
+
+namespace stoker::app {
+
+bool wants_worker(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--worker") == 0) return true;
+  }
+  return false;
+}
+
+#ifndef STOKER_WITH_REMOTE
+int run_worker(int, char**) {
+  std::fprintf(stderr, "stokerd: --worker: this stokerd was built without remote workers (gRPC was not found "
+                       "when it was built; scripts/setup.sh installs it)\n");
+  return 2;
+}
+#else
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct WorkerOptions {
+  std::string listen;
+  std::vector<std::string> allow_roots;
+  std::string token_file;
+  std::string tls_cert, tls_key, tls_ca;
+  unsigned threads = 0;
+  std::string metrics;
+  std::string log_level = "info";
+};
+
+int usage(const std::string& why) {
+  std::fprintf(stderr, "stokerd --worker: %s\nRun 'stokerd --worker --help' for the options.\n", why.c_str());
+  return 2;
+}
+
+std::string metrics_text(const remote::WorkerStats& s, unsigned threads, double busy_ratio) {
+  std::string t;
+  auto add = [&t](const char* name, const char* type, const char* help, double v) {
+    t += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " +
+         std::to_string(v) + "\n";
+  };
+  add("stoker_remote_worker_items_total", "counter", "Samples made for GPU nodes.", static_cast<double>(s.items));
+  add("stoker_remote_worker_errors_total", "counter", "Samples that failed (unreadable or undecodable) and streams ended in error.",
+      static_cast<double>(s.errors));
+  add("stoker_remote_worker_refused_total", "counter", "Streams refused (token, version, job, --allow-root).",
+      static_cast<double>(s.refused));
+  add("stoker_remote_worker_bytes_sent_total", "counter", "Sample bytes sent (after compression).",
+      static_cast<double>(s.bytes_sent));
+  add("stoker_remote_worker_streams", "gauge", "GPU-node streams open now.", s.streams);
+  add("stoker_remote_worker_threads", "gauge", "Decode threads.", threads);
+  add("stoker_remote_worker_busy_ratio", "gauge", "Fraction of the decode threads' time spent making samples (last second).",
+      busy_ratio);
+  return t;
+}
+
+}  // namespace
+
+int run_worker(int argc, char** argv) {
+  WorkerOptions o;
+  CLI::App app("Decodes and augments samples for GPU nodes' stokerd over gRPC (remote workers).", "stokerd --worker");
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  bool worker = false;
+  app.add_flag("--worker", worker, "run as a remote worker (this mode)");
+  app.add_option("--listen", o.listen, "HOST:PORT to listen on (required; 0.0.0.0:PORT for every interface)")
+      ->option_text("HOST:PORT");
+  app.add_option("--allow-root", o.allow_roots, "a folder jobs may read (required; repeat for more)")
+      ->option_text("DIR")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--token-file", o.token_file, "file holding the shared token GPU nodes must present")
+      ->option_text("FILE");
+  app.add_option("--tls-cert", o.tls_cert, "this worker's certificate (PEM); with --tls-key: TLS")->option_text("FILE");
+  app.add_option("--tls-key", o.tls_key, "this worker's private key (PEM)")->option_text("FILE");
+  app.add_option("--tls-ca", o.tls_ca, "CA that GPU nodes' client certificates must be signed by (mutual TLS)")
+      ->option_text("FILE");
+  app.add_option("--threads", o.threads, "decode threads (default: all online cores)")
+      ->check(CLI::Range(1u, 1024u))
+      ->option_text("N");
+  app.add_option("--metrics", o.metrics, "serve Prometheus /metrics on HOST:PORT")->option_text("HOST:PORT");
+  app.add_option("--log-level", o.log_level, "trace|debug|info|warn|error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
+      ->option_text("LEVEL");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    return usage(e.what());
+  }
+  spdlog::set_level(spdlog::level::from_str(o.log_level));
+  if (o.listen.empty()) return usage("--listen HOST:PORT is required");
+  if (o.allow_roots.empty()) {
+    return usage("--allow-root DIR is required (the folders jobs may read; a job whose sources lie elsewhere is refused)");
+  }
+  remote::WorkerSettings settings;
+  for (const std::string& r : o.allow_roots) {
+    std::error_code ec;
+    const fs::path c = fs::canonical(r, ec);
+    if (ec || !fs::is_directory(c)) return usage("--allow-root '" + r + "': not a folder (" + (ec ? ec.message() : "a file") + ")");
+    settings.allow_roots.push_back(c);
+  }
+  if (!o.token_file.empty()) {
+    auto t = remote::read_secret_file(o.token_file, "--token-file");
+    if (!t) return usage(t.status().message());
+    std::string token = *t;
+    while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+    if (token.empty()) return usage("--token-file '" + o.token_file + "' is empty");
+    settings.token = token;
+  } else {
+    spdlog::warn("worker: no --token-file: any GPU node that reaches {} may use this worker", o.listen);
+  }
+  remote::TlsFiles tls;
+  if (o.tls_cert.empty() != o.tls_key.empty()) return usage("--tls-cert and --tls-key go together");
+  if (!o.tls_ca.empty() && o.tls_cert.empty()) return usage("--tls-ca needs --tls-cert and --tls-key");
+  for (auto [path, out, what] : {std::tuple{&o.tls_cert, &tls.cert, "--tls-cert"}, std::tuple{&o.tls_key, &tls.key, "--tls-key"},
+                                 std::tuple{&o.tls_ca, &tls.ca, "--tls-ca"}}) {
+    if (path->empty()) continue;
+    auto pem = remote::read_secret_file(*path, what);
+    if (!pem) return usage(pem.status().message());
+    *out = *pem;
+  }
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  settings.threads = o.threads > 0 ? o.threads : cores;
+  const unsigned threads = settings.threads;
+
+  // SIGTERM/SIGINT end the worker; blocked before any thread starts, so every thread inherits it.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::unique_ptr<control::MetricsHttpServer> metrics;
+  std::unique_ptr<remote::WorkerServer> server;
+  try {
+    if (!o.metrics.empty()) {
+      auto a = config::parse_metrics_address(o.metrics);
+      if (!a) return usage("--metrics: " + a.status().message());
+      metrics = std::make_unique<control::MetricsHttpServer>(a->host, a->port);
+    }
+    server = std::make_unique<remote::WorkerServer>(settings, o.listen, tls);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "stokerd --worker: %s\n", e.what());
+    return 1;
+  }
+  std::string roots;
+  for (const fs::path& r : settings.allow_roots) roots += (roots.empty() ? "" : ", ") + r.string();
+  spdlog::info("worker: listening on {} (port {}), {} threads, protocol {}.{}, reads below {}{}{}", o.listen, server->port(),
+               threads, remote::kWorkerMajor, remote::kWorkerMinor, roots, tls.enabled() ? ", TLS" : "",
+               metrics ? ", metrics on " + metrics->address() : "");
+  // Tests and launch scripts read the bound port from this line (--listen HOST:0).
+  std::printf("stokerd worker listening on port %d\n", server->port());
+  std::fflush(stdout);
+
+  std::uint64_t last_busy = 0;
+  auto last = std::chrono::steady_clock::now();
+  for (;;) {
+    timespec wait{1, 0};
+    const int sig = sigtimedwait(&stop_signals, nullptr, &wait);
+    if (sig == SIGTERM || sig == SIGINT) {
+      spdlog::info("worker: signal {}: stopping", sig);
+      break;
+    }
+    if (metrics) {
+      const remote::WorkerStats s = server->stats();
+      const auto now = std::chrono::steady_clock::now();
+      const double dt = std::chrono::duration<double>(now - last).count();
+      const double busy = dt > 0 ? static_cast<double>(s.busy_ns - last_busy) * 1e-9 / (dt * threads) : 0;
+      last = now;
+      last_busy = s.busy_ns;
+      metrics->publish(metrics_text(s, threads, busy));
+    }
+  }
+  server->shutdown();
+  const remote::WorkerStats s = server->stats();
+  spdlog::info("worker: stopped after {} samples ({} failed), {} streams refused", s.items, s.errors, s.refused);
+  return 0;
+}
+
+#endif
+
+}  // namespace stoker::app

@@ -1,0 +1,506 @@
+#include "remote/dispatcher.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <set>
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include "image/sample_processor.hpp"
+#include "job/job.hpp"
+#include "job/work_queue.hpp"
+#include "remote/protocol.hpp"
+#include "remote/worker_server.hpp"  // read_secret_file
+#include "stoker/remote/worker.grpc.pb.h"
+
+namespace stoker::remote {
+
+namespace v1 = ::stoker::remote::v1;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr auto kResolveEvery = std::chrono::seconds(15);
+constexpr auto kConnectTimeout = std::chrono::seconds(3);
+constexpr double kBackoffMin = 0.2, kBackoffMax = 5;
+constexpr std::uint32_t kWindowMax = 512;
+
+// "HOST:PORT" / "[V6]:PORT" split; the config checked the shape.
+std::pair<std::string, std::string> split_address(const std::string& a) {
+  const std::size_t colon = a.rfind(':');
+  std::string host = a.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  return {host, a.substr(colon + 1)};
+}
+
+}  // namespace
+
+// One endpoint: a thread that connects, sends and watches deadlines, and while a stream lives
+// a second one that reads its answers.
+class Dispatcher::Link {
+ public:
+  Link(Dispatcher& d, std::string address, std::string endpoint, std::string target)
+      : d_(d), address_(std::move(address)), endpoint_(std::move(endpoint)), target_(std::move(target)) {
+    thread_ = std::thread([this] { run(); });
+  }
+  ~Link() { stop(); }
+
+  const std::string& endpoint() const { return endpoint_; }
+
+  void stop() {
+    {
+      base::MutexLock lock(mu_);
+      if (stop_) return;
+      stop_ = true;
+      if (ctx_) ctx_->TryCancel();
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  WorkerLinkStatus status() const {
+    base::MutexLock lock(mu_);
+    WorkerLinkStatus s = stats_;
+    s.address = address_;
+    s.endpoint = endpoint_;
+    s.in_flight = static_cast<std::uint32_t>(outstanding_.size());
+    s.window = window_;
+    return s;
+  }
+
+ private:
+  struct Outstanding {
+    job::WorkItem item;
+    job::Job::RemoteSample sample;
+    Clock::time_point sent;
+  };
+
+  void run() {
+    double backoff = kBackoffMin;
+    for (;;) {
+      {
+        base::MutexLock lock(mu_);
+        if (stop_) return;
+      }
+      const bool served = serve_stream();
+      if (served) backoff = kBackoffMin;
+      base::MutexLock lock(mu_);
+      if (stop_) return;
+      cv_.wait_for(lock, std::chrono::duration<double>(backoff));
+      backoff = std::min(kBackoffMax, backoff * 2);
+    }
+  }
+
+  std::shared_ptr<grpc::ChannelCredentials> credentials() {
+    const config::RemoteConfig& c = d_.cfg_;
+    if (c.tls_ca.empty()) return grpc::InsecureChannelCredentials();
+    grpc::SslCredentialsOptions o;
+    auto ca = read_secret_file(c.tls_ca.string(), "remote.tls.ca");
+    if (ca) o.pem_root_certs = *ca;
+    if (!c.tls_cert.empty()) {
+      auto cert = read_secret_file(c.tls_cert.string(), "remote.tls.cert");
+      auto key = read_secret_file(c.tls_key.string(), "remote.tls.key");
+      if (cert && key) {
+        o.pem_cert_chain = *cert;
+        o.pem_private_key = *key;
+      }
+    }
+    return grpc::SslCredentials(o);
+  }
+
+  void fail(const std::string& why) {
+    base::MutexLock lock(mu_);
+    stats_.errors++;
+    if (stats_.last_error != why) spdlog::warn("job {}: remote worker {}: {}", d_.job_.name(), endpoint_, why);
+    stats_.last_error = why;
+  }
+
+  // One stream, from connect to its end. true: it was accepted (the backoff starts over).
+  bool serve_stream() {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // one connection per link
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
+    args.SetMaxReceiveMessageSize(static_cast<int>(max_reply_bytes(d_.job_.pipeline().sample_bytes())));
+    args.SetMaxSendMessageSize(static_cast<int>(kMaxRequestBytes));
+    const std::string host = split_address(address_).first;
+    if (!d_.cfg_.tls_ca.empty()) args.SetSslTargetNameOverride(host);
+    auto channel = grpc::CreateCustomChannel(target_, credentials(), args);
+    if (!channel->WaitForConnected(std::chrono::system_clock::now() + kConnectTimeout)) {
+      fail("cannot connect (retrying; the local pool serves meanwhile)");
+      return false;
+    }
+    auto stub = v1::Worker::NewStub(channel);
+    auto ctx = std::make_shared<grpc::ClientContext>();
+    {
+      base::MutexLock lock(mu_);
+      if (stop_) return false;
+      ctx_ = ctx;
+    }
+    std::unique_ptr<grpc::ClientReaderWriter<v1::Request, v1::Reply>> stream = stub->Work(ctx.get());
+    const bool accepted = open(*stream, *ctx);
+    if (accepted) {
+      d_.link_connected(true);
+      std::thread reader([&] { read_loop(*stream); });
+      send_loop(*stream, *ctx);
+      ctx->TryCancel();
+      reader.join();
+      d_.link_connected(false);
+    } else {
+      ctx->TryCancel();
+    }
+    stream->Finish();  // the status; why the stream ended was recorded already
+    reissue_all();
+    base::MutexLock lock(mu_);
+    ctx_.reset();
+    stats_.connected = false;
+    return accepted;
+  }
+
+  // Sends the Open and reads the answer (the stream is cancelled if none comes in 10 s).
+  bool open(grpc::ClientReaderWriter<v1::Request, v1::Reply>& stream, grpc::ClientContext& ctx) {
+    const job::Job& job = d_.job_;
+    const config::RemoteConfig& c = d_.cfg_;
+    v1::Request req;
+    v1::Open* o = req.mutable_open();
+    o->set_protocol_major(kWorkerMajor);
+    o->set_protocol_minor(kWorkerMinor);
+    o->set_token(c.token);
+    o->set_job(job.name());
+    o->set_job_yaml(c.worker_yaml);
+    o->set_base_dir(c.base_dir.string());
+    o->set_origin(c.origin);
+    o->set_pixel_seed(job.config().pixel_seed());
+    o->set_sample_bytes(job.pipeline().sample_bytes());
+    o->set_compression(c.zstd ? v1::COMPRESSION_ZSTD : v1::COMPRESSION_NONE);
+    if (!stream.Write(req)) {
+      fail("the stream closed before the Open was sent");
+      return false;
+    }
+    std::atomic<bool> answered{false};
+    std::thread watchdog([&] {
+      base::MutexLock lock(mu_);
+      const auto until = Clock::now() + std::chrono::seconds(10);
+      while (!answered.load() && !stop_ && Clock::now() < until) cv_.wait_for(lock, std::chrono::milliseconds(50));
+      if (!answered.load()) ctx.TryCancel();
+    });
+    v1::Reply reply;
+    const bool got = stream.Read(&reply);
+    answered = true;
+    cv_.notify_all();
+    watchdog.join();
+    if (!got || !reply.has_open()) {
+      fail(got ? "the worker's first answer is not an OpenReply" : "no answer to the Open (closed, or 10 s passed)");
+      return false;
+    }
+    const v1::OpenReply& r = reply.open();
+    if (std::string why = version_mismatch(r.protocol_major(), r.protocol_minor(), "the worker"); !why.empty()) {
+      fail(why);
+      return false;
+    }
+    if (!r.accepted()) {
+      fail("refused the job: " + r.error().substr(0, 2048));
+      return false;
+    }
+    base::MutexLock lock(mu_);
+    stats_.threads = std::clamp<std::uint32_t>(r.threads(), 1, 4096);
+    window_ = std::min<std::uint32_t>(kWindowMax, 2 * stats_.threads);
+    stats_.connected = true;
+    stats_.last_error.clear();
+    broken_ = false;
+    rate_mark_ = Clock::now();
+    rate_samples_ = stats_.samples;
+    spdlog::info("job {}: remote worker {} connected ({} threads)", job.name(), endpoint_, stats_.threads);
+    return true;
+  }
+
+  void send_loop(grpc::ClientReaderWriter<v1::Request, v1::Reply>& stream, grpc::ClientContext& ctx) {
+    job::Job& job = d_.job_;
+    const double deadline = d_.cfg_.deadline_s;
+    for (;;) {
+      bool stalled = false;
+      {
+        base::MutexLock lock(mu_);
+        if (stop_ || broken_) return;
+        const auto now = Clock::now();
+        for (const auto& [id, o] : outstanding_) {
+          if (std::chrono::duration<double>(now - o.sent).count() > deadline) stalled = true;
+        }
+        if (stalled) {
+          broken_ = true;
+        } else {
+          adapt_window(now);
+          if (outstanding_.size() >= window_) {
+            cv_.wait_for(lock, std::chrono::milliseconds(20));
+            continue;
+          }
+        }
+      }
+      if (stalled) {
+        fail("an item unanswered for " + std::to_string(static_cast<int>(deadline)) +
+             " s (stalled or unreachable): its items are re-issued");
+        ctx.TryCancel();
+        return;
+      }
+      job::WorkItem item{};
+      if (!d_.queue_.pop_remote(job.index(), item, std::chrono::milliseconds(50))) continue;
+      std::optional<job::Job::RemoteSample> sample = job.begin_remote(item);
+      if (!sample) continue;  // quarantined, cached or job stopped: ended by the job
+      v1::Request req;
+      v1::Item* it = req.mutable_item();
+      const std::uint64_t id = next_id_++;
+      it->set_id(id);
+      it->set_path(sample->path);
+      it->set_offset(sample->offset);
+      it->set_size(sample->size);
+      it->set_member(sample->member);
+      it->set_epoch(sample->epoch);
+      it->set_draw(sample->draw);
+      {
+        base::MutexLock lock(mu_);
+        outstanding_.emplace(id, Outstanding{item, std::move(*sample), Clock::now()});
+      }
+      if (!stream.Write(req)) {
+        bool first = false;
+        {
+          base::MutexLock lock(mu_);
+          first = !broken_ && !stop_;
+          broken_ = true;
+        }
+        if (first) fail("the stream broke (worker gone?): its items are re-issued");
+        return;
+      }
+    }
+  }
+
+  // Window: enough items to cover the round trip at the measured rate, plus one per worker
+  // thread, so neither the link nor the worker idles; at least 2 per thread at first.
+  void adapt_window(Clock::time_point now) STOKER_REQUIRES(mu_) {
+    const double dt = std::chrono::duration<double>(now - rate_mark_).count();
+    if (dt < 1.0) return;
+    stats_.samples_per_s = static_cast<double>(stats_.samples - rate_samples_) / dt;
+    rate_mark_ = now;
+    rate_samples_ = stats_.samples;
+    const double want = stats_.samples_per_s * stats_.rtt_s * 2 + stats_.threads;
+    window_ = static_cast<std::uint32_t>(std::clamp<double>(want, stats_.threads + 1.0, kWindowMax));
+  }
+
+  void read_loop(grpc::ClientReaderWriter<v1::Request, v1::Reply>& stream) {
+    job::Job& job = d_.job_;
+    const std::uint64_t n = job.pipeline().sample_bytes();
+    v1::Reply reply;
+    std::string why;
+    while (stream.Read(&reply)) {
+      if (!reply.has_result()) {
+        why = "answered something other than a result";
+        break;
+      }
+      const v1::Result& r = reply.result();
+      Outstanding o;
+      {
+        base::MutexLock lock(mu_);
+        auto at = outstanding_.find(r.id());
+        if (at == outstanding_.end()) {
+          why = "answered item " + std::to_string(r.id()) + ", which it does not hold";
+          break;
+        }
+        o = std::move(at->second);
+        outstanding_.erase(at);
+      }
+      image::SampleResult result;
+      result.error = static_cast<image::SampleErrorKind>(r.error());
+      result.reason = r.reason().substr(0, 1024);
+      result.warnings = r.warnings();
+      result.format = r.format() < static_cast<std::uint32_t>(image::kImageFormats)
+                          ? static_cast<image::ImageFormat>(r.format())
+                          : image::ImageFormat::kUnknown;
+      bool good = r.error() <= static_cast<std::uint32_t>(image::SampleErrorKind::kTooLarge);
+      if (good && result.ok()) {
+        std::uint8_t* out = job.sample_out(o.item);
+        if (r.compressed()) {
+          const base::Status s = decompress(r.pixels(), std::span<std::uint8_t>(out, n));
+          good = s.ok();
+          if (!good) why = "sent a bad compressed sample: " + s.message();
+        } else if (r.pixels().size() == n) {
+          std::memcpy(out, r.pixels().data(), n);
+        } else {
+          good = false;
+          why = "sent " + std::to_string(r.pixels().size()) + " bytes for a sample of " + std::to_string(n);
+        }
+      } else if (!good) {
+        why = "sent an unknown error kind " + std::to_string(r.error());
+      }
+      if (!good) {
+        if (why.empty()) why = "sent a malformed result";
+        d_.queue_.push_front(job.index(), {o.item});  // made again elsewhere
+        base::MutexLock lock(mu_);
+        stats_.reissued++;
+        break;
+      }
+      if (result.error == image::SampleErrorKind::kIo) {
+        // The worker could not read it (its storage, or its --allow-root): made here instead,
+        // where the job's own read rules (retries, missing files) apply.
+        if (!local_) local_ = std::make_unique<image::SampleProcessor>(job.pipeline());
+        job.run(o.item, *local_, buffer_);
+      } else {
+        job.finish_remote(o.item, o.sample, result);
+      }
+      base::MutexLock lock(mu_);
+      stats_.samples++;
+      stats_.bytes_received += r.pixels().size();
+      const double rtt = std::chrono::duration<double>(Clock::now() - o.sent).count();
+      stats_.rtt_s = stats_.rtt_s == 0 ? rtt : 0.9 * stats_.rtt_s + 0.1 * rtt;
+      cv_.notify_all();  // a place in the window
+    }
+    bool first = false;
+    {
+      base::MutexLock lock(mu_);
+      first = !broken_ && !stop_;
+      broken_ = true;
+    }
+    cv_.notify_all();
+    if (first || !why.empty()) fail(why.empty() ? std::string("the stream ended (worker gone?): its items are re-issued") : why);
+  }
+
+  void reissue_all() {
+    std::vector<job::WorkItem> back;
+    {
+      base::MutexLock lock(mu_);
+      for (auto& [id, o] : outstanding_) back.push_back(o.item);  // ids ascend: planned order
+      stats_.reissued += back.size();
+      outstanding_.clear();
+    }
+    if (!back.empty()) {
+      spdlog::info("job {}: {} item(s) of remote worker {} re-issued", d_.job_.name(), back.size(), endpoint_);
+      d_.queue_.push_front(d_.job_.index(), std::move(back));
+    }
+  }
+
+  Dispatcher& d_;
+  const std::string address_, endpoint_, target_;
+  mutable base::Mutex mu_;
+  base::CondVar cv_;
+  bool stop_ STOKER_GUARDED_BY(mu_) = false;
+  bool broken_ STOKER_GUARDED_BY(mu_) = false;
+  std::shared_ptr<grpc::ClientContext> ctx_ STOKER_GUARDED_BY(mu_);
+  std::map<std::uint64_t, Outstanding> outstanding_ STOKER_GUARDED_BY(mu_);
+  WorkerLinkStatus stats_ STOKER_GUARDED_BY(mu_);
+  std::uint32_t window_ STOKER_GUARDED_BY(mu_) = 2;
+  Clock::time_point rate_mark_ STOKER_GUARDED_BY(mu_);
+  std::uint64_t rate_samples_ STOKER_GUARDED_BY(mu_) = 0;
+  std::uint64_t next_id_ = 1;  // the sending thread's
+  std::unique_ptr<image::SampleProcessor> local_;  // the reading thread's (worker read failures)
+  std::vector<std::uint8_t> buffer_;
+  std::thread thread_;
+};
+
+Dispatcher::Dispatcher(job::Job& job, job::WorkQueue& queue, const config::RemoteConfig& cfg)
+    : job_(job), queue_(queue), cfg_(cfg) {
+  resolve_once();
+  resolver_ = std::thread([this] { resolve_loop(); });
+}
+
+Dispatcher::~Dispatcher() {
+  {
+    base::MutexLock lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  resolver_.join();
+  std::vector<std::unique_ptr<Link>> links;
+  {
+    base::MutexLock lock(mu_);
+    links.swap(links_);
+  }
+  for (auto& l : links) l->stop();  // each hands its items back
+  queue_.set_remote_only(job_.index(), false);
+}
+
+void Dispatcher::resolve_loop() {
+  base::MutexLock lock(mu_);
+  while (!stop_) {
+    cv_.wait_for(lock, kResolveEvery);
+    if (stop_) break;
+    lock.unlock();
+    resolve_once();
+    lock.lock();
+  }
+}
+
+void Dispatcher::resolve_once() {
+  // endpoint -> (address as written, gRPC target)
+  std::map<std::string, std::pair<std::string, std::string>> want;
+  std::set<std::string> unresolved;
+  for (const std::string& a : cfg_.workers) {
+    const auto [host, port] = split_address(a);
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    if (getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr) {
+      unresolved.insert(a);
+      continue;
+    }
+    for (addrinfo* p = res; p != nullptr; p = p->ai_next) {
+      char ip[INET6_ADDRSTRLEN] = {};
+      const void* addr = p->ai_family == AF_INET ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(p->ai_addr)->sin_addr)
+                                                 : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(p->ai_addr)->sin6_addr);
+      if (inet_ntop(p->ai_family, addr, ip, sizeof ip) == nullptr) continue;
+      const bool v6 = p->ai_family == AF_INET6;
+      const std::string endpoint = v6 ? "[" + std::string(ip) + "]:" + port : std::string(ip) + ":" + port;
+      want.emplace(endpoint, std::make_pair(a, (v6 ? "ipv6:" : "ipv4:") + endpoint));
+    }
+    freeaddrinfo(res);
+  }
+  std::vector<std::unique_ptr<Link>> gone;
+  {
+    base::MutexLock lock(mu_);
+    if (stop_) return;
+    // A name that does not resolve now keeps its links (a DNS hiccup must not drop workers).
+    std::erase_if(links_, [&](std::unique_ptr<Link>& l) {
+      if (want.count(l->endpoint()) != 0) {
+        want.erase(l->endpoint());
+        return false;
+      }
+      const std::string written = l->status().address;
+      if (unresolved.count(written) != 0) return false;
+      gone.push_back(std::move(l));
+      return true;
+    });
+    for (auto& [endpoint, at] : want) {
+      spdlog::info("job {}: remote worker {} at {}", job_.name(), at.first, endpoint);
+      links_.push_back(std::make_unique<Link>(*this, at.first, endpoint, at.second));
+    }
+  }
+  for (const std::string& a : unresolved) spdlog::warn("job {}: remote worker {}: the name does not resolve (retried every 15 s)", job_.name(), a);
+  for (auto& l : gone) {
+    spdlog::info("job {}: remote worker {} no longer resolves: stream closed", job_.name(), l->endpoint());
+    l->stop();
+  }
+}
+
+void Dispatcher::link_connected(bool up) {
+  const int now = up ? ++connected_ : --connected_;
+  if (!cfg_.local) queue_.set_remote_only(job_.index(), now > 0);
+}
+
+std::vector<WorkerLinkStatus> Dispatcher::status() const {
+  std::vector<WorkerLinkStatus> out;
+  base::MutexLock lock(mu_);
+  for (const auto& l : links_) out.push_back(l->status());
+  return out;
+}
+
+}  // namespace stoker::remote

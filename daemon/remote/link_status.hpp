@@ -1,0 +1,28 @@
+// What `stokerctl status`, /metrics and `stokerctl top` show of one remote worker endpoint of
+// a job (remote/dispatcher.hpp fills it). Plain data, no gRPC: the job table and the control
+// wing use it whether or not this stokerd was built with remote workers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace stoker::remote {
+
+// One worker endpoint, for `stokerctl status`, /metrics and `stokerctl top`.
+struct WorkerLinkStatus {
+  std::string address;   // the `workers` entry as written
+  std::string endpoint;  // the address it resolved to (ip:port)
+  bool connected = false;
+  std::uint32_t in_flight = 0;   // items sent, not answered
+  std::uint32_t window = 0;      // the most it may hold now (from its threads, rate and round trip)
+  std::uint32_t threads = 0;     // the worker's decode threads
+  std::uint64_t samples = 0;     // answered and written into batches
+  std::uint64_t reissued = 0;    // handed back to the queue after a failure of this worker
+  std::uint64_t errors = 0;      // stream failures (disconnects, stalls, garbage, refusals)
+  std::uint64_t bytes_received = 0;
+  double rtt_s = 0;              // mean round trip of the last items
+  double samples_per_s = 0;      // over the last second or so
+  std::string last_error;        // why the last stream ended or was refused
+};
+
+}  // namespace stoker::remote

@@ -1,0 +1,50 @@
+// The remote-worker protocol's constants and the helpers both ends share (proto/stoker/remote/
+// worker.proto holds the messages). Versioned like the local protocol: a new optional field is
+// a minor bump; anything an older peer would misread is a major bump, refused naming both.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "stoker/base/status.hpp"
+
+namespace stoker::remote {
+
+inline constexpr std::uint32_t kWorkerMajor = 1;
+inline constexpr std::uint32_t kWorkerMinor = 0;
+
+// Bounds on what a peer may send (gRPC refuses a larger message before we see it).
+inline constexpr std::size_t kMaxRequestBytes = 1u << 20;   // an Open (job YAML) or an Item
+inline constexpr std::size_t kMaxJobYamlBytes = 256u << 10;
+inline constexpr std::size_t kMaxPathBytes = 4096;
+inline constexpr std::uint64_t kMaxSampleBytes = std::uint64_t{1} << 30;  // one finished sample
+inline constexpr std::uint64_t kMaxReadBytes = std::uint64_t{1} << 30;    // one encoded sample
+inline constexpr std::size_t kMaxInFlight = 1024;  // items a worker holds per stream at most
+
+// A worker's answer bigger than this is refused by the GPU node: a finished sample, compressed
+// or not, plus the message's own fields.
+inline std::size_t max_reply_bytes(std::uint64_t sample_bytes) {
+  return static_cast<std::size_t>(sample_bytes + sample_bytes / 64 + (64u << 10));
+}
+
+// "worker protocol A.B" vs "B.C": empty when the majors agree, else the refusal.
+std::string version_mismatch(std::uint32_t their_major, std::uint32_t their_minor, const char* their_side);
+
+// Constant-time comparison of a presented token with the expected one (no early exit on the
+// first differing byte, so the time says nothing about how much of a guess was right).
+bool token_equal(std::string_view presented, std::string_view expected);
+
+// zstd at a fast level (the link, not the CPU, is what compression is for).
+void compress(std::span<const std::uint8_t> in, std::string& out);
+// Exactly `expected` bytes into `out`, or an error (a corrupt frame, or another size).
+base::Status decompress(std::string_view in, std::span<std::uint8_t> out);
+
+// Reads a whole file, or `size` bytes at `offset` (a tar member), refusing more than
+// kMaxReadBytes. errno-style failures come back with the path and strerror.
+base::Status read_bytes(const std::string& path, bool member, std::uint64_t offset, std::uint64_t size,
+                        std::vector<std::uint8_t>& out);
+
+}  // namespace stoker::remote

@@ -1,0 +1,230 @@
+#include "remote/worker_server.hpp"
+
+#include <chrono>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include "remote/protocol.hpp"
+#include "stoker/base/mutex.hpp"
+#include "stoker/remote/worker.grpc.pb.h"
+
+namespace stoker::remote {
+
+base::Result<std::string> read_secret_file(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return base::Status::error(std::string(what) + " '" + path + "': cannot read it");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  if (s.size() > (1u << 20)) return base::Status::error(std::string(what) + " '" + path + "': larger than 1 MiB");
+  return s;
+}
+
+namespace {
+
+using Stream = grpc::ServerReaderWriter<v1::Reply, v1::Request>;
+
+// One stream: its session, the writer shared by the decode threads, and its items held.
+struct StreamState {
+  StreamState(const WorkerSettings& s, Stream* st, std::uint64_t n) : session(s), stream(st), serial(n) {}
+  WorkerSession session;
+  Stream* stream;
+  const std::uint64_t serial;  // never reused: a thread's processor for it is never another's
+  base::Mutex mu;
+  base::CondVar drained;
+  std::size_t pending STOKER_GUARDED_BY(mu) = 0;
+  bool broken STOKER_GUARDED_BY(mu) = false;  // a write failed: the peer is gone
+};
+
+struct Task {
+  std::shared_ptr<StreamState> stream;
+  v1::Item item;
+};
+
+}  // namespace
+
+class WorkerServer::Impl final : public v1::Worker::Service {
+ public:
+  explicit Impl(WorkerSettings settings) : settings_(std::move(settings)) {}
+
+  grpc::Status Work(grpc::ServerContext* ctx, Stream* stream) override {
+    const std::string peer = ctx->peer();
+    auto st = std::make_shared<StreamState>(settings_, stream, next_serial_++);
+    v1::Request req;
+    if (!stream->Read(&req)) return grpc::Status::OK;
+    if (!req.has_open()) {
+      refused_++;
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first message of a stream must be an Open");
+    }
+    v1::Reply reply;
+    *reply.mutable_open() = st->session.open(req.open());
+    const bool accepted = reply.open().accepted();
+    stream->Write(reply);
+    if (!accepted) {
+      refused_++;
+      spdlog::warn("worker: refused a stream from {}: {}", peer, reply.open().error());
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, reply.open().error());
+    }
+    spdlog::info("worker: stream from {} for job {}", peer, st->session.job());
+    streams_++;
+    grpc::Status end = grpc::Status::OK;
+    while (stream->Read(&req)) {
+      if (!req.has_item()) {
+        end = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "only items may follow a stream's Open");
+        break;
+      }
+      {
+        base::MutexLock lock(st->mu);
+        if (st->pending >= kMaxInFlight) {
+          end = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                             "more than " + std::to_string(kMaxInFlight) + " items in flight on one stream");
+          break;
+        }
+        st->pending++;
+      }
+      submit(Task{st, req.item()});
+    }
+    {
+      // The stream object dies when this returns: no decode thread may write to it after.
+      base::MutexLock lock(st->mu);
+      st->broken = true;
+      while (st->pending > 0) st->drained.wait(lock);
+    }
+    streams_--;
+    if (!end.ok()) {
+      errors_++;
+      spdlog::warn("worker: ended the stream from {}: {}", peer, end.error_message());
+    } else {
+      spdlog::info("worker: stream from {} for job {} ended", peer, st->session.job());
+    }
+    return end;
+  }
+
+  void start_threads(unsigned n) {
+    for (unsigned i = 0; i < n; ++i) threads_.emplace_back([this] { run(); });
+  }
+
+  void stop_threads() {
+    {
+      base::MutexLock lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+    threads_.clear();
+  }
+
+  WorkerStats stats() const {
+    WorkerStats s;
+    s.items = items_.load();
+    s.errors = errors_.load();
+    s.refused = refused_.load();
+    s.bytes_sent = bytes_sent_.load();
+    s.busy_ns = busy_ns_.load();
+    s.streams = streams_.load();
+    return s;
+  }
+
+ private:
+  void submit(Task t) {
+    {
+      base::MutexLock lock(mu_);
+      tasks_.push_back(std::move(t));
+    }
+    cv_.notify_one();
+  }
+
+  void run() {
+    std::map<std::uint64_t, std::unique_ptr<image::SampleProcessor>> processors;  // by stream serial
+    std::vector<std::uint8_t> bytes;
+    for (;;) {
+      Task t;
+      {
+        base::MutexLock lock(mu_);
+        while (!stop_ && tasks_.empty()) cv_.wait(lock);
+        if (tasks_.empty()) return;  // stopping, nothing left
+        t = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      StreamState& st = *t.stream;
+      if (processors.size() > 64) processors.clear();  // streams come and go; rebuilt on demand
+      std::unique_ptr<image::SampleProcessor>& p = processors[st.serial];
+      if (!p) p = std::make_unique<image::SampleProcessor>(st.session.pipeline());
+      v1::Reply reply;
+      v1::Result* r = reply.mutable_result();
+      st.session.process(t.item, *p, bytes, *r);
+      items_++;
+      busy_ns_ += r->busy_ns();
+      if (r->error() != 0) errors_++;
+      bytes_sent_ += r->pixels().size();
+      base::MutexLock lock(st.mu);
+      // Writes are serialised by the stream's mutex (gRPC allows one writer at a time).
+      if (!st.broken && !st.stream->Write(reply)) st.broken = true;
+      if (--st.pending == 0) st.drained.notify_all();
+    }
+  }
+
+  const WorkerSettings settings_;
+  std::atomic<std::uint64_t> next_serial_{1};
+  std::atomic<std::uint64_t> items_{0}, errors_{0}, refused_{0}, bytes_sent_{0}, busy_ns_{0};
+  std::atomic<std::uint32_t> streams_{0};
+  base::Mutex mu_;
+  base::CondVar cv_;
+  std::deque<Task> tasks_ STOKER_GUARDED_BY(mu_);
+  bool stop_ STOKER_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+  friend class WorkerServer;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+WorkerServer::WorkerServer(WorkerSettings settings, const std::string& listen, const TlsFiles& tls) {
+  const unsigned threads = settings.threads;
+  impl_ = std::make_unique<Impl>(std::move(settings));
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+  if (tls.enabled()) {
+    grpc::SslServerCredentialsOptions opts(tls.ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                                          : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    opts.pem_root_certs = tls.ca;
+    opts.pem_key_cert_pairs.push_back({tls.key, tls.cert});
+    creds = grpc::SslServerCredentials(opts);
+  }
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(listen, creds, &impl_->port_);
+  builder.RegisterService(impl_.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxRequestBytes));
+  builder.SetMaxSendMessageSize(-1);
+  // Answer a GPU node's keepalive pings (it pings every 10 s to notice a dead link).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  impl_->server_ = builder.BuildAndStart();
+  if (!impl_->server_ || impl_->port_ == 0) {
+    throw std::runtime_error("cannot listen on " + listen + " (address in use, not a local address, or bad TLS files)");
+  }
+  impl_->start_threads(threads);
+}
+
+WorkerServer::~WorkerServer() { shutdown(); }
+
+int WorkerServer::port() const { return impl_->port_; }
+
+WorkerStats WorkerServer::stats() const { return impl_->stats(); }
+
+void WorkerServer::shutdown() {
+  if (!impl_ || !impl_->server_) return;
+  impl_->server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  impl_->stop_threads();
+  impl_->server_.reset();
+}
+
+}  // namespace stoker::remote

@@ -1,0 +1,54 @@
+// `stokerd --worker`'s gRPC side: the Worker service (proto/stoker/remote/worker.proto) on
+// HOST:PORT, one WorkerSession per stream, and one pool of decode threads shared by every
+// stream (items of all streams in arrival order). Stateless between streams: a GPU node that
+// reconnects starts afresh.
+//
+// Bounds: a request of at most kMaxRequestBytes (gRPC refuses more), at most kMaxInFlight
+// items held per stream (the stream is ended with RESOURCE_EXHAUSTED past that), keepalive
+// pings answered so a GPU node notices a dead link.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "remote/worker_session.hpp"
+
+namespace stoker::remote {
+
+struct TlsFiles {
+  std::string cert, key;  // this side's certificate and key (PEM)
+  std::string ca;         // the peers' certificates must be signed by this one; empty: no client check
+  bool enabled() const { return !cert.empty(); }
+};
+
+struct WorkerStats {
+  std::uint64_t items = 0, errors = 0, refused = 0, bytes_sent = 0;
+  std::uint64_t busy_ns = 0;
+  std::uint32_t streams = 0;
+};
+
+class WorkerServer {
+ public:
+  // Listens on `listen` ("HOST:PORT"; port 0: any, see port()) and starts `settings.threads`
+  // decode threads. Throws std::runtime_error naming the address when it cannot listen.
+  WorkerServer(WorkerSettings settings, const std::string& listen, const TlsFiles& tls);
+  ~WorkerServer();  // shutdown()
+  WorkerServer(const WorkerServer&) = delete;
+  WorkerServer& operator=(const WorkerServer&) = delete;
+
+  int port() const;
+  WorkerStats stats() const;
+  // Ends every stream (their GPU nodes re-issue what was in flight) and stops the threads.
+  void shutdown();
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Reads a PEM or token file whole (errors name the file).
+base::Result<std::string> read_secret_file(const std::string& path, const char* what);
+
+}  // namespace stoker::remote

@@ -1,0 +1,167 @@
+#include "remote/worker_session.hpp"
+
+#include <chrono>
+#include <system_error>
+
+#include "config/config.hpp"
+#include "image/sample_result.hpp"
+#include "remote/protocol.hpp"
+
+namespace stoker::remote {
+
+namespace fs = std::filesystem;
+
+bool inside(const fs::path& path, const std::vector<fs::path>& roots) {
+  const std::string p = path.string();
+  for (const fs::path& root : roots) {
+    const std::string r = root.string();
+    if (r == "/") return true;
+    if (p == r || (p.size() > r.size() && p.compare(0, r.size(), r) == 0 && p[r.size()] == '/')) return true;
+  }
+  return false;
+}
+
+namespace {
+
+// The folder a source reads below: a tar pattern's literal part (before any brace or glob).
+fs::path source_folder(const std::string& pattern) {
+  const std::size_t wild = pattern.find_first_of("{*?[");
+  const std::string literal = pattern.substr(0, wild);
+  return wild == std::string::npos ? fs::path(literal) : fs::path(literal).parent_path();
+}
+
+base::Status check_source(const config::SourceConfig& s, const std::vector<fs::path>& roots) {
+  std::vector<fs::path> folders;
+  if (!s.root.empty()) folders.push_back(s.root);
+  if (!s.file.empty()) folders.push_back(s.file);
+  for (const std::string& p : s.shards) folders.push_back(source_folder(p));
+  for (const fs::path& f : folders) {
+    std::error_code ec;
+    const fs::path c = fs::weakly_canonical(f, ec);
+    if (ec || !inside(c, roots)) {
+      return base::Status::error("the job reads '" + f.string() + "', outside this worker's --allow-root folders");
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+base::Status WorkerSession::check_open(const v1::Open& open) {
+  if (std::string why = version_mismatch(open.protocol_major(), open.protocol_minor(), "the GPU node"); !why.empty()) {
+    return base::Status::error(why);
+  }
+  if (!token_equal(open.token(), settings_.token)) {
+    return base::Status::error(open.token().empty() ? "this worker needs a token (remote.token_file)"
+                                                    : "wrong token (remote.token_file differs from the worker's --token-file)");
+  }
+  if (open.job_yaml().size() > kMaxJobYamlBytes || open.origin().size() > kMaxPathBytes ||
+      open.base_dir().size() > kMaxPathBytes || open.job().size() > 256) {
+    return base::Status::error("the job's definition is larger than a worker accepts");
+  }
+  if (open.base_dir().empty() || open.base_dir().front() != '/') {
+    return base::Status::error("the job's base folder must be an absolute path, got '" + open.base_dir() + "'");
+  }
+  if (open.compression() != v1::COMPRESSION_NONE && open.compression() != v1::COMPRESSION_ZSTD) {
+    return base::Status::error("unknown compression " + std::to_string(open.compression()));
+  }
+  config::Config cfg;
+  try {
+    cfg = config::parse_config(open.job_yaml(), open.origin() + " (job as sent to the worker)", open.base_dir());
+  } catch (const std::exception& e) {
+    return base::Status::error(e.what());  // config::ConfigError: FILE:LINE:COL: KEY: why
+  }
+  if (cfg.jobs.size() != 1) return base::Status::error("expected exactly one job, got " + std::to_string(cfg.jobs.size()));
+  const config::JobConfig& job = cfg.jobs.front();
+  if (job.mixture()) {
+    for (const config::MixtureEntry& e : job.sources) {
+      if (base::Status s = check_source(e.source, settings_.allow_roots); !s) return s;
+    }
+  } else if (base::Status s = check_source(job.source, settings_.allow_roots); !s) {
+    return s;
+  }
+  if (job.pipeline.sample_bytes() != open.sample_bytes()) {
+    return base::Status::error("this worker's pipeline makes samples of " + std::to_string(job.pipeline.sample_bytes()) +
+                               " bytes, the GPU node's " + std::to_string(open.sample_bytes()) +
+                               " (another release reads the job differently)");
+  }
+  if (job.pipeline.sample_bytes() > kMaxSampleBytes) return base::Status::error("a sample larger than 1 GiB");
+  pipeline_ = job.pipeline;
+  pixel_seed_ = open.pixel_seed();
+  zstd_ = open.compression() == v1::COMPRESSION_ZSTD;
+  job_ = job.name;
+  return {};
+}
+
+v1::OpenReply WorkerSession::open(const v1::Open& open) {
+  v1::OpenReply reply;
+  reply.set_protocol_major(kWorkerMajor);
+  reply.set_protocol_minor(kWorkerMinor);
+  reply.set_threads(settings_.threads);
+  if (opened()) {
+    reply.set_error("the stream is already open (one Open per stream)");
+    return reply;
+  }
+  const base::Status s = check_open(open);
+  reply.set_accepted(s.ok());
+  reply.set_error(s.message());
+  if (!s) pipeline_.reset();
+  return reply;
+}
+
+base::Status WorkerSession::check_item(const v1::Item& item) const {
+  if (!opened()) return base::Status::error("an item before the stream's Open");
+  if (item.path().empty() || item.path().size() > kMaxPathBytes || item.path().front() != '/' ||
+      item.path().find('\0') != std::string::npos) {
+    return base::Status::error("an item without an absolute path of at most 4096 bytes");
+  }
+  if (item.member() && (item.size() > kMaxReadBytes || item.offset() > (std::uint64_t{1} << 62))) {
+    return base::Status::error(item.path() + ": a member's offset or size out of range");
+  }
+  std::error_code ec;
+  const fs::path c = fs::canonical(item.path(), ec);
+  if (ec) return base::Status::error(item.path() + ": " + ec.message());
+  if (!inside(c, settings_.allow_roots)) {
+    return base::Status::error(item.path() + ": outside this worker's --allow-root folders");
+  }
+  return {};
+}
+
+void WorkerSession::process(const v1::Item& item, image::SampleProcessor& processor, std::vector<std::uint8_t>& bytes,
+                            v1::Result& result) const {
+  const auto t0 = std::chrono::steady_clock::now();
+  result.set_id(item.id());
+  base::Status s = check_item(item);
+  if (s) s = read_bytes(item.path(), item.member(), item.offset(), item.size(), bytes);
+  if (!s) {
+    result.set_error(static_cast<std::uint32_t>(image::SampleErrorKind::kIo));
+    result.set_reason(s.message());
+    return;
+  }
+  const std::uint64_t n = pipeline_->sample_bytes();
+  std::string* pixels = result.mutable_pixels();
+  thread_local std::vector<std::uint8_t> raw;
+  std::uint8_t* out = nullptr;
+  if (zstd_) {
+    raw.resize(n);
+    out = raw.data();
+  } else {
+    pixels->resize(n);
+    out = reinterpret_cast<std::uint8_t*>(pixels->data());
+  }
+  const image::SampleResult r = processor.process(bytes, pixel_seed_, item.epoch(), item.draw(), out);
+  result.set_error(static_cast<std::uint32_t>(r.error));
+  result.set_reason(r.reason);
+  result.set_warnings(r.warnings);
+  result.set_format(static_cast<std::uint32_t>(r.format));
+  if (!r.ok()) {
+    pixels->clear();
+  } else if (zstd_) {
+    compress(raw, *pixels);
+    result.set_compressed(true);
+  }
+  result.set_busy_ns(static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count()));
+}
+
+}  // namespace stoker::remote
