@@ -498,8 +498,17 @@ void Dispatcher::link_connected(bool up) {
 
 std::vector<WorkerLinkStatus> Dispatcher::status() const {
   std::vector<WorkerLinkStatus> out;
-  base::MutexLock lock(mu_);
-  for (const auto& l : links_) out.push_back(l->status());
+  {
+    base::MutexLock lock(mu_);
+    for (const auto& l : links_) out.push_back(l->status());
+  }
+  // In the order the config lists the workers (then by endpoint for a name with several).
+  auto rank = [this](const WorkerLinkStatus& w) {
+    return std::find(cfg_.workers.begin(), cfg_.workers.end(), w.address) - cfg_.workers.begin();
+  };
+  std::stable_sort(out.begin(), out.end(), [&](const WorkerLinkStatus& a, const WorkerLinkStatus& b) {
+    return std::make_pair(rank(a), a.endpoint) < std::make_pair(rank(b), b.endpoint);
+  });
   return out;
 }
 

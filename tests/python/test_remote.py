@@ -1,0 +1,307 @@
+"""python tier: remote workers (issue #27). A GPU node's stokerd with `remote:` and two
+`stokerd --worker` processes on loopback serve batches bit-identical to a local-only run (the
+pixels are a pure function of config, seed, epoch and sample, whichever machine made them);
+a worker killed or frozen mid-epoch has its items re-issued and nothing is lost or repeated;
+a restarted worker is used again; a refused worker leaves the job serving locally.
+
+Differential: every case compares the remote daemon's batches, epoch by epoch and batch by
+batch (images, labels, ids), with a local-only daemon's of the same config."""
+import glob
+import json
+import os
+import re
+import signal
+import subprocess
+import tarfile
+import time
+
+import numpy as np
+import pytest
+
+from conftest import BIN, Daemon
+
+STOKERD = os.path.join(BIN, "stokerd")
+
+
+def built_with_remote():
+    r = subprocess.run([STOKERD, "--worker", "--help"], capture_output=True, text=True)
+    return r.returncode == 0 and "--listen" in r.stdout
+
+
+pytestmark = pytest.mark.skipif(not built_with_remote(), reason="stokerd built without remote workers (no gRPC)")
+
+
+class Worker:
+    """`stokerd --worker --listen 127.0.0.1:PORT` (port 0: any; read from its first line)."""
+
+    def __init__(self, tmp_path, name, allow_root, token_file=None, port=0, threads=1):
+        self.log = str(tmp_path / f"{name}.log")
+        args = [STOKERD, "--worker", "--listen", f"127.0.0.1:{port}", "--allow-root", allow_root,
+                "--threads", str(threads)]
+        if token_file:
+            args += ["--token-file", token_file]
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        self.port = None
+        while self.port is None:
+            m = re.search(r"stokerd worker listening on port (\d+)", open(self.log).read())
+            if m:
+                self.port = int(m.group(1))
+            elif self.proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"worker did not start:\n{open(self.log).read()}")
+            else:
+                time.sleep(0.02)
+        self.address = f"127.0.0.1:{self.port}"
+
+    def signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def workers(tmp_path):
+    made = []
+
+    def make(name, allow_root, **kw):
+        w = Worker(tmp_path, name, allow_root, **kw)
+        made.append(w)
+        return w
+
+    yield make
+    for w in made:
+        w.stop()
+
+
+PIPELINE = """    pipeline:
+      - decode: {}
+      - random_resized_crop: {size: 32}
+      - horizontal_flip: {p: 0.5}
+      - trivial_augment_wide: {}
+"""
+
+
+def job_config(path, source, *, dtype="uint8", remote="", mix=True, batch_size=8, prefetch=3):
+    out = "output: {dtype: uint8, layout: NCHW}"
+    pipeline = PIPELINE
+    if dtype == "float32":
+        pipeline += "      - normalize: {mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}\n"
+        out = "output: {dtype: float32, layout: NCHW}"
+    with open(path, "w") as f:
+        f.write(f"""server: {{workers: 1, log_level: info}}
+jobs:
+  demo:
+    source: {source}
+    batch_size: {batch_size}
+    seed: 7
+    prefetch: {prefetch}
+{pipeline}    {out}
+{"    mixup: {alpha: 0.4}" if mix else ""}
+{remote}""")
+    return str(path)
+
+
+def remote_key(addresses, local=True, token_file=None, deadline_s=None, compression=None):
+    keys = [f"workers: [{', '.join(json.dumps(a) for a in addresses)}]", f"local: {str(local).lower()}"]
+    if token_file:
+        keys.append(f"token_file: {token_file}")
+    if deadline_s:
+        keys.append(f"deadline_s: {deadline_s}")
+    if compression:
+        keys.append(f"compression: {compression}")
+    return "    remote: {" + ", ".join(keys) + "}\n"
+
+
+def start(tmp_path, name, cfg):
+    return Daemon(cfg, str(tmp_path / f"{name}.sock"), str(tmp_path / f"{name}.log"), "demo")
+
+
+def status(d):
+    r = subprocess.run([os.path.join(BIN, "stokerctl"), "status", "--socket", d.socket],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)["jobs"][0]
+
+
+def consume(d, out, batches, **kw):
+    os.makedirs(out, exist_ok=True)
+    return d.consume(out, batches, **kw)
+
+
+def assert_same_batches(a, b):
+    assert len(a) == len(b) > 0
+    for (ea, ia, xa, la, da), (eb, ib, xb, lb, db) in zip(a, b):
+        assert (ea, ia) == (eb, ib)
+        np.testing.assert_array_equal(da, db, err_msg=f"ids of epoch {ea} batch {ia}")
+        np.testing.assert_array_equal(la, lb, err_msg=f"labels of epoch {ea} batch {ia}")
+        assert xa.dtype == xb.dtype and xa.shape == xb.shape
+        assert np.array_equal(xa, xb), f"pixels of epoch {ea} batch {ia} differ"
+
+
+def remote_samples(st):
+    return sum(w["samples"] for w in st["remote"])
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "float32"])
+@pytest.mark.parametrize("local", [True, False])
+def test_remote_batches_equal_a_local_run(tmp_path, demo_root, workers, dtype, local):
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    w1 = workers("w1", demo_root, token_file=str(token))
+    w2 = workers("w2", demo_root, token_file=str(token))
+    source = f'{{root: "{demo_root}"}}'
+    base = start(tmp_path, "local", job_config(tmp_path / "l.yaml", source, dtype=dtype))
+    rem = start(tmp_path, "remote", job_config(tmp_path / "r.yaml", source, dtype=dtype,
+                                               remote=remote_key([w1.address, w2.address], local=local,
+                                                                 token_file=str(token))))
+    try:
+        want = consume(base, tmp_path / "a", 16)  # two epochs of 64 samples
+        got = consume(rem, tmp_path / "b", 16)
+        assert_same_batches(want, got)
+        st = status(rem)
+        assert [w["address"] for w in st["remote"]] == [w1.address, w2.address]
+        assert all(w["connected"] for w in st["remote"]), st["remote"]
+        made = remote_samples(st)
+        if local:
+            # One local decode thread and two one-thread workers: the workers take what it cannot.
+            assert made > 0, st["remote"]
+        else:
+            # Every sample went to a worker once one was connected; only the first prefetch
+            # (3 slots of 8, planned as the daemon started, before its links were up) may have
+            # been made by the local pool.
+            assert st["samples_ok"] >= 128 and made >= st["samples_ok"] - 3 * 8, (made, st["samples_ok"])
+            assert all(w["samples"] > 0 for w in st["remote"]), st["remote"]
+        assert all(w["reissued"] == 0 and w["errors"] == 0 for w in st["remote"]), st["remote"]
+    finally:
+        base.stop()
+        rem.stop()
+
+
+def test_remote_tar_shards_with_compression_equal_a_local_run(tmp_path, demo_root, workers):
+    files = sorted(glob.glob(os.path.join(demo_root, "*", "*.jpg")))[:24]
+    for s in range(2):
+        with tarfile.open(tmp_path / f"shard-{s}.tar", "w") as t:
+            for i, f in enumerate(files[s * 12:(s + 1) * 12]):
+                key = f"{s:02d}{i:02d}"
+                t.add(f, arcname=f"{key}.jpg")
+                cls = tmp_path / f"{key}.cls"
+                cls.write_text(str(i % 3))
+                t.add(str(cls), arcname=f"{key}.cls")
+    w1 = workers("w1", str(tmp_path))
+    source = f'{{type: tar, shards: "{tmp_path}/shard-{{0..1}}.tar"}}'
+    base = start(tmp_path, "local", job_config(tmp_path / "l.yaml", source, mix=False))
+    rem = start(tmp_path, "remote", job_config(tmp_path / "r.yaml", source, mix=False,
+                                               remote=remote_key([w1.address], local=False, compression="zstd")))
+    try:
+        assert_same_batches(consume(base, tmp_path / "a", 6), consume(rem, tmp_path / "b", 6))
+        st = status(rem)
+        assert remote_samples(st) >= st["samples_ok"] - 3 * 8 and st["samples_ok"] >= 48
+        # zstd: fewer bytes on the wire than the samples' raw size (3x32x32 uint8 each).
+        assert 0 < st["remote"][0]["bytes_received"] < remote_samples(st) * 3 * 32 * 32
+    finally:
+        base.stop()
+        rem.stop()
+
+
+def wait_for(pred, what, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.1)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+@pytest.mark.parametrize("fault", ["sigkill", "sigstop"])
+def test_a_worker_killed_or_frozen_mid_epoch_loses_nothing(tmp_path, demo_root, workers, fault):
+    """Worker A is frozen (SIGSTOP) while the job streams items to both workers: the items it
+    holds stall. sigkill: A is then killed, its stream breaks and its items are re-issued at
+    once; sigstop: A stays frozen and remote.deadline_s (2 s) re-issues them. Either way the
+    batches equal the local run's, every sample of the epochs exactly once."""
+    a = workers("a", demo_root)
+    b = workers("b", demo_root)
+    source = f'{{root: "{demo_root}"}}'
+    deadline = 2 if fault == "sigstop" else 60
+    base = start(tmp_path, "local", job_config(tmp_path / "l.yaml", source, prefetch=2))
+    rem = start(tmp_path, "remote", job_config(tmp_path / "r.yaml", source, prefetch=2,
+                                               remote=remote_key([a.address, b.address], local=False,
+                                                                 deadline_s=deadline)))
+    try:
+        want = consume(base, tmp_path / "a", 24)  # three epochs
+        wait_for(lambda: all(w["connected"] for w in status(rem)["remote"]), "both workers connected")
+        first = consume(rem, tmp_path / "b0", 2)
+        a.signal(signal.SIGSTOP)
+        # The next batches are planned as those two are released: A takes its share and holds it.
+        wait_for(lambda: status(rem)["remote"][0]["in_flight"] > 0, "items held by the frozen worker")
+        if fault == "sigkill":
+            a.signal(signal.SIGKILL)
+        rest = consume(rem, tmp_path / "b1", 22, start_epoch=0, start_batch=2)
+        assert_same_batches(want, first + rest)
+        st = status(rem)
+        wa, wb = st["remote"]
+        assert wa["reissued"] > 0 and wa["errors"] > 0, wa
+        assert not wa["connected"] and wb["connected"], st["remote"]
+        assert wa["last_error"], wa
+        assert st["errors"] == {k: 0 for k in st["errors"]} and st["quarantined"] == 0
+    finally:
+        base.stop()
+        rem.stop()
+
+
+def test_a_restarted_worker_is_reconnected_and_used_again(tmp_path, demo_root, workers):
+    a = workers("a", demo_root)
+    source = f'{{root: "{demo_root}"}}'
+    rem = start(tmp_path, "remote", job_config(tmp_path / "r.yaml", source,
+                                               remote=remote_key([a.address], local=False)))
+    try:
+        consume(rem, tmp_path / "b0", 4)
+        before = wait_for(lambda: status(rem)["remote"][0]["samples"], "samples from the worker")
+        port = a.port
+        a.stop()
+        wait_for(lambda: not status(rem)["remote"][0]["connected"], "the link to notice")
+        # With every worker gone the job serves from its local pool.
+        consume(rem, tmp_path / "b1", 4, start_epoch=0, start_batch=4)
+        again = workers("a2", demo_root, port=port)
+        wait_for(lambda: status(rem)["remote"][0]["connected"], "the restarted worker to be reconnected")
+        consume(rem, tmp_path / "b2", 8, start_epoch=1, start_batch=0)
+        w = status(rem)["remote"][0]
+        assert w["samples"] > before, w
+        assert again.proc.poll() is None
+    finally:
+        rem.stop()
+
+
+@pytest.mark.parametrize("case", ["wrong_token", "outside_allow_root"])
+def test_a_refused_worker_is_reported_and_the_job_serves_locally(tmp_path, demo_root, workers, case):
+    token = tmp_path / "token"
+    token.write_text("right")
+    wrong = tmp_path / "wrong"
+    wrong.write_text("wrong")
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    if case == "wrong_token":
+        w = workers("w", demo_root, token_file=str(token))
+        key = remote_key([w.address], local=False, token_file=str(wrong))
+        reason = "wrong token"
+    else:
+        w = workers("w", str(other))
+        key = remote_key([w.address], local=False)
+        reason = "outside this worker's --allow-root"
+    source = f'{{root: "{demo_root}"}}'
+    base = start(tmp_path, "local", job_config(tmp_path / "l.yaml", source))
+    rem = start(tmp_path, "remote", job_config(tmp_path / "r.yaml", source, remote=key))
+    try:
+        assert_same_batches(consume(base, tmp_path / "a", 8), consume(rem, tmp_path / "b", 8))
+        link = wait_for(lambda: (lambda x: x if x["last_error"] else None)(status(rem)["remote"][0]), "the refusal")
+        assert reason in link["last_error"], link
+        assert not link["connected"] and link["samples"] == 0, link
+        assert reason in open(w.log).read()
+    finally:
+        base.stop()
+        rem.stop()
