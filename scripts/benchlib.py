@@ -43,7 +43,7 @@ class Daemon:
     """stokerd on `config_text` in a temporary folder; `cpu()` is its CPU time since it was
     ready (the scan of the dataset left out)."""
 
-    def __init__(self, build: str, config_text: str):
+    def __init__(self, build: str, config_text: str, prefix: List[str] = ()):
         self.dir = tempfile.TemporaryDirectory(prefix="stoker-bench-")
         self.socket = os.path.join(self.dir.name, "s.sock")
         cfg = os.path.join(self.dir.name, "bench.yaml")
@@ -51,7 +51,8 @@ class Daemon:
             f.write(config_text)
         self.build = build
         self.log = open(os.path.join(self.dir.name, "stokerd.log"), "w")
-        self.proc = subprocess.Popen([os.path.join(build, "bin", "stokerd"), "--config", cfg, "--socket", self.socket],
+        # prefix: e.g. ["taskset", "-c", "0"] to pin the daemon to some cores.
+        self.proc = subprocess.Popen(list(prefix) + [os.path.join(build, "bin", "stokerd"), "--config", cfg, "--socket", self.socket],
                                      stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 120
         while not accepts(self.socket):

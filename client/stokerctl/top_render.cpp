@@ -96,6 +96,22 @@ std::string render_top_frame(const Json& st) {
             num(r, "wait_fraction"), num(r, "wait_s"), r.value("stuck", false), false);
       }
     }
+    // remote: one row per worker endpoint (issue #27).
+    const auto remote = job.find("remote");
+    if (remote != job.end() && remote->is_array() && !remote->empty()) {
+      std::snprintf(line, sizeof line, "  %-21s %-4s %6s %8s %10s %7s %8s %6s", "REMOTE WORKER", "CONN", "INFLT",
+                    "IMG/S", "SAMPLES", "RTT_MS", "REISSUED", "ERRORS");
+      out += line;
+      out += "\n";
+      for (const Json& w : *remote) {
+        std::snprintf(line, sizeof line, "  %-21s %-4s %6.0f %8.1f %10.0f %7.1f %8.0f %6.0f",
+                      fit(w.value("endpoint", w.value("address", "?")), 21).c_str(), w.value("connected", false) ? "yes" : "no",
+                      num(w, "in_flight"), num(w, "samples_per_s"), num(w, "samples"), num(w, "rtt_ms"), num(w, "reissued"),
+                      num(w, "errors"));
+        out += line;
+        out += "\n";
+      }
+    }
   }
   out += "\nWAIT%: share of the last 10 s (or of the time since it connected, if shorter)\n"
          "the trainer spent blocked waiting for a batch (high: data loading is the\n"

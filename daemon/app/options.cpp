@@ -46,7 +46,8 @@ class UsageFirst : public CLI::Formatter {
  public:
   std::string make_description(const CLI::App*) const override { return {}; }
   std::string make_usage(const CLI::App* app, std::string) const override {
-    return "usage: stokerd --config FILE [--socket PATH] [--state-dir DIR] [--workers N] [--log-level LEVEL]\n\n" +
+    return "usage: stokerd --config FILE [--socket PATH] [--state-dir DIR] [--workers N] [--log-level LEVEL]\n"
+           "       stokerd --worker --listen HOST:PORT --allow-root DIR ...   (a remote worker: stokerd --worker --help)\n\n" +
            app->get_description() + "\n";
   }
 };

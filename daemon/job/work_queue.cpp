@@ -107,6 +107,12 @@ std::size_t WorkQueue::queued(std::size_t job) const {
   return job < lanes_.size() ? lanes_[job].items.size() : 0;
 }
 
+bool WorkQueue::remote_may_take(const Lane& l) const {
+  // Local workers first: an idle one will take the item, unless the lane is remote-only or
+  // the job's `workers` cap keeps local workers off it.
+  return l.remote_only || idle_ == 0 || (l.share.max_workers != 0 && l.running >= l.share.max_workers);
+}
+
 bool WorkQueue::pop_remote(std::size_t job, WorkItem& out, std::chrono::milliseconds wait) {
   base::MutexLock lock(mu_);
   const auto until = std::chrono::steady_clock::now() + wait;
@@ -114,7 +120,7 @@ bool WorkQueue::pop_remote(std::size_t job, WorkItem& out, std::chrono::millisec
     if (stopped_) return false;
     Lane& l = lane(job);
     if (l.closed) return false;
-    if (!l.items.empty() && (l.remote_only || idle_ == 0)) {
+    if (!l.items.empty() && remote_may_take(l)) {
       out = l.items.front();
       l.items.pop_front();
       --queued_;
@@ -125,7 +131,7 @@ bool WorkQueue::pop_remote(std::size_t job, WorkItem& out, std::chrono::millisec
     if (remote_cv_.wait_for(lock, until - std::chrono::steady_clock::now()) == std::cv_status::timeout) {
       // One last look: an item queued while a local worker was idle may still be there.
       Lane& again = lane(job);
-      if (stopped_ || again.closed || again.items.empty() || !(again.remote_only || idle_ == 0)) return false;
+      if (stopped_ || again.closed || again.items.empty() || !remote_may_take(again)) return false;
     }
   }
 }

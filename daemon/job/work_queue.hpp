@@ -99,6 +99,7 @@ class WorkQueue {
   bool runnable(const Lane& l) const STOKER_REQUIRES(mu_);
   Lane* next_lane() STOKER_REQUIRES(mu_);                   // the runnable lane of least vtime
   void wake(Lane& l, std::size_t job) STOKER_REQUIRES(mu_); // idle -> busy catch-up
+  bool remote_may_take(const Lane& l) const STOKER_REQUIRES(mu_);
 
   mutable base::Mutex mu_;
   base::CondVar cv_;

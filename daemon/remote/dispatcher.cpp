@@ -23,7 +23,6 @@
 
 namespace stoker::remote {
 
-namespace v1 = ::stoker::remote::v1;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -235,8 +234,10 @@ class Dispatcher::Link {
         base::MutexLock lock(mu_);
         if (stop_ || broken_) return;
         const auto now = Clock::now();
-        for (const auto& [id, o] : outstanding_) {
-          if (std::chrono::duration<double>(now - o.sent).count() > deadline) stalled = true;
+        // Ids ascend in the order sent, so the first entry is the oldest.
+        if (!outstanding_.empty() &&
+            std::chrono::duration<double>(now - outstanding_.begin()->second.sent).count() > deadline) {
+          stalled = true;
         }
         if (stalled) {
           broken_ = true;

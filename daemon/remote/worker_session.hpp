@@ -23,7 +23,6 @@
 
 namespace stoker::remote {
 
-namespace v1 = ::stoker::remote::v1;
 
 struct WorkerSettings {
   std::vector<std::filesystem::path> allow_roots;  // canonical folders the worker may read

@@ -21,6 +21,12 @@ nlohmann::json wide_status() {
                         {"samples_ok", 999999999999.0}, {"errors", {{"corrupt", 99999999}}},
                         {"quarantined", 999999}, {"state", "draining"}, {"failure", nullptr},
                         {"consumers", nlohmann::json::array({consumer})}};
+  // remote: a worker whose name resolved to a long IPv6 endpoint, with the widest figures.
+  job["remote"] = nlohmann::json::array({{{"address", "workers.example:7070"},
+                                          {"endpoint", "[2001:db8:ffff:ffff:ffff:ffff:ffff:1]:7070"},
+                                          {"connected", true}, {"in_flight", 512}, {"samples_per_s", 99999.9},
+                                          {"samples", 9999999999.0}, {"rtt_ms", 99999.9}, {"reissued", 99999999},
+                                          {"errors", 999999}}});
   return {{"pid", 4194304}, {"uptime_s", 99999 * 86400.0}, {"workers", 1024}, {"worker_busy_fraction", 1.0},
           {"rss_bytes", 999999.0 * 1048576}, {"clients", 65535}, {"jobs", nlohmann::json::array({job})}};
 }
@@ -32,6 +38,9 @@ TEST_CASE("top's header keeps every figure, the clients count included, within 8
   INFO(frame);
   CHECK_THAT(frame, Catch::Contains("pid 4194304") && Catch::Contains("clients 65535") &&
                         Catch::Contains("workers 1024 (100% busy)") && Catch::Contains("rss 999999 MiB"));
+  // The remote worker's row: its endpoint (cut to fit), in flight, rate, samples, re-issues.
+  CHECK_THAT(frame, Catch::Contains("REMOTE WORKER") && Catch::Contains(" yes ") && Catch::Contains("9999999999") &&
+                        Catch::Contains("99999999 999999"));
   std::istringstream in(frame);
   for (std::string line; std::getline(in, line);) {
     INFO(line);

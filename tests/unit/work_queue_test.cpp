@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -202,4 +203,92 @@ TEST_CASE("work queue: jobs it was not told about share with weight 1 and no cap
   const auto counts = pop_counts(q, 10, 2);
   CHECK(counts[0] == 5);
   CHECK(counts[1] == 5);
+}
+
+// --- remote workers (daemon/remote/dispatcher.hpp takes items with pop_remote) ---
+
+TEST_CASE("work queue: pop_remote leaves an item to an idle local worker and takes it once none idles",
+          "[work_queue][remote]") {
+  WorkQueue q;
+  std::atomic<int> local_got{-1};
+  std::thread local([&] {
+    WorkItem it{};
+    std::size_t job = 0;
+    if (q.pop(it, job)) local_got = static_cast<int>(it.position);
+  });
+  // Let the local worker reach pop() and wait there (idle).
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  WorkItem it{};
+  CHECK_FALSE(q.pop_remote(0, it, std::chrono::milliseconds(20)));  // nothing queued
+  q.push(0, items(1, 7));
+  local.join();
+  CHECK(local_got == 7);  // the idle local worker got it, not the remote waiter
+  // No local worker idles now: the remote side takes the next items, in order.
+  q.push(0, items(2, 8));
+  REQUIRE(q.pop_remote(0, it, std::chrono::milliseconds(100)));
+  CHECK(it.position == 8);
+  CHECK(q.in_flight(0) == 1);  // only the local worker's item (never done()); remote items are not counted
+  REQUIRE(q.pop_remote(0, it, std::chrono::milliseconds(100)));
+  CHECK(it.position == 9);
+  CHECK(q.queued(0) == 0);
+}
+
+TEST_CASE("work queue: a remote-only lane is skipped by pop() and served by pop_remote", "[work_queue][remote]") {
+  WorkQueue q;
+  q.set_remote_only(0, true);
+  q.push(0, items(2));
+  q.push(1, items(1, 50));
+  WorkItem it{};
+  std::size_t job = 9;
+  REQUIRE(q.pop(it, job));
+  CHECK(job == 1);  // job 0's items wait for its remote workers
+  q.done(1);
+  REQUIRE(q.pop_remote(0, it, std::chrono::milliseconds(10)));
+  CHECK(it.position == 0);
+  // Its workers gone: local workers serve it again.
+  q.set_remote_only(0, false);
+  REQUIRE(q.pop(it, job));
+  CHECK(job == 0);
+  CHECK(it.position == 1);
+}
+
+TEST_CASE("work queue: push_front re-issues items ahead of the job's others, in the order given", "[work_queue][remote]") {
+  WorkQueue q;
+  q.push(0, items(2, 10));
+  q.push_front(0, items(2, 3));
+  WorkItem it{};
+  std::size_t job = 0;
+  std::vector<std::uint32_t> order;
+  for (int i = 0; i < 4; ++i) {
+    REQUIRE(q.pop(it, job));
+    order.push_back(it.position);
+    q.done(job);
+  }
+  CHECK(order == std::vector<std::uint32_t>{3, 4, 10, 11});
+  // A closed lane (the job is being removed) takes nothing back and gives nothing out.
+  q.close(0);
+  q.push_front(0, items(1));
+  CHECK(q.queued(0) == 0);
+  CHECK_FALSE(q.pop_remote(0, it, std::chrono::milliseconds(10)));
+}
+
+TEST_CASE("work queue: pop_remote takes a capped job's items while its local workers are at the cap",
+          "[work_queue][remote]") {
+  WorkQueue q({JobShare{1, 1}});
+  q.push(0, items(3));
+  WorkItem it{};
+  std::size_t job = 0;
+  REQUIRE(q.pop(it, job));  // the one local worker the cap allows
+  std::atomic<bool> second{false};
+  std::thread idle([&] {  // a second local worker, idle: the cap keeps it off job 0
+    WorkItem x{};
+    std::size_t j = 0;
+    second = q.pop(x, j);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  REQUIRE(q.pop_remote(0, it, std::chrono::milliseconds(100)));
+  CHECK(it.position == 1);
+  q.stop();
+  idle.join();
+  CHECK_FALSE(second);
 }

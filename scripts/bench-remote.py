@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Remote workers (issue #27) on one machine, CPUs split with taskset: a training job
+(RandomResizedCrop 224 + flip + TrivialAugmentWide, uint8) served by
+
+  0 workers  the GPU node's own decode pool: 1 thread on core 1 (the daemon pinned there)
+  1 worker   the daemon on core 0 with `remote: {local: false}`, one 1-thread worker on core 1
+  2 workers  as 1, plus a second 1-thread worker on core 0 (beside the daemon)
+  1 worker + zstd   as 1 worker, samples compressed on the wire
+
+Prints images/s of each (and the ratio to 0 workers), the GPU node's daemon CPU per sample
+(remote: what is left on the GPU node; 0 workers: decoding it locally) and their ratio (the
+goal: <= 5%), the bytes on the wire per sample, and what link a given images/s needs. Every
+figure comes from one run on this machine; run it twice to see the noise.
+
+    scripts/bench-remote.py [BUILD_DIR] [IMAGES_DIR] [--batches N] [--cores A,B]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
+
+CONFIG = """server: {{workers: {workers}, log_level: warn}}
+jobs:
+  train:
+    source: {{root: "{images}"}}
+    batch_size: 64
+    shuffle: true
+    seed: 3
+    prefetch: 4
+    pipeline:
+      - decode: {{}}
+      - random_resized_crop: {{size: 224}}
+      - horizontal_flip: {{p: 0.5}}
+      - trivial_augment_wide: {{}}
+    output: {{dtype: uint8, layout: NCHW}}
+{remote}"""
+
+
+class Worker:
+    def __init__(self, build, images, core, tmp, name):
+        self.log = os.path.join(tmp, f"{name}.log")
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(["taskset", "-c", str(core), os.path.join(build, "bin", "stokerd"), "--worker",
+                                          "--listen", "127.0.0.1:0", "--allow-root", images, "--threads", "1",
+                                          "--log-level", "warn"], stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while True:
+            m = re.search(r"listening on port (\d+)", open(self.log).read())
+            if m:
+                self.address = f"127.0.0.1:{m.group(1)}"
+                break
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"worker did not start: {open(self.log).read()}")
+            time.sleep(0.05)
+        self.cpu0 = benchlib.cpu_seconds(self.proc.pid)
+
+    def close(self):
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def run(build, images, batches, cores, n_workers, zstd, tmp):
+    """(images/s, daemon CPU s per sample, wire bytes per sample or None)."""
+    workers = [Worker(build, images, cores[1 - (i % 2)], tmp, f"w{i}") for i in range(n_workers)]
+    try:
+        remote = ""
+        if workers:
+            remote = ("    remote: {workers: [" + ", ".join(f'"{w.address}"' for w in workers) + "], local: false" +
+                      (", compression: zstd" if zstd else "") + "}\n")
+        core = cores[1] if not workers else cores[0]
+        d = benchlib.Daemon(build, CONFIG.format(workers=1, images=images, remote=remote), prefix=["taskset", "-c", str(core)])
+        try:
+            if workers:  # links up before measuring (the first prefetch may be made locally)
+                deadline = time.monotonic() + 30
+                while not all(w["connected"] for w in d.status()["jobs"][0]["remote"]):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("workers did not connect")
+                    time.sleep(0.1)
+            benchlib.summary(d.consume(["--job", "train", "--batches", "4"]))  # warm: page cache, links
+            st0 = d.status()["jobs"][0]
+            cpu0, t0 = d.cpu(), time.monotonic()
+            s = benchlib.summary(d.consume(["--job", "train", "--start-batch", "4", "--batches", str(batches)]))
+            wall, cpu = time.monotonic() - t0, d.cpu() - cpu0
+            st = d.status()["jobs"][0]
+            wire = None
+            if workers:
+                got = sum(w["bytes_received"] for w in st["remote"]) - sum(w["bytes_received"] for w in st0["remote"])
+                made = sum(w["samples"] for w in st["remote"]) - sum(w["samples"] for w in st0["remote"])
+                wire = got / max(1, made)
+            return s["samples"] / wall, cpu / s["samples"], wire
+        finally:
+            d.close()
+    finally:
+        for w in workers:
+            w.close()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("build", nargs="?", default="build")
+    ap.add_argument("images", nargs="?", default="/tmp/stoker-bench-images")
+    ap.add_argument("--batches", type=int, default=12, help="measured batches of 64 per case")
+    ap.add_argument("--cores", default="0,1", help="the two cores to split (daemon, first worker)")
+    a = ap.parse_args()
+    if not os.path.isdir(a.images):
+        subprocess.run([os.path.join(os.path.dirname(__file__), "bench-images.sh"), a.images], check=True)
+    cores = [int(c) for c in a.cores.split(",")]
+    files = sum(len(f) for _, _, f in os.walk(a.images))
+    print(f"bench-remote: {files} photos in {a.images}; {benchlib.machine()}; RandomResizedCrop 224 + flip + "
+          f"TrivialAugmentWide, uint8, batches of 64, {a.batches} measured per case; cores {cores}")
+    with tempfile.TemporaryDirectory(prefix="stoker-bench-remote-") as tmp:
+        cases = [("0 workers (local pool, 1 thread)", 0, False), ("1 worker", 1, False), ("2 workers", 2, False),
+                 ("1 worker + zstd", 1, True)]
+        res = {name: run(a.build, a.images, a.batches, cores, n, z, tmp) for name, n, z in cases}
+    base_rate, base_cpu, _ = res[cases[0][0]]
+    print(f"{'':>34} {'img/s':>8} {'vs 0':>6} {'daemon CPU ms/img':>18} {'vs local decode':>16} {'wire KiB/img':>13}")
+    for name, (rate, cpu, wire) in res.items():
+        print(f"{name:>34} {rate:>8.1f} {rate / base_rate:>5.2f}x {cpu * 1e3:>18.3f} {cpu / base_cpu:>15.1%} "
+              f"{'-' if wire is None else f'{wire / 1024:.1f}':>13}")
+    raw = res["1 worker"][2]
+    packed = res["1 worker + zstd"][2]
+    print(f"wire: {raw / 1024:.1f} KiB/sample raw, {packed / 1024:.1f} KiB zstd ({raw / packed:.2f}x smaller)")
+    for rate in (1000, 5000, 20000):
+        print(f"  {rate} img/s needs {rate * raw * 8 / 1e9:.2f} Gbit/s raw, {rate * packed * 8 / 1e9:.2f} Gbit/s with zstd")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
