@@ -215,7 +215,7 @@ class Dispatcher::Link {
     }
     base::MutexLock lock(mu_);
     stats_.threads = std::clamp<std::uint32_t>(r.threads(), 1, 4096);
-    window_ = std::min<std::uint32_t>(kWindowMax, 2 * stats_.threads);
+    window_ = std::min<std::uint32_t>(kWindowMax, 2 * stats_.threads + 2);
     stats_.connected = true;
     stats_.last_error.clear();
     broken_ = false;
@@ -230,6 +230,7 @@ class Dispatcher::Link {
     const double deadline = d_.cfg_.deadline_s;
     for (;;) {
       bool stalled = false;
+      std::size_t room = 0;
       {
         base::MutexLock lock(mu_);
         if (stop_ || broken_) return;
@@ -238,15 +239,16 @@ class Dispatcher::Link {
         if (!outstanding_.empty() &&
             std::chrono::duration<double>(now - outstanding_.begin()->second.sent).count() > deadline) {
           stalled = true;
-        }
-        if (stalled) {
           broken_ = true;
         } else {
           adapt_window(now);
-          if (outstanding_.size() >= window_) {
+          // Refill only once half the window has come back: one message and one wake-up for
+          // many items, rather than one per answer.
+          if (outstanding_.size() > window_ / 2) {
             cv_.wait_for(lock, std::chrono::milliseconds(20));
             continue;
           }
+          room = std::min<std::size_t>(window_ - outstanding_.size(), kMaxBatch);
         }
       }
       if (stalled) {
@@ -255,23 +257,29 @@ class Dispatcher::Link {
         ctx.TryCancel();
         return;
       }
-      job::WorkItem item{};
-      if (!d_.queue_.pop_remote(job.index(), item, std::chrono::milliseconds(50))) continue;
-      std::optional<job::Job::RemoteSample> sample = job.begin_remote(item);
-      if (!sample) continue;  // quarantined, cached or job stopped: ended by the job
       v1::Request req;
-      v1::Item* it = req.mutable_item();
-      const std::uint64_t id = next_id_++;
-      it->set_id(id);
-      it->set_path(sample->path);
-      it->set_offset(sample->offset);
-      it->set_size(sample->size);
-      it->set_member(sample->member);
-      it->set_epoch(sample->epoch);
-      it->set_draw(sample->draw);
+      std::vector<std::pair<std::uint64_t, Outstanding>> sent;
+      job::WorkItem item{};
+      // The first item may be waited for; the rest only taken if queued now.
+      while (sent.size() < room &&
+             d_.queue_.pop_remote(job.index(), item, std::chrono::milliseconds(sent.empty() ? 50 : 0))) {
+        std::optional<job::Job::RemoteSample> sample = job.begin_remote(item);
+        if (!sample) continue;  // quarantined, cached or job stopped: ended by the job
+        const std::uint64_t id = next_id_++;
+        v1::Item* it = req.mutable_items()->add_items();
+        it->set_id(id);
+        it->set_path(sample->path);
+        it->set_offset(sample->offset);
+        it->set_size(sample->size);
+        it->set_member(sample->member);
+        it->set_epoch(sample->epoch);
+        it->set_draw(sample->draw);
+        sent.emplace_back(id, Outstanding{item, std::move(*sample), Clock::now()});
+      }
+      if (sent.empty()) continue;
       {
         base::MutexLock lock(mu_);
-        outstanding_.emplace(id, Outstanding{item, std::move(*sample), Clock::now()});
+        for (auto& [id, o] : sent) outstanding_.emplace(id, std::move(o));
       }
       if (!stream.Write(req)) {
         bool first = false;
@@ -286,84 +294,35 @@ class Dispatcher::Link {
     }
   }
 
-  // Window: enough items to cover the round trip at the measured rate, plus one per worker
-  // thread, so neither the link nor the worker idles; at least 2 per thread at first.
+  // Window: two items per worker thread (one decoding, one queued behind it) plus what the
+  // link holds while answers travel: the rate times the link's own round trip (the least of
+  // the last second's round trips less each item's wait and work at the worker, so items
+  // queued there do not count: that would feed back into an ever larger window).
   void adapt_window(Clock::time_point now) STOKER_REQUIRES(mu_) {
     const double dt = std::chrono::duration<double>(now - rate_mark_).count();
     if (dt < 1.0) return;
     stats_.samples_per_s = static_cast<double>(stats_.samples - rate_samples_) / dt;
     rate_mark_ = now;
     rate_samples_ = stats_.samples;
-    const double want = stats_.samples_per_s * stats_.rtt_s * 2 + stats_.threads;
-    window_ = static_cast<std::uint32_t>(std::clamp<double>(want, stats_.threads + 1.0, kWindowMax));
+    const double link_s = link_rtt_min_ < 1e9 ? link_rtt_min_ : 0;
+    link_rtt_min_ = 1e18;
+    const double want = 2.0 * stats_.threads + 2 + stats_.samples_per_s * link_s * 2;
+    window_ = static_cast<std::uint32_t>(std::clamp<double>(want, 2.0 * stats_.threads + 2, kWindowMax));
   }
 
   void read_loop(grpc::ClientReaderWriter<v1::Request, v1::Reply>& stream) {
-    job::Job& job = d_.job_;
-    const std::uint64_t n = job.pipeline().sample_bytes();
     v1::Reply reply;
     std::string why;
-    while (stream.Read(&reply)) {
-      if (!reply.has_result()) {
-        why = "answered something other than a result";
-        break;
-      }
-      const v1::Result& r = reply.result();
-      Outstanding o;
-      {
-        base::MutexLock lock(mu_);
-        auto at = outstanding_.find(r.id());
-        if (at == outstanding_.end()) {
-          why = "answered item " + std::to_string(r.id()) + ", which it does not hold";
-          break;
+    while (why.empty() && stream.Read(&reply)) {
+      if (reply.has_result()) {
+        take(reply.result(), why);
+      } else if (reply.has_results() && static_cast<std::size_t>(reply.results().results_size()) <= kMaxBatch) {
+        for (const v1::Result& r : reply.results().results()) {
+          if (!take(r, why)) break;
         }
-        o = std::move(at->second);
-        outstanding_.erase(at);
-      }
-      image::SampleResult result;
-      result.error = static_cast<image::SampleErrorKind>(r.error());
-      result.reason = r.reason().substr(0, 1024);
-      result.warnings = r.warnings();
-      result.format = r.format() < static_cast<std::uint32_t>(image::kImageFormats)
-                          ? static_cast<image::ImageFormat>(r.format())
-                          : image::ImageFormat::kUnknown;
-      bool good = r.error() <= static_cast<std::uint32_t>(image::SampleErrorKind::kTooLarge);
-      if (good && result.ok()) {
-        std::uint8_t* out = job.sample_out(o.item);
-        if (r.compressed()) {
-          const base::Status s = decompress(r.pixels(), std::span<std::uint8_t>(out, n));
-          good = s.ok();
-          if (!good) why = "sent a bad compressed sample: " + s.message();
-        } else if (r.pixels().size() == n) {
-          std::memcpy(out, r.pixels().data(), n);
-        } else {
-          good = false;
-          why = "sent " + std::to_string(r.pixels().size()) + " bytes for a sample of " + std::to_string(n);
-        }
-      } else if (!good) {
-        why = "sent an unknown error kind " + std::to_string(r.error());
-      }
-      if (!good) {
-        if (why.empty()) why = "sent a malformed result";
-        d_.queue_.push_front(job.index(), {o.item});  // made again elsewhere
-        base::MutexLock lock(mu_);
-        stats_.reissued++;
-        break;
-      }
-      if (result.error == image::SampleErrorKind::kIo) {
-        // The worker could not read it (its storage, or its --allow-root): made here instead,
-        // where the job's own read rules (retries, missing files) apply.
-        if (!local_) local_ = std::make_unique<image::SampleProcessor>(job.pipeline());
-        job.run(o.item, *local_, buffer_);
       } else {
-        job.finish_remote(o.item, o.sample, result);
+        why = "answered something other than results";
       }
-      base::MutexLock lock(mu_);
-      stats_.samples++;
-      stats_.bytes_received += r.pixels().size();
-      const double rtt = std::chrono::duration<double>(Clock::now() - o.sent).count();
-      stats_.rtt_s = stats_.rtt_s == 0 ? rtt : 0.9 * stats_.rtt_s + 0.1 * rtt;
-      cv_.notify_all();  // a place in the window
     }
     bool first = false;
     {
@@ -373,6 +332,73 @@ class Dispatcher::Link {
     }
     cv_.notify_all();
     if (first || !why.empty()) fail(why.empty() ? std::string("the stream ended (worker gone?): its items are re-issued") : why);
+  }
+
+  // One answer: matched with the item it names (an unknown id is garbage), checked, written
+  // into the slot and settled. false with `why` when the worker misbehaved (the item, if any,
+  // is re-issued; the caller ends the stream).
+  bool take(const v1::Result& r, std::string& why) {
+    job::Job& job = d_.job_;
+    const std::uint64_t n = job.pipeline().sample_bytes();
+    Outstanding o;
+    {
+      base::MutexLock lock(mu_);
+      auto at = outstanding_.find(r.id());
+      if (at == outstanding_.end()) {
+        why = "answered item " + std::to_string(r.id()) + ", which it does not hold";
+        return false;
+      }
+      o = std::move(at->second);
+      outstanding_.erase(at);
+    }
+    image::SampleResult result;
+    result.error = static_cast<image::SampleErrorKind>(r.error());
+    result.reason = r.reason().substr(0, 1024);
+    result.warnings = r.warnings();
+    result.format = r.format() < static_cast<std::uint32_t>(image::kImageFormats) ? static_cast<image::ImageFormat>(r.format())
+                                                                                 : image::ImageFormat::kUnknown;
+    bool good = r.error() <= static_cast<std::uint32_t>(image::SampleErrorKind::kTooLarge);
+    if (good && result.ok()) {
+      std::uint8_t* out = job.sample_out(o.item);
+      if (r.compressed()) {
+        const base::Status s = decompress(r.pixels(), std::span<std::uint8_t>(out, n));
+        good = s.ok();
+        if (!good) why = "sent a bad compressed sample: " + s.message();
+      } else if (r.pixels().size() == n) {
+        std::memcpy(out, r.pixels().data(), n);
+      } else {
+        good = false;
+        why = "sent " + std::to_string(r.pixels().size()) + " bytes for a sample of " + std::to_string(n);
+      }
+    } else if (!good) {
+      why = "sent an unknown error kind " + std::to_string(r.error());
+    }
+    if (!good) {
+      d_.queue_.push_front(job.index(), {o.item});  // made again elsewhere
+      base::MutexLock lock(mu_);
+      stats_.reissued++;
+      return false;
+    }
+    if (result.error == image::SampleErrorKind::kIo) {
+      // The worker could not read it (its storage, or its --allow-root): made here instead,
+      // where the job's own read rules (retries, missing files) apply.
+      if (!local_) local_ = std::make_unique<image::SampleProcessor>(job.pipeline());
+      job.run(o.item, *local_, buffer_);
+    } else {
+      job.finish_remote(o.item, o.sample, result);
+    }
+    base::MutexLock lock(mu_);
+    stats_.samples++;
+    stats_.bytes_received += r.pixels().size();
+    const double rtt = std::chrono::duration<double>(Clock::now() - o.sent).count();
+    stats_.rtt_s = stats_.rtt_s == 0 ? rtt : 0.9 * stats_.rtt_s + 0.1 * rtt;
+    // The link's share: the round trip less the item's wait and work at the worker (both
+    // reported by it, bounded by the round trip: a peer's figures are not trusted further).
+    const double at_worker = 
+        (static_cast<double>(r.busy_ns()) + static_cast<double>(r.queued_ns())) * 1e-9;
+    link_rtt_min_ = std::min(link_rtt_min_, std::max(0.0, rtt - at_worker));
+    if (outstanding_.size() <= window_ / 2) cv_.notify_all();  // the sender refills at half
+    return true;
   }
 
   void reissue_all() {
@@ -401,6 +427,7 @@ class Dispatcher::Link {
   std::uint32_t window_ STOKER_GUARDED_BY(mu_) = 2;
   Clock::time_point rate_mark_ STOKER_GUARDED_BY(mu_);
   std::uint64_t rate_samples_ STOKER_GUARDED_BY(mu_) = 0;
+  double link_rtt_min_ STOKER_GUARDED_BY(mu_) = 1e18;  // least (round trip - worker time) this second
   std::uint64_t next_id_ = 1;  // the sending thread's
   std::unique_ptr<image::SampleProcessor> local_;  // the reading thread's (worker read failures)
   std::vector<std::uint8_t> buffer_;

@@ -3,6 +3,7 @@
 // a minor bump; anything an older peer would misread is a major bump, refused naming both.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -23,11 +24,16 @@ inline constexpr std::size_t kMaxPathBytes = 4096;
 inline constexpr std::uint64_t kMaxSampleBytes = std::uint64_t{1} << 30;  // one finished sample
 inline constexpr std::uint64_t kMaxReadBytes = std::uint64_t{1} << 30;    // one encoded sample
 inline constexpr std::size_t kMaxInFlight = 1024;  // items a worker holds per stream at most
+inline constexpr std::size_t kMaxBatch = 64;        // items in an ItemBatch, results in a ResultBatch
+inline constexpr std::size_t kBatchBytes = 4u << 20;  // a worker starts a new ResultBatch past this
 
 // A worker's answer bigger than this is refused by the GPU node: a finished sample, compressed
 // or not, plus the message's own fields.
 inline std::size_t max_reply_bytes(std::uint64_t sample_bytes) {
-  return static_cast<std::size_t>(sample_bytes + sample_bytes / 64 + (64u << 10));
+  const std::uint64_t one = sample_bytes + sample_bytes / 64 + (64u << 10);
+  // A ResultBatch holds results until it passes kBatchBytes, so at most that plus one more.
+  const std::uint64_t batch = std::min<std::uint64_t>(kMaxBatch * one, kBatchBytes + one);
+  return static_cast<std::size_t>(std::min<std::uint64_t>(batch, std::uint64_t{1} << 31) - 1);
 }
 
 // "worker protocol A.B" vs "B.C": empty when the majors agree, else the refusal.

@@ -42,11 +42,14 @@ struct StreamState {
   base::CondVar drained;
   std::size_t pending STOKER_GUARDED_BY(mu) = 0;
   bool broken STOKER_GUARDED_BY(mu) = false;  // a write failed: the peer is gone
+  std::deque<v1::Result> outbox STOKER_GUARDED_BY(mu);  // finished, not written yet
+  bool writing STOKER_GUARDED_BY(mu) = false;            // a thread is writing (deliver())
 };
 
 struct Task {
   std::shared_ptr<StreamState> stream;
   v1::Item item;
+  std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
 };
 
 }  // namespace
@@ -77,20 +80,31 @@ class WorkerServer::Impl final : public v1::Worker::Service {
     streams_++;
     grpc::Status end = grpc::Status::OK;
     while (stream->Read(&req)) {
-      if (!req.has_item()) {
+      const bool one = req.has_item();
+      if (!one && !req.has_items()) {
         end = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "only items may follow a stream's Open");
+        break;
+      }
+      const int n = one ? 1 : req.items().items_size();
+      if (static_cast<std::size_t>(n) > kMaxBatch) {
+        end = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                           "an ItemBatch of " + std::to_string(n) + " items (at most " + std::to_string(kMaxBatch) + ")");
         break;
       }
       {
         base::MutexLock lock(st->mu);
-        if (st->pending >= kMaxInFlight) {
+        if (st->pending + static_cast<std::size_t>(n) > kMaxInFlight) {
           end = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                              "more than " + std::to_string(kMaxInFlight) + " items in flight on one stream");
           break;
         }
-        st->pending++;
+        st->pending += static_cast<std::size_t>(n);
       }
-      submit(Task{st, req.item()});
+      if (one) {
+        submit(Task{st, req.item()});
+      } else {
+        for (const v1::Item& item : req.items().items()) submit(Task{st, item});
+      }
     }
     {
       // The stream object dies when this returns: no decode thread may write to it after.
@@ -158,18 +172,49 @@ class WorkerServer::Impl final : public v1::Worker::Service {
       if (processors.size() > 64) processors.clear();  // streams come and go; rebuilt on demand
       std::unique_ptr<image::SampleProcessor>& p = processors[st.serial];
       if (!p) p = std::make_unique<image::SampleProcessor>(st.session.pipeline());
-      v1::Reply reply;
-      v1::Result* r = reply.mutable_result();
-      st.session.process(t.item, *p, bytes, *r);
+      v1::Result r;
+      r.set_queued_ns(static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t.arrived).count()));
+      st.session.process(t.item, *p, bytes, r);
       items_++;
-      busy_ns_ += r->busy_ns();
-      if (r->error() != 0) errors_++;
-      bytes_sent_ += r->pixels().size();
-      base::MutexLock lock(st.mu);
-      // Writes are serialised by the stream's mutex (gRPC allows one writer at a time).
-      if (!st.broken && !st.stream->Write(reply)) st.broken = true;
-      if (--st.pending == 0) st.drained.notify_all();
+      busy_ns_ += r.busy_ns();
+      if (r.error() != 0) errors_++;
+      bytes_sent_ += r.pixels().size();
+      deliver(st, std::move(r));
     }
+  }
+
+  // Hands a result to its stream. Results that finish while another thread writes the
+  // stream's previous answer wait in its outbox and leave together, as one ResultBatch (one
+  // message and one wake-up on the GPU node for many samples); the writing thread drains the
+  // outbox before it goes back to decoding. One writer at a time (gRPC allows no more).
+  void deliver(StreamState& st, v1::Result&& r) {
+    base::MutexLock lock(st.mu);
+    st.outbox.push_back(std::move(r));
+    if (st.writing) return;  // the writer takes it with the next batch
+    st.writing = true;
+    while (!st.outbox.empty()) {
+      v1::Reply reply;
+      std::size_t n = 0, bytes = 0;
+      while (!st.outbox.empty() && n < kMaxBatch && bytes < kBatchBytes) {
+        bytes += st.outbox.front().pixels().size();
+        if (st.outbox.size() == 1 && n == 0) {
+          *reply.mutable_result() = std::move(st.outbox.front());
+        } else {
+          *reply.mutable_results()->add_results() = std::move(st.outbox.front());
+        }
+        st.outbox.pop_front();
+        ++n;
+      }
+      const bool broken = st.broken;
+      lock.unlock();
+      const bool ok = !broken && st.stream->Write(reply);
+      lock.lock();
+      if (!ok) st.broken = true;
+      st.pending -= n;
+      if (st.pending == 0) st.drained.notify_all();
+    }
+    st.writing = false;
   }
 
   const WorkerSettings settings_;
