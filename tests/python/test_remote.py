@@ -10,6 +10,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tarfile
@@ -34,10 +35,10 @@ pytestmark = pytest.mark.skipif(not built_with_remote(), reason="stokerd built w
 class Worker:
     """`stokerd --worker --listen 127.0.0.1:PORT` (port 0: any; read from its first line)."""
 
-    def __init__(self, tmp_path, name, allow_root, token_file=None, port=0, threads=1):
+    def __init__(self, tmp_path, name, allow_root, token_file=None, port=0, threads=1, extra=()):
         self.log = str(tmp_path / f"{name}.log")
         args = [STOKERD, "--worker", "--listen", f"127.0.0.1:{port}", "--allow-root", allow_root,
-                "--threads", str(threads)]
+                "--threads", str(threads)] + list(extra)
         if token_file:
             args += ["--token-file", token_file]
         with open(self.log, "ab") as log:
@@ -86,14 +87,14 @@ PIPELINE = """    pipeline:
 """
 
 
-def job_config(path, source, *, dtype="uint8", remote="", mix=True, batch_size=8, prefetch=3):
+def job_config(path, source, *, dtype="uint8", remote="", mix=True, batch_size=8, prefetch=3, server=""):
     out = "output: {dtype: uint8, layout: NCHW}"
     pipeline = PIPELINE
     if dtype == "float32":
         pipeline += "      - normalize: {mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}\n"
         out = "output: {dtype: float32, layout: NCHW}"
     with open(path, "w") as f:
-        f.write(f"""server: {{workers: 1, log_level: info}}
+        f.write(f"""server: {{workers: 1, log_level: info{server}}}
 jobs:
   demo:
     source: {source}
@@ -106,8 +107,10 @@ jobs:
     return str(path)
 
 
-def remote_key(addresses, local=True, token_file=None, deadline_s=None, compression=None):
+def remote_key(addresses, local=True, token_file=None, deadline_s=None, compression=None, tls=None):
     keys = [f"workers: [{', '.join(json.dumps(a) for a in addresses)}]", f"local: {str(local).lower()}"]
+    if tls:
+        keys.append("tls: {" + ", ".join(f"{k}: {v}" for k, v in tls.items()) + "}")
     if token_file:
         keys.append(f"token_file: {token_file}")
     if deadline_s:
@@ -305,3 +308,84 @@ def test_a_refused_worker_is_reported_and_the_job_serves_locally(tmp_path, demo_
     finally:
         base.stop()
         rem.stop()
+
+
+def scrape(url):
+    import urllib.request
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return r.read().decode()
+
+
+def metric(text, name, labels="", required=True):
+    m = re.search(rf"^{re.escape(name)}{re.escape(labels)} (\S+)$", text, re.M)
+    if not required and not m:
+        return -1  # not published yet (the document is rendered once a second)
+    assert m, f"{name}{labels} not in:\n{text}"
+    return float(m.group(1))
+
+
+def test_metrics_of_the_gpu_node_and_of_the_worker(tmp_path, demo_root, workers):
+    w = workers("w", demo_root, extra=["--metrics", "127.0.0.1:0"])
+    source = f'{{root: "{demo_root}"}}'
+    rem = start(tmp_path, "remote", job_config(tmp_path / "r.yaml", source, server=', metrics: "127.0.0.1:0"',
+                                               remote=remote_key([w.address], local=False)))
+    try:
+        consume(rem, tmp_path / "b", 8)
+        link = wait_for(lambda: (lambda x: x if x["samples"] >= 64 else None)(status(rem)["remote"][0]), "samples")
+        url = json.loads(subprocess.run([os.path.join(BIN, "stokerctl"), "status", "--socket", rem.socket],
+                                        capture_output=True, text=True).stdout)["metrics"]
+        labels = f'{{job="demo",worker="{w.address}"}}'
+        text = wait_for(lambda: (lambda t: t if metric(t, "stoker_remote_samples_total", labels, False) >= link["samples"] else None)(scrape(url)),
+                        "the GPU node's /metrics to catch up")
+        assert metric(text, "stoker_remote_connected", labels) == 1
+        assert metric(text, "stoker_remote_reissued_total", labels) == 0
+        assert metric(text, "stoker_remote_bytes_received_total", labels) >= 64 * 3 * 32 * 32
+        worker_url = "http://" + re.search(r"metrics on (\S+)", open(w.log).read()).group(1) + "/metrics"
+        wtext = wait_for(lambda: (lambda t: t if metric(t, "stoker_remote_worker_items_total", "", False) >= link["samples"] else None)(scrape(worker_url)),
+                         "the worker's /metrics to catch up")
+        assert metric(wtext, "stoker_remote_worker_threads") == 1
+        assert metric(wtext, "stoker_remote_worker_refused_total") == 0
+    finally:
+        rem.stop()
+
+
+def make_certs(d):
+    """A CA, a worker certificate for IP 127.0.0.1 and a GPU-node client certificate."""
+    def run(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=d)
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+        "-subj", "/CN=stoker-test-ca")
+    for name, ext in (("worker", "subjectAltName=IP:127.0.0.1"), ("node", "extendedKeyUsage=clientAuth")):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
+        with open(os.path.join(d, f"{name}.ext"), "w") as f:
+            f.write(ext + "\n")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext")
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl not installed")
+def test_mutual_tls_serves_identical_batches_and_refuses_a_node_without_a_certificate(tmp_path, demo_root, workers):
+    make_certs(str(tmp_path))
+    c = lambda f: str(tmp_path / f)  # noqa: E731
+    w = workers("w", demo_root, extra=["--tls-cert", c("worker.pem"), "--tls-key", c("worker.key"),
+                                       "--tls-ca", c("ca.pem")])
+    source = f'{{root: "{demo_root}"}}'
+    base = start(tmp_path, "local", job_config(tmp_path / "l.yaml", source))
+    good = start(tmp_path, "good", job_config(tmp_path / "g.yaml", source, remote=remote_key(
+        [w.address], local=False, tls={"ca": c("ca.pem"), "cert": c("node.pem"), "key": c("node.key")})))
+    nocert = start(tmp_path, "nocert", job_config(tmp_path / "n.yaml", source, remote=remote_key(
+        [w.address], local=False, tls={"ca": c("ca.pem")})))
+    plain = start(tmp_path, "plain", job_config(tmp_path / "p.yaml", source, remote=remote_key([w.address], local=False)))
+    try:
+        want = consume(base, tmp_path / "a", 8)
+        assert_same_batches(want, consume(good, tmp_path / "b", 8))
+        assert status(good)["remote"][0]["samples"] >= 64 - 3 * 8
+        # Without a client certificate, or without TLS, the worker is never reached; the jobs
+        # serve from their local pools, the same batches.
+        for d, name in ((nocert, "n"), (plain, "p")):
+            assert_same_batches(want, consume(d, tmp_path / name, 8))
+            link = wait_for(lambda: (lambda x: x if x["errors"] > 0 else None)(status(d)["remote"][0]), "the failure")
+            assert not link["connected"] and link["samples"] == 0, link
+    finally:
+        for d in (base, good, nocert, plain):
+            d.stop()
