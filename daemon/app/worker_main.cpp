@@ -51,6 +51,7 @@ struct WorkerOptions {
   unsigned threads = 0;
   std::string metrics;
   std::string log_level = "info";
+  std::string fault;  // --inject-fault KIND:N (tests)
 };
 
 int usage(const std::string& why) {
@@ -101,6 +102,8 @@ int run_worker(int argc, char** argv) {
       ->check(CLI::Range(1u, 1024u))
       ->option_text("N");
   app.add_option("--metrics", o.metrics, "serve Prometheus /metrics on HOST:PORT")->option_text("HOST:PORT");
+  // Tests of the GPU node's handling of a broken worker: hidden (no group), never for production.
+  app.add_option("--inject-fault", o.fault, "")->group("");
   app.add_option("--log-level", o.log_level, "trace|debug|info|warn|error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
       ->option_text("LEVEL");
@@ -142,6 +145,24 @@ int run_worker(int argc, char** argv) {
     if (!pem) return usage(pem.status().message());
     *out = *pem;
   }
+  remote::FaultPlan fault;
+  if (!o.fault.empty()) {
+    const std::size_t colon = o.fault.find(':');
+    const std::string kind = o.fault.substr(0, colon);
+    fault.kind = kind == "wrong-size" ? remote::Fault::kWrongSize
+                 : kind == "unknown-id" ? remote::Fault::kUnknownId
+                 : kind == "corrupt-frame" ? remote::Fault::kCorruptFrame
+                                          : remote::Fault::kNone;
+    try {
+      fault.every = colon == std::string::npos ? 1 : std::stoull(o.fault.substr(colon + 1));
+    } catch (const std::exception&) {
+      fault.kind = remote::Fault::kNone;
+    }
+    if (fault.kind == remote::Fault::kNone || fault.every == 0) {
+      return usage("--inject-fault: expected wrong-size|unknown-id|corrupt-frame[:N], got '" + o.fault + "'");
+    }
+    spdlog::warn("worker: --inject-fault {}: every {}th result is spoiled on purpose (tests only)", kind, fault.every);
+  }
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   settings.threads = o.threads > 0 ? o.threads : cores;
   const unsigned threads = settings.threads;
@@ -162,7 +183,7 @@ int run_worker(int argc, char** argv) {
       if (!a) return usage("--metrics: " + a.status().message());
       metrics = std::make_unique<control::MetricsHttpServer>(a->host, a->port);
     }
-    server = std::make_unique<remote::WorkerServer>(settings, o.listen, tls);
+    server = std::make_unique<remote::WorkerServer>(settings, o.listen, tls, fault);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "stokerd --worker: %s\n", e.what());
     return 1;

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
 #include <zstd.h>
 
@@ -27,8 +28,13 @@ bool token_equal(std::string_view presented, std::string_view expected) {
 }
 
 void compress(std::span<const std::uint8_t> in, std::string& out) {
+  // One context per thread; frames carry their content size and a checksum, so a frame
+  // spoiled on the way (or by the worker) is refused rather than decoded into other pixels.
+  thread_local std::unique_ptr<ZSTD_CCtx, std::size_t (*)(ZSTD_CCtx*)> cctx(ZSTD_createCCtx(), ZSTD_freeCCtx);
+  ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_compressionLevel, 1);
+  ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_checksumFlag, 1);
   out.resize(ZSTD_compressBound(in.size()));
-  const std::size_t n = ZSTD_compress(out.data(), out.size(), in.data(), in.size(), 1);
+  const std::size_t n = ZSTD_compress2(cctx.get(), out.data(), out.size(), in.data(), in.size());
   // Only a too-small buffer fails, and compressBound rules that out.
   out.resize(ZSTD_isError(n) ? 0 : n);
 }

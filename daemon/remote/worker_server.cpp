@@ -56,7 +56,7 @@ struct Task {
 
 class WorkerServer::Impl final : public v1::Worker::Service {
  public:
-  explicit Impl(WorkerSettings settings) : settings_(std::move(settings)) {}
+  Impl(WorkerSettings settings, FaultPlan fault) : settings_(std::move(settings)), fault_(fault) {}
 
   grpc::Status Work(grpc::ServerContext* ctx, Stream* stream) override {
     const std::string peer = ctx->peer();
@@ -180,7 +180,27 @@ class WorkerServer::Impl final : public v1::Worker::Service {
       busy_ns_ += r.busy_ns();
       if (r.error() != 0) errors_++;
       bytes_sent_ += r.pixels().size();
+      if (fault_.kind != Fault::kNone && ++spoiled_ % fault_.every == 0) spoil(r);
       deliver(st, std::move(r));
+    }
+  }
+
+  // --inject-fault: what a broken or hostile worker might send instead.
+  void spoil(v1::Result& r) const {
+    std::string& px = *r.mutable_pixels();
+    switch (fault_.kind) {
+      case Fault::kWrongSize:
+        px.push_back('x');
+        break;
+      case Fault::kUnknownId:
+        r.set_id(r.id() + (std::uint64_t{1} << 40));
+        break;
+      case Fault::kCorruptFrame:
+        if (!px.empty()) px[px.size() / 2] = static_cast<char>(px[px.size() / 2] ^ 0x5a);
+        if (!px.empty() && !r.compressed()) px.push_back('x');  // uncompressed: a wrong size instead
+        break;
+      case Fault::kNone:
+        break;
     }
   }
 
@@ -218,6 +238,8 @@ class WorkerServer::Impl final : public v1::Worker::Service {
   }
 
   const WorkerSettings settings_;
+  const FaultPlan fault_;
+  std::atomic<std::uint64_t> spoiled_{0};
   std::atomic<std::uint64_t> next_serial_{1};
   std::atomic<std::uint64_t> items_{0}, errors_{0}, refused_{0}, bytes_sent_{0}, busy_ns_{0};
   std::atomic<std::uint32_t> streams_{0};
@@ -231,9 +253,10 @@ class WorkerServer::Impl final : public v1::Worker::Service {
   int port_ = 0;
 };
 
-WorkerServer::WorkerServer(WorkerSettings settings, const std::string& listen, const TlsFiles& tls) {
+WorkerServer::WorkerServer(WorkerSettings settings, const std::string& listen, const TlsFiles& tls, FaultPlan fault) {
   const unsigned threads = settings.threads;
-  impl_ = std::make_unique<Impl>(std::move(settings));
+  if (fault.kind != Fault::kNone && fault.every == 0) fault.every = 1;
+  impl_ = std::make_unique<Impl>(std::move(settings), fault);
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
   if (tls.enabled()) {
     grpc::SslServerCredentialsOptions opts(tls.ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE

@@ -23,6 +23,15 @@ struct TlsFiles {
   bool enabled() const { return !cert.empty(); }
 };
 
+// A worker that misbehaves on purpose, for the GPU node's tests (`stokerd --worker
+// --inject-fault KIND:N`, hidden from --help): every Nth result is spoiled so, as a broken or
+// hostile worker's would be. Never set in production.
+enum class Fault : std::uint8_t { kNone, kWrongSize, kUnknownId, kCorruptFrame };
+struct FaultPlan {
+  Fault kind = Fault::kNone;
+  std::uint64_t every = 0;
+};
+
 struct WorkerStats {
   std::uint64_t items = 0, errors = 0, refused = 0, bytes_sent = 0;
   std::uint64_t busy_ns = 0;
@@ -33,7 +42,7 @@ class WorkerServer {
  public:
   // Listens on `listen` ("HOST:PORT"; port 0: any, see port()) and starts `settings.threads`
   // decode threads. Throws std::runtime_error naming the address when it cannot listen.
-  WorkerServer(WorkerSettings settings, const std::string& listen, const TlsFiles& tls);
+  WorkerServer(WorkerSettings settings, const std::string& listen, const TlsFiles& tls, FaultPlan fault = {});
   ~WorkerServer();  // shutdown()
   WorkerServer(const WorkerServer&) = delete;
   WorkerServer& operator=(const WorkerServer&) = delete;

@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import tarfile
+import threading
 import time
 
 import numpy as np
@@ -146,6 +147,12 @@ def assert_same_batches(a, b):
         assert np.array_equal(xa, xb), f"pixels of epoch {ea} batch {ia} differ"
 
 
+def all_connected(d):
+    """Waits until every worker link of the job is up (a link connects in the background:
+    batches planned before that are made by the local pool)."""
+    wait_for(lambda: all(w["connected"] for w in status(d)["remote"]), "every worker connected")
+
+
 def remote_samples(st):
     return sum(w["samples"] for w in st["remote"])
 
@@ -164,6 +171,7 @@ def test_remote_batches_equal_a_local_run(tmp_path, demo_root, workers, dtype, l
                                                                  token_file=str(token))))
     try:
         want = consume(base, tmp_path / "a", 16)  # two epochs of 64 samples
+        all_connected(rem)
         got = consume(rem, tmp_path / "b", 16)
         assert_same_batches(want, got)
         st = status(rem)
@@ -201,7 +209,9 @@ def test_remote_tar_shards_with_compression_equal_a_local_run(tmp_path, demo_roo
     rem = start(tmp_path, "remote", job_config(tmp_path / "r.yaml", source, mix=False,
                                                remote=remote_key([w1.address], local=False, compression="zstd")))
     try:
-        assert_same_batches(consume(base, tmp_path / "a", 6), consume(rem, tmp_path / "b", 6))
+        want = consume(base, tmp_path / "a", 6)
+        all_connected(rem)
+        assert_same_batches(want, consume(rem, tmp_path / "b", 6))
         st = status(rem)
         assert remote_samples(st) >= st["samples_ok"] - 3 * 8 and st["samples_ok"] >= 48
         # zstd: fewer bytes on the wire than the samples' raw size (3x32x32 uint8 each).
@@ -240,11 +250,18 @@ def test_a_worker_killed_or_frozen_mid_epoch_loses_nothing(tmp_path, demo_root, 
         wait_for(lambda: all(w["connected"] for w in status(rem)["remote"]), "both workers connected")
         first = consume(rem, tmp_path / "b0", 2)
         a.signal(signal.SIGSTOP)
-        # The next batches are planned as those two are released: A takes its share and holds it.
+        # The rest is consumed meanwhile: as batches are released the next are planned, A takes
+        # its share and holds it (frozen), and the consumer waits for those samples.
+        got = {}
+        t = threading.Thread(target=lambda: got.update(rest=consume(rem, tmp_path / "b1", 22, start_epoch=0,
+                                                                    start_batch=2)))
+        t.start()
         wait_for(lambda: status(rem)["remote"][0]["in_flight"] > 0, "items held by the frozen worker")
         if fault == "sigkill":
             a.signal(signal.SIGKILL)
-        rest = consume(rem, tmp_path / "b1", 22, start_epoch=0, start_batch=2)
+        t.join(120)
+        assert not t.is_alive(), "the consumer did not get its batches"
+        rest = got["rest"]
         assert_same_batches(want, first + rest)
         st = status(rem)
         wa, wb = st["remote"]
@@ -263,6 +280,7 @@ def test_a_restarted_worker_is_reconnected_and_used_again(tmp_path, demo_root, w
     rem = start(tmp_path, "remote", job_config(tmp_path / "r.yaml", source,
                                                remote=remote_key([a.address], local=False)))
     try:
+        all_connected(rem)
         consume(rem, tmp_path / "b0", 4)
         before = wait_for(lambda: status(rem)["remote"][0]["samples"], "samples from the worker")
         port = a.port
@@ -330,8 +348,10 @@ def test_metrics_of_the_gpu_node_and_of_the_worker(tmp_path, demo_root, workers)
     rem = start(tmp_path, "remote", job_config(tmp_path / "r.yaml", source, server=', metrics: "127.0.0.1:0"',
                                                remote=remote_key([w.address], local=False)))
     try:
+        all_connected(rem)
         consume(rem, tmp_path / "b", 8)
-        link = wait_for(lambda: (lambda x: x if x["samples"] >= 64 else None)(status(rem)["remote"][0]), "samples")
+        link = wait_for(lambda: (lambda x: x if x["samples"] >= 64 - 3 * 8 else None)(status(rem)["remote"][0]),
+                        "samples")
         url = json.loads(subprocess.run([os.path.join(BIN, "stokerctl"), "status", "--socket", rem.socket],
                                         capture_output=True, text=True).stdout)["metrics"]
         labels = f'{{job="demo",worker="{w.address}"}}'
@@ -378,6 +398,7 @@ def test_mutual_tls_serves_identical_batches_and_refuses_a_node_without_a_certif
     plain = start(tmp_path, "plain", job_config(tmp_path / "p.yaml", source, remote=remote_key([w.address], local=False)))
     try:
         want = consume(base, tmp_path / "a", 8)
+        all_connected(good)
         assert_same_batches(want, consume(good, tmp_path / "b", 8))
         assert status(good)["remote"][0]["samples"] >= 64 - 3 * 8
         # Without a client certificate, or without TLS, the worker is never reached; the jobs
@@ -389,3 +410,31 @@ def test_mutual_tls_serves_identical_batches_and_refuses_a_node_without_a_certif
     finally:
         for d in (base, good, nocert, plain):
             d.stop()
+
+
+@pytest.mark.parametrize("fault", ["wrong-size", "unknown-id", "corrupt-frame"])
+def test_a_worker_answering_garbage_is_dropped_and_its_items_made_elsewhere(tmp_path, demo_root, workers, fault):
+    """Worker A spoils every 5th result (--inject-fault: a sample of the wrong size, an id it
+    was never sent, a zstd frame with a flipped byte). The GPU node refuses it, ends A's stream,
+    re-issues what A held, and reconnects later; the batches still equal the local run's."""
+    a = workers("a", demo_root, extra=["--inject-fault", f"{fault}:5"])
+    b = workers("b", demo_root)
+    source = f'{{root: "{demo_root}"}}'
+    base = start(tmp_path, "local", job_config(tmp_path / "l.yaml", source))
+    rem = start(tmp_path, "remote", job_config(tmp_path / "r.yaml", source, remote=remote_key(
+        [a.address, b.address], local=False, compression="zstd" if fault == "corrupt-frame" else None)))
+    try:
+        want = consume(base, tmp_path / "a", 24)
+        all_connected(rem)
+        assert_same_batches(want, consume(rem, tmp_path / "b", 24))
+        st = status(rem)
+        wa, wb = st["remote"]
+        assert wa["errors"] > 0 and wa["reissued"] > 0, wa
+        expect = {"wrong-size": "bytes for a sample of", "unknown-id": "which it does not hold",
+                  "corrupt-frame": "bad compressed sample"}[fault]
+        assert expect in open(rem.log).read()
+        assert wb["errors"] == 0 and wb["samples"] > 0, wb
+        assert st["quarantined"] == 0 and st["errors"] == {k: 0 for k in st["errors"]}
+    finally:
+        base.stop()
+        rem.stop()
