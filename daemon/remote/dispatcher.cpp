@@ -137,7 +137,15 @@ class Dispatcher::Link {
     const std::string host = split_address(address_).first;
     if (!d_.cfg_.tls_ca.empty()) args.SetSslTargetNameOverride(host);
     auto channel = grpc::CreateCustomChannel(target_, credentials(), args);
-    if (!channel->WaitForConnected(std::chrono::system_clock::now() + kConnectTimeout)) {
+    // In short steps, so stop() (a reload, the daemon's end) never waits for a connect.
+    const auto give_up = Clock::now() + kConnectTimeout;
+    bool up = false;
+    while (!up && Clock::now() < give_up) {
+      up = channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+      base::MutexLock lock(mu_);
+      if (stop_) return false;
+    }
+    if (!up) {
       fail("cannot connect (retrying; the local pool serves meanwhile)");
       return false;
     }
@@ -260,6 +268,7 @@ class Dispatcher::Link {
       v1::Request req;
       std::vector<std::pair<std::uint64_t, Outstanding>> sent;
       job::WorkItem item{};
+      const auto asked = Clock::now();
       // The first item may be waited for; the rest only taken if queued now.
       while (sent.size() < room &&
              d_.queue_.pop_remote(job.index(), item, std::chrono::milliseconds(sent.empty() ? 50 : 0))) {
@@ -276,7 +285,15 @@ class Dispatcher::Link {
         it->set_draw(sample->draw);
         sent.emplace_back(id, Outstanding{item, std::move(*sample), Clock::now()});
       }
-      if (sent.empty()) continue;
+      if (sent.empty()) {
+        // pop_remote answers at once when the queue stopped or the lane closed (the daemon or
+        // the job is ending): wait here instead of spinning until this link is stopped.
+        if (Clock::now() - asked < std::chrono::milliseconds(10)) {
+          base::MutexLock lock(mu_);
+          if (!stop_) cv_.wait_for(lock, std::chrono::milliseconds(50));
+        }
+        continue;
+      }
       {
         base::MutexLock lock(mu_);
         for (auto& [id, o] : sent) outstanding_.emplace(id, std::move(o));

@@ -438,3 +438,27 @@ def test_a_worker_answering_garbage_is_dropped_and_its_items_made_elsewhere(tmp_
     finally:
         base.stop()
         rem.stop()
+
+
+def test_a_reload_that_adds_a_worker_restarts_the_job_with_both(tmp_path, demo_root, workers):
+    a = workers("a", demo_root)
+    b = workers("b", demo_root)
+    source = f'{{root: "{demo_root}"}}'
+    cfg = tmp_path / "r.yaml"
+    rem = start(tmp_path, "remote", job_config(cfg, source, remote=remote_key([a.address], local=False)))
+    try:
+        all_connected(rem)
+        consume(rem, tmp_path / "b0", 2)
+        job_config(cfg, source, remote=remote_key([a.address, b.address], local=False))
+        r = subprocess.run([os.path.join(BIN, "stokerctl"), "reload", "--socket", rem.socket],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        wait_for(lambda: [w["address"] for w in status(rem)["remote"]] == [a.address, b.address], "the new job")
+        all_connected(rem)
+        got = consume(rem, tmp_path / "b1", 8)
+        assert len(got) == 8
+        assert all(w["samples"] > 0 for w in status(rem)["remote"])
+    finally:
+        t0 = time.monotonic()
+        rem.stop()
+        assert time.monotonic() - t0 < 10, "stokerd took long to stop with remote links open"
