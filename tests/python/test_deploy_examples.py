@@ -1,14 +1,15 @@
 """The Kubernetes and Slurm examples for remote workers (examples/kubernetes, examples/slurm):
 parsed and cross-checked for what would break a deployment without an error from kubectl (a
 Service selector that matches no pod, an HPA aimed at another Deployment, a worker port the
-GPU nodes do not dial, a token outside every mounted volume), and the GPU node's stoker.yaml
-started by the built stokerd (the only config check it has: it validates at start)."""
+GPU nodes do not dial, a token outside every mounted volume), and the GPU nodes' stoker.yaml
+(the ConfigMap's, and the one the sbatch script writes) started by the built stokerd: stokerd
+has no separate config check; it validates the whole config at start and refuses it with
+FILE:LINE, before it creates its socket."""
 import json
 import os
 import shlex
 import shutil
 import subprocess
-import tempfile
 import time
 
 import pytest
@@ -227,16 +228,51 @@ def stokerd():
     return path
 
 
+def started_status(stokerd, conf, tmp_path, env):
+    """Starts stokerd on `conf` (as a node would: it validates the whole config at start), and
+    returns its `stokerctl status` document; stops it."""
+    sock = tmp_path / "s.sock"
+    log = open(tmp_path / "stokerd.log", "w+")
+    p = subprocess.Popen([stokerd, "--config", str(conf), "--socket", str(sock), "--workers", "1"],
+                         stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, **env))
+    try:
+        deadline = time.monotonic() + 60
+        while not sock.exists() and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        log.seek(0)
+        assert sock.exists(), f"stokerd refused {conf} (exit {p.poll()}):\n{log.read()}"
+        status = subprocess.run([os.path.join(BIN, "stokerctl"), "status", "--socket", str(sock)],
+                                capture_output=True, text=True, timeout=60)
+        assert status.returncode == 0, status.stderr
+        return json.loads(status.stdout)
+    finally:
+        p.terminate()
+        p.wait(timeout=60)
+        log.close()
+
+
+def check_serving(status, cfg):
+    """Every job serving, and each remote job's worker addresses in its definition. The names
+    do not resolve here, so such a job has no worker stream (its `remote` list is empty) and
+    serves from its local pool, as on a node whose workers are not up yet."""
+    jobs = {j["name"]: j for j in status["jobs"]}
+    for name, job in cfg["jobs"].items():
+        assert jobs[name]["state"] == "serving", f"job {name}: {jobs[name]['state']}"
+        if "remote" in job:
+            assert "remote" in jobs[name], f"job {name}: status has no `remote` list"
+            for a in job["remote"]["workers"]:
+                assert a in jobs[name]["definition"], f"job {name}: {a} not in its definition"
+
+
 def test_gpu_node_config_starts_stokerd(stokerd, tmp_path):
     """The ConfigMap's stoker.yaml, with only the node's paths replaced by this machine's, is
-    accepted by the built stokerd and its job lists the Service's address under `remote`."""
+    accepted by the built stokerd."""
     _, cfg, text = remote_config()
     token = tmp_path / "token"
     token.write_text("a-token-for-this-test\n")
-    sock = tmp_path / "s.sock"
     # Node paths (the hostPath socket, the dataset, the Secret's file) and the metrics address
     # (a fixed port on every interface) are the only changes; each must still be in the text.
-    for old, new in [("/run/stoker/stoker.sock", str(sock)),
+    for old, new in [("/run/stoker/stoker.sock", str(tmp_path / "unused.sock")),
                      ("/data/imagenet/train", os.path.join(DATA, "demo")),
                      ("/etc/stoker-token/token", str(token)),
                      ('"0.0.0.0:9464"', '"127.0.0.1:0"')]:
@@ -244,30 +280,35 @@ def test_gpu_node_config_starts_stokerd(stokerd, tmp_path):
         text = text.replace(old, new)
     conf = tmp_path / "stoker.yaml"
     conf.write_text(text)
-    env = dict(os.environ, WORLD_SIZE="16", NODE_RANK="0", LOCAL_WORLD_SIZE="8")
-    log = open(tmp_path / "stokerd.log", "w+")
-    p = subprocess.Popen([stokerd, "--config", str(conf), "--socket", str(sock), "--workers", "1"],
-                         stdout=log, stderr=subprocess.STDOUT, env=env)
-    try:
-        deadline = time.monotonic() + 60
-        while not sock.exists() and p.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        log.seek(0)
-        assert sock.exists(), f"stokerd refused the ConfigMap's stoker.yaml (exit {p.poll()}):\n{log.read()}"
-        status = subprocess.run([os.path.join(BIN, "stokerctl"), "status", "--socket", str(sock)],
-                                capture_output=True, text=True, timeout=60)
-        assert status.returncode == 0, status.stderr
-        # The Service's name does not resolve here, so the job has no worker stream (its
-        # `remote` list is empty) and serves from the local pool, as on a node whose workers
-        # are not up yet; it must still be serving, with the remote key as written.
-        jobs = {j["name"]: j for j in json.loads(status.stdout)["jobs"]}
-        for name, job in cfg["jobs"].items():
-            assert jobs[name]["state"] == "serving", f"job {name}: {jobs[name]['state']}"
-            if "remote" in job:
-                assert "remote" in jobs[name], f"job {name}: status has no `remote` list"
-                for a in job["remote"]["workers"]:
-                    assert a in jobs[name]["definition"], f"job {name}: {a} not in its definition"
-    finally:
-        p.terminate()
-        p.wait(timeout=60)
-        log.close()
+    env = {"WORLD_SIZE": "16", "NODE_RANK": "0", "LOCAL_WORLD_SIZE": "8"}
+    check_serving(started_status(stokerd, conf, tmp_path, env), cfg)
+
+
+def test_sbatch_config_starts_stokerd(stokerd, tmp_path):
+    """The stoker.yaml the sbatch script writes for its GPU nodes: its own lines (from
+    `workers=""` to the here-document's end) run by bash with the allocation Slurm would give
+    (two CPU nodes, two GPU nodes; `scontrol show hostnames` answers as Slurm does), then
+    started by the built stokerd as GPU node 1."""
+    with open(SBATCH) as f:
+        lines = f.read().splitlines()
+    assert 'workers=""' in lines and "YAML" in lines, f"{SBATCH}: the config block moved: update this test"
+    block = "\n".join(lines[lines.index('workers=""'):lines.index("YAML") + 1])
+    data = tmp_path / "data"
+    data.mkdir()
+    os.symlink(os.path.join(DATA, "demo"), data / "train")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "token").write_text("a-token-for-this-test\n")
+    prologue = f"""set -euo pipefail
+scontrol() {{ [[ "$*" == "show hostnames cpu[01-02]" ]] && printf 'cpu01\\ncpu02\\n'; }}
+SLURM_JOB_NODELIST_HET_GROUP_0='cpu[01-02]' SLURM_JOB_NUM_NODES_HET_GROUP_1=2
+DATA={shlex.quote(str(data))} RUN_DIR={shlex.quote(str(run_dir))} PORT=7070 GPUS_PER_NODE=8
+"""
+    r = subprocess.run(["bash", "-c", prologue + block], capture_output=True, text=True)
+    assert r.returncode == 0, f"the sbatch's config block failed: {r.stderr}"
+    conf = run_dir / "stoker.yaml"
+    cfg = yaml.safe_load(conf.read_text())
+    job = cfg["jobs"]["train"]
+    assert job["remote"]["workers"] == ["cpu01:7070", "cpu02:7070"]
+    assert job["world_size"] == 16 and job["local_world_size"] == 8
+    check_serving(started_status(stokerd, conf, tmp_path, {"SLURM_NODEID": "1"}), cfg)
