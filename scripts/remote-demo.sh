@@ -8,9 +8,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh
-# The demo's build folder and targets (scripts/demo.sh), so each demo reuses the other's build.
+# The demo's build folder and targets (scripts/demo.sh), so each demo reuses the other's build;
+# STOKER_REMOTE=ON: a configure without gRPC stops here, naming the packages (scripts/setup.sh
+# installs them), rather than building a stokerd without --worker.
 build=${STOKER_DEMO_BUILD_DIR:-build-demo}
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTOKER_BUILD_TESTS=OFF -DSTOKER_PYTHON=OFF >/dev/null
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTOKER_BUILD_TESTS=OFF -DSTOKER_PYTHON=OFF -DSTOKER_REMOTE=ON >/dev/null
 cmake --build "$build" --target stokerd stokerctl -j "$(nproc)"
 
 data=$(cd tests/data/demo && pwd)   # the bundled photos; the workers may read nothing else
