@@ -15,9 +15,9 @@ import time
 import pytest
 import yaml
 
-from conftest import BIN, DATA
-
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+BIN = os.environ.get("STOKER_BIN_DIR", os.path.join(ROOT, "build", "bin"))
+DATA = os.path.join(ROOT, "tests", "data")
 KUBE = os.path.join(ROOT, "examples", "kubernetes")
 SBATCH = os.path.join(ROOT, "examples", "slurm", "stoker-hetjob.sbatch")
 
