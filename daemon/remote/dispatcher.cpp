@@ -453,7 +453,8 @@ class Dispatcher::Link {
 
 Dispatcher::Dispatcher(job::Job& job, job::WorkQueue& queue, const config::RemoteConfig& cfg)
     : job_(job), queue_(queue), cfg_(cfg) {
-  resolve_once();
+  // Names are resolved on the resolver thread, never here: this runs on the control thread,
+  // and a lookup can take seconds.
   resolver_ = std::thread([this] { resolve_loop(); });
 }
 
@@ -474,6 +475,7 @@ Dispatcher::~Dispatcher() {
 }
 
 void Dispatcher::resolve_loop() {
+  resolve_once();
   base::MutexLock lock(mu_);
   while (!stop_) {
     cv_.wait_for(lock, kResolveEvery);
@@ -528,8 +530,19 @@ void Dispatcher::resolve_once() {
       spdlog::info("job {}: remote worker {} at {}", job_.name(), at.first, endpoint);
       links_.push_back(std::make_unique<Link>(*this, at.first, endpoint, at.second));
     }
+    std::vector<std::string> still;
+    for (const std::string& a : unresolved) {
+      const bool has_link = std::any_of(links_.begin(), links_.end(),
+                                        [&](const std::unique_ptr<Link>& l) { return l->status().address == a; });
+      if (!has_link) still.push_back(a);
+      // Logged when it starts failing, not every 15 s.
+      if (std::find(unresolved_.begin(), unresolved_.end(), a) == unresolved_.end()) {
+        spdlog::warn("job {}: remote worker {}: the name does not resolve (retried every 15 s; the local pool serves "
+                     "meanwhile)", job_.name(), a);
+      }
+    }
+    unresolved_ = std::move(still);
   }
-  for (const std::string& a : unresolved) spdlog::warn("job {}: remote worker {}: the name does not resolve (retried every 15 s)", job_.name(), a);
   for (auto& l : gone) {
     spdlog::info("job {}: remote worker {} no longer resolves: stream closed", job_.name(), l->endpoint());
     l->stop();
@@ -546,6 +559,12 @@ std::vector<WorkerLinkStatus> Dispatcher::status() const {
   {
     base::MutexLock lock(mu_);
     for (const auto& l : links_) out.push_back(l->status());
+    for (const std::string& a : unresolved_) {
+      WorkerLinkStatus w;
+      w.address = a;
+      w.last_error = "the name does not resolve (retried every 15 s)";
+      out.push_back(std::move(w));
+    }
   }
   // In the order the config lists the workers (then by endpoint for a name with several).
   auto rank = [this](const WorkerLinkStatus& w) {

@@ -56,6 +56,9 @@ class Dispatcher {
   mutable base::Mutex mu_;
   base::CondVar cv_;
   std::vector<std::unique_ptr<Link>> links_ STOKER_GUARDED_BY(mu_);
+  // `workers` entries whose name resolved to nothing at the last look and that have no link:
+  // shown in status as not connected, with why (a typo must not vanish from the list).
+  std::vector<std::string> unresolved_ STOKER_GUARDED_BY(mu_);
   bool stop_ STOKER_GUARDED_BY(mu_) = false;
   std::atomic<int> connected_{0};
   std::thread resolver_;

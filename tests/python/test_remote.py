@@ -150,7 +150,7 @@ def assert_same_batches(a, b):
 def all_connected(d):
     """Waits until every worker link of the job is up (a link connects in the background:
     batches planned before that are made by the local pool)."""
-    wait_for(lambda: all(w["connected"] for w in status(d)["remote"]), "every worker connected")
+    wait_for(lambda: (lambda r: r and all(w["connected"] for w in r))(status(d)["remote"]), "every worker connected")
 
 
 def remote_samples(st):
@@ -247,7 +247,7 @@ def test_a_worker_killed_or_frozen_mid_epoch_loses_nothing(tmp_path, demo_root, 
                                                                  deadline_s=deadline)))
     try:
         want = consume(base, tmp_path / "a", 24)  # three epochs
-        wait_for(lambda: all(w["connected"] for w in status(rem)["remote"]), "both workers connected")
+        all_connected(rem)
         first = consume(rem, tmp_path / "b0", 2)
         a.signal(signal.SIGSTOP)
         # The rest is consumed meanwhile: as batches are released the next are planned, A takes
@@ -462,3 +462,22 @@ def test_a_reload_that_adds_a_worker_restarts_the_job_with_both(tmp_path, demo_r
         t0 = time.monotonic()
         rem.stop()
         assert time.monotonic() - t0 < 10, "stokerd took long to stop with remote links open"
+
+
+def test_a_worker_name_that_does_not_resolve_is_listed_and_the_job_serves_locally(tmp_path, demo_root, workers):
+    a = workers("a", demo_root)
+    source = f'{{root: "{demo_root}"}}'
+    base = start(tmp_path, "local", job_config(tmp_path / "l.yaml", source))
+    rem = start(tmp_path, "remote", job_config(tmp_path / "r.yaml", source, remote=remote_key(
+        ["no-such-worker.invalid:7070", a.address], local=False)))
+    try:
+        all_connected_or = wait_for(lambda: (lambda r: r if len(r) == 2 and r[1]["connected"] else None)(status(rem)["remote"]),
+                                    "the resolvable worker connected")
+        gone = all_connected_or[0]
+        assert gone["address"] == "no-such-worker.invalid:7070" and not gone["connected"], gone
+        assert "does not resolve" in gone["last_error"], gone
+        assert_same_batches(consume(base, tmp_path / "a", 8), consume(rem, tmp_path / "b", 8))
+        assert "no-such-worker.invalid:7070: the name does not resolve" in open(rem.log).read()
+    finally:
+        base.stop()
+        rem.stop()
