@@ -5,10 +5,14 @@
 // SampleProcessor's for the same (seed, epoch, draw). Also the shared helpers of protocol.hpp.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <future>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -461,6 +465,49 @@ TEST_CASE("remote session: items are checked before anything is read", "[remote]
   CHECK(r.id() == 4);
   CHECK(r.error() == static_cast<std::uint32_t>(SampleErrorKind::kIo));
   CHECK_THAT(r.reason(), Contains("ends before the sample's 100 bytes"));
+}
+
+TEST_CASE("remote session: a FIFO or device inside the root is refused, never waited on", "[remote]") {
+  // Found by this test: read_bytes opened the path blocking, so a FIFO inside --allow-root held
+  // a decode thread until some writer came (forever), and a member was read from whatever the
+  // path was (a device: up to 1 GiB of it). Now: opened non-blocking, only regular files read.
+  Scratch s;
+  fs::create_directories(s.path() / "root");
+  const fs::path fifo = s.path() / "root/pipe.jpg";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  JobText t;
+  t.source = "{root: \"" + (s.path() / "root").string() + "\"}";
+  const GpuNode g = gpu_node(s, t);
+  const auto w = worker({s.path() / "root", "/dev"});
+  remote::WorkerSession session(w);
+  REQUIRE(session.open(g.open).accepted());
+  for (bool member : {false, true}) {
+    INFO((member ? "member" : "whole file"));
+    v1::Item it = item(fifo, 21);
+    it.set_member(member);
+    it.set_size(member ? 16 : 0);
+    auto made = std::async(std::launch::async, [&] {
+      SampleProcessor p(session.pipeline());
+      std::vector<std::uint8_t> bytes;
+      v1::Result r;
+      session.process(it, p, bytes, r);
+      return r;
+    });
+    if (made.wait_for(std::chrono::seconds(20)) == std::future_status::timeout) {
+      // Unblock the reader (a writer that closes at once: end of file), then fail.
+      const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+      if (fd >= 0) ::close(fd);
+      made.wait();
+      FAIL("process() waited on a FIFO");
+    }
+    const v1::Result r = made.get();
+    CHECK(r.id() == 21);
+    CHECK(r.error() == static_cast<std::uint32_t>(SampleErrorKind::kIo));
+    CHECK_THAT(r.reason(), Contains("pipe.jpg: not a regular file"));
+  }
+  std::vector<std::uint8_t> out;
+  CHECK_THAT(remote::read_bytes("/dev/zero", true, 0, 64, out).message(), Contains("/dev/zero: not a regular file"));
+  CHECK_THAT(remote::read_bytes("/dev/null", false, 0, 0, out).message(), Contains("/dev/null: not a regular file"));
 }
 
 TEST_CASE("remote session: a processed item is bit-identical to the GPU node's own decode", "[remote]") {
