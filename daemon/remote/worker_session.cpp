@@ -107,6 +107,13 @@ base::Status WorkerSession::check_open(const v1::Open& open) {
       open.base_dir().size() > kMaxPathBytes || open.job().size() > 256) {
     return base::Status::error("the job's definition is larger than a worker accepts");
   }
+  // A NUL would cut these short: in every system call (base_dir), and in a ConfigError's
+  // what(), which starts with the origin (a refusal with an empty text).
+  for (const std::string* name : {&open.origin(), &open.base_dir(), &open.job()}) {
+    if (name->find('\0') != std::string::npos) {
+      return base::Status::error("the job's origin, base folder or name holds a NUL byte");
+    }
+  }
   if (open.base_dir().empty() || open.base_dir().front() != '/') {
     return base::Status::error("the job's base folder must be an absolute path, got '" + open.base_dir() + "'");
   }

@@ -343,6 +343,30 @@ TEST_CASE("remote session: a job YAML the worker cannot read is refused with ORI
   }
 }
 
+TEST_CASE("remote session: a NUL byte in the Open's origin, base folder or job name is refused, saying so", "[remote]") {
+  // Found by fuzz_remote_worker (tests/data/remote-messages/origin-with-nul-empty-refusal): an
+  // origin starting with NUL made the YAML refusal's text, which goes through what() (a C
+  // string), empty: a refusal that says nothing. The names are refused with a NUL now.
+  Scratch s;
+  const GpuNode g = gpu_node(s);
+  const auto w = worker({kDemo});
+  for (int field = 0; field < 3; ++field) {
+    INFO(field);
+    v1::Open o = g.open;
+    std::string* f = field == 0 ? o.mutable_origin() : field == 1 ? o.mutable_base_dir() : o.mutable_job();
+    f->insert(field == 1 ? f->size() : 0, std::string(1, '\0'));
+    CHECK_THAT(refused(w, o), Contains("a NUL byte"));
+  }
+  {
+    v1::Open o = g.open;
+    o.set_origin(std::string("\0gpu.yaml", 9));
+    std::string y = o.job_yaml();
+    y.replace(y.find("trivial_augment_wide"), 20, "trivial_augment_wild");
+    o.set_job_yaml(y);
+    CHECK_FALSE(refused(w, o).empty());
+  }
+}
+
 TEST_CASE("remote session: sample_bytes disagreement, oversized fields and unknown compression are refused",
           "[remote]") {
   Scratch s;
