@@ -63,11 +63,17 @@ base::Status read_bytes(const std::string& path, bool member, std::uint64_t offs
   struct stat st{};
   if (::fstat(fd, &st) != 0) return base::Status::error(path + ": " + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) return base::Status::error(path + ": not a regular file");
+  const auto file_size = static_cast<std::uint64_t>(st.st_size);
   if (!member) {
     offset = 0;
-    size = static_cast<std::uint64_t>(st.st_size);
+    size = file_size;
   }
   if (size > kMaxReadBytes) return base::Status::error(path + ": " + std::to_string(size) + " bytes, more than a sample may have");
+  // A member past the file's end is refused before its size is allocated (a peer naming 1 GiB
+  // members of a small file would otherwise have each decode thread allocate and zero 1 GiB).
+  if (offset > file_size || size > file_size - offset) {
+    return base::Status::error(path + ": ends before the sample's " + std::to_string(size) + " bytes");
+  }
   out.resize(size);
   std::uint64_t done = 0;
   while (done < size) {

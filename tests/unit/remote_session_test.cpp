@@ -709,6 +709,14 @@ TEST_CASE("remote protocol: token_equal, zstd round trips and refusals, read_byt
   CHECK_THAT(remote::read_bytes((s.path() / "f").string(), true, 8, 4, out).message(),
              Contains("/f: ends before the sample's 4 bytes"));
   CHECK_THAT(remote::read_bytes((s.path() / "f").string(), true, 1000, 1, out).message(), Contains("ends before"));
+  // Found by fuzz_remote_worker (a slow unit, 1.8 GB RSS): a member of 1 GiB in a 10-byte file
+  // was allocated (and zeroed) whole before the read found the end. Refused before, now.
+  std::vector<std::uint8_t> big;
+  CHECK_THAT(remote::read_bytes((s.path() / "f").string(), true, 0, remote::kMaxReadBytes, big).message(),
+             Contains("ends before the sample's " + std::to_string(remote::kMaxReadBytes) + " bytes"));
+  CHECK(big.capacity() < (1u << 20));
+  CHECK_THAT(remote::read_bytes((s.path() / "f").string(), true, ~std::uint64_t{0} - 2, 4, big).message(),
+             Contains("ends before"));
   CHECK_THAT(remote::read_bytes((s.path() / "f").string(), true, 0, remote::kMaxReadBytes + 1, out).message(),
              Contains("more than a sample may have"));
   CHECK_THAT(remote::read_bytes((s.path() / "nope").string(), false, 0, 0, out).message(),
