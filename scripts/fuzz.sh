@@ -22,8 +22,9 @@ CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo 
   -DSTOKER_SANITIZE=ON -DSTOKER_CUDA=OFF -DSTOKER_PYTHON=OFF >/dev/null
 targets=(fuzz_sample_processor fuzz_config fuzz_control fuzz_metrics_http)
 # The remote worker's harness exists when gRPC/protobuf/zstd were found (cmake/remote.cmake).
+# (grep reads all of help's output: with -q, pipefail could see cmake die of SIGPIPE.)
 remote=0
-if cmake --build build-fuzz --target help | grep -qE '(^\.\.\. |^)fuzz_remote_worker(:|$)'; then
+if cmake --build build-fuzz --target help | grep -E '(^\.\.\. |^)fuzz_remote_worker(:|$)' >/dev/null; then
   targets+=(fuzz_remote_worker)
   remote=1
 fi
