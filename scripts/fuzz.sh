@@ -20,7 +20,15 @@ if [[ "${1:-}" == "--runs" ]]; then
 fi
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTOKER_FUZZ=ON \
   -DSTOKER_SANITIZE=ON -DSTOKER_CUDA=OFF -DSTOKER_PYTHON=OFF >/dev/null
-cmake --build build-fuzz -j "$(nproc)" --target fuzz_sample_processor fuzz_config fuzz_control fuzz_metrics_http
+targets=(fuzz_sample_processor fuzz_config fuzz_control fuzz_metrics_http)
+# The remote worker's harness exists when gRPC/protobuf/zstd were found (cmake/remote.cmake).
+# (grep reads all of help's output: with -q, pipefail could see cmake die of SIGPIPE.)
+remote=0
+if cmake --build build-fuzz --target help | grep -E '(^\.\.\. |^)fuzz_remote_worker(:|$)' >/dev/null; then
+  targets+=(fuzz_remote_worker)
+  remote=1
+fi
+cmake --build build-fuzz -j "$(nproc)" --target "${targets[@]}"
 run() {  # harness, dictionary, seed folders...
   local h=$1 dict=$2; shift 2
   mkdir -p "$corpus_root/$h" "build-fuzz/crashes/$h"
@@ -32,4 +40,9 @@ run sample_processor tests/fuzz/image.dict tests/data/demo tests/data/corpus tes
 run config tests/fuzz/config.dict tests/data/configs-malformed configs
 run control tests/fuzz/control.dict tests/data/control-messages
 run metrics_http tests/fuzz/http.dict tests/data/http-requests
+if ((remote)); then
+  STOKER_FUZZ_STATS=1 run remote_worker tests/fuzz/remote.dict tests/data/remote-messages
+else
+  echo "== remote_worker skipped (built without gRPC: scripts/setup.sh installs it)"
+fi
 echo "fuzz: no crash in $secs per harness"

@@ -57,20 +57,29 @@ base::Status decompress(std::string_view in, std::span<std::uint8_t> out) {
 
 base::Status read_bytes(const std::string& path, bool member, std::uint64_t offset, std::uint64_t size,
                         std::vector<std::uint8_t>& out) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO (or a device) inside --allow-root must not wait for a writer;
+  // it is refused below, as anything but a regular file is, for a member too (a device read
+  // as a "tar shard" would hand out whatever it produces). Regular files ignore the flag.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return base::Status::error(path + ": " + std::strerror(errno));
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
+  struct stat st{};
+  if (::fstat(fd, &st) != 0) return base::Status::error(path + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return base::Status::error(path + ": not a regular file");
+  const auto file_size = static_cast<std::uint64_t>(st.st_size);
   if (!member) {
-    struct stat st{};
-    if (::fstat(fd, &st) != 0) return base::Status::error(path + ": " + std::strerror(errno));
-    if (!S_ISREG(st.st_mode)) return base::Status::error(path + ": not a regular file");
     offset = 0;
-    size = static_cast<std::uint64_t>(st.st_size);
+    size = file_size;
   }
   if (size > kMaxReadBytes) return base::Status::error(path + ": " + std::to_string(size) + " bytes, more than a sample may have");
+  // A member past the file's end is refused before its size is allocated (a peer naming 1 GiB
+  // members of a small file would otherwise have each decode thread allocate and zero 1 GiB).
+  if (offset > file_size || size > file_size - offset) {
+    return base::Status::error(path + ": ends before the sample's " + std::to_string(size) + " bytes");
+  }
   out.resize(size);
   std::uint64_t done = 0;
   while (done < size) {

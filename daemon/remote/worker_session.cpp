@@ -1,6 +1,7 @@
 #include "remote/worker_session.hpp"
 
 #include <chrono>
+#include <string_view>
 #include <system_error>
 
 #include "config/config.hpp"
@@ -30,11 +31,58 @@ fs::path source_folder(const std::string& pattern) {
   return wild == std::string::npos ? fs::path(literal) : fs::path(literal).parent_path();
 }
 
+// Whether brace expansion (source::expand_braces: `{a,b}` alternatives, `{0..9}` ranges) of a
+// shard pattern's part after its literal folder could name a ".." folder, and so climb out of
+// the folder source_folder() checks. Conservative, without expanding (a pattern may stand for
+// millions of names): a group holding '/' or another group, or a '/'-component whose text
+// outside groups is only dots and that has a group with an all-dots or empty alternative (or
+// no group and is ".."), counts as climbing. Ranges are digits or letters, never dots.
+bool braces_may_climb(std::string_view rest) {
+  std::size_t start = 0;
+  while (start <= rest.size()) {
+    // One component: up to the next '/' outside a group.
+    bool outside_dots = true, groups = false, dotty_alternative = false;
+    std::size_t i = start;
+    for (; i < rest.size() && rest[i] != '/'; ++i) {
+      if (rest[i] != '{') {
+        outside_dots = outside_dots && rest[i] == '.';
+        continue;
+      }
+      groups = true;
+      const std::size_t close = rest.find('}', i);
+      if (close == std::string_view::npos) return true;  // unbalanced: expand_braces refuses it anyway
+      const std::string_view body = rest.substr(i + 1, close - i - 1);
+      if (body.find_first_of("/{") != std::string_view::npos) return true;
+      std::size_t a = 0;
+      while (true) {
+        const std::size_t comma = body.find(',', a);
+        const std::string_view alt = body.substr(a, comma == std::string_view::npos ? body.npos : comma - a);
+        if (alt.find_first_not_of('.') == std::string_view::npos) dotty_alternative = true;  // "", ".", "..", ...
+        if (comma == std::string_view::npos) break;
+        a = comma + 1;
+      }
+      i = close;
+    }
+    const std::string_view component = rest.substr(start, i - start);
+    if (groups ? outside_dots && dotty_alternative : component == "..") return true;
+    start = i + 1;
+  }
+  return false;
+}
+
 base::Status check_source(const config::SourceConfig& s, const std::vector<fs::path>& roots) {
   std::vector<fs::path> folders;
   if (!s.root.empty()) folders.push_back(s.root);
   if (!s.file.empty()) folders.push_back(s.file);
-  for (const std::string& p : s.shards) folders.push_back(source_folder(p));
+  for (const std::string& p : s.shards) {
+    const std::size_t wild = p.find_first_of("{*?[");
+    const std::size_t folder_end = wild == std::string::npos ? p.size() : p.rfind('/', wild);
+    if (wild != std::string::npos && braces_may_climb(std::string_view(p).substr(folder_end + 1))) {
+      return base::Status::error("the job reads '" + p + "', whose braces may name '..' and so lead outside this " +
+                                 "worker's --allow-root folders (name the folders without '..')");
+    }
+    folders.push_back(source_folder(p));
+  }
   for (const fs::path& f : folders) {
     std::error_code ec;
     const fs::path c = fs::weakly_canonical(f, ec);
@@ -58,6 +106,13 @@ base::Status WorkerSession::check_open(const v1::Open& open) {
   if (open.job_yaml().size() > kMaxJobYamlBytes || open.origin().size() > kMaxPathBytes ||
       open.base_dir().size() > kMaxPathBytes || open.job().size() > 256) {
     return base::Status::error("the job's definition is larger than a worker accepts");
+  }
+  // A NUL would cut these short: in every system call (base_dir), and in a ConfigError's
+  // what(), which starts with the origin (a refusal with an empty text).
+  for (const std::string* name : {&open.origin(), &open.base_dir(), &open.job()}) {
+    if (name->find('\0') != std::string::npos) {
+      return base::Status::error("the job's origin, base folder or name holds a NUL byte");
+    }
   }
   if (open.base_dir().empty() || open.base_dir().front() != '/') {
     return base::Status::error("the job's base folder must be an absolute path, got '" + open.base_dir() + "'");

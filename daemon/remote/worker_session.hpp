@@ -23,6 +23,8 @@
 
 namespace stoker::remote {
 
+// The messages' namespace, stoker::remote::v1 (worker.pb.h), is `v1` here as it stands: an
+// alias of the same name is a redefinition to clang (gcc accepts it).
 
 struct WorkerSettings {
   std::vector<std::filesystem::path> allow_roots;  // canonical folders the worker may read

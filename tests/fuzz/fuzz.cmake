@@ -9,9 +9,17 @@ set(_seed_configs ${CMAKE_CURRENT_SOURCE_DIR}/data/configs-malformed ${PROJECT_S
 
 set(_seed_control ${CMAKE_CURRENT_SOURCE_DIR}/data/control-messages)
 set(_seed_http ${CMAKE_CURRENT_SOURCE_DIR}/data/http-requests)
+set(_seed_remote ${CMAKE_CURRENT_SOURCE_DIR}/data/remote-messages)
 
-foreach(h sample_processor config control metrics_http)
-  if(h STREQUAL "sample_processor")
+set(_harnesses sample_processor config control metrics_http)
+if(STOKER_HAVE_REMOTE)  # remote workers (#27): the worker's stream handling
+  list(APPEND _harnesses remote_worker)
+endif()
+foreach(h ${_harnesses})
+  if(h STREQUAL "remote_worker")
+    set(_lib stoker_remote_worker)
+    set(_seeds ${_seed_remote})
+  elseif(h STREQUAL "sample_processor")
     set(_lib stoker_image)
     set(_seeds ${_seed_images})
   elseif(h STREQUAL "config")
