@@ -100,8 +100,13 @@ base::Status WorkerSession::check_open(const v1::Open& open) {
     return base::Status::error(why);
   }
   if (!token_equal(open.token(), settings_.token)) {
-    return base::Status::error(open.token().empty() ? "this worker needs a token (remote.token_file)"
-                                                    : "wrong token (remote.token_file differs from the worker's --token-file)");
+    // A token sent to a worker without one is refused too (the two sides disagree about the
+    // set-up; accepting would hide that the GPU node's secret is going somewhere unexpected).
+    return base::Status::error(open.token().empty()     ? "this worker needs a token (remote.token_file)"
+                               : settings_.token.empty() ? "wrong token (this worker has no --token-file; remove "
+                                                           "remote.token_file or give the worker the same token)"
+                                                         : "wrong token (remote.token_file differs from the worker's "
+                                                           "--token-file)");
   }
   if (open.job_yaml().size() > kMaxJobYamlBytes || open.origin().size() > kMaxPathBytes ||
       open.base_dir().size() > kMaxPathBytes || open.job().size() > 256) {
@@ -164,7 +169,9 @@ v1::OpenReply WorkerSession::open(const v1::Open& open) {
   return reply;
 }
 
-base::Status WorkerSession::check_item(const v1::Item& item) const {
+base::Status WorkerSession::check_item(const v1::Item& item) const { return checked_path(item).status(); }
+
+base::Result<std::string> WorkerSession::checked_path(const v1::Item& item) const {
   if (!opened()) return base::Status::error("an item before the stream's Open");
   if (item.path().empty() || item.path().size() > kMaxPathBytes || item.path().front() != '/' ||
       item.path().find('\0') != std::string::npos) {
@@ -179,15 +186,18 @@ base::Status WorkerSession::check_item(const v1::Item& item) const {
   if (!inside(c, settings_.allow_roots)) {
     return base::Status::error(item.path() + ": outside this worker's --allow-root folders");
   }
-  return {};
+  return c.string();
 }
 
 void WorkerSession::process(const v1::Item& item, image::SampleProcessor& processor, std::vector<std::uint8_t>& bytes,
                             v1::Result& result) const {
   const auto t0 = std::chrono::steady_clock::now();
   result.set_id(item.id());
-  base::Status s = check_item(item);
-  if (s) s = read_bytes(item.path(), item.member(), item.offset(), item.size(), bytes);
+  // The canonical path checked is the one read (not the path as sent, whose symlinks could be
+  // changed between the check and the read).
+  base::Result<std::string> path = checked_path(item);
+  base::Status s = path.status();
+  if (s) s = read_bytes(*path, item.member(), item.offset(), item.size(), bytes);
   if (!s) {
     result.set_error(static_cast<std::uint32_t>(image::SampleErrorKind::kIo));
     result.set_reason(s.message());

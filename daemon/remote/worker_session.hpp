@@ -54,6 +54,8 @@ class WorkerSession {
 
  private:
   base::Status check_open(const v1::Open& open);
+  // check_item's work: the canonical path to read, or why not.
+  base::Result<std::string> checked_path(const v1::Item& item) const;
   const WorkerSettings& settings_;
   std::optional<image::PipelineSpec> pipeline_;
   std::uint64_t pixel_seed_ = 0;

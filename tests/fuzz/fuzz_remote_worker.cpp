@@ -115,31 +115,40 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       processor.emplace(session.pipeline());
       continue;
     }
-    if (first || !req.has_item()) return 0;
-    if (!session.opened()) broken("an item reached an unopened session");
-    v1::Item item = req.item();
-    w.place(*item.mutable_path());
-    const bool ok = session.check_item(item).ok();
-    std::error_code ec;
-    if (ok && !remote::inside(fs::canonical(item.path(), ec), w.settings.allow_roots)) broken("an item outside passed");
-    const std::uint64_t sample_bytes = session.pipeline().sample_bytes();
-    if (ok && (processed >= kMaxProcessed || sample_bytes > kMaxFuzzSampleBytes)) continue;
-    processed += ok ? 1 : 0;
-    v1::Result result;
-    session.process(item, *processor, bytes, result);
-    if (result.id() != item.id()) broken("a result without its item's id");
-    if (!ok && (result.error() != static_cast<std::uint32_t>(stoker::image::SampleErrorKind::kIo) ||
-                !result.pixels().empty())) {
-      broken("a refused item was read");
+    if (first || !(req.has_item() || req.has_items())) return 0;
+    // An ItemBatch is taken as its items one by one; past kMaxBatch the server ends the stream.
+    std::vector<v1::Item> items;
+    if (req.has_item()) {
+      items.push_back(req.item());
+    } else {
+      if (static_cast<std::size_t>(req.items().items_size()) > remote::kMaxBatch) return 0;
+      items.assign(req.items().items().begin(), req.items().items().end());
     }
-    ++(!ok ? reached.items_refused : result.error() != 0 ? reached.failed : reached.made);
-    if (result.error() != 0) {
-      if (!result.pixels().empty() || result.reason().empty()) broken("a failed sample with pixels or no reason");
-    } else if (result.compressed()) {
-      std::vector<std::uint8_t> raw(sample_bytes);
-      if (!remote::decompress(result.pixels(), raw).ok()) broken("a compressed sample that does not decompress");
-    } else if (result.pixels().size() != sample_bytes) {
-      broken("a sample of another size");
+    for (v1::Item& item : items) {
+      if (!session.opened()) broken("an item reached an unopened session");
+      w.place(*item.mutable_path());
+      const bool ok = session.check_item(item).ok();
+      std::error_code ec;
+      if (ok && !remote::inside(fs::canonical(item.path(), ec), w.settings.allow_roots)) broken("an item outside passed");
+      const std::uint64_t sample_bytes = session.pipeline().sample_bytes();
+      if (ok && (processed >= kMaxProcessed || sample_bytes > kMaxFuzzSampleBytes)) continue;
+      processed += ok ? 1 : 0;
+      v1::Result result;
+      session.process(item, *processor, bytes, result);
+      if (result.id() != item.id()) broken("a result without its item's id");
+      if (!ok && (result.error() != static_cast<std::uint32_t>(stoker::image::SampleErrorKind::kIo) ||
+                  !result.pixels().empty())) {
+        broken("a refused item was read");
+      }
+      ++(!ok ? reached.items_refused : result.error() != 0 ? reached.failed : reached.made);
+      if (result.error() != 0) {
+        if (!result.pixels().empty() || result.reason().empty()) broken("a failed sample with pixels or no reason");
+      } else if (result.compressed()) {
+        std::vector<std::uint8_t> raw(sample_bytes);
+        if (!remote::decompress(result.pixels(), raw).ok()) broken("a compressed sample that does not decompress");
+      } else if (result.pixels().size() != sample_bytes) {
+        broken("a sample of another size");
+      }
     }
   }
   return 0;

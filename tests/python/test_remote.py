@@ -481,3 +481,32 @@ def test_a_worker_name_that_does_not_resolve_is_listed_and_the_job_serves_locall
     finally:
         base.stop()
         rem.stop()
+
+
+def test_file_names_that_are_not_utf8_are_served_by_workers(tmp_path, demo_root, workers):
+    """Linux file names are bytes: a Latin-1 name (caf\\xe9.jpg) must reach the worker intact
+    (the protocol's paths are protobuf bytes, not strings, which must be UTF-8)."""
+    root = tmp_path / "latin1"
+    files = sorted(glob.glob(os.path.join(demo_root, "*", "*.jpg")))[:16]
+    for i, f in enumerate(files):
+        d = os.path.join(os.fsencode(str(root)), f"c{i % 2}".encode())
+        os.makedirs(d, exist_ok=True)
+        name = b"caf\xe9-%02d.jpg" % i if i % 3 == 0 else b"plain-%02d.jpg" % i
+        with open(os.path.join(d, name), "wb") as out, open(f, "rb") as src:
+            out.write(src.read())
+    a = workers("a", str(tmp_path))
+    source = f'{{root: "{root}"}}'
+    base = start(tmp_path, "local", job_config(tmp_path / "l.yaml", source, mix=False))
+    rem = start(tmp_path, "remote", job_config(tmp_path / "r.yaml", source, mix=False,
+                                               remote=remote_key([a.address], local=False)))
+    try:
+        want = consume(base, tmp_path / "a", 4)
+        all_connected(rem)
+        assert_same_batches(want, consume(rem, tmp_path / "b", 4))
+        st = status(rem)
+        w = st["remote"][0]
+        assert w["errors"] == 0 and w["samples"] > 0, w
+        assert st["errors"] == {k: 0 for k in st["errors"]}
+    finally:
+        base.stop()
+        rem.stop()
