@@ -76,11 +76,12 @@ class CudaDriverBackend final : public Backend {
     return out;
   }
 
-  bool open_device(int device, std::string& why) override {
+  base::Status open_device(int device) override {
+    std::string why;
     base::MutexLock lock(mu_);
-    if (devices_.count(device) != 0) return true;
+    if (devices_.count(device) != 0) return {};
     CUdevice d = 0;
-    if (!check(api_.cuDeviceGet(&d, device), "cuDeviceGet", why)) return false;
+    if (!check(api_.cuDeviceGet(&d, device), "cuDeviceGet", why)) return base::Status::error(why);
     // Refusals name the GPU by UUID too: the ordinal is this process's, and the two processes
     // number GPUs differently under CUDA_VISIBLE_DEVICES.
     std::string gpu = "GPU " + std::to_string(device);
@@ -91,17 +92,17 @@ class CudaDriverBackend final : public Backend {
     }
     int mode = CU_COMPUTEMODE_DEFAULT;
     if (!check(api_.cuDeviceGetAttribute(&mode, CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, d), "cuDeviceGetAttribute", why)) {
-      return false;
+      return base::Status::error(why);
     }
     if (mode == CU_COMPUTEMODE_EXCLUSIVE_PROCESS || mode == CU_COMPUTEMODE_PROHIBITED) {
       why = gpu + " is in compute mode " + (mode == CU_COMPUTEMODE_PROHIBITED ? "PROHIBITED" : "EXCLUSIVE_PROCESS") +
             ": CUDA IPC needs the daemon and the trainer on the same GPU (nvidia-smi -c DEFAULT)";
-      return false;
+      return base::Status::error(why);
     }
     int uva = 0;
     if (api_.cuDeviceGetAttribute(&uva, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, d) == CUDA_SUCCESS && uva == 0) {
       why = gpu + " has no unified addressing, which CUDA IPC requires";
-      return false;
+      return base::Status::error(why);
     }
     // Older drivers do not know the attribute (CUDA_ERROR_INVALID_VALUE): IPC events were
     // supported everywhere IPC memory was, then.
@@ -109,16 +110,16 @@ class CudaDriverBackend final : public Backend {
     if (api_.cuDeviceGetAttribute(&ipc_events, CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED, d) == CUDA_SUCCESS &&
         ipc_events == 0) {
       why = gpu + " does not support CUDA IPC events (WSL, or a driver/platform without legacy IPC)";
-      return false;
+      return base::Status::error(why);
     }
     int ro = 0;
     api_.cuDeviceGetAttribute(&ro, CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED, d);
     DeviceState st;
     st.dev = d;
     st.read_only_register = ro != 0;
-    if (!check(api_.cuDevicePrimaryCtxRetain(&st.ctx, d), "cuDevicePrimaryCtxRetain", why)) return false;
+    if (!check(api_.cuDevicePrimaryCtxRetain(&st.ctx, d), "cuDevicePrimaryCtxRetain", why)) return base::Status::error(why);
     devices_.emplace(device, std::move(st));
-    return true;
+    return {};
   }
 
   bool create_stream(int device, StreamId& out, std::string& why) override {
@@ -232,38 +233,35 @@ class CudaDriverBackend final : public Backend {
   }
   void destroy_event(int device, EventId e) override { close_event(device, e); }
 
-  bool copy_to_device(StreamId st, const DeviceBuffer& dst, std::size_t dst_offset, const void* src,
-                      std::size_t bytes, std::string& why) override {
-    if (dst_offset + bytes > dst.bytes) {
-      why = "copy_to_device outside its buffer";
-      return false;
-    }
+  base::Status copy_to_device(StreamId st, const DeviceBuffer& dst, std::size_t dst_offset, const void* src,
+                              std::size_t bytes) override {
+    if (dst_offset + bytes > dst.bytes) return base::Status::error("copy_to_device outside its buffer");
+    std::string why;
     Scope s(*this, dst.device, why);
-    return s.ok && check(api_.cuMemcpyHtoDAsync(dptr(dst.ptr) + dst_offset, src, bytes, stream(st)),
-                         "cuMemcpyHtoDAsync", why);
+    if (s.ok && check(api_.cuMemcpyHtoDAsync(dptr(dst.ptr) + dst_offset, src, bytes, stream(st)),
+                      "cuMemcpyHtoDAsync", why)) {
+      return {};
+    }
+    return base::Status::error(why);
   }
 
-  bool normalize(StreamId st, const DeviceBuffer& dst, std::size_t dst_offset, const DeviceBuffer& src,
-                 std::size_t src_offset, std::uint32_t count, const NormalizeSpec& spec,
-                 std::string& why) override {
+  base::Status normalize(StreamId st, const DeviceBuffer& dst, std::size_t dst_offset, const DeviceBuffer& src,
+                         std::size_t src_offset, std::uint32_t count, const NormalizeSpec& spec) override {
     const std::size_t plane = std::size_t{spec.height} * spec.width;
     const unsigned long long elems = std::size_t{count} * spec.channels * plane;
     const std::size_t out_size = spec.out_dtype == 2 ? 2 : 4;
     if (spec.channels < 1 || spec.channels > 4 || dst_offset + elems * out_size > dst.bytes ||
         src_offset + elems > src.bytes) {
-      why = "normalize outside its buffers";
-      return false;
+      return base::Status::error("normalize outside its buffers");
     }
-    if (elems == 0) return true;
+    if (elems == 0) return {};
+    std::string why;
     Scope s(*this, dst.device, why);
-    if (!s.ok) return false;
-    if (base::Status can = can_normalize(); !can) {
-      why = can.message();
-      return false;
-    }
+    if (!s.ok) return base::Status::error(why);
+    if (base::Status can = can_normalize(); !can) return can;
     CUfunction fn = nullptr;
     CUdeviceptr table = 0;
-    if (!kernel_for(*s.state, spec, fn, table, why)) return false;
+    if (!kernel_for(*s.state, spec, fn, table, why)) return base::Status::error(why);
     CUdeviceptr in = dptr(src.ptr) + src_offset;
     CUdeviceptr out = dptr(dst.ptr) + dst_offset;
     unsigned plane32 = static_cast<unsigned>(plane);
@@ -275,8 +273,11 @@ class CudaDriverBackend final : public Backend {
     constexpr unsigned kThreads = 256, kPerThread = 4;  // as normalize_table.cu
     const unsigned long long per_block = kThreads * kPerThread;
     const unsigned blocks = static_cast<unsigned>(std::min<unsigned long long>((elems + per_block - 1) / per_block, 65535));
-    return check(api_.cuLaunchKernel(fn, blocks, 1, 1, kThreads, 1, 1, 0, stream(st), args, nullptr),
-                 "cuLaunchKernel(normalize)", why);
+    if (check(api_.cuLaunchKernel(fn, blocks, 1, 1, kThreads, 1, 1, 0, stream(st), args, nullptr),
+              "cuLaunchKernel(normalize)", why)) {
+      return {};
+    }
+    return base::Status::error(why);
   }
 
   bool open_memory(int device, const IpcHandle& h, std::size_t bytes, void** ptr, std::string& why) override {

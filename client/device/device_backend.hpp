@@ -95,7 +95,7 @@ class Backend {
   virtual std::vector<DeviceInfo> devices(std::string& why) = 0;
   // Makes `device` usable by this process (context); refuses a device that cannot serve
   // IPC (no IPC support, compute mode EXCLUSIVE_PROCESS or PROHIBITED) with the reason.
-  virtual bool open_device(int device, std::string& why) = 0;
+  virtual base::Status open_device(int device) = 0;
   virtual bool create_stream(int device, StreamId& out, std::string& why) = 0;
   virtual void destroy_stream(int device, StreamId s) = 0;
   virtual base::Status record(int device, EventId e, StreamId s) = 0;
@@ -117,12 +117,12 @@ class Backend {
   virtual void free(DeviceBuffer& b) = 0;  // caller: no peer has it open any more
   virtual bool create_ipc_event(int device, EventId& out, IpcHandle& handle, std::string& why) = 0;
   virtual void destroy_event(int device, EventId e) = 0;
-  virtual bool copy_to_device(StreamId s, const DeviceBuffer& dst, std::size_t dst_offset,
-                              const void* src, std::size_t bytes, std::string& why) = 0;
+  virtual base::Status copy_to_device(StreamId s, const DeviceBuffer& dst, std::size_t dst_offset,
+                                      const void* src, std::size_t bytes) = 0;
   // src: `count` uint8 samples at src_offset of `src`; dst: normalized samples.
-  virtual bool normalize(StreamId s, const DeviceBuffer& dst, std::size_t dst_offset,
-                         const DeviceBuffer& src, std::size_t src_offset, std::uint32_t count,
-                         const NormalizeSpec& spec, std::string& why) = 0;
+  virtual base::Status normalize(StreamId s, const DeviceBuffer& dst, std::size_t dst_offset,
+                                 const DeviceBuffer& src, std::size_t src_offset, std::uint32_t count,
+                                 const NormalizeSpec& spec) = 0;
 
   // --- importer (libstoker) ---
   virtual bool open_memory(int device, const IpcHandle& h, std::size_t bytes, void** ptr,

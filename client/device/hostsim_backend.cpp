@@ -264,21 +264,20 @@ class HostSimBackend final : public Backend {
 
   std::vector<DeviceInfo> devices(std::string&) override { return devices_; }
 
-  bool open_device(int device, std::string& why) override {
+  base::Status open_device(int device) override {
     if (device < 0 || device >= static_cast<int>(devices_.size())) {
-      why = "hostsim: no device " + std::to_string(device) + " (" + std::to_string(devices_.size()) +
-            " simulated)";
-      return false;
+      return base::Status::error("hostsim: no device " + std::to_string(device) + " (" +
+                                 std::to_string(devices_.size()) + " simulated)");
     }
     if (exclusive_.count(devices_[device].uuid) != 0) {
-      why = "GPU " + uuid_string(devices_[device].uuid) +
-            " is in compute mode EXCLUSIVE_PROCESS: only one process may use it, so stokerd and "
-            "the trainer cannot share it (set it to DEFAULT with `nvidia-smi -c DEFAULT`)";
-      return false;
+      return base::Status::error(
+          "GPU " + uuid_string(devices_[device].uuid) +
+          " is in compute mode EXCLUSIVE_PROCESS: only one process may use it, so stokerd and "
+          "the trainer cannot share it (set it to DEFAULT with `nvidia-smi -c DEFAULT`)");
     }
     base::MutexLock lock(mu_);
     opened_.insert(device);
-    return true;
+    return {};
   }
 
   bool create_stream(int device, StreamId& out, std::string&) override {
@@ -402,14 +401,12 @@ class HostSimBackend final : public Backend {
     destroy_object(event_header(e), "an interprocess event");
   }
 
-  bool copy_to_device(StreamId s, const DeviceBuffer& dst, std::size_t dst_offset, const void* src,
-                      std::size_t bytes, std::string& why) override {
+  base::Status copy_to_device(StreamId s, const DeviceBuffer& dst, std::size_t dst_offset, const void* src,
+                              std::size_t bytes) override {
+    std::string why;
     SimStream* st = stream(dst.device, s, why);
-    if (st == nullptr) return false;
-    if (dst_offset + bytes > dst.bytes) {
-      why = "hostsim: copy past the end of the allocation";
-      return false;
-    }
+    if (st == nullptr) return base::Status::error(why);
+    if (dst_offset + bytes > dst.bytes) return base::Status::error("hostsim: copy past the end of the allocation");
     auto* h = reinterpret_cast<SimObjectHeader*>(dst.impl);
     auto* d = static_cast<std::uint8_t*>(dst.ptr) + dst_offset;
     st->push([h, d, src, bytes, dst_offset] {
@@ -417,20 +414,19 @@ class HostSimBackend final : public Backend {
       check_no_reader(h, dst_offset, bytes);
       std::memcpy(d, src, bytes);
     });
-    return true;
+    return {};
   }
 
-  bool normalize(StreamId s, const DeviceBuffer& dst, std::size_t dst_offset, const DeviceBuffer& src,
-                 std::size_t src_offset, std::uint32_t count, const NormalizeSpec& spec,
-                 std::string& why) override {
+  base::Status normalize(StreamId s, const DeviceBuffer& dst, std::size_t dst_offset, const DeviceBuffer& src,
+                         std::size_t src_offset, std::uint32_t count, const NormalizeSpec& spec) override {
+    std::string why;
     SimStream* st = stream(dst.device, s, why);
-    if (st == nullptr) return false;
+    if (st == nullptr) return base::Status::error(why);
     const std::size_t elems = std::size_t{count} * spec.channels * spec.height * spec.width;
     const std::size_t out_size = spec.out_dtype == 2 ? 2 : 4;
     if (dst_offset + elems * out_size > dst.bytes || src_offset + elems > src.bytes ||
         spec.channels < 1 || spec.channels > 4) {
-      why = "hostsim: normalize outside its buffers";
-      return false;
+      return base::Status::error("hostsim: normalize outside its buffers");
     }
     auto* h = reinterpret_cast<SimObjectHeader*>(dst.impl);
     auto* out = static_cast<std::uint8_t*>(dst.ptr) + dst_offset;
@@ -450,7 +446,7 @@ class HostSimBackend final : public Backend {
         }
       }
     });
-    return true;
+    return {};
   }
 
   bool open_memory(int device, const IpcHandle& handle, std::size_t bytes, void** ptr,

@@ -68,30 +68,20 @@ base::Status DeviceRing::copy_slot(std::uint32_t s, const std::uint8_t* images, 
                                    const void* labels) {
   base::MutexLock lock(mu_);
   if (released_ || s >= plan_.slots) return base::Status::error("device ring released");
-  std::string why;
   const std::uint64_t dst = slot_stride_ * s;
-  bool ok = true;
-  if (base::Status w = backend_.stream_wait(device_, stream_, release_[s]); !w) {
-    ok = false;
-    why = w.message();
-  }
-  if (count > 0 && plan_.normalize) {
-    ok = ok && backend_.copy_to_device(stream_, staging_, 0, images, plan_.host_image_bytes * count, why);
-    ok = ok && backend_.normalize(stream_, memory_, dst, staging_, 0, count, plan_.spec, why);
-  } else if (count > 0) {
-    ok = ok && backend_.copy_to_device(stream_, memory_, dst, images, plan_.host_image_bytes * count, why);
-  }
-  if (count > 0) {
-    ok = ok && backend_.copy_to_device(stream_, memory_, dst + labels_offset_, labels, plan_.label_bytes * count, why);
-  }
-  if (ok) {
-    if (base::Status r = backend_.record(device_, ready_[s], stream_); !r) {
-      ok = false;
-      why = r.message();
+  base::Status st = backend_.stream_wait(device_, stream_, release_[s]);
+  if (st && count > 0) {
+    if (plan_.normalize) {
+      st = backend_.copy_to_device(stream_, staging_, 0, images, plan_.host_image_bytes * count);
+      if (st) st = backend_.normalize(stream_, memory_, dst, staging_, 0, count, plan_.spec);
+    } else {
+      st = backend_.copy_to_device(stream_, memory_, dst, images, plan_.host_image_bytes * count);
     }
+    if (st) st = backend_.copy_to_device(stream_, memory_, dst + labels_offset_, labels, plan_.label_bytes * count);
   }
+  if (st) st = backend_.record(device_, ready_[s], stream_);
   copied_[s] = 1;
-  return ok ? base::Status() : base::Status::error(why);
+  return st;
 }
 
 void DeviceRing::wait_host_read(std::uint32_t s) {

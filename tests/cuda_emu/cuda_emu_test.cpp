@@ -70,7 +70,12 @@ bool say(const std::string& what) {
 std::unique_ptr<Backend> backend(int device = 0) {
   std::string why;
   auto b = make_cuda_driver_backend(why);
-  if (b && !b->open_device(device, why)) b.reset();
+  if (b) {
+    if (base::Status st = b->open_device(device); !st) {
+      why = st.message();
+      b.reset();
+    }
+  }
   if (!b) say("no emulated device: " + why);
   return b;
 }
@@ -336,8 +341,8 @@ TEST_CASE("cuda-emu streams run later, so a missing stream wait reads stale byte
           !b->create_ipc_event(0, done, h, why)) {
         return say(why);
       }
-      for (int i = 0; i < 20; ++i) b->copy_to_device(sa, buf, 0, zeros.data(), n, why);
-      b->copy_to_device(sa, buf, 0, pattern.data(), n, why);
+      for (int i = 0; i < 20; ++i) (void)b->copy_to_device(sa, buf, 0, zeros.data(), n);
+      (void)b->copy_to_device(sa, buf, 0, pattern.data(), n);
       (void)b->record(0, done, sa);
       if (wait) (void)b->stream_wait(0, sb, done);
       if (auto st = b->copy_to_host(0, sb, back.data(), buf.ptr, n); !st) return say(st.message());
@@ -429,7 +434,8 @@ TEST_CASE("cuda-emu a kernel image without the normalize kernel is refused on ev
     static const char ptx[] = ".version 7.0\n.target sm_52\n.address_size 64\n.visible .entry other_kernel()\n{\nret;\n}\n";
     std::string why;
     auto b = make_cuda_driver_backend_with_kernels(ptx, why);
-    if (!b || !b->open_device(0, why)) return say(why);
+    if (!b) return say(why);
+    if (base::Status open = b->open_device(0); !open) return say(open.message());
     DeviceBuffer in, out;
     StreamId st = 0;
     if (!b->allocate(0, 64, in, why) || !b->allocate(0, 64 * 4, out, why) || !b->create_stream(0, st, why)) {
@@ -440,9 +446,11 @@ TEST_CASE("cuda-emu a kernel image without the normalize kernel is refused on ev
     spec.height = 8;
     spec.width = 8;
     for (int call = 0; call < 2; ++call) {
-      why.clear();
-      if (b->normalize(st, out, 0, in, 0, 1, spec, why)) return say("normalize without its kernel succeeded");
-      if (why.find("cuModuleGetFunction") == std::string::npos) return say("call " + std::to_string(call) + ": " + why);
+      const base::Status n = b->normalize(st, out, 0, in, 0, 1, spec);
+      if (n) return say("normalize without its kernel succeeded");
+      if (n.message().find("cuModuleGetFunction") == std::string::npos) {
+        return say("call " + std::to_string(call) + ": " + n.message());
+      }
     }
     b->destroy_stream(0, st);
     b->free(in);

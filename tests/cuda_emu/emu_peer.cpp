@@ -22,7 +22,14 @@ int main(int argc, char** argv) {
   device::IpcHandle h{};
   std::string why;
   auto b = device::make_cuda_driver_backend(why);
-  if (!gputest::from_hex(argv[2], h) || !b || !b->open_device(0, why)) {
+  bool usable = gputest::from_hex(argv[2], h) && b;
+  if (usable) {
+    if (base::Status st = b->open_device(0); !st) {
+      why = st.message();
+      usable = false;
+    }
+  }
+  if (!usable) {
     std::fprintf(stderr, "peer: %s\n", why.c_str());
     return 1;
   }

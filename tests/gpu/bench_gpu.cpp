@@ -84,10 +84,10 @@ int main(int argc, char** argv) {
   device::DeviceBuffer slot, out;
   if (!b->allocate(0, bytes, slot, why) || !b->allocate(0, bytes * 4, out, why)) die(why);
   const double t_shm = time_per_run(*b, s, 20, [&] {
-    if (!b->copy_to_device(s, slot, 0, shm, bytes, why)) die(why);
+    if (auto st = b->copy_to_device(s, slot, 0, shm, bytes); !st) die(st.message());
   });
   const double t_anon = time_per_run(*b, s, 20, [&] {
-    if (!b->copy_to_device(s, slot, 0, anon, bytes, why)) die(why);
+    if (auto st = b->copy_to_device(s, slot, 0, anon, bytes); !st) die(st.message());
   });
   const double h2d = t_anon / t_shm;
   std::printf("H2D batch of %zu images (%.1f MB): segment %.2f GB/s, pinned peak %.2f GB/s, ratio %.3f (target >= 0.9)%s\n",
@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
       spec.layout = layout;
       const std::size_t out_bytes = bytes * (dtype == 2 ? 2 : 4);
       const double t_norm = time_per_run(*b, s, 20, [&] {
-        if (!b->normalize(s, out, 0, slot, 0, static_cast<std::uint32_t>(batch), spec, why)) die(why);
+        if (auto st = b->normalize(s, out, 0, slot, 0, static_cast<std::uint32_t>(batch), spec); !st) die(st.message());
       });
       // The D2D reference inside the backend's context (pushed by a no-op call first).
       const double t_copy = time_per_run(*b, s, 20, [&] {

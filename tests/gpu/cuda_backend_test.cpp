@@ -55,8 +55,8 @@ TEST_CASE("normalize on the GPU equals the per-channel table, for float32/float1
       DeviceBuffer src, dst;
       REQUIRE(b->allocate(0, elems, src, why));
       REQUIRE(b->allocate(0, dst_offset + elems * out_size, dst, why));
-      REQUIRE(b->copy_to_device(s, src, 0, in.data(), elems, why));
-      REQUIRE(b->normalize(s, dst, dst_offset, src, 0, count, spec, why));
+      REQUIRE(b->copy_to_device(s, src, 0, in.data(), elems).ok());
+      REQUIRE(b->normalize(s, dst, dst_offset, src, 0, count, spec).ok());
       std::vector<std::uint8_t> out(elems * out_size);
       REQUIRE(b->copy_to_host(0, s, out.data(), static_cast<std::uint8_t*>(dst.ptr) + dst_offset, out.size()).ok());
       const std::size_t plane = 17 * 13;
@@ -132,7 +132,7 @@ TEST_CASE("another process maps the batch, waits for its ready event on its stre
   REQUIRE(b->create_ipc_event(0, release, release_h, why));
   std::vector<std::uint8_t> pattern(bytes);
   for (std::size_t i = 0; i < bytes; ++i) pattern[i] = gputest::pattern_byte(i);
-  REQUIRE(b->copy_to_device(s, mem, 0, pattern.data(), bytes, why));
+  REQUIRE(b->copy_to_device(s, mem, 0, pattern.data(), bytes).ok());
   REQUIRE(b->record(0, ready, s).ok());
 
   // The peer is a new program (a fork of a process that initialized CUDA cannot use CUDA).

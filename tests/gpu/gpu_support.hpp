@@ -18,7 +18,12 @@ inline constexpr int kSkip = 77;
 inline std::unique_ptr<device::Backend> cuda_or_skip() {
   std::string why;
   auto b = device::make_cuda_daemon_backend(why);
-  if (b && !b->open_device(0, why)) b.reset();
+  if (b) {
+    if (base::Status st = b->open_device(0); !st) {
+      why = st.message();
+      b.reset();
+    }
+  }
   if (!b) {
     const char* req = std::getenv("STOKER_REQUIRE_GPU");
     const bool required = req != nullptr && std::string(req) == "1";

@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
     if (d.uuid == uuid) ordinal = d.ordinal;
   }
   if (ordinal < 0) return fail("GPU " + std::string(argv[1]) + " not visible");
-  if (!b->open_device(ordinal, why)) return fail(why);
+  if (auto st = b->open_device(ordinal); !st) return fail(st.message());
   void* ptr = nullptr;
   device::EventId ready = 0, release = 0;
   device::StreamId s = 0;

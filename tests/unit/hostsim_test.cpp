@@ -64,7 +64,7 @@ TEST_CASE("hostsim: memory and events cross processes - waits order work", "[uni
   const auto devs = b->devices(why);
   REQUIRE(devs.size() == 2);
   CHECK(uuid_string(devs[1].uuid) == "GPU-5afe5130-0000-0000-0000-000000000001");
-  REQUIRE(b->open_device(1, why));
+  REQUIRE(b->open_device(1).ok());
 
   DeviceBuffer buf;
   REQUIRE(b->allocate(1, 4096, buf, why));
@@ -75,7 +75,7 @@ TEST_CASE("hostsim: memory and events cross processes - waits order work", "[uni
   REQUIRE(b->create_stream(1, s, why));
   std::vector<std::uint8_t> src(4096);
   for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::uint8_t>(i * 7);
-  REQUIRE(b->copy_to_device(s, buf, 0, src.data(), src.size(), why));
+  REQUIRE(b->copy_to_device(s, buf, 0, src.data(), src.size()).ok());
   REQUIRE(b->record(1, ev, s).ok());
   // fork() copies only the calling thread: the stream's thread must be idle (holding no lock
   // the child could need) when it happens. Ordering across processes while the stream is
@@ -89,7 +89,7 @@ TEST_CASE("hostsim: memory and events cross processes - waits order work", "[uni
     std::string w;
     void* p = nullptr;
     EventId pe = 0;
-    if (!peer->open_device(1, w) || !peer->open_memory(1, buf.handle, 4096, &p, w) ||
+    if (!peer->open_device(1).ok() || !peer->open_memory(1, buf.handle, 4096, &p, w) ||
         !peer->open_event(1, evh, pe, w)) {
       std::fprintf(stderr, "open failed: %s\n", w.c_str());
       std::_Exit(3);
@@ -120,7 +120,7 @@ TEST_CASE("hostsim: a recorded event completes only when its stream gets there",
     ::setenv("STOKER_HOSTSIM_DELAY_US", "100000", 1);
     auto b = sim();
     std::string why;
-    b->open_device(0, why);
+    (void)b->open_device(0);
     EventId ev = 0;
     IpcHandle h{};
     b->create_ipc_event(0, ev, h, why);
@@ -151,7 +151,7 @@ TEST_CASE("hostsim aborts on what CUDA leaves undefined", "[unit][hostsim]") {
       ::dup2(errpipe[1], 2);
       auto b = sim();
       std::string why;
-      b->open_device(0, why);
+      (void)b->open_device(0);
       DeviceBuffer buf;
       b->allocate(0, 1024, buf, why);
       (void)!::write(to_parent[1], buf.handle.data(), 64);
@@ -165,7 +165,7 @@ TEST_CASE("hostsim aborts on what CUDA leaves undefined", "[unit][hostsim]") {
     REQUIRE(::read(to_parent[0], h.data(), 64) == 64);
     auto b = sim();
     std::string why;
-    REQUIRE(b->open_device(0, why));
+    REQUIRE(b->open_device(0).ok());
     void* p = nullptr;
     REQUIRE(b->open_memory(0, h, 1024, &p, why));
     REQUIRE(::write(to_child[1], "g", 1) == 1);
@@ -182,7 +182,7 @@ TEST_CASE("hostsim aborts on what CUDA leaves undefined", "[unit][hostsim]") {
     const auto [sig, err] = in_child([] {
       auto b = sim();
       std::string why;
-      b->open_device(0, why);
+      (void)b->open_device(0);
       DeviceBuffer buf;
       b->allocate(0, 1024, buf, why);
       void* p = nullptr;
@@ -192,7 +192,7 @@ TEST_CASE("hostsim aborts on what CUDA leaves undefined", "[unit][hostsim]") {
       StreamId copy = 0;
       b->create_stream(0, copy, why);
       std::vector<std::uint8_t> src(256);
-      b->copy_to_device(copy, buf, 256, src.data(), src.size(), why);  // no fence: abort
+      (void)b->copy_to_device(copy, buf, 256, src.data(), src.size());  // no fence: abort
       (void)b->synchronize_stream(0, copy);
       std::_Exit(0);
     });
@@ -204,7 +204,7 @@ TEST_CASE("hostsim aborts on what CUDA leaves undefined", "[unit][hostsim]") {
       ::setenv("STOKER_HOSTSIM_DELAY_US", "20000", 1);
       auto b = sim();
       std::string why;
-      b->open_device(0, why);
+      (void)b->open_device(0);
       DeviceBuffer buf;
       b->allocate(0, 1024, buf, why);
       EventId release = 0, opened = 0;
@@ -220,7 +220,7 @@ TEST_CASE("hostsim aborts on what CUDA leaves undefined", "[unit][hostsim]") {
       b->create_stream(0, copy, why);
       (void)b->stream_wait(0, copy, release);
       std::vector<std::uint8_t> src(256);
-      b->copy_to_device(copy, buf, 256, src.data(), src.size(), why);
+      (void)b->copy_to_device(copy, buf, 256, src.data(), src.size());
       (void)b->synchronize_stream(0, copy);
       b->close_event(0, opened);
       b->close_memory(0, p);
@@ -235,7 +235,7 @@ TEST_CASE("hostsim aborts on what CUDA leaves undefined", "[unit][hostsim]") {
     const auto [sig, err] = in_child([] {
       auto b = sim();
       std::string why;
-      b->open_device(0, why);
+      (void)b->open_device(0);
       DeviceBuffer buf;
       b->allocate(0, 64, buf, why);
       void* p = nullptr;
@@ -263,7 +263,7 @@ TEST_CASE("hostsim aborts on what CUDA leaves undefined", "[unit][hostsim]") {
 TEST_CASE("hostsim normalize applies the per-channel table, NCHW and NHWC", "[unit][hostsim]") {
   auto b = sim();
   std::string why;
-  REQUIRE(b->open_device(0, why));
+  REQUIRE(b->open_device(0).ok());
   NormalizeSpec spec;
   spec.channels = 3;
   spec.height = 2;
@@ -281,8 +281,8 @@ TEST_CASE("hostsim normalize applies the per-channel table, NCHW and NHWC", "[un
   for (int i = 0; i < 12; ++i) px[i] = static_cast<std::uint8_t>(10 + i);
   for (std::uint32_t layout : {1u, 2u}) {
     spec.layout = layout;
-    REQUIRE(b->copy_to_device(kDefaultStream, in, 0, px.data(), 12, why));
-    REQUIRE(b->normalize(kDefaultStream, out, 0, in, 0, 1, spec, why));
+    REQUIRE(b->copy_to_device(kDefaultStream, in, 0, px.data(), 12).ok());
+    REQUIRE(b->normalize(kDefaultStream, out, 0, in, 0, 1, spec).ok());
     REQUIRE(b->synchronize_stream(0, kDefaultStream).ok());
     const auto* f = static_cast<const float*>(out.ptr);
     for (int i = 0; i < 12; ++i) {
