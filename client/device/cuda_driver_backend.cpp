@@ -122,12 +122,14 @@ class CudaDriverBackend final : public Backend {
     return {};
   }
 
-  bool create_stream(int device, StreamId& out, std::string& why) override {
+  base::Result<StreamId> create_stream(int device) override {
+    std::string why;
     Scope s(*this, device, why);
     CUstream st = nullptr;
-    if (!s.ok || !check(api_.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING), "cuStreamCreate", why)) return false;
-    out = reinterpret_cast<StreamId>(st);
-    return true;
+    if (!s.ok || !check(api_.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING), "cuStreamCreate", why)) {
+      return base::Status::error(why);
+    }
+    return reinterpret_cast<StreamId>(st);
   }
   void destroy_stream(int device, StreamId st) override {
     std::string why;
@@ -194,21 +196,25 @@ class CudaDriverBackend final : public Backend {
     if (Scope s(*this, device, why); s.ok) api_.cuMemHostUnregister(p);
   }
 
-  bool allocate(int device, std::size_t bytes, DeviceBuffer& out, std::string& why) override {
+  base::Result<DeviceBuffer> allocate(int device, std::size_t bytes) override {
+    std::string why;
     Scope s(*this, device, why);
-    if (!s.ok) return false;
+    if (!s.ok) return base::Status::error(why);
     CUdeviceptr p = 0;
-    if (!check(api_.cuMemAlloc(&p, std::max<std::size_t>(bytes, 1)), "cuMemAlloc", why)) return false;
+    if (!check(api_.cuMemAlloc(&p, std::max<std::size_t>(bytes, 1)), "cuMemAlloc", why)) {
+      return base::Status::error(why);
+    }
     CUipcMemHandle h{};
     if (!check(api_.cuIpcGetMemHandle(&h, p), "cuIpcGetMemHandle", why)) {
       api_.cuMemFree(p);
-      return false;
+      return base::Status::error(why);
     }
+    DeviceBuffer out;
     out.device = device;
     out.ptr = reinterpret_cast<void*>(p);
     out.bytes = bytes;
     std::memcpy(out.handle.data(), h.reserved, out.handle.size());
-    return true;
+    return out;
   }
   void free(DeviceBuffer& b) override {
     std::string why;
@@ -216,20 +222,22 @@ class CudaDriverBackend final : public Backend {
     b.ptr = nullptr;
   }
 
-  bool create_ipc_event(int device, EventId& out, IpcHandle& handle, std::string& why) override {
+  base::Result<IpcEvent> create_ipc_event(int device) override {
+    std::string why;
     Scope s(*this, device, why);
     CUevent e = nullptr;
     if (!s.ok || !check(api_.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS), "cuEventCreate", why)) {
-      return false;
+      return base::Status::error(why);
     }
     CUipcEventHandle h{};
     if (!check(api_.cuIpcGetEventHandle(&h, e), "cuIpcGetEventHandle", why)) {
       api_.cuEventDestroy(e);
-      return false;
+      return base::Status::error(why);
     }
-    std::memcpy(handle.data(), h.reserved, handle.size());
-    out = reinterpret_cast<EventId>(e);
-    return true;
+    IpcEvent out;
+    std::memcpy(out.handle.data(), h.reserved, out.handle.size());
+    out.event = reinterpret_cast<EventId>(e);
+    return out;
   }
   void destroy_event(int device, EventId e) override { close_event(device, e); }
 
@@ -280,30 +288,32 @@ class CudaDriverBackend final : public Backend {
     return base::Status::error(why);
   }
 
-  bool open_memory(int device, const IpcHandle& h, std::size_t bytes, void** ptr, std::string& why) override {
+  base::Result<void*> open_memory(int device, const IpcHandle& h, std::size_t bytes) override {
     (void)bytes;
+    std::string why;
     Scope s(*this, device, why);
     CUipcMemHandle mh{};
     std::memcpy(mh.reserved, h.data(), sizeof mh.reserved);
     CUdeviceptr p = 0;
     if (!s.ok || !check(api_.cuIpcOpenMemHandle(&p, mh, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), "cuIpcOpenMemHandle", why)) {
-      return false;
+      return base::Status::error(why);
     }
-    *ptr = reinterpret_cast<void*>(p);
-    return true;
+    return reinterpret_cast<void*>(p);
   }
   void close_memory(int device, void* ptr) override {
     std::string why;
     if (Scope s(*this, device, why); s.ok) api_.cuIpcCloseMemHandle(dptr(ptr));
   }
-  bool open_event(int device, const IpcHandle& h, EventId& out, std::string& why) override {
+  base::Result<EventId> open_event(int device, const IpcHandle& h) override {
+    std::string why;
     Scope s(*this, device, why);
     CUipcEventHandle eh{};
     std::memcpy(eh.reserved, h.data(), sizeof eh.reserved);
     CUevent e = nullptr;
-    if (!s.ok || !check(api_.cuIpcOpenEventHandle(&e, eh), "cuIpcOpenEventHandle", why)) return false;
-    out = reinterpret_cast<EventId>(e);
-    return true;
+    if (!s.ok || !check(api_.cuIpcOpenEventHandle(&e, eh), "cuIpcOpenEventHandle", why)) {
+      return base::Status::error(why);
+    }
+    return reinterpret_cast<EventId>(e);
   }
   void close_event(int device, EventId e) override {
     std::string why;

@@ -62,6 +62,12 @@ struct DeviceInfo {
 std::string uuid_string(const Uuid& u);
 bool parse_uuid(const std::string& text, Uuid& out);
 
+// An interprocess event and the handle another process opens it by (create_ipc_event).
+struct IpcEvent {
+  EventId event = 0;
+  IpcHandle handle{};
+};
+
 struct DeviceBuffer {
   int device = -1;
   void* ptr = nullptr;        // device address (hostsim: host address of the object's data)
@@ -96,7 +102,7 @@ class Backend {
   // Makes `device` usable by this process (context); refuses a device that cannot serve
   // IPC (no IPC support, compute mode EXCLUSIVE_PROCESS or PROHIBITED) with the reason.
   virtual base::Status open_device(int device) = 0;
-  virtual bool create_stream(int device, StreamId& out, std::string& why) = 0;
+  virtual base::Result<StreamId> create_stream(int device) = 0;
   virtual void destroy_stream(int device, StreamId s) = 0;
   virtual base::Status record(int device, EventId e, StreamId s) = 0;
   virtual base::Status stream_wait(int device, StreamId s, EventId e) = 0;
@@ -113,9 +119,9 @@ class Backend {
   virtual void unregister_host(int device, void* p) = 0;
 
   // --- exporter (stokerd) ---
-  virtual bool allocate(int device, std::size_t bytes, DeviceBuffer& out, std::string& why) = 0;
+  virtual base::Result<DeviceBuffer> allocate(int device, std::size_t bytes) = 0;
   virtual void free(DeviceBuffer& b) = 0;  // caller: no peer has it open any more
-  virtual bool create_ipc_event(int device, EventId& out, IpcHandle& handle, std::string& why) = 0;
+  virtual base::Result<IpcEvent> create_ipc_event(int device) = 0;
   virtual void destroy_event(int device, EventId e) = 0;
   virtual base::Status copy_to_device(StreamId s, const DeviceBuffer& dst, std::size_t dst_offset,
                                       const void* src, std::size_t bytes) = 0;
@@ -125,10 +131,10 @@ class Backend {
                                  const NormalizeSpec& spec) = 0;
 
   // --- importer (libstoker) ---
-  virtual bool open_memory(int device, const IpcHandle& h, std::size_t bytes, void** ptr,
-                           std::string& why) = 0;
+  // The device address of another process's allocation of at least `bytes`.
+  virtual base::Result<void*> open_memory(int device, const IpcHandle& h, std::size_t bytes) = 0;
   virtual void close_memory(int device, void* ptr) = 0;
-  virtual bool open_event(int device, const IpcHandle& h, EventId& out, std::string& why) = 0;
+  virtual base::Result<EventId> open_event(int device, const IpcHandle& h) = 0;
   virtual void close_event(int device, EventId e) = 0;
   // Blocking copy of device bytes to host memory, ordered after `s`'s work (stokerctl --dump,
   // the simulated Loader).

@@ -280,13 +280,13 @@ class HostSimBackend final : public Backend {
     return {};
   }
 
-  bool create_stream(int device, StreamId& out, std::string&) override {
+  base::Result<StreamId> create_stream(int device) override {
     check_device(device);
     auto s = std::make_unique<SimStream>();
-    out = reinterpret_cast<StreamId>(s.get());
+    const auto out = reinterpret_cast<StreamId>(s.get());
     base::MutexLock lock(mu_);
     streams_[out] = std::move(s);
-    return true;
+    return out;
   }
 
   void destroy_stream(int device, StreamId s) override {
@@ -363,11 +363,12 @@ class HostSimBackend final : public Backend {
     registered_.erase(p);
   }
 
-  bool allocate(int device, std::size_t bytes, DeviceBuffer& out, std::string& why) override {
+  base::Result<DeviceBuffer> allocate(int device, std::size_t bytes) override {
     check_device(device);
     Mapped m;
-    if (!create_object(ObjectKind::kMemory, bytes, m, why)) return false;
+    if (std::string why; !create_object(ObjectKind::kMemory, bytes, m, why)) return base::Status::error(why);
     m.device = device;
+    DeviceBuffer out;
     out.device = device;
     out.ptr = m.data();
     out.bytes = bytes;
@@ -375,7 +376,7 @@ class HostSimBackend final : public Backend {
     out.impl = reinterpret_cast<std::uintptr_t>(m.header);
     base::MutexLock lock(mu_);
     objects_[m.header] = m;
-    return true;
+    return out;
   }
 
   void free(DeviceBuffer& b) override {
@@ -384,16 +385,17 @@ class HostSimBackend final : public Backend {
     b = DeviceBuffer{};
   }
 
-  bool create_ipc_event(int device, EventId& out, IpcHandle& handle, std::string& why) override {
+  base::Result<IpcEvent> create_ipc_event(int device) override {
     check_device(device);
     Mapped m;
-    if (!create_object(ObjectKind::kEvent, 0, m, why)) return false;
+    if (std::string why; !create_object(ObjectKind::kEvent, 0, m, why)) return base::Status::error(why);
     m.device = device;
-    handle = handle_of(m, ObjectKind::kEvent, 0);
-    out = reinterpret_cast<EventId>(m.header);
+    IpcEvent out;
+    out.handle = handle_of(m, ObjectKind::kEvent, 0);
+    out.event = reinterpret_cast<EventId>(m.header);
     base::MutexLock lock(mu_);
     objects_[m.header] = m;
-    return true;
+    return out;
   }
 
   void destroy_event(int device, EventId e) override {
@@ -449,21 +451,19 @@ class HostSimBackend final : public Backend {
     return {};
   }
 
-  bool open_memory(int device, const IpcHandle& handle, std::size_t bytes, void** ptr,
-                   std::string& why) override {
+  base::Result<void*> open_memory(int device, const IpcHandle& handle, std::size_t bytes) override {
     check_device(device);
     Mapped m;
-    if (!open_object(handle, ObjectKind::kMemory, m, why)) return false;
+    if (std::string why; !open_object(handle, ObjectKind::kMemory, m, why)) return base::Status::error(why);
     if (m.header->bytes < bytes) {
       close_mapping(m);
-      why = "hostsim: allocation smaller than announced";
-      return false;
+      return base::Status::error("hostsim: allocation smaller than announced");
     }
     m.device = device;
-    *ptr = m.data();
+    void* ptr = m.data();
     base::MutexLock lock(mu_);
     objects_[m.header] = m;
-    return true;
+    return ptr;
   }
 
   void close_memory(int device, void* ptr) override {
@@ -472,15 +472,15 @@ class HostSimBackend final : public Backend {
                  "device memory");
   }
 
-  bool open_event(int device, const IpcHandle& handle, EventId& out, std::string& why) override {
+  base::Result<EventId> open_event(int device, const IpcHandle& handle) override {
     check_device(device);
     Mapped m;
-    if (!open_object(handle, ObjectKind::kEvent, m, why)) return false;
+    if (std::string why; !open_object(handle, ObjectKind::kEvent, m, why)) return base::Status::error(why);
     m.device = device;
-    out = reinterpret_cast<EventId>(m.header);
+    const auto out = reinterpret_cast<EventId>(m.header);
     base::MutexLock lock(mu_);
     objects_[m.header] = m;
-    return true;
+    return out;
   }
 
   void close_event(int device, EventId e) override {

@@ -23,37 +23,52 @@ base::Result<std::shared_ptr<DeviceRing>> DeviceRing::create(device::Backend& ba
                                                              const DeviceRingPlan& plan,
                                                              std::uint64_t alloc_id) {
   std::shared_ptr<DeviceRing> r(new DeviceRing(backend, device, uuid, plan, alloc_id));
-  std::string why;
-  bool ok = false;
+  base::Status status;  // ok until the first error; what was made before it is released below
   {
     // Not shared yet: the lock only lets the analysis see every write of guarded state.
     base::MutexLock lock(r->mu_);
     // Everything is allocated here, with the ring: nothing is allocated on the copy path.
-    ok = backend.create_stream(device, r->stream_, why);
-    r->have_stream_ = ok;
-    ok = ok && backend.allocate(device, r->slot_stride_ * plan.slots, r->memory_, why);
-    if (ok && plan.normalize) {
-      ok = backend.allocate(device, plan.host_image_bytes * plan.batch_size, r->staging_, why);
+    if (auto st = backend.create_stream(device); st) {
+      r->stream_ = *st;
+      r->have_stream_ = true;
+    } else {
+      status = st.status();
     }
-    for (std::uint32_t s = 0; ok && s < plan.slots; ++s) {
-      device::EventId ready = 0, release = 0;
-      device::IpcHandle rh{}, lh{};
-      ok = backend.create_ipc_event(device, ready, rh, why);
-      if (ok) {
-        r->ready_.push_back(ready);
-        r->ready_handles_.push_back(rh);
-        ok = backend.create_ipc_event(device, release, lh, why);
+    if (status) {
+      if (auto mem = backend.allocate(device, r->slot_stride_ * plan.slots); mem) {
+        r->memory_ = *mem;
+      } else {
+        status = mem.status();
       }
-      if (ok) {
-        r->release_.push_back(release);
-        r->release_handles_.push_back(lh);
+    }
+    if (status && plan.normalize) {
+      if (auto staging = backend.allocate(device, plan.host_image_bytes * plan.batch_size); staging) {
+        r->staging_ = *staging;
+      } else {
+        status = staging.status();
       }
+    }
+    for (std::uint32_t s = 0; status && s < plan.slots; ++s) {
+      auto ready = backend.create_ipc_event(device);
+      if (!ready) {
+        status = ready.status();
+        break;
+      }
+      r->ready_.push_back(ready->event);
+      r->ready_handles_.push_back(ready->handle);
+      auto release = backend.create_ipc_event(device);
+      if (!release) {
+        status = release.status();
+        break;
+      }
+      r->release_.push_back(release->event);
+      r->release_handles_.push_back(release->handle);
     }
     r->copied_.assign(plan.slots, 0);
   }
-  if (!ok) {
+  if (!status) {
     r->release_resources();  // nothing was handed to a peer yet
-    return base::Status::error(why);
+    return status;
   }
   return r;
 }

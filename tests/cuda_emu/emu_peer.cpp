@@ -35,9 +35,18 @@ int main(int argc, char** argv) {
   }
   void* ptr = nullptr;
   device::EventId e = 0;
-  const bool ok = mode == "hold-event" ? b->open_event(0, h, e, why)
-                                       : b->open_memory(0, h, std::strtoull(argv[3], nullptr, 10), &ptr, why);
-  if (!ok) {
+  base::Status opened;
+  if (mode == "hold-event") {
+    auto r = b->open_event(0, h);
+    if (r) e = *r;
+    opened = r.status();
+  } else {
+    auto r = b->open_memory(0, h, std::strtoull(argv[3], nullptr, 10));
+    if (r) ptr = *r;
+    opened = r.status();
+  }
+  if (!opened) {
+    why = opened.message();
     std::fprintf(stderr, "peer: %s\n", why.c_str());
     return 1;
   }

@@ -62,7 +62,11 @@ int main(int argc, char** argv) {
   std::printf("device 0: %s %s; %s\n", devs.at(0).name.c_str(), device::uuid_string(devs[0].uuid).c_str(),
               b->version().c_str());
   device::StreamId s = 0;
-  if (!b->create_stream(0, s, why)) die(why);
+  if (auto made = b->create_stream(0); made) {
+    s = *made;
+  } else {
+    die(made.status().message());
+  }
   const std::uint32_t h = 224, w = 224, c = 3;
   const std::size_t image = std::size_t{h} * w * c;
   const std::size_t bytes = image * batch;
@@ -82,7 +86,11 @@ int main(int argc, char** argv) {
   if (auto st = b->register_host(0, shm, bytes, true); !st) die(st.message());
   if (auto st = b->register_host(0, anon, bytes, false); !st) die(st.message());
   device::DeviceBuffer slot, out;
-  if (!b->allocate(0, bytes, slot, why) || !b->allocate(0, bytes * 4, out, why)) die(why);
+  for (auto [buf, size] : {std::pair{&slot, bytes}, std::pair{&out, bytes * 4}}) {
+    auto made = b->allocate(0, size);
+    if (!made) die(made.status().message());
+    *buf = *made;
+  }
   const double t_shm = time_per_run(*b, s, 20, [&] {
     if (auto st = b->copy_to_device(s, slot, 0, shm, bytes); !st) die(st.message());
   });

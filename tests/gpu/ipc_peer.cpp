@@ -36,9 +36,20 @@ int main(int argc, char** argv) {
   void* ptr = nullptr;
   device::EventId ready = 0, release = 0;
   device::StreamId s = 0;
-  if (!b->open_memory(ordinal, mem_h, bytes, &ptr, why) || !b->open_event(ordinal, ready_h, ready, why) ||
-      !b->open_event(ordinal, release_h, release, why) || !b->create_stream(ordinal, s, why)) {
-    return fail(why);
+  if (auto mem = b->open_memory(ordinal, mem_h, bytes); mem) {
+    ptr = *mem;
+  } else {
+    return fail(mem.status().message());
+  }
+  for (auto [h, e] : {std::pair{&ready_h, &ready}, std::pair{&release_h, &release}}) {
+    auto opened = b->open_event(ordinal, *h);
+    if (!opened) return fail(opened.status().message());
+    *e = *opened;
+  }
+  if (auto made = b->create_stream(ordinal); made) {
+    s = *made;
+  } else {
+    return fail(made.status().message());
   }
   if (auto st = b->stream_wait(ordinal, s, ready); !st) return fail(st.message());
   std::vector<std::uint8_t> host(bytes);

@@ -67,12 +67,19 @@ TEST_CASE("hostsim: memory and events cross processes - waits order work", "[uni
   REQUIRE(b->open_device(1).ok());
 
   DeviceBuffer buf;
-  REQUIRE(b->allocate(1, 4096, buf, why));
+  auto buf_r = b->allocate(1, 4096);
+  REQUIRE(buf_r.ok());
+  buf = *buf_r;
   EventId ev = 0;
   IpcHandle evh{};
-  REQUIRE(b->create_ipc_event(1, ev, evh, why));
+  auto ev_r = b->create_ipc_event(1);
+  REQUIRE(ev_r.ok());
+  ev = ev_r->event;
+  evh = ev_r->handle;
   StreamId s = 0;
-  REQUIRE(b->create_stream(1, s, why));
+  auto s_r = b->create_stream(1);
+  REQUIRE(s_r.ok());
+  s = *s_r;
   std::vector<std::uint8_t> src(4096);
   for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::uint8_t>(i * 7);
   REQUIRE(b->copy_to_device(s, buf, 0, src.data(), src.size()).ok());
@@ -89,8 +96,19 @@ TEST_CASE("hostsim: memory and events cross processes - waits order work", "[uni
     std::string w;
     void* p = nullptr;
     EventId pe = 0;
-    if (!peer->open_device(1).ok() || !peer->open_memory(1, buf.handle, 4096, &p, w) ||
-        !peer->open_event(1, evh, pe, w)) {
+    bool opened = false;
+    if (stoker::base::Status st = peer->open_device(1); !st) {
+      w = st.message();
+    } else if (auto mem = peer->open_memory(1, buf.handle, 4096); !mem) {
+      w = mem.status().message();
+    } else if (auto event = peer->open_event(1, evh); !event) {
+      w = event.status().message();
+    } else {
+      p = *mem;
+      pe = *event;
+      opened = true;
+    }
+    if (!opened) {
       std::fprintf(stderr, "open failed: %s\n", w.c_str());
       std::_Exit(3);
     }
@@ -123,7 +141,7 @@ TEST_CASE("hostsim: a recorded event completes only when its stream gets there",
     (void)b->open_device(0);
     EventId ev = 0;
     IpcHandle h{};
-    b->create_ipc_event(0, ev, h, why);
+    if (auto r = b->create_ipc_event(0)) { ev = r->event; h = r->handle; }
     const auto t0 = std::chrono::steady_clock::now();
     (void)b->record(0, ev, kDefaultStream);
     if (b->event_done(0, ev)) std::_Exit(3);  // the delayed stream has not run the record yet
@@ -153,7 +171,7 @@ TEST_CASE("hostsim aborts on what CUDA leaves undefined", "[unit][hostsim]") {
       std::string why;
       (void)b->open_device(0);
       DeviceBuffer buf;
-      b->allocate(0, 1024, buf, why);
+      if (auto r = b->allocate(0, 1024)) buf = *r;
       (void)!::write(to_parent[1], buf.handle.data(), 64);
       char go;
       (void)!::read(to_child[0], &go, 1);
@@ -167,7 +185,9 @@ TEST_CASE("hostsim aborts on what CUDA leaves undefined", "[unit][hostsim]") {
     std::string why;
     REQUIRE(b->open_device(0).ok());
     void* p = nullptr;
-    REQUIRE(b->open_memory(0, h, 1024, &p, why));
+    auto p_r = b->open_memory(0, h, 1024);
+    REQUIRE(p_r.ok());
+    p = *p_r;
     REQUIRE(::write(to_child[1], "g", 1) == 1);
     int status = 0;
     ::waitpid(pid, &status, 0);
@@ -184,13 +204,13 @@ TEST_CASE("hostsim aborts on what CUDA leaves undefined", "[unit][hostsim]") {
       std::string why;
       (void)b->open_device(0);
       DeviceBuffer buf;
-      b->allocate(0, 1024, buf, why);
+      if (auto r = b->allocate(0, 1024)) buf = *r;
       void* p = nullptr;
-      b->open_memory(0, buf.handle, 1024, &p, why);  // this process as the reader, too
+      if (auto r = b->open_memory(0, buf.handle, 1024)) p = *r;  // this process as the reader, too
       b->annotate_read_begin(0, p, 512, kDefaultStream);
       (void)b->synchronize_stream(0, kDefaultStream);
       StreamId copy = 0;
-      b->create_stream(0, copy, why);
+      if (auto r = b->create_stream(0)) copy = *r;
       std::vector<std::uint8_t> src(256);
       (void)b->copy_to_device(copy, buf, 256, src.data(), src.size());  // no fence: abort
       (void)b->synchronize_stream(0, copy);
@@ -206,18 +226,18 @@ TEST_CASE("hostsim aborts on what CUDA leaves undefined", "[unit][hostsim]") {
       std::string why;
       (void)b->open_device(0);
       DeviceBuffer buf;
-      b->allocate(0, 1024, buf, why);
+      if (auto r = b->allocate(0, 1024)) buf = *r;
       EventId release = 0, opened = 0;
       IpcHandle h{};
-      b->create_ipc_event(0, release, h, why);
+      if (auto r = b->create_ipc_event(0)) { release = r->event; h = r->handle; }
       void* p = nullptr;
-      b->open_memory(0, buf.handle, 1024, &p, why);
-      b->open_event(0, h, opened, why);
+      if (auto r = b->open_memory(0, buf.handle, 1024)) p = *r;
+      if (auto r = b->open_event(0, h)) opened = *r;
       b->annotate_read_begin(0, p, 512, kDefaultStream);
       b->annotate_read_end(0, p, 512, kDefaultStream);
       (void)b->record(0, opened, kDefaultStream);  // the reader's release fence (delayed)
       StreamId copy = 0;
-      b->create_stream(0, copy, why);
+      if (auto r = b->create_stream(0)) copy = *r;
       (void)b->stream_wait(0, copy, release);
       std::vector<std::uint8_t> src(256);
       (void)b->copy_to_device(copy, buf, 256, src.data(), src.size());
@@ -237,9 +257,9 @@ TEST_CASE("hostsim aborts on what CUDA leaves undefined", "[unit][hostsim]") {
       std::string why;
       (void)b->open_device(0);
       DeviceBuffer buf;
-      b->allocate(0, 64, buf, why);
+      if (auto r = b->allocate(0, 64)) buf = *r;
       void* p = nullptr;
-      b->open_memory(0, buf.handle, 64, &p, why);
+      if (auto r = b->open_memory(0, buf.handle, 64)) p = *r;
       b->close_memory(0, p);
       b->close_memory(0, p);
       std::_Exit(0);
@@ -252,7 +272,7 @@ TEST_CASE("hostsim aborts on what CUDA leaves undefined", "[unit][hostsim]") {
       auto b = sim();
       std::string why;
       DeviceBuffer buf;
-      b->allocate(0, 64, buf, why);
+      if (auto r = b->allocate(0, 64)) buf = *r;
       std::_Exit(0);
     });
     CHECK(sig == SIGABRT);
@@ -275,8 +295,12 @@ TEST_CASE("hostsim normalize applies the per-channel table, NCHW and NHWC", "[un
     }
   }
   DeviceBuffer in, out;
-  REQUIRE(b->allocate(0, 12, in, why));
-  REQUIRE(b->allocate(0, 48, out, why));
+  auto in_r = b->allocate(0, 12);
+  REQUIRE(in_r.ok());
+  in = *in_r;
+  auto out_r = b->allocate(0, 48);
+  REQUIRE(out_r.ok());
+  out = *out_r;
   std::vector<std::uint8_t> px(12);
   for (int i = 0; i < 12; ++i) px[i] = static_cast<std::uint8_t>(10 + i);
   for (std::uint32_t layout : {1u, 2u}) {
