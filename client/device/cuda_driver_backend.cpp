@@ -432,19 +432,18 @@ class CudaDriverBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_driver_backend_with_kernels(const void* kernel_image, std::string& why_not) {
-  const cu::DriverApi* api = cu::load_driver(why_not);
-  if (api == nullptr) return nullptr;
+BackendResult make_cuda_driver_backend_with_kernels(const void* kernel_image) {
+  const base::Result<const cu::DriverApi*> loaded = cu::load_driver();
+  if (!loaded) return loaded.status();
+  const cu::DriverApi* api = *loaded;
   int n = 0;
   if (const cu::CUresult r = api->cuDeviceGetCount(&n); r != cu::CUDA_SUCCESS || n == 0) {
-    why_not = r != cu::CUDA_SUCCESS ? cu::error_text(*api, "cuDeviceGetCount", r) : "the CUDA driver sees no GPU";
-    return nullptr;
+    return base::Status::error(r != cu::CUDA_SUCCESS ? cu::error_text(*api, "cuDeviceGetCount", r)
+                                                     : "the CUDA driver sees no GPU");
   }
-  return std::make_unique<CudaDriverBackend>(*api, kernel_image);
+  return std::unique_ptr<Backend>(std::make_unique<CudaDriverBackend>(*api, kernel_image));
 }
 
-std::unique_ptr<Backend> make_cuda_driver_backend(std::string& why_not) {
-  return make_cuda_driver_backend_with_kernels(nullptr, why_not);
-}
+BackendResult make_cuda_driver_backend() { return make_cuda_driver_backend_with_kernels(nullptr); }
 
 }  // namespace stoker::device

@@ -151,24 +151,29 @@ class Backend {
   virtual void annotate_read_end(int device, const void* ptr, std::size_t bytes, StreamId s) { (void)device, (void)ptr, (void)bytes, (void)s; }
 };
 
+// A backend, or why there is none here (no driver, no device, built without CUDA, "none").
+// A held backend is never null.
+using BackendResult = base::Result<std::unique_ptr<Backend>>;
+
 // The backend STOKER_DEVICE_BACKEND names (hostsim | cuda | none; default cuda), for the
-// exporter (stokerd) or the importer (libstoker) side. nullptr and `why_not` when it is
-// unavailable here (no driver, no device, built without CUDA, "none").
+// exporter (stokerd) or the importer (libstoker) side.
 // make_exporter_backend lives in stokerd (daemon/delivery/exporter_backend.cpp), which can use
-// the CUDA runtime; make_importer_backend in libstoker (client/device/importer_backend.cpp).
+// the CUDA runtime; make_importer_backend in libstoker (client/device/device_common.cpp).
+// make_exporter_backend keeps its out-parameter shape (nullptr and `why_not`) for its one
+// caller, stokerd's start (daemon/app/daemon.cpp).
 std::unique_ptr<Backend> make_exporter_backend(std::string& why_not);
-std::unique_ptr<Backend> make_importer_backend(std::string& why_not);
+BackendResult make_importer_backend();
 // The kind STOKER_DEVICE_BACKEND asks for, for messages.
 BackendKind requested_backend();
 // The backend STOKER_DEVICE_BACKEND names, with `cuda` as the CUDA implementation.
-using CudaFactory = std::unique_ptr<Backend> (*)(std::string& why_not);
-std::unique_ptr<Backend> make_backend(CudaFactory cuda, std::string& why_not);
+using CudaFactory = BackendResult (*)();
+BackendResult make_backend(CudaFactory cuda);
 
 // Implementations (defined in their own files; factories above pick one).
-std::unique_ptr<Backend> make_hostsim_backend(std::string& why_not);
-std::unique_ptr<Backend> make_cuda_driver_backend(std::string& why_not);  // libstoker: no kernels
+BackendResult make_hostsim_backend();
+BackendResult make_cuda_driver_backend();  // libstoker: no kernels
 // `kernel_image`: a fatbin holding stoker_normalize_table (nullptr: normalize unavailable).
-std::unique_ptr<Backend> make_cuda_driver_backend_with_kernels(const void* kernel_image, std::string& why_not);
-std::unique_ptr<Backend> make_cuda_daemon_backend(std::string& why_not);  // stokerd (daemon/cuda)
+BackendResult make_cuda_driver_backend_with_kernels(const void* kernel_image);
+BackendResult make_cuda_daemon_backend();  // stokerd (daemon/cuda)
 
 }  // namespace stoker::device

@@ -767,7 +767,7 @@ std::vector<std::string> split(const std::string& s) {
 }  // namespace
 }  // namespace hostsim
 
-std::unique_ptr<Backend> make_hostsim_backend(std::string& why_not) {
+BackendResult make_hostsim_backend() {
   const char* env = std::getenv("STOKER_HOSTSIM_DEVICES");
   const std::string spec = env != nullptr && *env != '\0' ? env : "1";
   std::vector<DeviceInfo> devices;
@@ -786,8 +786,7 @@ std::unique_ptr<Backend> make_hostsim_backend(std::string& why_not) {
     for (const auto& u : hostsim::split(spec)) {
       DeviceInfo d;
       if (!parse_uuid(u, d.uuid)) {
-        why_not = "STOKER_HOSTSIM_DEVICES: '" + u + "' is not a GPU UUID";
-        return nullptr;
+        return base::Status::error("STOKER_HOSTSIM_DEVICES: '" + u + "' is not a GPU UUID");
       }
       d.ordinal = static_cast<int>(devices.size());
       d.name = "hostsim device " + u;
@@ -795,8 +794,7 @@ std::unique_ptr<Backend> make_hostsim_backend(std::string& why_not) {
     }
   }
   if (devices.empty()) {
-    why_not = "hostsim: STOKER_HOSTSIM_DEVICES lists no device";
-    return nullptr;
+    return base::Status::error("hostsim: STOKER_HOSTSIM_DEVICES lists no device");
   }
   std::set<Uuid> exclusive;
   if (const char* ex = std::getenv("STOKER_HOSTSIM_EXCLUSIVE")) {
@@ -805,7 +803,7 @@ std::unique_ptr<Backend> make_hostsim_backend(std::string& why_not) {
       if (parse_uuid(u, id)) exclusive.insert(id);
     }
   }
-  return std::make_unique<hostsim::HostSimBackend>(std::move(devices), std::move(exclusive));
+  return std::unique_ptr<Backend>(std::make_unique<hostsim::HostSimBackend>(std::move(devices), std::move(exclusive)));
 }
 
 }  // namespace stoker::device

@@ -15,8 +15,11 @@ std::shared_ptr<device::Backend> importer_backend() {
   static std::string why_not STOKER_GUARDED_BY(mu);
   base::MutexLock lock(mu);
   if (!backend && why_not.empty()) {
-    auto b = device::make_importer_backend(why_not);
-    if (b) backend = std::move(b);
+    if (device::BackendResult made = device::make_importer_backend(); made) {
+      backend = std::move(made).value();
+    } else {
+      why_not = made.status().message();
+    }
     if (!backend && why_not.empty()) why_not = "no device backend";
   }
   if (!backend) {

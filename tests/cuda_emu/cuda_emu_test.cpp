@@ -68,8 +68,9 @@ bool say(const std::string& what) {
 }
 
 std::unique_ptr<Backend> backend(int device = 0) {
-  std::string why;
-  auto b = make_cuda_driver_backend(why);
+  auto made = make_cuda_driver_backend();
+  std::string why = made.status().message();
+  std::unique_ptr<Backend> b = made ? std::move(made).value() : nullptr;
   if (b) {
     if (base::Status st = b->open_device(device); !st) {
       why = st.message();
@@ -81,13 +82,12 @@ std::unique_ptr<Backend> backend(int device = 0) {
 }
 
 const cu::DriverApi& driver() {
-  std::string why;
-  const cu::DriverApi* api = cu::load_driver(why);
-  if (api == nullptr) {
-    std::fprintf(stderr, "no driver: %s\n", why.c_str());
+  const base::Result<const cu::DriverApi*> loaded = cu::load_driver();
+  if (!loaded) {
+    std::fprintf(stderr, "no driver: %s\n", loaded.status().message().c_str());
     std::_Exit(3);
   }
-  return *api;
+  return **loaded;
 }
 
 // A peer process (cuda_emu_peer) that opens `h` and holds it until release().
@@ -482,8 +482,9 @@ TEST_CASE("cuda-emu a kernel image without the normalize kernel is refused on ev
     // A valid module that lacks stoker_normalize_table.
     static const char ptx[] = ".version 7.0\n.target sm_52\n.address_size 64\n.visible .entry other_kernel()\n{\nret;\n}\n";
     std::string why;
-    auto b = make_cuda_driver_backend_with_kernels(ptx, why);
-    if (!b) return say(why);
+    auto made = make_cuda_driver_backend_with_kernels(ptx);
+    if (!made) return say(made.status().message());
+    auto b = std::move(made).value();
     if (base::Status open = b->open_device(0); !open) return say(open.message());
     DeviceBuffer in, out;
     StreamId st = 0;

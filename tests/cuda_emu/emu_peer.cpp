@@ -20,8 +20,9 @@ int main(int argc, char** argv) {
   }
   const std::string mode = argv[1];
   device::IpcHandle h{};
-  std::string why;
-  auto b = device::make_cuda_driver_backend(why);
+  auto made = device::make_cuda_driver_backend();
+  std::string why = made.status().message();
+  std::unique_ptr<device::Backend> b = made ? std::move(made).value() : nullptr;
   bool usable = gputest::from_hex(argv[2], h) && b;
   if (usable) {
     if (base::Status st = b->open_device(0); !st) {

@@ -103,8 +103,9 @@ int main(int argc, char** argv) {
   missed += h2d < 0.9;
 
   // 2. Normalize vs a device-to-device copy of the output.
-  const auto* api = device::cu::load_driver(why);
-  if (api == nullptr) die(why);
+  const auto loaded = device::cu::load_driver();
+  if (!loaded) die(loaded.status().message());
+  const device::cu::DriverApi* api = *loaded;
   device::NormalizeSpec spec;
   spec.channels = c;
   spec.height = h;

@@ -84,9 +84,9 @@ TEST_CASE("normalize on the GPU equals the per-channel table, for float32/float1
 
 TEST_CASE("a hundred ring allocations with their IPC events leave no device memory behind") {
   auto b = gputest::cuda_or_skip();
-  std::string why;
-  const auto* api = device::cu::load_driver(why);
-  REQUIRE(api != nullptr);
+  const auto driver = device::cu::load_driver();
+  REQUIRE(driver.ok());
+  const device::cu::DriverApi* api = *driver;
   auto free_now = [&] {
     // Measured inside the backend's context: open_device retained the primary context, so
     // pushing it here creates nothing.

@@ -25,8 +25,9 @@ int main(int argc, char** argv) {
   }
   const std::size_t bytes = std::strtoull(argv[5], nullptr, 10);
   std::string why;
-  auto b = device::make_cuda_driver_backend(why);
-  if (!b) return fail(why);
+  auto made = device::make_cuda_driver_backend();
+  if (!made) return fail(made.status().message());
+  auto b = std::move(made).value();
   int ordinal = -1;
   for (const auto& d : b->devices(why)) {
     if (d.uuid == uuid) ordinal = d.ordinal;

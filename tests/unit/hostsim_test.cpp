@@ -25,10 +25,9 @@ using namespace stoker::device;
 namespace {
 
 std::unique_ptr<Backend> sim() {
-  std::string why;
-  auto b = make_hostsim_backend(why);
-  REQUIRE(b != nullptr);
-  return b;
+  BackendResult made = make_hostsim_backend();
+  REQUIRE(made.ok());
+  return std::move(made).value();
 }
 
 // Runs `body` in a child process; returns (terminating signal or 0, its stderr).
