@@ -88,12 +88,9 @@ Loaded load_once() {
 
 }  // namespace
 
-const DriverApi* load_driver(std::string& why_not) {
+base::Result<const DriverApi*> load_driver() {
   static const Loaded loaded = load_once();
-  if (!loaded.ok) {
-    why_not = loaded.why_not;
-    return nullptr;
-  }
+  if (!loaded.ok) return base::Status::error(loaded.why_not);
   return &loaded.api;
 }
 

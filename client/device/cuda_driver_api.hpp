@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <string>
 
+#include "stoker/base/status.hpp"
+
 namespace stoker::device::cu {
 
 using CUresult = int;
@@ -93,10 +95,10 @@ struct DriverApi {
 };
 
 // Loads libcuda.so.1 once per process and resolves every entry point (the handle is never
-// closed: the driver stays loaded for the process's life, as cudart does). nullptr with the
-// reason when there is no driver, it is too old, or cuInit fails (no device, driver/kernel
-// module mismatch).
-const DriverApi* load_driver(std::string& why_not);
+// closed: the driver stays loaded for the process's life, as cudart does). The reason instead
+// when there is no driver, it is too old, or cuInit fails (no device, driver/kernel module
+// mismatch). A held pointer is never null.
+base::Result<const DriverApi*> load_driver();
 
 // "cuMemAlloc: out of memory (CUDA_ERROR_OUT_OF_MEMORY = 2)"-style text for a result.
 std::string error_text(const DriverApi& api, const char* call, CUresult r);

@@ -76,11 +76,12 @@ class CudaDriverBackend final : public Backend {
     return out;
   }
 
-  bool open_device(int device, std::string& why) override {
+  base::Status open_device(int device) override {
+    std::string why;
     base::MutexLock lock(mu_);
-    if (devices_.count(device) != 0) return true;
+    if (devices_.count(device) != 0) return {};
     CUdevice d = 0;
-    if (!check(api_.cuDeviceGet(&d, device), "cuDeviceGet", why)) return false;
+    if (!check(api_.cuDeviceGet(&d, device), "cuDeviceGet", why)) return base::Status::error(why);
     // Refusals name the GPU by UUID too: the ordinal is this process's, and the two processes
     // number GPUs differently under CUDA_VISIBLE_DEVICES.
     std::string gpu = "GPU " + std::to_string(device);
@@ -91,17 +92,17 @@ class CudaDriverBackend final : public Backend {
     }
     int mode = CU_COMPUTEMODE_DEFAULT;
     if (!check(api_.cuDeviceGetAttribute(&mode, CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, d), "cuDeviceGetAttribute", why)) {
-      return false;
+      return base::Status::error(why);
     }
     if (mode == CU_COMPUTEMODE_EXCLUSIVE_PROCESS || mode == CU_COMPUTEMODE_PROHIBITED) {
       why = gpu + " is in compute mode " + (mode == CU_COMPUTEMODE_PROHIBITED ? "PROHIBITED" : "EXCLUSIVE_PROCESS") +
             ": CUDA IPC needs the daemon and the trainer on the same GPU (nvidia-smi -c DEFAULT)";
-      return false;
+      return base::Status::error(why);
     }
     int uva = 0;
     if (api_.cuDeviceGetAttribute(&uva, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, d) == CUDA_SUCCESS && uva == 0) {
       why = gpu + " has no unified addressing, which CUDA IPC requires";
-      return false;
+      return base::Status::error(why);
     }
     // Older drivers do not know the attribute (CUDA_ERROR_INVALID_VALUE): IPC events were
     // supported everywhere IPC memory was, then.
@@ -109,24 +110,26 @@ class CudaDriverBackend final : public Backend {
     if (api_.cuDeviceGetAttribute(&ipc_events, CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED, d) == CUDA_SUCCESS &&
         ipc_events == 0) {
       why = gpu + " does not support CUDA IPC events (WSL, or a driver/platform without legacy IPC)";
-      return false;
+      return base::Status::error(why);
     }
     int ro = 0;
     api_.cuDeviceGetAttribute(&ro, CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED, d);
     DeviceState st;
     st.dev = d;
     st.read_only_register = ro != 0;
-    if (!check(api_.cuDevicePrimaryCtxRetain(&st.ctx, d), "cuDevicePrimaryCtxRetain", why)) return false;
+    if (!check(api_.cuDevicePrimaryCtxRetain(&st.ctx, d), "cuDevicePrimaryCtxRetain", why)) return base::Status::error(why);
     devices_.emplace(device, std::move(st));
-    return true;
+    return {};
   }
 
-  bool create_stream(int device, StreamId& out, std::string& why) override {
+  base::Result<StreamId> create_stream(int device) override {
+    std::string why;
     Scope s(*this, device, why);
     CUstream st = nullptr;
-    if (!s.ok || !check(api_.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING), "cuStreamCreate", why)) return false;
-    out = reinterpret_cast<StreamId>(st);
-    return true;
+    if (!s.ok || !check(api_.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING), "cuStreamCreate", why)) {
+      return base::Status::error(why);
+    }
+    return reinterpret_cast<StreamId>(st);
   }
   void destroy_stream(int device, StreamId st) override {
     std::string why;
@@ -193,21 +196,25 @@ class CudaDriverBackend final : public Backend {
     if (Scope s(*this, device, why); s.ok) api_.cuMemHostUnregister(p);
   }
 
-  bool allocate(int device, std::size_t bytes, DeviceBuffer& out, std::string& why) override {
+  base::Result<DeviceBuffer> allocate(int device, std::size_t bytes) override {
+    std::string why;
     Scope s(*this, device, why);
-    if (!s.ok) return false;
+    if (!s.ok) return base::Status::error(why);
     CUdeviceptr p = 0;
-    if (!check(api_.cuMemAlloc(&p, std::max<std::size_t>(bytes, 1)), "cuMemAlloc", why)) return false;
+    if (!check(api_.cuMemAlloc(&p, std::max<std::size_t>(bytes, 1)), "cuMemAlloc", why)) {
+      return base::Status::error(why);
+    }
     CUipcMemHandle h{};
     if (!check(api_.cuIpcGetMemHandle(&h, p), "cuIpcGetMemHandle", why)) {
       api_.cuMemFree(p);
-      return false;
+      return base::Status::error(why);
     }
+    DeviceBuffer out;
     out.device = device;
     out.ptr = reinterpret_cast<void*>(p);
     out.bytes = bytes;
     std::memcpy(out.handle.data(), h.reserved, out.handle.size());
-    return true;
+    return out;
   }
   void free(DeviceBuffer& b) override {
     std::string why;
@@ -215,55 +222,54 @@ class CudaDriverBackend final : public Backend {
     b.ptr = nullptr;
   }
 
-  bool create_ipc_event(int device, EventId& out, IpcHandle& handle, std::string& why) override {
+  base::Result<IpcEvent> create_ipc_event(int device) override {
+    std::string why;
     Scope s(*this, device, why);
     CUevent e = nullptr;
     if (!s.ok || !check(api_.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS), "cuEventCreate", why)) {
-      return false;
+      return base::Status::error(why);
     }
     CUipcEventHandle h{};
     if (!check(api_.cuIpcGetEventHandle(&h, e), "cuIpcGetEventHandle", why)) {
       api_.cuEventDestroy(e);
-      return false;
+      return base::Status::error(why);
     }
-    std::memcpy(handle.data(), h.reserved, handle.size());
-    out = reinterpret_cast<EventId>(e);
-    return true;
+    IpcEvent out;
+    std::memcpy(out.handle.data(), h.reserved, out.handle.size());
+    out.event = reinterpret_cast<EventId>(e);
+    return out;
   }
   void destroy_event(int device, EventId e) override { close_event(device, e); }
 
-  bool copy_to_device(StreamId st, const DeviceBuffer& dst, std::size_t dst_offset, const void* src,
-                      std::size_t bytes, std::string& why) override {
-    if (dst_offset + bytes > dst.bytes) {
-      why = "copy_to_device outside its buffer";
-      return false;
-    }
+  base::Status copy_to_device(StreamId st, const DeviceBuffer& dst, std::size_t dst_offset, const void* src,
+                              std::size_t bytes) override {
+    if (dst_offset + bytes > dst.bytes) return base::Status::error("copy_to_device outside its buffer");
+    std::string why;
     Scope s(*this, dst.device, why);
-    return s.ok && check(api_.cuMemcpyHtoDAsync(dptr(dst.ptr) + dst_offset, src, bytes, stream(st)),
-                         "cuMemcpyHtoDAsync", why);
+    if (s.ok && check(api_.cuMemcpyHtoDAsync(dptr(dst.ptr) + dst_offset, src, bytes, stream(st)),
+                      "cuMemcpyHtoDAsync", why)) {
+      return {};
+    }
+    return base::Status::error(why);
   }
 
-  bool normalize(StreamId st, const DeviceBuffer& dst, std::size_t dst_offset, const DeviceBuffer& src,
-                 std::size_t src_offset, std::uint32_t count, const NormalizeSpec& spec,
-                 std::string& why) override {
+  base::Status normalize(StreamId st, const DeviceBuffer& dst, std::size_t dst_offset, const DeviceBuffer& src,
+                         std::size_t src_offset, std::uint32_t count, const NormalizeSpec& spec) override {
     const std::size_t plane = std::size_t{spec.height} * spec.width;
     const unsigned long long elems = std::size_t{count} * spec.channels * plane;
     const std::size_t out_size = spec.out_dtype == 2 ? 2 : 4;
     if (spec.channels < 1 || spec.channels > 4 || dst_offset + elems * out_size > dst.bytes ||
         src_offset + elems > src.bytes) {
-      why = "normalize outside its buffers";
-      return false;
+      return base::Status::error("normalize outside its buffers");
     }
-    if (elems == 0) return true;
+    if (elems == 0) return {};
+    std::string why;
     Scope s(*this, dst.device, why);
-    if (!s.ok) return false;
-    if (base::Status can = can_normalize(); !can) {
-      why = can.message();
-      return false;
-    }
+    if (!s.ok) return base::Status::error(why);
+    if (base::Status can = can_normalize(); !can) return can;
     CUfunction fn = nullptr;
     CUdeviceptr table = 0;
-    if (!kernel_for(*s.state, spec, fn, table, why)) return false;
+    if (!kernel_for(*s.state, spec, fn, table, why)) return base::Status::error(why);
     CUdeviceptr in = dptr(src.ptr) + src_offset;
     CUdeviceptr out = dptr(dst.ptr) + dst_offset;
     unsigned plane32 = static_cast<unsigned>(plane);
@@ -275,34 +281,39 @@ class CudaDriverBackend final : public Backend {
     constexpr unsigned kThreads = 256, kPerThread = 4;  // as normalize_table.cu
     const unsigned long long per_block = kThreads * kPerThread;
     const unsigned blocks = static_cast<unsigned>(std::min<unsigned long long>((elems + per_block - 1) / per_block, 65535));
-    return check(api_.cuLaunchKernel(fn, blocks, 1, 1, kThreads, 1, 1, 0, stream(st), args, nullptr),
-                 "cuLaunchKernel(normalize)", why);
+    if (check(api_.cuLaunchKernel(fn, blocks, 1, 1, kThreads, 1, 1, 0, stream(st), args, nullptr),
+              "cuLaunchKernel(normalize)", why)) {
+      return {};
+    }
+    return base::Status::error(why);
   }
 
-  bool open_memory(int device, const IpcHandle& h, std::size_t bytes, void** ptr, std::string& why) override {
+  base::Result<void*> open_memory(int device, const IpcHandle& h, std::size_t bytes) override {
     (void)bytes;
+    std::string why;
     Scope s(*this, device, why);
     CUipcMemHandle mh{};
     std::memcpy(mh.reserved, h.data(), sizeof mh.reserved);
     CUdeviceptr p = 0;
     if (!s.ok || !check(api_.cuIpcOpenMemHandle(&p, mh, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), "cuIpcOpenMemHandle", why)) {
-      return false;
+      return base::Status::error(why);
     }
-    *ptr = reinterpret_cast<void*>(p);
-    return true;
+    return reinterpret_cast<void*>(p);
   }
   void close_memory(int device, void* ptr) override {
     std::string why;
     if (Scope s(*this, device, why); s.ok) api_.cuIpcCloseMemHandle(dptr(ptr));
   }
-  bool open_event(int device, const IpcHandle& h, EventId& out, std::string& why) override {
+  base::Result<EventId> open_event(int device, const IpcHandle& h) override {
+    std::string why;
     Scope s(*this, device, why);
     CUipcEventHandle eh{};
     std::memcpy(eh.reserved, h.data(), sizeof eh.reserved);
     CUevent e = nullptr;
-    if (!s.ok || !check(api_.cuIpcOpenEventHandle(&e, eh), "cuIpcOpenEventHandle", why)) return false;
-    out = reinterpret_cast<EventId>(e);
-    return true;
+    if (!s.ok || !check(api_.cuIpcOpenEventHandle(&e, eh), "cuIpcOpenEventHandle", why)) {
+      return base::Status::error(why);
+    }
+    return reinterpret_cast<EventId>(e);
   }
   void close_event(int device, EventId e) override {
     std::string why;
@@ -421,19 +432,18 @@ class CudaDriverBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_driver_backend_with_kernels(const void* kernel_image, std::string& why_not) {
-  const cu::DriverApi* api = cu::load_driver(why_not);
-  if (api == nullptr) return nullptr;
+BackendResult make_cuda_driver_backend_with_kernels(const void* kernel_image) {
+  const base::Result<const cu::DriverApi*> loaded = cu::load_driver();
+  if (!loaded) return loaded.status();
+  const cu::DriverApi* api = *loaded;
   int n = 0;
   if (const cu::CUresult r = api->cuDeviceGetCount(&n); r != cu::CUDA_SUCCESS || n == 0) {
-    why_not = r != cu::CUDA_SUCCESS ? cu::error_text(*api, "cuDeviceGetCount", r) : "the CUDA driver sees no GPU";
-    return nullptr;
+    return base::Status::error(r != cu::CUDA_SUCCESS ? cu::error_text(*api, "cuDeviceGetCount", r)
+                                                     : "the CUDA driver sees no GPU");
   }
-  return std::make_unique<CudaDriverBackend>(*api, kernel_image);
+  return std::unique_ptr<Backend>(std::make_unique<CudaDriverBackend>(*api, kernel_image));
 }
 
-std::unique_ptr<Backend> make_cuda_driver_backend(std::string& why_not) {
-  return make_cuda_driver_backend_with_kernels(nullptr, why_not);
-}
+BackendResult make_cuda_driver_backend() { return make_cuda_driver_backend_with_kernels(nullptr); }
 
 }  // namespace stoker::device

@@ -62,6 +62,12 @@ struct DeviceInfo {
 std::string uuid_string(const Uuid& u);
 bool parse_uuid(const std::string& text, Uuid& out);
 
+// An interprocess event and the handle another process opens it by (create_ipc_event).
+struct IpcEvent {
+  EventId event = 0;
+  IpcHandle handle{};
+};
+
 struct DeviceBuffer {
   int device = -1;
   void* ptr = nullptr;        // device address (hostsim: host address of the object's data)
@@ -95,8 +101,8 @@ class Backend {
   virtual std::vector<DeviceInfo> devices(std::string& why) = 0;
   // Makes `device` usable by this process (context); refuses a device that cannot serve
   // IPC (no IPC support, compute mode EXCLUSIVE_PROCESS or PROHIBITED) with the reason.
-  virtual bool open_device(int device, std::string& why) = 0;
-  virtual bool create_stream(int device, StreamId& out, std::string& why) = 0;
+  virtual base::Status open_device(int device) = 0;
+  virtual base::Result<StreamId> create_stream(int device) = 0;
   virtual void destroy_stream(int device, StreamId s) = 0;
   virtual base::Status record(int device, EventId e, StreamId s) = 0;
   virtual base::Status stream_wait(int device, StreamId s, EventId e) = 0;
@@ -113,22 +119,22 @@ class Backend {
   virtual void unregister_host(int device, void* p) = 0;
 
   // --- exporter (stokerd) ---
-  virtual bool allocate(int device, std::size_t bytes, DeviceBuffer& out, std::string& why) = 0;
+  virtual base::Result<DeviceBuffer> allocate(int device, std::size_t bytes) = 0;
   virtual void free(DeviceBuffer& b) = 0;  // caller: no peer has it open any more
-  virtual bool create_ipc_event(int device, EventId& out, IpcHandle& handle, std::string& why) = 0;
+  virtual base::Result<IpcEvent> create_ipc_event(int device) = 0;
   virtual void destroy_event(int device, EventId e) = 0;
-  virtual bool copy_to_device(StreamId s, const DeviceBuffer& dst, std::size_t dst_offset,
-                              const void* src, std::size_t bytes, std::string& why) = 0;
+  virtual base::Status copy_to_device(StreamId s, const DeviceBuffer& dst, std::size_t dst_offset,
+                                      const void* src, std::size_t bytes) = 0;
   // src: `count` uint8 samples at src_offset of `src`; dst: normalized samples.
-  virtual bool normalize(StreamId s, const DeviceBuffer& dst, std::size_t dst_offset,
-                         const DeviceBuffer& src, std::size_t src_offset, std::uint32_t count,
-                         const NormalizeSpec& spec, std::string& why) = 0;
+  virtual base::Status normalize(StreamId s, const DeviceBuffer& dst, std::size_t dst_offset,
+                                 const DeviceBuffer& src, std::size_t src_offset, std::uint32_t count,
+                                 const NormalizeSpec& spec) = 0;
 
   // --- importer (libstoker) ---
-  virtual bool open_memory(int device, const IpcHandle& h, std::size_t bytes, void** ptr,
-                           std::string& why) = 0;
+  // The device address of another process's allocation of at least `bytes`.
+  virtual base::Result<void*> open_memory(int device, const IpcHandle& h, std::size_t bytes) = 0;
   virtual void close_memory(int device, void* ptr) = 0;
-  virtual bool open_event(int device, const IpcHandle& h, EventId& out, std::string& why) = 0;
+  virtual base::Result<EventId> open_event(int device, const IpcHandle& h) = 0;
   virtual void close_event(int device, EventId e) = 0;
   // Blocking copy of device bytes to host memory, ordered after `s`'s work (stokerctl --dump,
   // the simulated Loader).
@@ -145,24 +151,29 @@ class Backend {
   virtual void annotate_read_end(int device, const void* ptr, std::size_t bytes, StreamId s) { (void)device, (void)ptr, (void)bytes, (void)s; }
 };
 
+// A backend, or why there is none here (no driver, no device, built without CUDA, "none").
+// A held backend is never null.
+using BackendResult = base::Result<std::unique_ptr<Backend>>;
+
 // The backend STOKER_DEVICE_BACKEND names (hostsim | cuda | none; default cuda), for the
-// exporter (stokerd) or the importer (libstoker) side. nullptr and `why_not` when it is
-// unavailable here (no driver, no device, built without CUDA, "none").
+// exporter (stokerd) or the importer (libstoker) side.
 // make_exporter_backend lives in stokerd (daemon/delivery/exporter_backend.cpp), which can use
-// the CUDA runtime; make_importer_backend in libstoker (client/device/importer_backend.cpp).
+// the CUDA runtime; make_importer_backend in libstoker (client/device/device_common.cpp).
+// make_exporter_backend keeps its out-parameter shape (nullptr and `why_not`) for its one
+// caller, stokerd's start (daemon/app/daemon.cpp).
 std::unique_ptr<Backend> make_exporter_backend(std::string& why_not);
-std::unique_ptr<Backend> make_importer_backend(std::string& why_not);
+BackendResult make_importer_backend();
 // The kind STOKER_DEVICE_BACKEND asks for, for messages.
 BackendKind requested_backend();
 // The backend STOKER_DEVICE_BACKEND names, with `cuda` as the CUDA implementation.
-using CudaFactory = std::unique_ptr<Backend> (*)(std::string& why_not);
-std::unique_ptr<Backend> make_backend(CudaFactory cuda, std::string& why_not);
+using CudaFactory = BackendResult (*)();
+BackendResult make_backend(CudaFactory cuda);
 
 // Implementations (defined in their own files; factories above pick one).
-std::unique_ptr<Backend> make_hostsim_backend(std::string& why_not);
-std::unique_ptr<Backend> make_cuda_driver_backend(std::string& why_not);  // libstoker: no kernels
+BackendResult make_hostsim_backend();
+BackendResult make_cuda_driver_backend();  // libstoker: no kernels
 // `kernel_image`: a fatbin holding stoker_normalize_table (nullptr: normalize unavailable).
-std::unique_ptr<Backend> make_cuda_driver_backend_with_kernels(const void* kernel_image, std::string& why_not);
-std::unique_ptr<Backend> make_cuda_daemon_backend(std::string& why_not);  // stokerd (daemon/cuda)
+BackendResult make_cuda_driver_backend_with_kernels(const void* kernel_image);
+BackendResult make_cuda_daemon_backend();  // stokerd (daemon/cuda)
 
 }  // namespace stoker::device

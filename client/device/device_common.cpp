@@ -48,22 +48,19 @@ BackendKind requested_backend() {
   return BackendKind::kNone;
 }
 
-std::unique_ptr<Backend> make_backend(CudaFactory cuda, std::string& why_not) {
+BackendResult make_backend(CudaFactory cuda) {
   const char* v = std::getenv("STOKER_DEVICE_BACKEND");
   switch (requested_backend()) {
-    case BackendKind::kHostSim: return make_hostsim_backend(why_not);
-    case BackendKind::kCuda: return cuda(why_not);
+    case BackendKind::kHostSim: return make_hostsim_backend();
+    case BackendKind::kCuda: return cuda();
     case BackendKind::kNone: break;
   }
-  why_not = v != nullptr && std::strcmp(v, "none") == 0
-                ? "STOKER_DEVICE_BACKEND=none"
-                : std::string("STOKER_DEVICE_BACKEND='") + (v ? v : "") +
-                      "' is not one of cuda, hostsim, none";
-  return nullptr;
+  return base::Status::error(v != nullptr && std::strcmp(v, "none") == 0
+                                 ? "STOKER_DEVICE_BACKEND=none"
+                                 : std::string("STOKER_DEVICE_BACKEND='") + (v ? v : "") +
+                                       "' is not one of cuda, hostsim, none");
 }
 
-std::unique_ptr<Backend> make_importer_backend(std::string& why_not) {
-  return make_backend(&make_cuda_driver_backend, why_not);
-}
+BackendResult make_importer_backend() { return make_backend(&make_cuda_driver_backend); }
 
 }  // namespace stoker::device

@@ -264,30 +264,29 @@ class HostSimBackend final : public Backend {
 
   std::vector<DeviceInfo> devices(std::string&) override { return devices_; }
 
-  bool open_device(int device, std::string& why) override {
+  base::Status open_device(int device) override {
     if (device < 0 || device >= static_cast<int>(devices_.size())) {
-      why = "hostsim: no device " + std::to_string(device) + " (" + std::to_string(devices_.size()) +
-            " simulated)";
-      return false;
+      return base::Status::error("hostsim: no device " + std::to_string(device) + " (" +
+                                 std::to_string(devices_.size()) + " simulated)");
     }
     if (exclusive_.count(devices_[device].uuid) != 0) {
-      why = "GPU " + uuid_string(devices_[device].uuid) +
-            " is in compute mode EXCLUSIVE_PROCESS: only one process may use it, so stokerd and "
-            "the trainer cannot share it (set it to DEFAULT with `nvidia-smi -c DEFAULT`)";
-      return false;
+      return base::Status::error(
+          "GPU " + uuid_string(devices_[device].uuid) +
+          " is in compute mode EXCLUSIVE_PROCESS: only one process may use it, so stokerd and "
+          "the trainer cannot share it (set it to DEFAULT with `nvidia-smi -c DEFAULT`)");
     }
     base::MutexLock lock(mu_);
     opened_.insert(device);
-    return true;
+    return {};
   }
 
-  bool create_stream(int device, StreamId& out, std::string&) override {
+  base::Result<StreamId> create_stream(int device) override {
     check_device(device);
     auto s = std::make_unique<SimStream>();
-    out = reinterpret_cast<StreamId>(s.get());
+    const auto out = reinterpret_cast<StreamId>(s.get());
     base::MutexLock lock(mu_);
     streams_[out] = std::move(s);
-    return true;
+    return out;
   }
 
   void destroy_stream(int device, StreamId s) override {
@@ -303,9 +302,9 @@ class HostSimBackend final : public Backend {
   }
 
   base::Status record(int device, EventId e, StreamId s) override {
-    std::string why;
-    SimStream* st = stream(device, s, why);
-    if (st == nullptr) return base::Status::error(why);
+    base::Result<SimStream*> found = stream(device, s);
+    if (!found) return found.status();
+    SimStream* st = *found;
     SimObjectHeader* h = event_header(e);
     const std::uint64_t seq = h->recorded.fetch_add(1) + 1;
     h->last_recorder.store(self_tag());
@@ -319,9 +318,9 @@ class HostSimBackend final : public Backend {
   }
 
   base::Status stream_wait(int device, StreamId s, EventId e) override {
-    std::string why;
-    SimStream* st = stream(device, s, why);
-    if (st == nullptr) return base::Status::error(why);
+    base::Result<SimStream*> found = stream(device, s);
+    if (!found) return found.status();
+    SimStream* st = *found;
     SimObjectHeader* h = event_header(e);
     const std::uint64_t target = h->recorded.load();
     st->push([h, target] { wait_event(h, target); });
@@ -329,9 +328,9 @@ class HostSimBackend final : public Backend {
   }
 
   base::Status synchronize_stream(int device, StreamId s) override {
-    std::string why;
-    SimStream* st = stream(device, s, why);
-    if (st == nullptr) return base::Status::error(why);
+    base::Result<SimStream*> found = stream(device, s);
+    if (!found) return found.status();
+    SimStream* st = *found;
     st->drain();
     return {};
   }
@@ -364,11 +363,12 @@ class HostSimBackend final : public Backend {
     registered_.erase(p);
   }
 
-  bool allocate(int device, std::size_t bytes, DeviceBuffer& out, std::string& why) override {
+  base::Result<DeviceBuffer> allocate(int device, std::size_t bytes) override {
     check_device(device);
     Mapped m;
-    if (!create_object(ObjectKind::kMemory, bytes, m, why)) return false;
+    if (base::Status made = create_object(ObjectKind::kMemory, bytes, m); !made) return made;
     m.device = device;
+    DeviceBuffer out;
     out.device = device;
     out.ptr = m.data();
     out.bytes = bytes;
@@ -376,7 +376,7 @@ class HostSimBackend final : public Backend {
     out.impl = reinterpret_cast<std::uintptr_t>(m.header);
     base::MutexLock lock(mu_);
     objects_[m.header] = m;
-    return true;
+    return out;
   }
 
   void free(DeviceBuffer& b) override {
@@ -385,16 +385,17 @@ class HostSimBackend final : public Backend {
     b = DeviceBuffer{};
   }
 
-  bool create_ipc_event(int device, EventId& out, IpcHandle& handle, std::string& why) override {
+  base::Result<IpcEvent> create_ipc_event(int device) override {
     check_device(device);
     Mapped m;
-    if (!create_object(ObjectKind::kEvent, 0, m, why)) return false;
+    if (base::Status made = create_object(ObjectKind::kEvent, 0, m); !made) return made;
     m.device = device;
-    handle = handle_of(m, ObjectKind::kEvent, 0);
-    out = reinterpret_cast<EventId>(m.header);
+    IpcEvent out;
+    out.handle = handle_of(m, ObjectKind::kEvent, 0);
+    out.event = reinterpret_cast<EventId>(m.header);
     base::MutexLock lock(mu_);
     objects_[m.header] = m;
-    return true;
+    return out;
   }
 
   void destroy_event(int device, EventId e) override {
@@ -402,14 +403,12 @@ class HostSimBackend final : public Backend {
     destroy_object(event_header(e), "an interprocess event");
   }
 
-  bool copy_to_device(StreamId s, const DeviceBuffer& dst, std::size_t dst_offset, const void* src,
-                      std::size_t bytes, std::string& why) override {
-    SimStream* st = stream(dst.device, s, why);
-    if (st == nullptr) return false;
-    if (dst_offset + bytes > dst.bytes) {
-      why = "hostsim: copy past the end of the allocation";
-      return false;
-    }
+  base::Status copy_to_device(StreamId s, const DeviceBuffer& dst, std::size_t dst_offset, const void* src,
+                              std::size_t bytes) override {
+    base::Result<SimStream*> found = stream(dst.device, s);
+    if (!found) return found.status();
+    SimStream* st = *found;
+    if (dst_offset + bytes > dst.bytes) return base::Status::error("hostsim: copy past the end of the allocation");
     auto* h = reinterpret_cast<SimObjectHeader*>(dst.impl);
     auto* d = static_cast<std::uint8_t*>(dst.ptr) + dst_offset;
     st->push([h, d, src, bytes, dst_offset] {
@@ -417,20 +416,19 @@ class HostSimBackend final : public Backend {
       check_no_reader(h, dst_offset, bytes);
       std::memcpy(d, src, bytes);
     });
-    return true;
+    return {};
   }
 
-  bool normalize(StreamId s, const DeviceBuffer& dst, std::size_t dst_offset, const DeviceBuffer& src,
-                 std::size_t src_offset, std::uint32_t count, const NormalizeSpec& spec,
-                 std::string& why) override {
-    SimStream* st = stream(dst.device, s, why);
-    if (st == nullptr) return false;
+  base::Status normalize(StreamId s, const DeviceBuffer& dst, std::size_t dst_offset, const DeviceBuffer& src,
+                         std::size_t src_offset, std::uint32_t count, const NormalizeSpec& spec) override {
+    base::Result<SimStream*> found = stream(dst.device, s);
+    if (!found) return found.status();
+    SimStream* st = *found;
     const std::size_t elems = std::size_t{count} * spec.channels * spec.height * spec.width;
     const std::size_t out_size = spec.out_dtype == 2 ? 2 : 4;
     if (dst_offset + elems * out_size > dst.bytes || src_offset + elems > src.bytes ||
         spec.channels < 1 || spec.channels > 4) {
-      why = "hostsim: normalize outside its buffers";
-      return false;
+      return base::Status::error("hostsim: normalize outside its buffers");
     }
     auto* h = reinterpret_cast<SimObjectHeader*>(dst.impl);
     auto* out = static_cast<std::uint8_t*>(dst.ptr) + dst_offset;
@@ -450,24 +448,22 @@ class HostSimBackend final : public Backend {
         }
       }
     });
-    return true;
+    return {};
   }
 
-  bool open_memory(int device, const IpcHandle& handle, std::size_t bytes, void** ptr,
-                   std::string& why) override {
+  base::Result<void*> open_memory(int device, const IpcHandle& handle, std::size_t bytes) override {
     check_device(device);
     Mapped m;
-    if (!open_object(handle, ObjectKind::kMemory, m, why)) return false;
+    if (base::Status opened = open_object(handle, ObjectKind::kMemory, m); !opened) return opened;
     if (m.header->bytes < bytes) {
       close_mapping(m);
-      why = "hostsim: allocation smaller than announced";
-      return false;
+      return base::Status::error("hostsim: allocation smaller than announced");
     }
     m.device = device;
-    *ptr = m.data();
+    void* ptr = m.data();
     base::MutexLock lock(mu_);
     objects_[m.header] = m;
-    return true;
+    return ptr;
   }
 
   void close_memory(int device, void* ptr) override {
@@ -476,15 +472,15 @@ class HostSimBackend final : public Backend {
                  "device memory");
   }
 
-  bool open_event(int device, const IpcHandle& handle, EventId& out, std::string& why) override {
+  base::Result<EventId> open_event(int device, const IpcHandle& handle) override {
     check_device(device);
     Mapped m;
-    if (!open_object(handle, ObjectKind::kEvent, m, why)) return false;
+    if (base::Status opened = open_object(handle, ObjectKind::kEvent, m); !opened) return opened;
     m.device = device;
-    out = reinterpret_cast<EventId>(m.header);
+    const auto out = reinterpret_cast<EventId>(m.header);
     base::MutexLock lock(mu_);
     objects_[m.header] = m;
-    return true;
+    return out;
   }
 
   void close_event(int device, EventId e) override {
@@ -502,9 +498,9 @@ class HostSimBackend final : public Backend {
   bool host_addressable() const override { return true; }
 
   void annotate_read_begin(int device, const void* ptr, std::size_t bytes, StreamId s) override {
-    std::string why;
-    SimStream* st = stream(device, s, why);
-    if (st == nullptr) sim_abort(why);
+    base::Result<SimStream*> found = stream(device, s);
+    if (!found) sim_abort(found.status().message());
+    SimStream* st = *found;
     auto [h, off] = locate(ptr);
     const ProcessTag me = self_tag();
     // The reads begin when the stream gets here, i.e. after the waits queued before.
@@ -523,9 +519,9 @@ class HostSimBackend final : public Backend {
   }
 
   void annotate_read_end(int device, const void* ptr, std::size_t bytes, StreamId s) override {
-    std::string why;
-    SimStream* st = stream(device, s, why);
-    if (st == nullptr) sim_abort(why);
+    base::Result<SimStream*> found = stream(device, s);
+    if (!found) sim_abort(found.status().message());
+    SimStream* st = *found;
     auto [h, off] = locate(ptr);
     const ProcessTag me = self_tag();
     st->push([h = h, off = off, bytes, me] {
@@ -548,7 +544,8 @@ class HostSimBackend final : public Backend {
     }
   }
 
-  SimStream* stream(int device, StreamId s, std::string& why) {
+  // The simulated stream `s` of `device` (the default stream is made at first use).
+  base::Result<SimStream*> stream(int device, StreamId s) {
     check_device(device);
     base::MutexLock lock(mu_);
     if (s == kDefaultStream) {
@@ -558,9 +555,9 @@ class HostSimBackend final : public Backend {
     }
     auto it = streams_.find(s);
     if (it == streams_.end()) {
-      why = "hostsim: unknown stream (only the default stream and streams created by this "
-            "backend are simulated)";
-      return nullptr;
+      return base::Status::error(
+          "hostsim: unknown stream (only the default stream and streams created by this "
+          "backend are simulated)");
     }
     return it->second.get();
   }
@@ -612,27 +609,24 @@ class HostSimBackend final : public Backend {
     return h;
   }
 
-  bool create_object(ObjectKind kind, std::size_t bytes, Mapped& m, std::string& why) {
+  base::Status create_object(ObjectKind kind, std::size_t bytes, Mapped& m) {
     static std::atomic<std::uint64_t> seq{0};
     m.name = "/stoker-sim-" + std::to_string(::getpid()) + "-" + std::to_string(++seq);
     const int fd = ::shm_open(m.name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) {
-      why = "hostsim: shm_open " + m.name + ": " + std::strerror(errno);
-      return false;
-    }
+    if (fd < 0) return base::Status::error("hostsim: shm_open " + m.name + ": " + std::strerror(errno));
     m.map_bytes = kSimDataOffset + bytes;
     if (::ftruncate(fd, static_cast<off_t>(m.map_bytes)) != 0) {
-      why = "hostsim: cannot size " + m.name + ": " + std::strerror(errno);
+      const std::string why = "hostsim: cannot size " + m.name + ": " + std::strerror(errno);
       ::close(fd);
       ::shm_unlink(m.name.c_str());
-      return false;
+      return base::Status::error(why);
     }
     void* p = ::mmap(nullptr, m.map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     ::close(fd);
     if (p == MAP_FAILED) {
-      why = "hostsim: cannot map " + m.name + ": " + std::strerror(errno);
+      const std::string why = "hostsim: cannot map " + m.name + ": " + std::strerror(errno);
       ::shm_unlink(m.name.c_str());
-      return false;
+      return base::Status::error(why);
     }
     m.header = static_cast<SimObjectHeader*>(p);  // zero-filled by ftruncate
     m.header->kind = static_cast<std::uint32_t>(kind);
@@ -642,42 +636,37 @@ class HostSimBackend final : public Backend {
     std::atomic_thread_fence(std::memory_order_release);
     m.header->magic = kSimMagic;
     m.created = true;
-    return true;
+    return {};
   }
 
-  bool open_object(const IpcHandle& handle, ObjectKind kind, Mapped& m, std::string& why) {
+  base::Status open_object(const IpcHandle& handle, ObjectKind kind, Mapped& m) {
     SimHandle sh;
     std::memcpy(&sh, handle.data(), sizeof sh);
     sh.name[sizeof sh.name - 1] = '\0';
     if (sh.magic != kHandleMagic || sh.kind != static_cast<std::uint32_t>(kind)) {
-      why = "not a hostsim handle (is stokerd running with STOKER_DEVICE_BACKEND=hostsim?)";
-      return false;
+      return base::Status::error("not a hostsim handle (is stokerd running with STOKER_DEVICE_BACKEND=hostsim?)");
     }
     m.name = sh.name;
     const int fd = ::shm_open(m.name.c_str(), O_RDWR | O_CLOEXEC, 0);
     if (fd < 0) {
-      why = "hostsim: cannot open " + m.name + ": " + std::strerror(errno);
-      return false;
+      return base::Status::error("hostsim: cannot open " + m.name + ": " + std::strerror(errno));
     }
     struct stat st {};
     if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) < kSimDataOffset) {
       ::close(fd);
-      why = "hostsim: " + m.name + " is not a simulated object";
-      return false;
+      return base::Status::error("hostsim: " + m.name + " is not a simulated object");
     }
     m.map_bytes = static_cast<std::size_t>(st.st_size);
     void* p = ::mmap(nullptr, m.map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     ::close(fd);
     if (p == MAP_FAILED) {
-      why = "hostsim: cannot map " + m.name + ": " + std::strerror(errno);
-      return false;
+      return base::Status::error("hostsim: cannot map " + m.name + ": " + std::strerror(errno));
     }
     m.header = static_cast<SimObjectHeader*>(p);
     if (m.header->magic != kSimMagic || m.header->kind != static_cast<std::uint32_t>(kind) ||
         kSimDataOffset + m.header->bytes > m.map_bytes) {
       ::munmap(p, m.map_bytes);
-      why = "hostsim: " + m.name + " has a bad header";
-      return false;
+      return base::Status::error("hostsim: " + m.name + " has a bad header");
     }
     // Register as an opener of the object.
     // An entry is this process's, free, or a gone process's (claimed back: a dead peer's
@@ -688,18 +677,17 @@ class HostSimBackend final : public Backend {
       ProcessTag cur = o.owner.load();
       if (cur == me) {
         o.count.fetch_add(1);
-        return true;
+        return {};
       }
       if (cur == kTagBeingFilled || (cur != 0 && process_alive(cur))) continue;
       if (o.owner.compare_exchange_strong(cur, kTagBeingFilled)) {
         o.count.store(1);
         o.owner.store(me);
-        return true;
+        return {};
       }
     }
     ::munmap(p, m.map_bytes);
-    why = "hostsim: more than " + std::to_string(kMaxOpeners) + " processes opened " + m.name;
-    return false;
+    return base::Status::error("hostsim: more than " + std::to_string(kMaxOpeners) + " processes opened " + m.name);
   }
 
   void close_mapping(Mapped& m) {
@@ -771,7 +759,7 @@ std::vector<std::string> split(const std::string& s) {
 }  // namespace
 }  // namespace hostsim
 
-std::unique_ptr<Backend> make_hostsim_backend(std::string& why_not) {
+BackendResult make_hostsim_backend() {
   const char* env = std::getenv("STOKER_HOSTSIM_DEVICES");
   const std::string spec = env != nullptr && *env != '\0' ? env : "1";
   std::vector<DeviceInfo> devices;
@@ -790,8 +778,7 @@ std::unique_ptr<Backend> make_hostsim_backend(std::string& why_not) {
     for (const auto& u : hostsim::split(spec)) {
       DeviceInfo d;
       if (!parse_uuid(u, d.uuid)) {
-        why_not = "STOKER_HOSTSIM_DEVICES: '" + u + "' is not a GPU UUID";
-        return nullptr;
+        return base::Status::error("STOKER_HOSTSIM_DEVICES: '" + u + "' is not a GPU UUID");
       }
       d.ordinal = static_cast<int>(devices.size());
       d.name = "hostsim device " + u;
@@ -799,8 +786,7 @@ std::unique_ptr<Backend> make_hostsim_backend(std::string& why_not) {
     }
   }
   if (devices.empty()) {
-    why_not = "hostsim: STOKER_HOSTSIM_DEVICES lists no device";
-    return nullptr;
+    return base::Status::error("hostsim: STOKER_HOSTSIM_DEVICES lists no device");
   }
   std::set<Uuid> exclusive;
   if (const char* ex = std::getenv("STOKER_HOSTSIM_EXCLUSIVE")) {
@@ -809,7 +795,7 @@ std::unique_ptr<Backend> make_hostsim_backend(std::string& why_not) {
       if (parse_uuid(u, id)) exclusive.insert(id);
     }
   }
-  return std::make_unique<hostsim::HostSimBackend>(std::move(devices), std::move(exclusive));
+  return std::unique_ptr<Backend>(std::make_unique<hostsim::HostSimBackend>(std::move(devices), std::move(exclusive)));
 }
 
 }  // namespace stoker::device

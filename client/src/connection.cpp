@@ -186,8 +186,9 @@ Connection::Connection(const std::string& socket_path, const std::string& job, s
                         device::to_string(backend->kind()) + (why.empty() ? "" : ": " + why) + ")"};
     }
     uuid = devs[device_ordinal].uuid;
-    if (!backend->open_device(device_ordinal, why)) {
-      throw Failure{STOKER_ERR_REFUSED, "cannot use device cuda:" + std::to_string(device_ordinal) + ": " + why};
+    if (base::Status open = backend->open_device(device_ordinal); !open) {
+      throw Failure{STOKER_ERR_REFUSED,
+                    "cannot use device cuda:" + std::to_string(device_ordinal) + ": " + open.message()};
     }
   }
   fd_ = connect_control_socket(socket_path_);
@@ -380,9 +381,9 @@ void Connection::pin_memory(int ordinal) {
   base::MutexLock lock(send_mu_);
   if (pinned_with_) return;
   auto backend = importer_backend();
-  std::string why;
-  if (!backend->open_device(ordinal, why)) {
-    throw Failure{STOKER_ERR_INTERNAL, "cannot pin the batch ring for device " + std::to_string(ordinal) + ": " + why};
+  if (base::Status open = backend->open_device(ordinal); !open) {
+    throw Failure{STOKER_ERR_INTERNAL,
+                  "cannot pin the batch ring for device " + std::to_string(ordinal) + ": " + open.message()};
   }
   if (base::Status reg = backend->register_host(ordinal, region_.get_address(), region_.get_size(), true); !reg) {
     throw Failure{STOKER_ERR_INTERNAL,

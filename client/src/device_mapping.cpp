@@ -15,8 +15,11 @@ std::shared_ptr<device::Backend> importer_backend() {
   static std::string why_not STOKER_GUARDED_BY(mu);
   base::MutexLock lock(mu);
   if (!backend && why_not.empty()) {
-    auto b = device::make_importer_backend(why_not);
-    if (b) backend = std::move(b);
+    if (device::BackendResult made = device::make_importer_backend(); made) {
+      backend = std::move(made).value();
+    } else {
+      why_not = made.status().message();
+    }
     if (!backend && why_not.empty()) why_not = "no device backend";
   }
   if (!backend) {
@@ -52,25 +55,29 @@ DeviceMapping::DeviceMapping(std::shared_ptr<device::Backend> backend, int ordin
   labels_offset_ = m.labels_offset;
   alloc_id_ = m.alloc_id;
 
-  std::string why;
   device::IpcHandle h;
   std::memcpy(h.data(), m.mem_handle, 64);
-  if (!backend_->open_memory(ordinal_, h, alloc_bytes_, &base_, why)) {
-    throw Failure{STOKER_ERR_INTERNAL, "cannot open the device ring stokerd shared: " + why};
+  base::Result<void*> mem = backend_->open_memory(ordinal_, h, alloc_bytes_);
+  if (!mem) {
+    throw Failure{STOKER_ERR_INTERNAL, "cannot open the device ring stokerd shared: " + mem.status().message()};
   }
+  base_ = *mem;
   for (std::uint32_t s = 0; s < slot_count; ++s) {
     proto::DeviceSlotHandles sh;
     std::memcpy(&sh, msg + sizeof m + s * sizeof sh, sizeof sh);
-    device::EventId ready = 0, release = 0;
     std::memcpy(h.data(), sh.ready_event, 64);
-    bool ok = backend_->open_event(ordinal_, h, ready, why);
-    if (ok) ready_.push_back(ready);
-    std::memcpy(h.data(), sh.release_event, 64);
-    ok = ok && backend_->open_event(ordinal_, h, release, why);
-    if (ok) release_.push_back(release);
-    if (!ok) {
+    base::Result<device::EventId> ready = backend_->open_event(ordinal_, h);
+    base::Status st = ready.status();
+    if (ready) {
+      ready_.push_back(*ready);
+      std::memcpy(h.data(), sh.release_event, 64);
+      base::Result<device::EventId> release = backend_->open_event(ordinal_, h);
+      st = release.status();
+      if (release) release_.push_back(*release);
+    }
+    if (!st) {
       close_all();
-      throw Failure{STOKER_ERR_INTERNAL, "cannot open the device ring's events: " + why};
+      throw Failure{STOKER_ERR_INTERNAL, "cannot open the device ring's events: " + st.message()};
     }
   }
 }

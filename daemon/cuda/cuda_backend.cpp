@@ -9,11 +9,11 @@ extern const unsigned char stoker_normalize_fatbin[];
 
 namespace stoker::device {
 
-std::unique_ptr<Backend> make_cuda_daemon_backend(std::string& why_not) {
+BackendResult make_cuda_daemon_backend() {
 #ifdef STOKER_HAVE_NORMALIZE_FATBIN
-  return make_cuda_driver_backend_with_kernels(stoker_normalize_fatbin, why_not);
+  return make_cuda_driver_backend_with_kernels(stoker_normalize_fatbin);
 #else
-  return make_cuda_driver_backend_with_kernels(nullptr, why_not);
+  return make_cuda_driver_backend_with_kernels(nullptr);
 #endif
 }
 

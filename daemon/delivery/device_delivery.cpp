@@ -64,7 +64,6 @@ base::Result<std::shared_ptr<DeviceRing>> DeviceDelivery::open_ring(const Device
                                " backend but stokerd runs the " + device::to_string(backend_->kind()) +
                                " backend (set STOKER_DEVICE_BACKEND alike for both)");
   }
-  std::string why;  // the backend's own reason, which the messages below wrap
   if (req.normalize) {
     if (base::Status can = backend_->can_normalize(); !can) {
       return base::Status::error("job '" + req.job_name + "' sets device_normalize, but " + can.message());
@@ -88,9 +87,9 @@ base::Result<std::shared_ptr<DeviceRing>> DeviceDelivery::open_ring(const Device
 
   base::MutexLock lock(mu_);
   if (!opened_[ordinal]) {
-    if (!backend_->open_device(ordinal, why)) {
+    if (base::Status open = backend_->open_device(ordinal); !open) {
       opened_.erase(ordinal);
-      return base::Status::error(why);
+      return open;
     }
     opened_[ordinal] = true;
     spdlog::info("device delivery: using {} for the first time", device::uuid_string(uuid));

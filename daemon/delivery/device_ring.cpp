@@ -23,37 +23,52 @@ base::Result<std::shared_ptr<DeviceRing>> DeviceRing::create(device::Backend& ba
                                                              const DeviceRingPlan& plan,
                                                              std::uint64_t alloc_id) {
   std::shared_ptr<DeviceRing> r(new DeviceRing(backend, device, uuid, plan, alloc_id));
-  std::string why;
-  bool ok = false;
+  base::Status status;  // ok until the first error; what was made before it is released below
   {
     // Not shared yet: the lock only lets the analysis see every write of guarded state.
     base::MutexLock lock(r->mu_);
     // Everything is allocated here, with the ring: nothing is allocated on the copy path.
-    ok = backend.create_stream(device, r->stream_, why);
-    r->have_stream_ = ok;
-    ok = ok && backend.allocate(device, r->slot_stride_ * plan.slots, r->memory_, why);
-    if (ok && plan.normalize) {
-      ok = backend.allocate(device, plan.host_image_bytes * plan.batch_size, r->staging_, why);
+    if (auto st = backend.create_stream(device); st) {
+      r->stream_ = *st;
+      r->have_stream_ = true;
+    } else {
+      status = st.status();
     }
-    for (std::uint32_t s = 0; ok && s < plan.slots; ++s) {
-      device::EventId ready = 0, release = 0;
-      device::IpcHandle rh{}, lh{};
-      ok = backend.create_ipc_event(device, ready, rh, why);
-      if (ok) {
-        r->ready_.push_back(ready);
-        r->ready_handles_.push_back(rh);
-        ok = backend.create_ipc_event(device, release, lh, why);
+    if (status) {
+      if (auto mem = backend.allocate(device, r->slot_stride_ * plan.slots); mem) {
+        r->memory_ = *mem;
+      } else {
+        status = mem.status();
       }
-      if (ok) {
-        r->release_.push_back(release);
-        r->release_handles_.push_back(lh);
+    }
+    if (status && plan.normalize) {
+      if (auto staging = backend.allocate(device, plan.host_image_bytes * plan.batch_size); staging) {
+        r->staging_ = *staging;
+      } else {
+        status = staging.status();
       }
+    }
+    for (std::uint32_t s = 0; status && s < plan.slots; ++s) {
+      auto ready = backend.create_ipc_event(device);
+      if (!ready) {
+        status = ready.status();
+        break;
+      }
+      r->ready_.push_back(ready->event);
+      r->ready_handles_.push_back(ready->handle);
+      auto release = backend.create_ipc_event(device);
+      if (!release) {
+        status = release.status();
+        break;
+      }
+      r->release_.push_back(release->event);
+      r->release_handles_.push_back(release->handle);
     }
     r->copied_.assign(plan.slots, 0);
   }
-  if (!ok) {
+  if (!status) {
     r->release_resources();  // nothing was handed to a peer yet
-    return base::Status::error(why);
+    return status;
   }
   return r;
 }
@@ -68,30 +83,20 @@ base::Status DeviceRing::copy_slot(std::uint32_t s, const std::uint8_t* images, 
                                    const void* labels) {
   base::MutexLock lock(mu_);
   if (released_ || s >= plan_.slots) return base::Status::error("device ring released");
-  std::string why;
   const std::uint64_t dst = slot_stride_ * s;
-  bool ok = true;
-  if (base::Status w = backend_.stream_wait(device_, stream_, release_[s]); !w) {
-    ok = false;
-    why = w.message();
-  }
-  if (count > 0 && plan_.normalize) {
-    ok = ok && backend_.copy_to_device(stream_, staging_, 0, images, plan_.host_image_bytes * count, why);
-    ok = ok && backend_.normalize(stream_, memory_, dst, staging_, 0, count, plan_.spec, why);
-  } else if (count > 0) {
-    ok = ok && backend_.copy_to_device(stream_, memory_, dst, images, plan_.host_image_bytes * count, why);
-  }
-  if (count > 0) {
-    ok = ok && backend_.copy_to_device(stream_, memory_, dst + labels_offset_, labels, plan_.label_bytes * count, why);
-  }
-  if (ok) {
-    if (base::Status r = backend_.record(device_, ready_[s], stream_); !r) {
-      ok = false;
-      why = r.message();
+  base::Status st = backend_.stream_wait(device_, stream_, release_[s]);
+  if (st && count > 0) {
+    if (plan_.normalize) {
+      st = backend_.copy_to_device(stream_, staging_, 0, images, plan_.host_image_bytes * count);
+      if (st) st = backend_.normalize(stream_, memory_, dst, staging_, 0, count, plan_.spec);
+    } else {
+      st = backend_.copy_to_device(stream_, memory_, dst, images, plan_.host_image_bytes * count);
     }
+    if (st) st = backend_.copy_to_device(stream_, memory_, dst + labels_offset_, labels, plan_.label_bytes * count);
   }
+  if (st) st = backend_.record(device_, ready_[s], stream_);
   copied_[s] = 1;
-  return ok ? base::Status() : base::Status::error(why);
+  return st;
 }
 
 void DeviceRing::wait_host_read(std::uint32_t s) {

@@ -5,9 +5,14 @@
 namespace stoker::device {
 
 std::unique_ptr<Backend> make_exporter_backend(std::string& why_not) {
-  auto b = make_backend(&make_cuda_daemon_backend, why_not);
+  BackendResult made = make_backend(&make_cuda_daemon_backend);
+  if (!made) {
+    why_not = made.status().message();
+    return nullptr;
+  }
+  std::unique_ptr<Backend> b = std::move(made).value();
   // A killed stokerd's simulated allocations are removed like its stale segments.
-  if (b && b->kind() == BackendKind::kHostSim) hostsim::remove_stale_objects();
+  if (b->kind() == BackendKind::kHostSim) hostsim::remove_stale_objects();
   return b;
 }
 

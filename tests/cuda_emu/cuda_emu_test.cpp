@@ -68,21 +68,26 @@ bool say(const std::string& what) {
 }
 
 std::unique_ptr<Backend> backend(int device = 0) {
-  std::string why;
-  auto b = make_cuda_driver_backend(why);
-  if (b && !b->open_device(device, why)) b.reset();
+  auto made = make_cuda_driver_backend();
+  std::string why = made.status().message();
+  std::unique_ptr<Backend> b = made ? std::move(made).value() : nullptr;
+  if (b) {
+    if (base::Status st = b->open_device(device); !st) {
+      why = st.message();
+      b.reset();
+    }
+  }
   if (!b) say("no emulated device: " + why);
   return b;
 }
 
 const cu::DriverApi& driver() {
-  std::string why;
-  const cu::DriverApi* api = cu::load_driver(why);
-  if (api == nullptr) {
-    std::fprintf(stderr, "no driver: %s\n", why.c_str());
+  const base::Result<const cu::DriverApi*> loaded = cu::load_driver();
+  if (!loaded) {
+    std::fprintf(stderr, "no driver: %s\n", loaded.status().message().c_str());
     std::_Exit(3);
   }
-  return *api;
+  return **loaded;
 }
 
 // A peer process (cuda_emu_peer) that opens `h` and holds it until release().
@@ -146,7 +151,10 @@ TEST_CASE("cuda-emu a host read or write of a device pointer crashes, as on a GP
       auto b = backend();
       DeviceBuffer buf;
       std::string why;
-      if (!b || !b->allocate(0, 4096, buf, why)) return say(why);
+      if (!b) return say(why);
+      auto buf_r = b->allocate(0, 4096);
+      if (!buf_r) return say(buf_r.status().message());
+      buf = *buf_r;
       volatile unsigned char* p = static_cast<unsigned char*>(buf.ptr);
       if (write) {
         p[100] = 7;
@@ -208,12 +216,21 @@ TEST_CASE("cuda-emu an IPC handle does not open in the process that exported it"
     EventId e = 0;
     IpcHandle eh{};
     std::string why;
-    void* p = nullptr;
-    EventId opened = 0;
-    if (!b || !b->allocate(0, 4096, buf, why) || !b->create_ipc_event(0, e, eh, why)) return say(why);
-    if (b->open_memory(0, buf.handle, 4096, &p, why)) return say("own memory handle opened");
+    if (!b) return say(why);
+    auto buf_r = b->allocate(0, 4096);
+    if (!buf_r) return say(buf_r.status().message());
+    buf = *buf_r;
+    auto e_r = b->create_ipc_event(0);
+    if (!e_r) return say(e_r.status().message());
+    e = e_r->event;
+    eh = e_r->handle;
+    auto mem = b->open_memory(0, buf.handle, 4096);
+    if (mem) return say("own memory handle opened");
+    why = mem.status().message();
     if (why.find("cuIpcOpenMemHandle: invalid device context (CUresult 201)") == std::string::npos) return say(why);
-    if (b->open_event(0, eh, opened, why)) return say("own event handle opened");
+    auto ev = b->open_event(0, eh);
+    if (ev) return say("own event handle opened");
+    why = ev.status().message();
     if (why.find("cuIpcOpenEventHandle: invalid device context (CUresult 201)") == std::string::npos) return say(why);
     b->destroy_event(0, e);
     b->free(buf);
@@ -231,7 +248,10 @@ TEST_CASE("cuda-emu freeing memory a peer still has open aborts, and is fine aft
       auto b = backend();
       DeviceBuffer buf;
       std::string why;
-      if (!b || !b->allocate(0, 1 << 16, buf, why)) return say(why);
+      if (!b) return say(why);
+      auto buf_r = b->allocate(0, 1 << 16);
+      if (!buf_r) return say(buf_r.status().message());
+      buf = *buf_r;
       Peer peer("hold-mem", buf.handle, buf.bytes);
       if (!peer.opened()) return say("the peer did not open the handle");
       if (when == "closed" && peer.release() != 0) return say("the peer failed");
@@ -258,7 +278,11 @@ TEST_CASE("cuda-emu destroying an interprocess event a peer still has open abort
     EventId e = 0;
     IpcHandle h{};
     std::string why;
-    if (!b || !b->create_ipc_event(0, e, h, why)) return say(why);
+    if (!b) return say(why);
+    auto e_r = b->create_ipc_event(0);
+    if (!e_r) return say(e_r.status().message());
+    e = e_r->event;
+    h = e_r->handle;
     Peer peer("hold-event", h, 0);
     if (!peer.opened()) return say("the peer did not open the event");
     b->destroy_event(0, e);
@@ -274,7 +298,10 @@ TEST_CASE("cuda-emu closing an IPC mapping twice aborts in the peer", "[unit][de
     auto b = backend();
     DeviceBuffer buf;
     std::string why;
-    if (!b || !b->allocate(0, 4096, buf, why)) return say(why);
+    if (!b) return say(why);
+    auto buf_r = b->allocate(0, 4096);
+    if (!buf_r) return say(buf_r.status().message());
+    buf = *buf_r;
     Peer peer("close-mem-twice", buf.handle, buf.bytes);
     if (!peer.opened()) return say("the peer did not open the handle");
     const int status = peer.release();
@@ -291,7 +318,10 @@ TEST_CASE("cuda-emu using a destroyed stream or event aborts naming the call", "
     auto b = backend();
     StreamId st = 0;
     std::string why;
-    if (!b || !b->create_stream(0, st, why)) return say(why);
+    if (!b) return say(why);
+    auto st_r = b->create_stream(0);
+    if (!st_r) return say(st_r.status().message());
+    st = *st_r;
     b->destroy_stream(0, st);
     (void)b->synchronize_stream(0, st);
     return say("no abort");
@@ -305,7 +335,14 @@ TEST_CASE("cuda-emu using a destroyed stream or event aborts naming the call", "
     EventId ev = 0;
     IpcHandle h{};
     std::string why;
-    if (!b || !b->create_stream(0, st, why) || !b->create_ipc_event(0, ev, h, why)) return say(why);
+    if (!b) return say(why);
+    auto st_r = b->create_stream(0);
+    if (!st_r) return say(st_r.status().message());
+    st = *st_r;
+    auto ev_r = b->create_ipc_event(0);
+    if (!ev_r) return say(ev_r.status().message());
+    ev = ev_r->event;
+    h = ev_r->handle;
     b->destroy_event(0, ev);
     (void)b->record(0, ev, st);
     return say("no abort");
@@ -332,12 +369,22 @@ TEST_CASE("cuda-emu streams run later, so a missing stream wait reads stale byte
       constexpr std::size_t n = 4096;
       std::vector<std::uint8_t> pattern(n), zeros(n, 0), back(n, 0xee);
       for (std::size_t i = 0; i < n; ++i) pattern[i] = gputest::pattern_byte(i) | 1;
-      if (!b || !b->create_stream(0, sa, why) || !b->create_stream(0, sb, why) || !b->allocate(0, n, buf, why) ||
-          !b->create_ipc_event(0, done, h, why)) {
-        return say(why);
-      }
-      for (int i = 0; i < 20; ++i) b->copy_to_device(sa, buf, 0, zeros.data(), n, why);
-      b->copy_to_device(sa, buf, 0, pattern.data(), n, why);
+      if (!b) return say(why);
+      auto sa_r = b->create_stream(0);
+      if (!sa_r) return say(sa_r.status().message());
+      sa = *sa_r;
+      auto sb_r = b->create_stream(0);
+      if (!sb_r) return say(sb_r.status().message());
+      sb = *sb_r;
+      auto buf_r = b->allocate(0, n);
+      if (!buf_r) return say(buf_r.status().message());
+      buf = *buf_r;
+      auto done_r = b->create_ipc_event(0);
+      if (!done_r) return say(done_r.status().message());
+      done = done_r->event;
+      h = done_r->handle;
+      for (int i = 0; i < 20; ++i) (void)b->copy_to_device(sa, buf, 0, zeros.data(), n);
+      (void)b->copy_to_device(sa, buf, 0, pattern.data(), n);
       (void)b->record(0, done, sa);
       if (wait) (void)b->stream_wait(0, sb, done);
       if (auto st = b->copy_to_host(0, sb, back.data(), buf.ptr, n); !st) return say(st.message());
@@ -400,10 +447,17 @@ TEST_CASE("cuda-emu a process's live objects are counted, and nothing is left af
       StreamId st = 0;
       IpcHandle h{};
       std::string why;
-      if (!b || !b->allocate(1, 4096, buf, why) || !b->create_ipc_event(1, e, h, why) ||
-          !b->create_stream(1, st, why)) {
-        return say(why);
-      }
+      if (!b) return say(why);
+      auto buf_r = b->allocate(1, 4096);
+      if (!buf_r) return say(buf_r.status().message());
+      buf = *buf_r;
+      auto e_r = b->create_ipc_event(1);
+      if (!e_r) return say(e_r.status().message());
+      e = e_r->event;
+      h = e_r->handle;
+      auto st_r = b->create_stream(1);
+      if (!st_r) return say(st_r.status().message());
+      st = *st_r;
       if (!cuemu::cuemu_read_stats(::getpid(), s) || s.allocations != 1 || s.events != 1 || s.streams != 1 ||
           s.primary_retained[0] != 0 || s.primary_retained[1] != 1 || s.pushed != 0) {
         return say("counts while live are wrong");
@@ -428,21 +482,31 @@ TEST_CASE("cuda-emu a kernel image without the normalize kernel is refused on ev
     // A valid module that lacks stoker_normalize_table.
     static const char ptx[] = ".version 7.0\n.target sm_52\n.address_size 64\n.visible .entry other_kernel()\n{\nret;\n}\n";
     std::string why;
-    auto b = make_cuda_driver_backend_with_kernels(ptx, why);
-    if (!b || !b->open_device(0, why)) return say(why);
+    auto made = make_cuda_driver_backend_with_kernels(ptx);
+    if (!made) return say(made.status().message());
+    auto b = std::move(made).value();
+    if (base::Status open = b->open_device(0); !open) return say(open.message());
     DeviceBuffer in, out;
     StreamId st = 0;
-    if (!b->allocate(0, 64, in, why) || !b->allocate(0, 64 * 4, out, why) || !b->create_stream(0, st, why)) {
-      return say(why);
-    }
+    auto in_r = b->allocate(0, 64);
+    if (!in_r) return say(in_r.status().message());
+    in = *in_r;
+    auto out_r = b->allocate(0, 64 * 4);
+    if (!out_r) return say(out_r.status().message());
+    out = *out_r;
+    auto st_r = b->create_stream(0);
+    if (!st_r) return say(st_r.status().message());
+    st = *st_r;
     NormalizeSpec spec;
     spec.channels = 1;
     spec.height = 8;
     spec.width = 8;
     for (int call = 0; call < 2; ++call) {
-      why.clear();
-      if (b->normalize(st, out, 0, in, 0, 1, spec, why)) return say("normalize without its kernel succeeded");
-      if (why.find("cuModuleGetFunction") == std::string::npos) return say("call " + std::to_string(call) + ": " + why);
+      const base::Status n = b->normalize(st, out, 0, in, 0, 1, spec);
+      if (n) return say("normalize without its kernel succeeded");
+      if (n.message().find("cuModuleGetFunction") == std::string::npos) {
+        return say("call " + std::to_string(call) + ": " + n.message());
+      }
     }
     b->destroy_stream(0, st);
     b->free(in);

@@ -20,17 +20,34 @@ int main(int argc, char** argv) {
   }
   const std::string mode = argv[1];
   device::IpcHandle h{};
-  std::string why;
-  auto b = device::make_cuda_driver_backend(why);
-  if (!gputest::from_hex(argv[2], h) || !b || !b->open_device(0, why)) {
+  auto made = device::make_cuda_driver_backend();
+  std::string why = made.status().message();
+  std::unique_ptr<device::Backend> b = made ? std::move(made).value() : nullptr;
+  bool usable = gputest::from_hex(argv[2], h) && b;
+  if (usable) {
+    if (base::Status st = b->open_device(0); !st) {
+      why = st.message();
+      usable = false;
+    }
+  }
+  if (!usable) {
     std::fprintf(stderr, "peer: %s\n", why.c_str());
     return 1;
   }
   void* ptr = nullptr;
   device::EventId e = 0;
-  const bool ok = mode == "hold-event" ? b->open_event(0, h, e, why)
-                                       : b->open_memory(0, h, std::strtoull(argv[3], nullptr, 10), &ptr, why);
-  if (!ok) {
+  base::Status opened;
+  if (mode == "hold-event") {
+    auto r = b->open_event(0, h);
+    if (r) e = *r;
+    opened = r.status();
+  } else {
+    auto r = b->open_memory(0, h, std::strtoull(argv[3], nullptr, 10));
+    if (r) ptr = *r;
+    opened = r.status();
+  }
+  if (!opened) {
+    why = opened.message();
     std::fprintf(stderr, "peer: %s\n", why.c_str());
     return 1;
   }

@@ -62,7 +62,11 @@ int main(int argc, char** argv) {
   std::printf("device 0: %s %s; %s\n", devs.at(0).name.c_str(), device::uuid_string(devs[0].uuid).c_str(),
               b->version().c_str());
   device::StreamId s = 0;
-  if (!b->create_stream(0, s, why)) die(why);
+  if (auto made = b->create_stream(0); made) {
+    s = *made;
+  } else {
+    die(made.status().message());
+  }
   const std::uint32_t h = 224, w = 224, c = 3;
   const std::size_t image = std::size_t{h} * w * c;
   const std::size_t bytes = image * batch;
@@ -82,12 +86,16 @@ int main(int argc, char** argv) {
   if (auto st = b->register_host(0, shm, bytes, true); !st) die(st.message());
   if (auto st = b->register_host(0, anon, bytes, false); !st) die(st.message());
   device::DeviceBuffer slot, out;
-  if (!b->allocate(0, bytes, slot, why) || !b->allocate(0, bytes * 4, out, why)) die(why);
+  for (auto [buf, size] : {std::pair{&slot, bytes}, std::pair{&out, bytes * 4}}) {
+    auto made = b->allocate(0, size);
+    if (!made) die(made.status().message());
+    *buf = *made;
+  }
   const double t_shm = time_per_run(*b, s, 20, [&] {
-    if (!b->copy_to_device(s, slot, 0, shm, bytes, why)) die(why);
+    if (auto st = b->copy_to_device(s, slot, 0, shm, bytes); !st) die(st.message());
   });
   const double t_anon = time_per_run(*b, s, 20, [&] {
-    if (!b->copy_to_device(s, slot, 0, anon, bytes, why)) die(why);
+    if (auto st = b->copy_to_device(s, slot, 0, anon, bytes); !st) die(st.message());
   });
   const double h2d = t_anon / t_shm;
   std::printf("H2D batch of %zu images (%.1f MB): segment %.2f GB/s, pinned peak %.2f GB/s, ratio %.3f (target >= 0.9)%s\n",
@@ -95,8 +103,9 @@ int main(int argc, char** argv) {
   missed += h2d < 0.9;
 
   // 2. Normalize vs a device-to-device copy of the output.
-  const auto* api = device::cu::load_driver(why);
-  if (api == nullptr) die(why);
+  const auto loaded = device::cu::load_driver();
+  if (!loaded) die(loaded.status().message());
+  const device::cu::DriverApi* api = *loaded;
   device::NormalizeSpec spec;
   spec.channels = c;
   spec.height = h;
@@ -107,7 +116,7 @@ int main(int argc, char** argv) {
       spec.layout = layout;
       const std::size_t out_bytes = bytes * (dtype == 2 ? 2 : 4);
       const double t_norm = time_per_run(*b, s, 20, [&] {
-        if (!b->normalize(s, out, 0, slot, 0, static_cast<std::uint32_t>(batch), spec, why)) die(why);
+        if (auto st = b->normalize(s, out, 0, slot, 0, static_cast<std::uint32_t>(batch), spec); !st) die(st.message());
       });
       // The D2D reference inside the backend's context (pushed by a no-op call first).
       const double t_copy = time_per_run(*b, s, 20, [&] {

@@ -30,7 +30,9 @@ TEST_CASE("normalize on the GPU equals the per-channel table, for float32/float1
   auto b = gputest::cuda_or_skip();
   device::StreamId s = 0;
   std::string why;
-  REQUIRE(b->create_stream(0, s, why));
+  auto s_r = b->create_stream(0);
+  REQUIRE(s_r.ok());
+  s = *s_r;
   for (std::uint32_t dtype : {3u, 2u}) {
     for (std::uint32_t layout : {1u, 2u}) {
       device::NormalizeSpec spec;
@@ -53,10 +55,14 @@ TEST_CASE("normalize on the GPU equals the per-channel table, for float32/float1
       const std::size_t out_size = dtype == 2 ? 2 : 4;
       const std::size_t dst_offset = 256;  // slot offsets inside a ring are 256-aligned
       DeviceBuffer src, dst;
-      REQUIRE(b->allocate(0, elems, src, why));
-      REQUIRE(b->allocate(0, dst_offset + elems * out_size, dst, why));
-      REQUIRE(b->copy_to_device(s, src, 0, in.data(), elems, why));
-      REQUIRE(b->normalize(s, dst, dst_offset, src, 0, count, spec, why));
+      auto src_r = b->allocate(0, elems);
+      REQUIRE(src_r.ok());
+      src = *src_r;
+      auto dst_r = b->allocate(0, dst_offset + elems * out_size);
+      REQUIRE(dst_r.ok());
+      dst = *dst_r;
+      REQUIRE(b->copy_to_device(s, src, 0, in.data(), elems).ok());
+      REQUIRE(b->normalize(s, dst, dst_offset, src, 0, count, spec).ok());
       std::vector<std::uint8_t> out(elems * out_size);
       REQUIRE(b->copy_to_host(0, s, out.data(), static_cast<std::uint8_t*>(dst.ptr) + dst_offset, out.size()).ok());
       const std::size_t plane = 17 * 13;
@@ -78,9 +84,9 @@ TEST_CASE("normalize on the GPU equals the per-channel table, for float32/float1
 
 TEST_CASE("a hundred ring allocations with their IPC events leave no device memory behind") {
   auto b = gputest::cuda_or_skip();
-  std::string why;
-  const auto* api = device::cu::load_driver(why);
-  REQUIRE(api != nullptr);
+  const auto driver = device::cu::load_driver();
+  REQUIRE(driver.ok());
+  const device::cu::DriverApi* api = *driver;
   auto free_now = [&] {
     // Measured inside the backend's context: open_device retained the primary context, so
     // pushing it here creates nothing.
@@ -97,16 +103,26 @@ TEST_CASE("a hundred ring allocations with their IPC events leave no device memo
   };
   // One warm-up cycle: the first allocation grows the context's own pools.
   DeviceBuffer warm;
-  REQUIRE(b->allocate(0, 64 << 20, warm, why));
+  auto warm_r = b->allocate(0, 64 << 20);
+  REQUIRE(warm_r.ok());
+  warm = *warm_r;
   b->free(warm);
   const std::size_t before = free_now();
   for (int i = 0; i < 100; ++i) {
     DeviceBuffer ring;
-    REQUIRE(b->allocate(0, 64 << 20, ring, why));
+    auto ring_r = b->allocate(0, 64 << 20);
+    REQUIRE(ring_r.ok());
+    ring = *ring_r;
     device::EventId e1 = 0, e2 = 0;
     device::IpcHandle h;
-    REQUIRE(b->create_ipc_event(0, e1, h, why));
-    REQUIRE(b->create_ipc_event(0, e2, h, why));
+    auto e1_r = b->create_ipc_event(0);
+    REQUIRE(e1_r.ok());
+    e1 = e1_r->event;
+    h = e1_r->handle;
+    auto e2_r = b->create_ipc_event(0);
+    REQUIRE(e2_r.ok());
+    e2 = e2_r->event;
+    h = e2_r->handle;
     b->destroy_event(0, e1);
     b->destroy_event(0, e2);
     b->free(ring);
@@ -122,17 +138,27 @@ TEST_CASE("another process maps the batch, waits for its ready event on its stre
   const auto devs = b->devices(why);
   REQUIRE(!devs.empty());
   device::StreamId s = 0;
-  REQUIRE(b->create_stream(0, s, why));
+  auto s_r = b->create_stream(0);
+  REQUIRE(s_r.ok());
+  s = *s_r;
   const std::size_t bytes = 8 << 20;
   DeviceBuffer mem;
-  REQUIRE(b->allocate(0, bytes, mem, why));
+  auto mem_r = b->allocate(0, bytes);
+  REQUIRE(mem_r.ok());
+  mem = *mem_r;
   device::EventId ready = 0, release = 0;
   device::IpcHandle ready_h, release_h;
-  REQUIRE(b->create_ipc_event(0, ready, ready_h, why));
-  REQUIRE(b->create_ipc_event(0, release, release_h, why));
+  auto ready_r = b->create_ipc_event(0);
+  REQUIRE(ready_r.ok());
+  ready = ready_r->event;
+  ready_h = ready_r->handle;
+  auto release_r = b->create_ipc_event(0);
+  REQUIRE(release_r.ok());
+  release = release_r->event;
+  release_h = release_r->handle;
   std::vector<std::uint8_t> pattern(bytes);
   for (std::size_t i = 0; i < bytes; ++i) pattern[i] = gputest::pattern_byte(i);
-  REQUIRE(b->copy_to_device(s, mem, 0, pattern.data(), bytes, why));
+  REQUIRE(b->copy_to_device(s, mem, 0, pattern.data(), bytes).ok());
   REQUIRE(b->record(0, ready, s).ok());
 
   // The peer is a new program (a fork of a process that initialized CUDA cannot use CUDA).

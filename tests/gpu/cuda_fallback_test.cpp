@@ -16,21 +16,22 @@ extern const std::size_t stoker_normalize_fatbin_size;
 using namespace stoker;
 
 TEST_CASE("without a usable driver the cuda backend is unavailable with a reason, on both sides") {
-  std::string why_driver;
-  const auto* api = device::cu::load_driver(why_driver);
-  std::string why_daemon, why_client;
-  auto daemon_side = device::make_cuda_daemon_backend(why_daemon);
-  auto client_side = device::make_cuda_driver_backend(why_client);
+  const auto driver = device::cu::load_driver();
+  const device::cu::DriverApi* api = driver ? *driver : nullptr;
+  const std::string why_driver = driver.status().message();
+  const auto daemon_side = device::make_cuda_daemon_backend();
+  const auto client_side = device::make_cuda_driver_backend();
+  const std::string why_daemon = daemon_side.status().message();
   if (api != nullptr) {
     // A driver is loaded: the backends exist exactly when it sees a GPU.
     int n = 0;
     api->cuDeviceGetCount(&n);
-    CHECK((daemon_side != nullptr) == (n > 0));
-    CHECK((client_side != nullptr) == (n > 0));
+    CHECK(daemon_side.ok() == (n > 0));
+    CHECK(client_side.ok() == (n > 0));
     return;
   }
-  CHECK(daemon_side == nullptr);
-  CHECK(client_side == nullptr);
+  CHECK(!daemon_side.ok());
+  CHECK(!client_side.ok());
   CHECK(why_daemon == why_driver);
   CHECK(why_daemon.find("CUDA driver") != std::string::npos);
 }
@@ -38,12 +39,13 @@ TEST_CASE("without a usable driver the cuda backend is unavailable with a reason
 TEST_CASE("STOKER_DEVICE_BACKEND chooses the backend on both sides, and an unknown name is refused") {
   ::setenv("STOKER_DEVICE_BACKEND", "hostsim", 1);
   std::string why;
-  auto sim = device::make_importer_backend(why);
-  REQUIRE(sim != nullptr);
-  CHECK(sim->kind() == device::BackendKind::kHostSim);
+  auto sim = device::make_importer_backend();
+  REQUIRE(sim.ok());
+  CHECK((*sim)->kind() == device::BackendKind::kHostSim);
   ::setenv("STOKER_DEVICE_BACKEND", "none", 1);
-  CHECK(device::make_importer_backend(why) == nullptr);
-  CHECK(why == "STOKER_DEVICE_BACKEND=none");
+  const auto none = device::make_importer_backend();
+  CHECK(!none.ok());
+  CHECK(none.status().message() == "STOKER_DEVICE_BACKEND=none");
   ::setenv("STOKER_DEVICE_BACKEND", "cdua", 1);
   CHECK(device::make_exporter_backend(why) == nullptr);
   CHECK(why.find("'cdua' is not one of cuda, hostsim, none") != std::string::npos);

@@ -16,9 +16,15 @@ inline constexpr int kSkip = 77;
 // stokerd's cuda backend (with the normalize kernel) on device 0, opened; or, without a usable
 // GPU, exits 77 - unless STOKER_REQUIRE_GPU=1 (scripts/gpu-check.sh), where that is a failure.
 inline std::unique_ptr<device::Backend> cuda_or_skip() {
-  std::string why;
-  auto b = device::make_cuda_daemon_backend(why);
-  if (b && !b->open_device(0, why)) b.reset();
+  auto made = device::make_cuda_daemon_backend();
+  std::string why = made.status().message();
+  std::unique_ptr<device::Backend> b = made ? std::move(made).value() : nullptr;
+  if (b) {
+    if (base::Status st = b->open_device(0); !st) {
+      why = st.message();
+      b.reset();
+    }
+  }
   if (!b) {
     const char* req = std::getenv("STOKER_REQUIRE_GPU");
     const bool required = req != nullptr && std::string(req) == "1";

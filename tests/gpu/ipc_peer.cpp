@@ -25,20 +25,32 @@ int main(int argc, char** argv) {
   }
   const std::size_t bytes = std::strtoull(argv[5], nullptr, 10);
   std::string why;
-  auto b = device::make_cuda_driver_backend(why);
-  if (!b) return fail(why);
+  auto made = device::make_cuda_driver_backend();
+  if (!made) return fail(made.status().message());
+  auto b = std::move(made).value();
   int ordinal = -1;
   for (const auto& d : b->devices(why)) {
     if (d.uuid == uuid) ordinal = d.ordinal;
   }
   if (ordinal < 0) return fail("GPU " + std::string(argv[1]) + " not visible");
-  if (!b->open_device(ordinal, why)) return fail(why);
+  if (auto st = b->open_device(ordinal); !st) return fail(st.message());
   void* ptr = nullptr;
   device::EventId ready = 0, release = 0;
   device::StreamId s = 0;
-  if (!b->open_memory(ordinal, mem_h, bytes, &ptr, why) || !b->open_event(ordinal, ready_h, ready, why) ||
-      !b->open_event(ordinal, release_h, release, why) || !b->create_stream(ordinal, s, why)) {
-    return fail(why);
+  if (auto mem = b->open_memory(ordinal, mem_h, bytes); mem) {
+    ptr = *mem;
+  } else {
+    return fail(mem.status().message());
+  }
+  for (auto [h, e] : {std::pair{&ready_h, &ready}, std::pair{&release_h, &release}}) {
+    auto opened = b->open_event(ordinal, *h);
+    if (!opened) return fail(opened.status().message());
+    *e = *opened;
+  }
+  if (auto made = b->create_stream(ordinal); made) {
+    s = *made;
+  } else {
+    return fail(made.status().message());
   }
   if (auto st = b->stream_wait(ordinal, s, ready); !st) return fail(st.message());
   std::vector<std::uint8_t> host(bytes);

@@ -25,10 +25,9 @@ using namespace stoker::device;
 namespace {
 
 std::unique_ptr<Backend> sim() {
-  std::string why;
-  auto b = make_hostsim_backend(why);
-  REQUIRE(b != nullptr);
-  return b;
+  BackendResult made = make_hostsim_backend();
+  REQUIRE(made.ok());
+  return std::move(made).value();
 }
 
 // Runs `body` in a child process; returns (terminating signal or 0, its stderr).
@@ -64,18 +63,25 @@ TEST_CASE("hostsim: memory and events cross processes - waits order work", "[uni
   const auto devs = b->devices(why);
   REQUIRE(devs.size() == 2);
   CHECK(uuid_string(devs[1].uuid) == "GPU-5afe5130-0000-0000-0000-000000000001");
-  REQUIRE(b->open_device(1, why));
+  REQUIRE(b->open_device(1).ok());
 
   DeviceBuffer buf;
-  REQUIRE(b->allocate(1, 4096, buf, why));
+  auto buf_r = b->allocate(1, 4096);
+  REQUIRE(buf_r.ok());
+  buf = *buf_r;
   EventId ev = 0;
   IpcHandle evh{};
-  REQUIRE(b->create_ipc_event(1, ev, evh, why));
+  auto ev_r = b->create_ipc_event(1);
+  REQUIRE(ev_r.ok());
+  ev = ev_r->event;
+  evh = ev_r->handle;
   StreamId s = 0;
-  REQUIRE(b->create_stream(1, s, why));
+  auto s_r = b->create_stream(1);
+  REQUIRE(s_r.ok());
+  s = *s_r;
   std::vector<std::uint8_t> src(4096);
   for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::uint8_t>(i * 7);
-  REQUIRE(b->copy_to_device(s, buf, 0, src.data(), src.size(), why));
+  REQUIRE(b->copy_to_device(s, buf, 0, src.data(), src.size()).ok());
   REQUIRE(b->record(1, ev, s).ok());
   // fork() copies only the calling thread: the stream's thread must be idle (holding no lock
   // the child could need) when it happens. Ordering across processes while the stream is
@@ -89,8 +95,19 @@ TEST_CASE("hostsim: memory and events cross processes - waits order work", "[uni
     std::string w;
     void* p = nullptr;
     EventId pe = 0;
-    if (!peer->open_device(1, w) || !peer->open_memory(1, buf.handle, 4096, &p, w) ||
-        !peer->open_event(1, evh, pe, w)) {
+    bool opened = false;
+    if (stoker::base::Status st = peer->open_device(1); !st) {
+      w = st.message();
+    } else if (auto mem = peer->open_memory(1, buf.handle, 4096); !mem) {
+      w = mem.status().message();
+    } else if (auto event = peer->open_event(1, evh); !event) {
+      w = event.status().message();
+    } else {
+      p = *mem;
+      pe = *event;
+      opened = true;
+    }
+    if (!opened) {
       std::fprintf(stderr, "open failed: %s\n", w.c_str());
       std::_Exit(3);
     }
@@ -120,10 +137,10 @@ TEST_CASE("hostsim: a recorded event completes only when its stream gets there",
     ::setenv("STOKER_HOSTSIM_DELAY_US", "100000", 1);
     auto b = sim();
     std::string why;
-    b->open_device(0, why);
+    (void)b->open_device(0);
     EventId ev = 0;
     IpcHandle h{};
-    b->create_ipc_event(0, ev, h, why);
+    if (auto r = b->create_ipc_event(0)) { ev = r->event; h = r->handle; }
     const auto t0 = std::chrono::steady_clock::now();
     (void)b->record(0, ev, kDefaultStream);
     if (b->event_done(0, ev)) std::_Exit(3);  // the delayed stream has not run the record yet
@@ -151,9 +168,9 @@ TEST_CASE("hostsim aborts on what CUDA leaves undefined", "[unit][hostsim]") {
       ::dup2(errpipe[1], 2);
       auto b = sim();
       std::string why;
-      b->open_device(0, why);
+      (void)b->open_device(0);
       DeviceBuffer buf;
-      b->allocate(0, 1024, buf, why);
+      if (auto r = b->allocate(0, 1024)) buf = *r;
       (void)!::write(to_parent[1], buf.handle.data(), 64);
       char go;
       (void)!::read(to_child[0], &go, 1);
@@ -165,9 +182,11 @@ TEST_CASE("hostsim aborts on what CUDA leaves undefined", "[unit][hostsim]") {
     REQUIRE(::read(to_parent[0], h.data(), 64) == 64);
     auto b = sim();
     std::string why;
-    REQUIRE(b->open_device(0, why));
+    REQUIRE(b->open_device(0).ok());
     void* p = nullptr;
-    REQUIRE(b->open_memory(0, h, 1024, &p, why));
+    auto p_r = b->open_memory(0, h, 1024);
+    REQUIRE(p_r.ok());
+    p = *p_r;
     REQUIRE(::write(to_child[1], "g", 1) == 1);
     int status = 0;
     ::waitpid(pid, &status, 0);
@@ -182,17 +201,17 @@ TEST_CASE("hostsim aborts on what CUDA leaves undefined", "[unit][hostsim]") {
     const auto [sig, err] = in_child([] {
       auto b = sim();
       std::string why;
-      b->open_device(0, why);
+      (void)b->open_device(0);
       DeviceBuffer buf;
-      b->allocate(0, 1024, buf, why);
+      if (auto r = b->allocate(0, 1024)) buf = *r;
       void* p = nullptr;
-      b->open_memory(0, buf.handle, 1024, &p, why);  // this process as the reader, too
+      if (auto r = b->open_memory(0, buf.handle, 1024)) p = *r;  // this process as the reader, too
       b->annotate_read_begin(0, p, 512, kDefaultStream);
       (void)b->synchronize_stream(0, kDefaultStream);
       StreamId copy = 0;
-      b->create_stream(0, copy, why);
+      if (auto r = b->create_stream(0)) copy = *r;
       std::vector<std::uint8_t> src(256);
-      b->copy_to_device(copy, buf, 256, src.data(), src.size(), why);  // no fence: abort
+      (void)b->copy_to_device(copy, buf, 256, src.data(), src.size());  // no fence: abort
       (void)b->synchronize_stream(0, copy);
       std::_Exit(0);
     });
@@ -204,23 +223,23 @@ TEST_CASE("hostsim aborts on what CUDA leaves undefined", "[unit][hostsim]") {
       ::setenv("STOKER_HOSTSIM_DELAY_US", "20000", 1);
       auto b = sim();
       std::string why;
-      b->open_device(0, why);
+      (void)b->open_device(0);
       DeviceBuffer buf;
-      b->allocate(0, 1024, buf, why);
+      if (auto r = b->allocate(0, 1024)) buf = *r;
       EventId release = 0, opened = 0;
       IpcHandle h{};
-      b->create_ipc_event(0, release, h, why);
+      if (auto r = b->create_ipc_event(0)) { release = r->event; h = r->handle; }
       void* p = nullptr;
-      b->open_memory(0, buf.handle, 1024, &p, why);
-      b->open_event(0, h, opened, why);
+      if (auto r = b->open_memory(0, buf.handle, 1024)) p = *r;
+      if (auto r = b->open_event(0, h)) opened = *r;
       b->annotate_read_begin(0, p, 512, kDefaultStream);
       b->annotate_read_end(0, p, 512, kDefaultStream);
       (void)b->record(0, opened, kDefaultStream);  // the reader's release fence (delayed)
       StreamId copy = 0;
-      b->create_stream(0, copy, why);
+      if (auto r = b->create_stream(0)) copy = *r;
       (void)b->stream_wait(0, copy, release);
       std::vector<std::uint8_t> src(256);
-      b->copy_to_device(copy, buf, 256, src.data(), src.size(), why);
+      (void)b->copy_to_device(copy, buf, 256, src.data(), src.size());
       (void)b->synchronize_stream(0, copy);
       b->close_event(0, opened);
       b->close_memory(0, p);
@@ -235,11 +254,11 @@ TEST_CASE("hostsim aborts on what CUDA leaves undefined", "[unit][hostsim]") {
     const auto [sig, err] = in_child([] {
       auto b = sim();
       std::string why;
-      b->open_device(0, why);
+      (void)b->open_device(0);
       DeviceBuffer buf;
-      b->allocate(0, 64, buf, why);
+      if (auto r = b->allocate(0, 64)) buf = *r;
       void* p = nullptr;
-      b->open_memory(0, buf.handle, 64, &p, why);
+      if (auto r = b->open_memory(0, buf.handle, 64)) p = *r;
       b->close_memory(0, p);
       b->close_memory(0, p);
       std::_Exit(0);
@@ -252,7 +271,7 @@ TEST_CASE("hostsim aborts on what CUDA leaves undefined", "[unit][hostsim]") {
       auto b = sim();
       std::string why;
       DeviceBuffer buf;
-      b->allocate(0, 64, buf, why);
+      if (auto r = b->allocate(0, 64)) buf = *r;
       std::_Exit(0);
     });
     CHECK(sig == SIGABRT);
@@ -263,7 +282,7 @@ TEST_CASE("hostsim aborts on what CUDA leaves undefined", "[unit][hostsim]") {
 TEST_CASE("hostsim normalize applies the per-channel table, NCHW and NHWC", "[unit][hostsim]") {
   auto b = sim();
   std::string why;
-  REQUIRE(b->open_device(0, why));
+  REQUIRE(b->open_device(0).ok());
   NormalizeSpec spec;
   spec.channels = 3;
   spec.height = 2;
@@ -275,14 +294,18 @@ TEST_CASE("hostsim normalize applies the per-channel table, NCHW and NHWC", "[un
     }
   }
   DeviceBuffer in, out;
-  REQUIRE(b->allocate(0, 12, in, why));
-  REQUIRE(b->allocate(0, 48, out, why));
+  auto in_r = b->allocate(0, 12);
+  REQUIRE(in_r.ok());
+  in = *in_r;
+  auto out_r = b->allocate(0, 48);
+  REQUIRE(out_r.ok());
+  out = *out_r;
   std::vector<std::uint8_t> px(12);
   for (int i = 0; i < 12; ++i) px[i] = static_cast<std::uint8_t>(10 + i);
   for (std::uint32_t layout : {1u, 2u}) {
     spec.layout = layout;
-    REQUIRE(b->copy_to_device(kDefaultStream, in, 0, px.data(), 12, why));
-    REQUIRE(b->normalize(kDefaultStream, out, 0, in, 0, 1, spec, why));
+    REQUIRE(b->copy_to_device(kDefaultStream, in, 0, px.data(), 12).ok());
+    REQUIRE(b->normalize(kDefaultStream, out, 0, in, 0, 1, spec).ok());
     REQUIRE(b->synchronize_stream(0, kDefaultStream).ok());
     const auto* f = static_cast<const float*>(out.ptr);
     for (int i = 0; i < 12; ++i) {
