@@ -223,7 +223,7 @@ class Dispatcher::Link {
     }
     base::MutexLock lock(mu_);
     stats_.threads = std::clamp<std::uint32_t>(r.threads(), 1, 4096);
-    window_ = std::min<std::uint32_t>(kWindowMax, 2 * stats_.threads + 2);
+    window_ = std::min<std::uint32_t>(kWindowMax, floor_window());
     stats_.connected = true;
     stats_.last_error.clear();
     broken_ = false;
@@ -315,6 +315,11 @@ class Dispatcher::Link {
   // link holds while answers travel: the rate times the link's own round trip (the least of
   // the last second's round trips less each item's wait and work at the worker, so items
   // queued there do not count: that would feed back into an ever larger window).
+  // Two items per worker thread, and at least 16: the sender refills at half the window, so a
+  // worker with few threads still gets its items 8 or more to a message (each message is a
+  // wake-up of this node's threads, which is most of what a remote sample costs it).
+  std::uint32_t floor_window() const STOKER_REQUIRES(mu_) { return std::max<std::uint32_t>(16, 2 * stats_.threads + 2); }
+
   void adapt_window(Clock::time_point now) STOKER_REQUIRES(mu_) {
     const double dt = std::chrono::duration<double>(now - rate_mark_).count();
     if (dt < 1.0) return;
@@ -323,8 +328,8 @@ class Dispatcher::Link {
     rate_samples_ = stats_.samples;
     const double link_s = link_rtt_min_ < 1e9 ? link_rtt_min_ : 0;
     link_rtt_min_ = 1e18;
-    const double want = 2.0 * stats_.threads + 2 + stats_.samples_per_s * link_s * 2;
-    window_ = static_cast<std::uint32_t>(std::clamp<double>(want, 2.0 * stats_.threads + 2, kWindowMax));
+    const double want = floor_window() + stats_.samples_per_s * link_s * 2;
+    window_ = static_cast<std::uint32_t>(std::clamp<double>(want, floor_window(), kWindowMax));
   }
 
   void read_loop(grpc::ClientReaderWriter<v1::Request, v1::Reply>& stream) {
