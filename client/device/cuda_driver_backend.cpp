@@ -54,10 +54,12 @@ class CudaDriverBackend final : public Backend {
         "(rebuild with nvcc, or set device_normalize: false)");
   }
 
-  std::vector<DeviceInfo> devices(std::string& why) override {
-    std::vector<DeviceInfo> out;
+  DeviceList devices() override {
+    DeviceList list;
+    std::vector<DeviceInfo>& out = list.devices;
+    std::string& why = list.skipped;
     int n = 0;
-    if (!check(api_.cuDeviceGetCount(&n), "cuDeviceGetCount", why)) return out;
+    if (!check(api_.cuDeviceGetCount(&n), "cuDeviceGetCount", why)) return list;
     for (int i = 0; i < n; ++i) {
       CUdevice d = 0;
       DeviceInfo info;
@@ -73,7 +75,7 @@ class CudaDriverBackend final : public Backend {
       std::memcpy(info.uuid.data(), u.bytes, 16);
       out.push_back(std::move(info));
     }
-    return out;
+    return list;
   }
 
   base::Status open_device(int device) override {

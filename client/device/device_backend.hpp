@@ -87,6 +87,13 @@ struct NormalizeSpec {
   std::array<std::array<std::uint32_t, 256>, 4> table{};
 };
 
+// What Backend::devices() found: the devices it could read and, when some (or all) could not
+// be, why. Both at once (a partial list is still worth having), so a value, not a Result.
+struct DeviceList {
+  std::vector<DeviceInfo> devices;
+  std::string skipped;  // empty: every device was read
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -98,7 +105,7 @@ class Backend {
 
   // --- both sides ---
   // Devices this process sees, without creating any context.
-  virtual std::vector<DeviceInfo> devices(std::string& why) = 0;
+  virtual DeviceList devices() = 0;
   // Makes `device` usable by this process (context); refuses a device that cannot serve
   // IPC (no IPC support, compute mode EXCLUSIVE_PROCESS or PROHIBITED) with the reason.
   virtual base::Status open_device(int device) = 0;
@@ -159,9 +166,7 @@ using BackendResult = base::Result<std::unique_ptr<Backend>>;
 // exporter (stokerd) or the importer (libstoker) side.
 // make_exporter_backend lives in stokerd (daemon/delivery/exporter_backend.cpp), which can use
 // the CUDA runtime; make_importer_backend in libstoker (client/device/device_common.cpp).
-// make_exporter_backend keeps its out-parameter shape (nullptr and `why_not`) for its one
-// caller, stokerd's start (daemon/app/daemon.cpp).
-std::unique_ptr<Backend> make_exporter_backend(std::string& why_not);
+BackendResult make_exporter_backend();
 BackendResult make_importer_backend();
 // The kind STOKER_DEVICE_BACKEND asks for, for messages.
 BackendKind requested_backend();

@@ -262,7 +262,7 @@ class HostSimBackend final : public Backend {
 
   BackendKind kind() const override { return BackendKind::kHostSim; }
 
-  std::vector<DeviceInfo> devices(std::string&) override { return devices_; }
+  DeviceList devices() override { return DeviceList{devices_, {}}; }
 
   base::Status open_device(int device) override {
     if (device < 0 || device >= static_cast<int>(devices_.size())) {

@@ -177,8 +177,9 @@ Connection::Connection(const std::string& socket_path, const std::string& job, s
   device::Uuid uuid{};
   if (device_ordinal >= 0) {
     backend = importer_backend();
-    std::string why;
-    const auto devs = backend->devices(why);
+    const device::DeviceList list = backend->devices();
+    const auto& devs = list.devices;
+    const std::string& why = list.skipped;
     if (device_ordinal >= static_cast<int>(devs.size())) {
       throw Failure{STOKER_ERR_INVALID_ARGUMENT,
                     "device cuda:" + std::to_string(device_ordinal) + " does not exist: this process sees " +

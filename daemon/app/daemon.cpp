@@ -117,7 +117,12 @@ int run_daemon(const DaemonOptions& options) {
     // usable device stokerd says so once and serves host batches. It outlives the jobs: their
     // device rings are freed through it.
     std::string no_device;
-    auto backend = device::make_exporter_backend(no_device);
+    std::unique_ptr<device::Backend> backend;
+    if (device::BackendResult made = device::make_exporter_backend(); made) {
+      backend = std::move(made).value();
+    } else {
+      no_device = made.status().message();
+    }
     DeviceDelivery delivery(std::move(backend), no_device);
     {
       bool wanted = false;

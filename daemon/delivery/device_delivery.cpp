@@ -42,8 +42,7 @@ DeviceDelivery::~DeviceDelivery() { shutdown(); }
 
 std::string DeviceDelivery::describe() {
   if (!backend_) return "unavailable: " + why_not_;
-  std::string why;
-  const auto devs = backend_->devices(why);
+  const auto devs = backend_->devices().devices;
   std::string out = std::string(device::to_string(backend_->kind())) + ", " +
                     (backend_->version().empty() ? "" : backend_->version() + ", ") +
                     std::to_string(devs.size()) + " device(s)";
@@ -71,8 +70,7 @@ base::Result<std::shared_ptr<DeviceRing>> DeviceDelivery::open_ring(const Device
   }
   device::Uuid uuid;
   std::memcpy(uuid.data(), uuid_bytes, 16);
-  std::string list_why;
-  const auto devs = backend_->devices(list_why);
+  const auto devs = backend_->devices().devices;
   int ordinal = -1;
   std::string seen;
   for (const auto& d : devs) {

@@ -4,12 +4,9 @@
 
 namespace stoker::device {
 
-std::unique_ptr<Backend> make_exporter_backend(std::string& why_not) {
+BackendResult make_exporter_backend() {
   BackendResult made = make_backend(&make_cuda_daemon_backend);
-  if (!made) {
-    why_not = made.status().message();
-    return nullptr;
-  }
+  if (!made) return made;
   std::unique_ptr<Backend> b = std::move(made).value();
   // A killed stokerd's simulated allocations are removed like its stale segments.
   if (b->kind() == BackendKind::kHostSim) hostsim::remove_stale_objects();

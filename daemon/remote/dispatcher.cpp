@@ -337,10 +337,13 @@ class Dispatcher::Link {
     std::string why;
     while (why.empty() && stream.Read(&reply)) {
       if (reply.has_result()) {
-        take(reply.result(), why);
+        if (base::Status s = take(reply.result()); !s) why = s.message();
       } else if (reply.has_results() && static_cast<std::size_t>(reply.results().results_size()) <= kMaxBatch) {
         for (const v1::Result& r : reply.results().results()) {
-          if (!take(r, why)) break;
+          if (base::Status s = take(r); !s) {
+            why = s.message();
+            break;
+          }
         }
       } else {
         why = "answered something other than results";
@@ -359,7 +362,8 @@ class Dispatcher::Link {
   // One answer: matched with the item it names (an unknown id is garbage), checked, written
   // into the slot and settled. false with `why` when the worker misbehaved (the item, if any,
   // is re-issued; the caller ends the stream).
-  bool take(const v1::Result& r, std::string& why) {
+  base::Status take(const v1::Result& r) {
+    std::string why;
     job::Job& job = d_.job_;
     const std::uint64_t n = job.pipeline().sample_bytes();
     Outstanding o;
@@ -367,8 +371,7 @@ class Dispatcher::Link {
       base::MutexLock lock(mu_);
       auto at = outstanding_.find(r.id());
       if (at == outstanding_.end()) {
-        why = "answered item " + std::to_string(r.id()) + ", which it does not hold";
-        return false;
+        return base::Status::error("answered item " + std::to_string(r.id()) + ", which it does not hold");
       }
       o = std::move(at->second);
       outstanding_.erase(at);
@@ -399,7 +402,7 @@ class Dispatcher::Link {
       d_.queue_.push_front(job.index(), {o.item});  // made again elsewhere
       base::MutexLock lock(mu_);
       stats_.reissued++;
-      return false;
+      return base::Status::error(why.empty() ? std::string("sent a malformed result") : why);
     }
     if (result.error == image::SampleErrorKind::kIo) {
       // The worker could not read it (its storage, or its --allow-root): made here instead,
@@ -420,7 +423,7 @@ class Dispatcher::Link {
         (static_cast<double>(r.busy_ns()) + static_cast<double>(r.queued_ns())) * 1e-9;
     link_rtt_min_ = std::min(link_rtt_min_, std::max(0.0, rtt - at_worker));
     if (outstanding_.size() <= window_ / 2) cv_.notify_all();  // the sender refills at half
-    return true;
+    return {};
   }
 
   void reissue_all() {

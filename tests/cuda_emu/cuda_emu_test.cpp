@@ -133,8 +133,7 @@ TEST_CASE("cuda-emu the emulated driver is what Stoker's cuda backend loads", "[
     auto b = backend();
     if (!b) return false;
     const std::string v = b->version();
-    std::string why;
-    const auto devs = b->devices(why);
+    const auto devs = b->devices().devices;
     if (v.find("CUDA driver 12.8") == std::string::npos || devs.size() != 1 ||
         devs[0].name != "Stoker CUDA emulation 0") {
       return say("version '" + v + "', " + std::to_string(devs.size()) + " devices");
@@ -481,7 +480,6 @@ TEST_CASE("cuda-emu a kernel image without the normalize kernel is refused on ev
   const Outcome o = in_child([] {
     // A valid module that lacks stoker_normalize_table.
     static const char ptx[] = ".version 7.0\n.target sm_52\n.address_size 64\n.visible .entry other_kernel()\n{\nret;\n}\n";
-    std::string why;
     auto made = make_cuda_driver_backend_with_kernels(ptx);
     if (!made) return say(made.status().message());
     auto b = std::move(made).value();

@@ -57,8 +57,7 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--batch") == 0 && i + 1 < argc) batch = std::strtoull(argv[++i], nullptr, 10);
   }
   auto b = gputest::cuda_or_skip();
-  std::string why;
-  const auto devs = b->devices(why);
+  const auto devs = b->devices().devices;
   std::printf("device 0: %s %s; %s\n", devs.at(0).name.c_str(), device::uuid_string(devs[0].uuid).c_str(),
               b->version().c_str());
   device::StreamId s = 0;

@@ -29,7 +29,6 @@ std::uint32_t f32_bits(float f) {
 TEST_CASE("normalize on the GPU equals the per-channel table, for float32/float16 and NCHW/NHWC") {
   auto b = gputest::cuda_or_skip();
   device::StreamId s = 0;
-  std::string why;
   auto s_r = b->create_stream(0);
   REQUIRE(s_r.ok());
   s = *s_r;
@@ -134,8 +133,7 @@ TEST_CASE("a hundred ring allocations with their IPC events leave no device memo
 
 TEST_CASE("another process maps the batch, waits for its ready event on its stream and fences the release") {
   auto b = gputest::cuda_or_skip();
-  std::string why;
-  const auto devs = b->devices(why);
+  const auto devs = b->devices().devices;
   REQUIRE(!devs.empty());
   device::StreamId s = 0;
   auto s_r = b->create_stream(0);

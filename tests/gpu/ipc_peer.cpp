@@ -24,12 +24,11 @@ int main(int argc, char** argv) {
     return fail("bad arguments");
   }
   const std::size_t bytes = std::strtoull(argv[5], nullptr, 10);
-  std::string why;
   auto made = device::make_cuda_driver_backend();
   if (!made) return fail(made.status().message());
   auto b = std::move(made).value();
   int ordinal = -1;
-  for (const auto& d : b->devices(why)) {
+  for (const auto& d : b->devices().devices) {
     if (d.uuid == uuid) ordinal = d.ordinal;
   }
   if (ordinal < 0) return fail("GPU " + std::string(argv[1]) + " not visible");

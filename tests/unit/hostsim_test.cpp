@@ -59,8 +59,7 @@ std::pair<int, std::string> in_child(const std::function<void()>& body) {
 TEST_CASE("hostsim: memory and events cross processes - waits order work", "[unit][hostsim]") {
   ::setenv("STOKER_HOSTSIM_DEVICES", "2", 1);
   auto b = sim();
-  std::string why;
-  const auto devs = b->devices(why);
+  const auto devs = b->devices().devices;
   REQUIRE(devs.size() == 2);
   CHECK(uuid_string(devs[1].uuid) == "GPU-5afe5130-0000-0000-0000-000000000001");
   REQUIRE(b->open_device(1).ok());
@@ -136,7 +135,6 @@ TEST_CASE("hostsim: a recorded event completes only when its stream gets there",
   const auto [sig, err] = in_child([] {
     ::setenv("STOKER_HOSTSIM_DELAY_US", "100000", 1);
     auto b = sim();
-    std::string why;
     (void)b->open_device(0);
     EventId ev = 0;
     IpcHandle h{};
@@ -167,7 +165,6 @@ TEST_CASE("hostsim aborts on what CUDA leaves undefined", "[unit][hostsim]") {
       ::signal(SIGABRT, SIG_DFL);
       ::dup2(errpipe[1], 2);
       auto b = sim();
-      std::string why;
       (void)b->open_device(0);
       DeviceBuffer buf;
       if (auto r = b->allocate(0, 1024)) buf = *r;
@@ -181,7 +178,6 @@ TEST_CASE("hostsim aborts on what CUDA leaves undefined", "[unit][hostsim]") {
     IpcHandle h{};
     REQUIRE(::read(to_parent[0], h.data(), 64) == 64);
     auto b = sim();
-    std::string why;
     REQUIRE(b->open_device(0).ok());
     void* p = nullptr;
     auto p_r = b->open_memory(0, h, 1024);
@@ -200,7 +196,6 @@ TEST_CASE("hostsim aborts on what CUDA leaves undefined", "[unit][hostsim]") {
   SECTION("overwriting device bytes whose reader has not released them") {
     const auto [sig, err] = in_child([] {
       auto b = sim();
-      std::string why;
       (void)b->open_device(0);
       DeviceBuffer buf;
       if (auto r = b->allocate(0, 1024)) buf = *r;
@@ -222,7 +217,6 @@ TEST_CASE("hostsim aborts on what CUDA leaves undefined", "[unit][hostsim]") {
     const auto [sig, err] = in_child([] {
       ::setenv("STOKER_HOSTSIM_DELAY_US", "20000", 1);
       auto b = sim();
-      std::string why;
       (void)b->open_device(0);
       DeviceBuffer buf;
       if (auto r = b->allocate(0, 1024)) buf = *r;
@@ -253,7 +247,6 @@ TEST_CASE("hostsim aborts on what CUDA leaves undefined", "[unit][hostsim]") {
   SECTION("closing a handle twice") {
     const auto [sig, err] = in_child([] {
       auto b = sim();
-      std::string why;
       (void)b->open_device(0);
       DeviceBuffer buf;
       if (auto r = b->allocate(0, 64)) buf = *r;
@@ -269,7 +262,6 @@ TEST_CASE("hostsim aborts on what CUDA leaves undefined", "[unit][hostsim]") {
   SECTION("touching a device nobody named") {
     const auto [sig, err] = in_child([] {
       auto b = sim();
-      std::string why;
       DeviceBuffer buf;
       if (auto r = b->allocate(0, 64)) buf = *r;
       std::_Exit(0);
@@ -281,7 +273,6 @@ TEST_CASE("hostsim aborts on what CUDA leaves undefined", "[unit][hostsim]") {
 
 TEST_CASE("hostsim normalize applies the per-channel table, NCHW and NHWC", "[unit][hostsim]") {
   auto b = sim();
-  std::string why;
   REQUIRE(b->open_device(0).ok());
   NormalizeSpec spec;
   spec.channels = 3;
