@@ -6,10 +6,11 @@
 # read from the binary's own dependencies, so it follows Debian's library versions); our code's
 # accesses — the dispatcher, the work queue, the job, the worker's pool — are still checked, and
 # a report about them lands where TSAN_OPTIONS' log_path says (scripts/test.sh fails on any).
-#   remote_under_tsan.sh BIN_DIR TEST_FILE
+#   remote_under_tsan.sh PYTHON BIN_DIR TEST_FILE    (PYTHON: the interpreter that has pytest)
 set -euo pipefail
-bin=$1
-test_file=$2
+python=$1
+bin=$2
+test_file=$3
 supp=$(mktemp /tmp/stoker-tsan-grpc-XXXXXX.supp)
 trap 'rm -f "$supp"' EXIT
 {
@@ -20,4 +21,4 @@ trap 'rm -f "$supp"' EXIT
 } | sort -u >"$supp"
 export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=0} suppressions=$supp"
 export STOKER_BIN_DIR=$bin
-exec python3 -m pytest -q -p no:cacheprovider "$test_file"
+exec "$python" -m pytest -q -p no:cacheprovider "$test_file"
