@@ -1,8 +1,5 @@
 #include "remote/dispatcher.hpp"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <sys/socket.h>
 
 #include <algorithm>
 #include <chrono>
@@ -17,6 +14,7 @@
 #include "image/sample_processor.hpp"
 #include "job/job.hpp"
 #include "job/work_queue.hpp"
+#include "remote/endpoints.hpp"
 #include "remote/protocol.hpp"
 #include "remote/worker_server.hpp"  // read_secret_file
 #include "stoker/remote/worker.grpc.pb.h"
@@ -31,14 +29,6 @@ constexpr auto kResolveEvery = std::chrono::seconds(15);
 constexpr auto kConnectTimeout = std::chrono::seconds(3);
 constexpr double kBackoffMin = 0.2, kBackoffMax = 5;
 constexpr std::uint32_t kWindowMax = 512;
-
-// "HOST:PORT" / "[V6]:PORT" split; the config checked the shape.
-std::pair<std::string, std::string> split_address(const std::string& a) {
-  const std::size_t colon = a.rfind(':');
-  std::string host = a.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  return {host, a.substr(colon + 1)};
-}
 
 }  // namespace
 
@@ -495,30 +485,10 @@ void Dispatcher::resolve_loop() {
 }
 
 void Dispatcher::resolve_once() {
-  // endpoint -> (address as written, gRPC target)
-  std::map<std::string, std::pair<std::string, std::string>> want;
-  std::set<std::string> unresolved;
-  for (const std::string& a : cfg_.workers) {
-    const auto [host, port] = split_address(a);
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* res = nullptr;
-    if (getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr) {
-      unresolved.insert(a);
-      continue;
-    }
-    for (addrinfo* p = res; p != nullptr; p = p->ai_next) {
-      char ip[INET6_ADDRSTRLEN] = {};
-      const void* addr = p->ai_family == AF_INET ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(p->ai_addr)->sin_addr)
-                                                 : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(p->ai_addr)->sin6_addr);
-      if (inet_ntop(p->ai_family, addr, ip, sizeof ip) == nullptr) continue;
-      const bool v6 = p->ai_family == AF_INET6;
-      const std::string endpoint = v6 ? "[" + std::string(ip) + "]:" + port : std::string(ip) + ":" + port;
-      want.emplace(endpoint, std::make_pair(a, (v6 ? "ipv6:" : "ipv4:") + endpoint));
-    }
-    freeaddrinfo(res);
-  }
+  // Off the control thread (resolve_loop): a lookup can take seconds.
+  const Endpoints found = resolve_workers(cfg_.workers);
+  std::map<std::string, std::pair<std::string, std::string>> want = found.endpoints;
+  const std::set<std::string>& unresolved = found.unresolved;
   std::vector<std::unique_ptr<Link>> gone;
   {
     base::MutexLock lock(mu_);
