@@ -1,17 +1,30 @@
 #!/usr/bin/env bash
-# The test command (also what .ci/run calls): install test dependencies, build, run the
-# unit / integration / fault / gpu / python tiers, then the unit / integration / fault tiers
-# again in an AddressSanitizer + UndefinedBehaviorSanitizer build, the integration / fault
-# tiers in a ThreadSanitizer build (compiled with clang -Wthread-safety -Werror, the compile-time
-# check of lock discipline), and the fuzz tier (each harness for a bounded time).
-# Fails on any failure or sanitizer report. The last line is "test: N passed, N failed, N skipped".
+# The test command (also what .ci/run calls). docs/TESTING.md says what each tier catches.
+#   scripts/test.sh           every tier, as CI runs it:
+#     plain  GCC RelWithDebInfo, every target; ctest: unit, integration, fault, gpu, python, package
+#     asan   clang ASan + UBSan + libFuzzer coverage, one build for two tiers (tier_asan only:
+#            the tests it runs and the harnesses); ctest: unit, integration, fault
+#     fuzz   each libFuzzer harness for a fixed number of inputs (scripts/fuzz.sh --runs) from
+#            the asan build; the crash regressions are replayed by ctest in the asan tier
+#     tsan   clang ThreadSanitizer + -Wthread-safety -Werror (tier_tsan only); ctest:
+#            integration, fault
+#   scripts/test.sh --quick   the plain tier only: the edit loop
+# Configurations are CMakePresets.json's (plain, asan, tsan). ccache is used when installed.
+# Fails on any failure or sanitizer report. Prints "test: N passed, N failed, N skipped", then
+# a table of each tier's build and run seconds whose last line is "test time: N s".
 set -uo pipefail
 cd "$(dirname "$0")/.."
+quick=0
+case "${1:-}" in
+  --quick) quick=1 ;;
+  "") ;;
+  *) echo "usage: scripts/test.sh [--quick]" >&2; exit 2 ;;
+esac
 jobs=$(nproc)
-failed=0
-passed=0
-skipped=0
-failures=0
+: "${STOKER_FUZZ_RUNS:=20000}"
+start=$SECONDS
+failed=0 passed=0 skipped=0 failures=0
+table=()
 
 tally() {  # reads a ctest log, adds its counts
   local log=$1 total fail skip
@@ -22,55 +35,96 @@ tally() {  # reads a ctest log, adds its counts
   passed=$((passed + total - fail - skip)); failed=$((failed + fail)); skipped=$((skipped + skip))
 }
 
+row() {  # tier, build seconds, run seconds
+  table+=("$(printf '%-8s %8s %8s %8s' "$1" "$2" "$3" "$(($2 + $3))")")
+}
+
+summary() {
+  echo "test: $passed passed, $failed failed, $skipped skipped"
+  echo "== time per tier (wall seconds; $jobs cores; ccache: $(command -v ccache >/dev/null && echo used || echo none))"
+  printf '%-8s %8s %8s %8s\n' tier build run total
+  printf '%s\n' "${table[@]}"
+  echo "test time: $((SECONDS - start)) s"
+}
+
+# Configures a preset's build folder and builds it. Sets build_s. A new folder gets Ninja when
+# it is installed (setup.sh --test installs it); an existing one keeps its generator.
+build() {  # preset
+  local t0=$SECONDS dir
+  dir=$(sed -n "/\"name\": \"$1\"/,/binaryDir/s#.*sourceDir}/\([a-z-]*\)\".*#\1#p" CMakePresets.json | head -1)
+  if [[ ! -f "$dir/CMakeCache.txt" ]] && command -v ninja >/dev/null; then
+    export CMAKE_GENERATOR=Ninja
+  else
+    unset CMAKE_GENERATOR
+  fi
+  cmake --preset "$1" >/dev/null || return 1
+  cmake --build --preset "$1" -j "$jobs" || return 1
+  build_s=$((SECONDS - t0))
+}
+
+# Runs a preset's tests; appends to the tally. Sets run_s.
+run_tests() {  # preset, log
+  local t0=$SECONDS
+  ctest --preset "$1" -j "$jobs" 2>&1 | tee "$2"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || failures=$((failures + 1))
+  tally "$2"
+  run_s=$((SECONDS - t0))
+}
+
+t0=$SECONDS
 scripts/setup.sh --test || exit 1
+row setup 0 $((SECONDS - t0))
 
-echo "== build (RelWithDebInfo)"
-scripts/build.sh || exit 1
-echo "== ctest: unit, integration, fault, gpu, python"
-ctest --test-dir build -j "$jobs" --output-on-failure --timeout 600 2>&1 | tee build/ctest.log
-[[ ${PIPESTATUS[0]} -eq 0 ]] || failures=$((failures + 1))
-tally build/ctest.log
+echo "== plain: build (GCC RelWithDebInfo)"
+build plain || { echo "test: the plain build failed" >&2; exit 1; }
+echo "== plain: ctest (unit, integration, fault, gpu, python, package)"
+run_tests plain build/ctest.log
+row plain "$build_s" "$run_s"
 
-echo "== build (ASan + UBSan)"
-STOKER_BUILD_DIR=build-asan scripts/build.sh -DSTOKER_SANITIZE=ON -DSTOKER_CUDA=OFF -DSTOKER_PYTHON=OFF \
-  -DCMAKE_BUILD_TYPE=Debug || exit 1
-echo "== ctest under sanitizers: unit, integration, fault"
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan -j "$jobs" -L 'unit|integration|fault' --output-on-failure --timeout 900 \
-  2>&1 | tee build-asan/ctest.log
-[[ ${PIPESTATUS[0]} -eq 0 ]] || failures=$((failures + 1))
-tally build-asan/ctest.log
+if ((quick)); then
+  summary
+  [[ $failures -eq 0 && $failed -eq 0 ]]
+  exit
+fi
+
+echo "== asan: build (clang ASan + UBSan + fuzzer coverage: tier_asan)"
+build asan || { echo "test: the asan build failed" >&2; summary; exit 1; }
+echo "== asan: ctest (unit, integration, fault)"
+run_tests asan build-asan/ctest.log
 if grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' build-asan/ctest.log; then
   echo "test: sanitizer report found" >&2
   failures=$((failures + 1))
 fi
+row asan "$build_s" "$run_s"
 
-echo "== build (ThreadSanitizer + the compile-time lock-discipline check: clang -Wthread-safety -Werror)"
+echo "== fuzz: each libFuzzer harness for $STOKER_FUZZ_RUNS inputs, fixed seed (scripts/fuzz.sh --runs)"
+t0=$SECONDS
+if STOKER_FUZZ_BUILD_DIR=build-asan scripts/fuzz.sh --runs "$STOKER_FUZZ_RUNS" > build-asan/fuzz.log 2>&1; then
+  grep -E '^==|DONE|^fuzz:' build-asan/fuzz.log || true
+else
+  tail -40 build-asan/fuzz.log >&2
+  echo "test: the fuzz tier found a crash (build-asan/crashes/)" >&2
+  failures=$((failures + 1))
+fi
+row fuzz 0 $((SECONDS - t0))
+
+echo "== tsan: build (clang ThreadSanitizer + -Wthread-safety -Werror: tier_tsan)"
 # Reports of every process (stokerd and stokerctl write theirs to their own logs otherwise)
 # go to build-tsan/tsan-reports/; any file there fails the run.
-CC=clang CXX=clang++ STOKER_BUILD_DIR=build-tsan scripts/build.sh -DSTOKER_TSAN=ON -DSTOKER_THREAD_SAFETY=ON \
-  -DSTOKER_CUDA=OFF -DSTOKER_PYTHON=OFF || exit 1
-rm -rf build-tsan/tsan-reports && mkdir -p build-tsan/tsan-reports
-echo "== ctest under ThreadSanitizer: integration, fault"
-TSAN_OPTIONS="halt_on_error=0 log_path=$PWD/build-tsan/tsan-reports/report" \
-  ctest --test-dir build-tsan -j "$jobs" -L 'integration|fault' --output-on-failure --timeout 900 \
-  2>&1 | tee build-tsan/ctest.log
-[[ ${PIPESTATUS[0]} -eq 0 ]] || failures=$((failures + 1))
-tally build-tsan/ctest.log
-if [[ -n "$(ls -A build-tsan/tsan-reports)" ]]; then
-  echo "test: ThreadSanitizer reports in build-tsan/tsan-reports:" >&2
-  head -50 build-tsan/tsan-reports/* >&2
-  failures=$((failures + 1))
-fi
-
-echo "== fuzz tier: each libFuzzer harness for ${STOKER_FUZZ_RUNS:=200000} inputs, fixed seed (scripts/fuzz.sh)"
-if scripts/fuzz.sh --runs "$STOKER_FUZZ_RUNS" > build/fuzz.log 2>&1; then
-  grep -E '^==|DONE' build/fuzz.log || true
+if build tsan; then
+  rm -rf build-tsan/tsan-reports && mkdir -p build-tsan/tsan-reports
+  echo "== tsan: ctest (integration, fault)"
+  TSAN_OPTIONS="halt_on_error=0 log_path=$PWD/build-tsan/tsan-reports/report" run_tests tsan build-tsan/ctest.log
+  if [[ -n "$(ls -A build-tsan/tsan-reports)" ]]; then
+    echo "test: ThreadSanitizer reports in build-tsan/tsan-reports:" >&2
+    head -50 build-tsan/tsan-reports/* >&2
+    failures=$((failures + 1))
+  fi
+  row tsan "$build_s" "$run_s"
 else
-  tail -40 build/fuzz.log >&2
-  echo "test: the fuzz tier found a crash (build-fuzz/crashes/)" >&2
+  echo "test: the tsan build failed" >&2
   failures=$((failures + 1))
 fi
 
-echo "test: $passed passed, $failed failed, $skipped skipped"
+summary
 [[ $failures -eq 0 && $failed -eq 0 ]]

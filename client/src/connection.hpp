@@ -9,7 +9,7 @@
 #include <string>
 
 #include "device_mapping.hpp"
-#include "stoker/base/mutex.hpp"
+#include "base/mutex.hpp"
 #include "stoker/proto/control.hpp"
 #include "stoker/proto/layout.hpp"
 #include "stoker/stoker.h"

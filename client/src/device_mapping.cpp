@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "stoker/base/mutex.hpp"
+#include "base/mutex.hpp"
 
 #include "connection.hpp"
 

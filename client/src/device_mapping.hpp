@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "device/device_backend.hpp"
-#include "stoker/base/status.hpp"
+#include "base/status.hpp"
 #include "stoker/proto/control.hpp"
 
 namespace stoker::client {

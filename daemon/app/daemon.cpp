@@ -26,7 +26,7 @@
 #include "control/metrics_http.hpp"
 #include "app/sd_notify.hpp"
 #include "app/state_dir.hpp"
-#include "job/worker_pool.hpp"
+#include "sched/worker_pool.hpp"
 #include "source/dataset.hpp"
 #include "stoker/proto/names.hpp"
 
@@ -36,8 +36,8 @@ using control::ControlServer;
 using control::MetricsHttpServer;
 using delivery::DeviceDelivery;
 using job::Job;
-using job::WorkerPool;
-using job::WorkQueue;
+using sched::WorkerPool;
+using sched::WorkQueue;
 using jobs::JobContext;
 using jobs::JobTable;
 using jobs::PreparedJob;

@@ -11,7 +11,7 @@
 
 #include "image/pipeline_spec.hpp"
 #include "sampler/sampler.hpp"
-#include "stoker/base/status.hpp"
+#include "base/status.hpp"
 
 namespace stoker::config {
 
@@ -144,7 +144,7 @@ struct JobConfig {
   // A consumer holding a batch longer than this (alive but stuck) is disconnected so its
   // ring's slots come back; 0: never (status still reports it as stuck).
   double lease_timeout_s = 0;
-  // Sharing the worker pool with the other jobs (see job/work_queue.hpp): while several
+  // Sharing the worker pool with the other jobs (see sched/work_queue.hpp): while several
   // jobs have work, each gets items in proportion to `weight`; `max_workers` (the key
   // `workers`) is the most worker threads that may run this job's items at once, 0: no cap.
   double weight = 1;

@@ -11,7 +11,7 @@
 #include <grp.h>
 
 #include "config/sections.hpp"
-#include "stoker/base/status.hpp"
+#include "base/status.hpp"
 
 namespace stoker::config {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "control/forward.hpp"
-#include "stoker/base/status.hpp"
+#include "base/status.hpp"
 
 namespace stoker::control {
 

@@ -9,7 +9,7 @@
 #include "control/telemetry.hpp"
 #include "image/sample_result.hpp"
 #include "job/job.hpp"
-#include "job/worker_pool.hpp"
+#include "sched/worker_pool.hpp"
 #include "jobs/job_table.hpp"
 
 namespace stoker::control {

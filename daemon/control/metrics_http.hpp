@@ -30,8 +30,8 @@
 #include <string>
 #include <thread>
 
-#include "stoker/base/mutex.hpp"
-#include "stoker/base/thread_annotations.hpp"
+#include "base/mutex.hpp"
+#include "base/thread_annotations.hpp"
 
 namespace stoker::control {
 

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "stoker/base/status.hpp"
+#include "base/status.hpp"
 
 namespace stoker::control {
 

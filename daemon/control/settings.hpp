@@ -9,9 +9,9 @@
 
 #include "control/peer_access.hpp"
 
-namespace stoker::job {
+namespace stoker::sched {
 class WorkerPool;
-}  // namespace stoker::job
+}  // namespace stoker::sched
 
 namespace stoker::control {
 
@@ -46,7 +46,7 @@ struct JobSources {
 struct Operations {
   MetricsHttpServer* http = nullptr;      // GET /metrics (server.metrics)
   std::filesystem::path textfile_dir;     // node_exporter textfile collector; empty: none
-  const job::WorkerPool* pool = nullptr;  // for the workers' busy fraction
+  const sched::WorkerPool* pool = nullptr;  // for the workers' busy fraction
   double log_interval_s = 0;              // 0: no throughput log
 };
 

@@ -10,7 +10,7 @@
 #include "control/metrics_http.hpp"
 #include "control/sessions.hpp"
 #include "job/job.hpp"
-#include "job/worker_pool.hpp"
+#include "sched/worker_pool.hpp"
 #include "jobs/job_table.hpp"
 
 namespace stoker::control {

@@ -1,4 +1,4 @@
-// stokerd's `cuda` backend: the driver-API backend (client/device/cuda_driver_backend.cpp) given
+// stokerd's `cuda` backend: the driver-API backend (device/cuda_driver_backend.cpp) given
 // the normalize kernel's fatbin when this build had nvcc, else without it (copies work, a job
 // asking for device_normalize is refused with the reason).
 #include "device/device_backend.hpp"

@@ -18,8 +18,8 @@
 #include "delivery/device_ring.hpp"
 #include "device/device_backend.hpp"
 #include "image/pipeline_spec.hpp"
-#include "stoker/base/mutex.hpp"
-#include "stoker/base/status.hpp"
+#include "base/mutex.hpp"
+#include "base/status.hpp"
 
 namespace stoker::delivery {
 

@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "device/device_backend.hpp"
-#include "stoker/base/mutex.hpp"
-#include "stoker/base/status.hpp"
+#include "base/mutex.hpp"
+#include "base/status.hpp"
 #include "stoker/proto/control.hpp"
 
 namespace stoker::delivery {

@@ -34,7 +34,8 @@
 #include "source/read_ahead.hpp"
 #include "job/sample_cache.hpp"
 #include "job/segment.hpp"
-#include "job/worker_pool.hpp"
+#include "sched/task.hpp"
+#include "sched/worker_pool.hpp"
 #include "sampler/mixture.hpp"
 #include "source/dataset.hpp"
 #include "source/sample_reader.hpp"
@@ -78,7 +79,7 @@ struct MixtureSourceStatus {
   std::uint64_t source_epoch = 0;     // its own epoch counter where the slowest rank now plans
 };
 
-class Job {
+class Job final : public sched::Task {
  public:
   // Builds the segment (throws std::runtime_error on failure; nothing is left behind).
   Job(std::size_t index, const config::JobConfig& cfg, source::Dataset dataset,
@@ -88,10 +89,10 @@ class Job {
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
 
-  std::size_t index() const { return index_; }
+  std::size_t index() const override { return index_; }
   const std::string& name() const { return cfg_.name; }
   const config::JobConfig& config() const { return cfg_; }
-  const image::PipelineSpec& pipeline() const { return cfg_.pipeline; }
+  const image::PipelineSpec& pipeline() const override { return cfg_.pipeline; }
   const source::Dataset& dataset() const { return dataset_; }
   std::uint32_t consumers() const { return cfg_.consumers; }
   // Global ranks: this daemon serves first_rank()..first_rank()+consumers()-1 of world_size().
@@ -176,7 +177,7 @@ class Job {
 
   // --- worker threads ---
   void run(const WorkItem& item, image::SampleProcessor& processor,
-           std::vector<std::uint8_t>& file_buffer);
+           std::vector<std::uint8_t>& file_buffer) override;
 
   // --- remote workers (remote/dispatcher.hpp; job_remote.cpp), any thread ---
   // A sample a remote worker makes: where its bytes lie and its random stream. Its pixels are

@@ -16,7 +16,7 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "stoker/base/mutex.hpp"
+#include "base/mutex.hpp"
 
 namespace stoker::job {
 

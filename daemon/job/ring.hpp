@@ -35,13 +35,18 @@
 #include <vector>
 
 #include "delivery/device_ring.hpp"
-#include "job/work_queue.hpp"
-#include "stoker/base/mutex.hpp"
-#include "stoker/base/status.hpp"
+#include "sched/work_queue.hpp"
+#include "base/mutex.hpp"
+#include "base/status.hpp"
 #include "stoker/proto/control.hpp"
 #include "stoker/proto/layout.hpp"
 
 namespace stoker::job {
+
+// The scheduler's types, by the names the job code has always used.
+using sched::JobShare;
+using sched::WorkItem;
+using sched::WorkQueue;
 
 struct ReaderStatus {
   std::uint32_t reader;

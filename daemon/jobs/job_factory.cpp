@@ -9,15 +9,15 @@
 #include <spdlog/spdlog.h>
 
 #include "job/job.hpp"
-#include "job/work_queue.hpp"
+#include "sched/work_queue.hpp"
 #include "source/mixed_dataset.hpp"
 #include "stoker/proto/names.hpp"
 
 namespace stoker::jobs {
 
 using job::Job;
-using job::WorkQueue;
-using job::JobShare;
+using sched::WorkQueue;
+using sched::JobShare;
 namespace {
 
 source::Dataset load_one(const config::JobConfig& job, const std::filesystem::path& state_dir,

@@ -14,8 +14,10 @@
 
 namespace stoker::job {
 class Job;
-class WorkQueue;
 }  // namespace stoker::job
+namespace stoker::sched {
+class WorkQueue;
+}  // namespace stoker::sched
 
 namespace stoker::jobs {
 
@@ -43,7 +45,7 @@ struct JobContext {
   unsigned shm_mode = 0600;
   std::uint64_t generation = 0;  // this daemon's, written into every segment
   unsigned workers = 1;          // for the log line about sharing
-  job::WorkQueue* queue = nullptr;
+  sched::WorkQueue* queue = nullptr;
   std::function<void()> notify;  // a batch became ready
 };
 

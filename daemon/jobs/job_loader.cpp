@@ -7,7 +7,7 @@
 namespace stoker::jobs {
 
 using job::Job;
-using job::WorkQueue;
+using sched::WorkQueue;
 
 JobLoader::~JobLoader() {
   std::vector<std::thread> threads;

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "jobs/job_factory.hpp"
-#include "stoker/base/mutex.hpp"
+#include "base/mutex.hpp"
 
 namespace stoker::jobs {
 

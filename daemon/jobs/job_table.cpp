@@ -6,7 +6,7 @@
 
 #include "delivery/device_delivery.hpp"
 #include "job/job.hpp"
-#include "job/work_queue.hpp"
+#include "sched/work_queue.hpp"
 #ifdef STOKER_WITH_REMOTE
 #include "remote/dispatcher.hpp"
 #else
@@ -18,7 +18,7 @@ class Dispatcher {};  // built without gRPC: a job with `remote:` is refused in 
 namespace stoker::jobs {
 
 using job::Job;
-using job::WorkQueue;
+using sched::WorkQueue;
 using delivery::DeviceDelivery;
 
 JobTable::Entry::Entry() = default;

@@ -13,7 +13,7 @@
 
 #include "image/sample_processor.hpp"
 #include "job/job.hpp"
-#include "job/work_queue.hpp"
+#include "sched/work_queue.hpp"
 #include "remote/endpoints.hpp"
 #include "remote/protocol.hpp"
 #include "remote/worker_server.hpp"  // read_secret_file
@@ -67,7 +67,7 @@ class Dispatcher::Link {
 
  private:
   struct Outstanding {
-    job::WorkItem item;
+    sched::WorkItem item;
     job::Job::RemoteSample sample;
     Clock::time_point sent;
   };
@@ -257,7 +257,7 @@ class Dispatcher::Link {
       }
       v1::Request req;
       std::vector<std::pair<std::uint64_t, Outstanding>> sent;
-      job::WorkItem item{};
+      sched::WorkItem item{};
       const auto asked = Clock::now();
       // The first item may be waited for; the rest only taken if queued now.
       while (sent.size() < room &&
@@ -417,7 +417,7 @@ class Dispatcher::Link {
   }
 
   void reissue_all() {
-    std::vector<job::WorkItem> back;
+    std::vector<sched::WorkItem> back;
     {
       base::MutexLock lock(mu_);
       for (auto& [id, o] : outstanding_) back.push_back(o.item);  // ids ascend: planned order
@@ -449,7 +449,7 @@ class Dispatcher::Link {
   std::thread thread_;
 };
 
-Dispatcher::Dispatcher(job::Job& job, job::WorkQueue& queue, const config::RemoteConfig& cfg)
+Dispatcher::Dispatcher(job::Job& job, sched::WorkQueue& queue, const config::RemoteConfig& cfg)
     : job_(job), queue_(queue), cfg_(cfg) {
   // Names are resolved on the resolver thread, never here: this runs on the control thread,
   // and a lookup can take seconds.

@@ -25,18 +25,20 @@
 
 #include "config/config.hpp"
 #include "remote/link_status.hpp"
-#include "stoker/base/mutex.hpp"
+#include "base/mutex.hpp"
 
 namespace stoker::job {
 class Job;
-class WorkQueue;
 }  // namespace stoker::job
+namespace stoker::sched {
+class WorkQueue;
+}  // namespace stoker::sched
 
 namespace stoker::remote {
 
 class Dispatcher {
  public:
-  Dispatcher(job::Job& job, job::WorkQueue& queue, const config::RemoteConfig& cfg);
+  Dispatcher(job::Job& job, sched::WorkQueue& queue, const config::RemoteConfig& cfg);
   ~Dispatcher();  // stops every link; items in flight go back to the queue
   Dispatcher(const Dispatcher&) = delete;
   Dispatcher& operator=(const Dispatcher&) = delete;
@@ -51,7 +53,7 @@ class Dispatcher {
   void link_connected(bool up);  // remote.local false: local workers step aside while one is up
 
   job::Job& job_;
-  job::WorkQueue& queue_;
+  sched::WorkQueue& queue_;
   const config::RemoteConfig cfg_;
   mutable base::Mutex mu_;
   base::CondVar cv_;

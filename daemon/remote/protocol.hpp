@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "stoker/base/status.hpp"
+#include "base/status.hpp"
 
 namespace stoker::remote {
 

@@ -13,7 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "remote/protocol.hpp"
-#include "stoker/base/mutex.hpp"
+#include "base/mutex.hpp"
 #include "stoker/remote/worker.grpc.pb.h"
 
 namespace stoker::remote {

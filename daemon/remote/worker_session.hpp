@@ -18,7 +18,7 @@
 
 #include "image/pipeline_spec.hpp"
 #include "image/sample_processor.hpp"
-#include "stoker/base/status.hpp"
+#include "base/status.hpp"
 #include "stoker/remote/worker.pb.h"
 
 namespace stoker::remote {

@@ -25,7 +25,7 @@
 #include <sys/types.h>
 #include <vector>
 
-#include "stoker/base/status.hpp"
+#include "base/status.hpp"
 
 namespace stoker::source {
 

@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "source/file_reader.hpp"
-#include "stoker/base/mutex.hpp"
+#include "base/mutex.hpp"
 
 namespace stoker::source {
 

@@ -24,7 +24,7 @@
 
 #include "source/dataset.hpp"
 #include "source/file_reader.hpp"
-#include "stoker/base/mutex.hpp"
+#include "base/mutex.hpp"
 
 namespace stoker::source {
 

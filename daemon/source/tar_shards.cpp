@@ -24,7 +24,7 @@
 
 #include "source/dataset.hpp"
 #include "source/tar_shards.hpp"
-#include "stoker/base/mutex.hpp"
+#include "base/mutex.hpp"
 
 namespace stoker::source {
 namespace tar {

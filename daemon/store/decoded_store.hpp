@@ -35,7 +35,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "stoker/base/mutex.hpp"
+#include "base/mutex.hpp"
 
 namespace stoker::store {
 

@@ -18,7 +18,7 @@ set(STOKER_CUDA_EMU_ENV "LD_LIBRARY_PATH=${STOKER_CUDA_EMU_DIR}" "STOKER_DEVICE_
 # The library exports exactly the entry points cuda_driver_api.cpp resolves.
 add_test(NAME cuda_emu_exports_what_stoker_resolves
   COMMAND sh -c "nm -D --defined-only \"$1\" | awk '$2 == \"T\" {print $3}' | sort > \"$3\"; grep -o 'resolve(lib, \"[A-Za-z0-9_]*\"' \"$2\" | sed 's/.*\"\\(.*\\)\"/\\1/' | sort > \"$3.want\"; diff \"$3.want\" \"$3\""
-          sh $<TARGET_FILE:stoker_cuda_emu> ${PROJECT_SOURCE_DIR}/client/device/cuda_driver_api.cpp
+          sh $<TARGET_FILE:stoker_cuda_emu> ${PROJECT_SOURCE_DIR}/device/cuda_driver_api.cpp
           ${CMAKE_CURRENT_BINARY_DIR}/cuda_emu_exports.txt)
 set_tests_properties(cuda_emu_exports_what_stoker_resolves PROPERTIES LABELS "unit;device-emu")
 

@@ -1,5 +1,5 @@
 // A strict emulation of the slice of the CUDA driver API that Stoker resolves
-// (client/device/cuda_driver_api.cpp), built as libcuda.so.1 into <build>/cuda_emu so that
+// (device/cuda_driver_api.cpp), built as libcuda.so.1 into <build>/cuda_emu so that
 // LD_LIBRARY_PATH=<build>/cuda_emu runs the real `cuda` backend in stokerd and in libstoker
 // without a GPU. Test-only: never installed.
 //

@@ -21,7 +21,7 @@
 #include "delivery/device_delivery.hpp"
 #include "control/control_server.hpp"
 #include "job/job.hpp"
-#include "job/worker_pool.hpp"
+#include "sched/worker_pool.hpp"
 #include "jobs/job_table.hpp"
 #include "source/dataset.hpp"
 #include "stoker/proto/control.hpp"
@@ -34,7 +34,7 @@ namespace {
 struct World {
   fs::path dir;
   std::string socket;
-  job::WorkQueue queue;
+  sched::WorkQueue queue;
   std::unique_ptr<delivery::DeviceDelivery> delivery;
   std::unique_ptr<jobs::JobTable> table;
   std::unique_ptr<control::ControlServer> server;

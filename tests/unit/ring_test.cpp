@@ -18,7 +18,7 @@ using stoker::job::RingHooks;
 using stoker::job::RingMemory;
 using stoker::job::RingStatus;
 using stoker::job::SlotBatch;
-using stoker::job::WorkItem;
+using stoker::sched::WorkItem;
 using stoker::proto::SlotState;
 
 namespace {

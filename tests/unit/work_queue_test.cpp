@@ -8,11 +8,11 @@
 #include <thread>
 #include <vector>
 
-#include "job/work_queue.hpp"
+#include "sched/work_queue.hpp"
 
-using stoker::job::JobShare;
-using stoker::job::WorkItem;
-using stoker::job::WorkQueue;
+using stoker::sched::JobShare;
+using stoker::sched::WorkItem;
+using stoker::sched::WorkQueue;
 
 namespace {
 

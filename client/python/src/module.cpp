@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "dlpack_abi.hpp"
-#include "stoker/base/mutex.hpp"
+#include "base/mutex.hpp"
 #include "stoker/stoker.h"
 
 namespace py = pybind11;

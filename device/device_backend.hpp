@@ -9,7 +9,7 @@
 //    (STOKER_HOSTSIM_DEVICES). It aborts on what CUDA leaves undefined: freeing memory or an
 //    event a live peer still has open, overwriting device memory a peer still reads (its
 //    release fence has not completed), closing a handle twice, touching a device nobody named.
-//  - "cuda" (client/device/cuda_driver_backend.cpp): the CUDA driver API loaded at run time
+//  - "cuda" (device/cuda_driver_backend.cpp): the CUDA driver API loaded at run time
 //    (dlopen libcuda.so.1), so libstoker carries no CUDA runtime and works beside any torch
 //    build. stokerd uses the same implementation, given the normalize kernel's image
 //    (daemon/cuda/cuda_backend.cpp, a fatbin built by nvcc when the toolkit is present).
@@ -35,7 +35,7 @@
 #include <string>
 #include <vector>
 
-#include "stoker/base/status.hpp"
+#include "base/status.hpp"
 
 namespace stoker::device {
 
@@ -165,7 +165,7 @@ using BackendResult = base::Result<std::unique_ptr<Backend>>;
 // The backend STOKER_DEVICE_BACKEND names (hostsim | cuda | none; default cuda), for the
 // exporter (stokerd) or the importer (libstoker) side.
 // make_exporter_backend lives in stokerd (daemon/delivery/exporter_backend.cpp), which can use
-// the CUDA runtime; make_importer_backend in libstoker (client/device/device_common.cpp).
+// the CUDA runtime; make_importer_backend in libstoker (device/device_common.cpp).
 BackendResult make_exporter_backend();
 BackendResult make_importer_backend();
 // The kind STOKER_DEVICE_BACKEND asks for, for messages.

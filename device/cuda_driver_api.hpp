@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <string>
 
-#include "stoker/base/status.hpp"
+#include "base/status.hpp"
 
 namespace stoker::device::cu {
 

@@ -33,7 +33,7 @@
 
 #include "device/device_backend.hpp"
 #include "device/hostsim_objects.hpp"
-#include "stoker/base/mutex.hpp"
+#include "base/mutex.hpp"
 
 namespace stoker::device {
 namespace hostsim {

@@ -7,11 +7,11 @@
 #include <thread>
 #include <vector>
 
-#include "job/work_queue.hpp"
+#include "sched/work_queue.hpp"
 
-namespace stoker::job {
+namespace stoker::sched {
 
-class Job;
+class Task;  // sched/task.hpp: what a job is to the pool
 
 class WorkerPool {
  public:
@@ -32,4 +32,4 @@ class WorkerPool {
   std::atomic<std::uint64_t> busy_ns_{0};
 };
 
-}  // namespace stoker::job
+}  // namespace stoker::sched

@@ -12,7 +12,7 @@
 #include <condition_variable>
 #include <mutex>
 
-#include "stoker/base/thread_annotations.hpp"
+#include "base/thread_annotations.hpp"
 
 namespace stoker::base {
 

@@ -1,12 +1,12 @@
-#include "job/work_queue.hpp"
+#include "sched/work_queue.hpp"
 
 #include <algorithm>
 #include <limits>
 #include <utility>
 
-#include "job/job.hpp"
+#include "sched/task.hpp"
 
-namespace stoker::job {
+namespace stoker::sched {
 
 WorkQueue::WorkQueue(std::vector<JobShare> shares) {
   lanes_.resize(shares.size());
@@ -204,4 +204,4 @@ std::size_t WorkQueue::in_flight(std::size_t job) const {
   return job < lanes_.size() ? lanes_[job].running : 0;
 }
 
-}  // namespace stoker::job
+}  // namespace stoker::sched

@@ -15,7 +15,7 @@
 
 #include "device/cuda_driver_api.hpp"
 #include "device/device_backend.hpp"
-#include "stoker/base/mutex.hpp"
+#include "base/mutex.hpp"
 
 namespace stoker::device {
 namespace {

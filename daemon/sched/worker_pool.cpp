@@ -1,4 +1,4 @@
-#include "job/worker_pool.hpp"
+#include "sched/worker_pool.hpp"
 
 #include <map>
 #include <chrono>
@@ -7,9 +7,9 @@
 #include <spdlog/spdlog.h>
 
 #include "image/sample_processor.hpp"
-#include "job/job.hpp"
+#include "sched/task.hpp"
 
-namespace stoker::job {
+namespace stoker::sched {
 
 WorkerPool::WorkerPool(unsigned threads, WorkQueue& queue) : queue_(queue) {
   for (unsigned i = 0; i < threads; ++i) threads_.emplace_back([this, i] { run(i); });
@@ -47,4 +47,4 @@ void WorkerPool::run(unsigned index) {
   spdlog::debug("worker {} stopped", index);
 }
 
-}  // namespace stoker::job
+}  // namespace stoker::sched

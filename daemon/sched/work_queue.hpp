@@ -23,14 +23,14 @@
 #include <deque>
 #include <vector>
 
-#include "stoker/base/mutex.hpp"
+#include "base/mutex.hpp"
 
-namespace stoker::job {
+namespace stoker::sched {
 
-class Job;
+class Task;  // sched/task.hpp: what a job is to the pool
 
 struct WorkItem {
-  Job* job;
+  Task* job;  // the job the item belongs to (named job: what every caller calls it)
   std::uint32_t ring;
   std::uint32_t slot;
   std::uint32_t position;    // index of the sample inside the batch
@@ -114,4 +114,4 @@ class WorkQueue {
   std::atomic<std::uint64_t> closures_{0};
 };
 
-}  // namespace stoker::job
+}  // namespace stoker::sched
