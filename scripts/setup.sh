@@ -10,7 +10,8 @@ build_pkgs=(build-essential cmake pkg-config libboost-dev libjpeg62-turbo-dev li
             libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libzstd-dev
             libspdlog-dev libyaml-cpp-dev pybind11-dev python3-dev python3-numpy)
 test_pkgs=(catch2 python3-pytest python3-torch python3-torchvision python3-pil
-           clang libclang-rt-14-dev)  # clang: the ThreadSanitizer build and the fuzz tier
+           clang libclang-rt-14-dev  # clang: the ASan + fuzz build and the ThreadSanitizer build
+           ninja-build lld ccache)   # the test command's build speed (docs/TESTING.md)
 
 pkgs=("${build_pkgs[@]}")
 [[ "${1:-}" == "--test" ]] && pkgs+=("${test_pkgs[@]}")

@@ -19,7 +19,9 @@ add_dependencies(service_integration_test stokerd)
 # then, as root, installed with apt, used from /usr and purged. Not in sanitizer builds (the
 # package is a plain release build of its own).
 if(NOT STOKER_SANITIZE AND NOT STOKER_TSAN AND NOT STOKER_FUZZ)
-  set(_deb_work ${CMAKE_CURRENT_BINARY_DIR}/deb-package)
+  # A sibling of this build folder (build -> build-deb-test): at the same depth below the clone,
+  # so ccache (scripts/test.sh: CCACHE_BASEDIR) serves the package's compiles from this build's.
+  set(_deb_work ${CMAKE_BINARY_DIR}-deb-test)
   add_test(NAME deb_package_builds_with_its_files_and_dependencies
     COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/install/deb_test.sh build ${_deb_work})
   # The package build compiles through the same launcher (ccache) as this build, if any.
