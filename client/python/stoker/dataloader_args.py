@@ -6,7 +6,6 @@ instead. Nothing a DataLoader argument asks for is dropped silently where it wou
 the batches."""
 import math
 import numbers
-import warnings
 from typing import Any, Dict, Optional, Tuple
 
 from .jobdef import TranslationError
@@ -57,13 +56,10 @@ def loader_kwargs(args: Dict[str, Any], kwargs: Dict[str, Any]) -> Dict[str, Any
         raise ValueError(f"timeout option should be non-negative, not {timeout!r}")  # DataLoader's rule
     if timeout > 0 and "timeout_s" not in kwargs:
         out["timeout_s"] = float(timeout)  # DataLoader's 0 is "wait forever", Loader's None
-    if args["pin_memory"] and kwargs.get("device") in (None, "", "cpu"):
-        if _can_pin():
-            out["pin_memory"] = True
-        else:
-            # DataLoader's behaviour on a machine without a GPU: warn and yield unpinned batches.
-            warnings.warn("stoker: 'pin_memory' is set but no CUDA device is available: batches are not "
-                          "page-locked", UserWarning, stacklevel=3)
+    if args["pin_memory"] and kwargs.get("device") in (None, "", "cpu") and _can_pin():
+        out["pin_memory"] = True
+    # Without CUDA the batches are left unpinned and nothing is said: torch 1.13's DataLoader
+    # (Debian 12's) pins only `pin_memory and torch.cuda.is_available()`, silently.
     # With device= the batches are already on the GPU: pinning host memory has nothing to do.
     return out
 
