@@ -182,7 +182,9 @@ def from_dataset(cls, dataset: Any, batch_size: Optional[int] = 1, shuffle: Opti
     DataLoader); see dataloader_args.job_seeds. DataLoader's worker arguments (num_workers,
     prefetch_factor, persistent_workers, multiprocessing_context) are accepted and have
     no effect: stokerd decodes. pin_memory=True page-locks the host batches for the GPU
-    (a warning and no pinning without CUDA, as DataLoader); timeout=T is timeout_s.
+    (without CUDA: no pinning and no warning, as torch 1.13's DataLoader); timeout=T is
+    timeout_s. The decode leaves the EXIF orientation unapplied (`exif_orientation: false`),
+    as ImageFolder's PIL loader does.
     batch_sampler, worker_init_fn and a collate_fn other than default_collate are
     refused, naming what to use. `mixup` / `cutmix`: an alpha (0: off), or the
     classification references' RandomMixup / RandomCutmix (p must be 1; both given: one
