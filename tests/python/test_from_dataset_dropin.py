@@ -196,6 +196,10 @@ def test_dataloader_arguments_are_taken_or_refused_by_name(daemon, demo_root):
                       ({"batch_size": None}, "batch_size=None")]:
         with pytest.raises(stoker.TranslationError, match=words):
             stoker.Loader.from_dataset(ds, socket=NO_DAEMON, **kw)
+    with pytest.raises(TypeError, match=r"^from_dataset\(\) got an unexpected keyword argument 'shufle'$"):
+        stoker.Loader.from_dataset(ds, batch_size=8, shufle=True, socket=NO_DAEMON)
+    with pytest.raises(TypeError, match=r"^from_folder\(\) got an unexpected keyword argument 'lazy'$"):
+        stoker.Loader.from_folder(demo_root, lazy=False, socket=NO_DAEMON)
     with pytest.raises(ValueError, match="num_workers"):
         stoker.Loader.from_dataset(ds, num_workers=-1, socket=NO_DAEMON)
     with pytest.raises(ValueError, match="mutually exclusive"):

@@ -86,6 +86,34 @@ def _peek(generator: Any) -> int:
     return value
 
 
+class PassDraws:
+    """The random numbers a DataLoader draws for each iteration (each `iter(loader)`), drawn the
+    same way, so a script's own random numbers after N passes are what they are with DataLoader:
+    its iterator's base seed from `generator` (torch's default generator when None), and, when
+    it shuffles, its RandomSampler's seed from torch's default generator, or a permutation from
+    the sampler's own generator. draw() makes one iteration's draws, advancing the generators,
+    and returns the pass's key (31 bits): the RandomSampler's draw when shuffling, else the base
+    seed. A from_dataset loader starts a pass without DistributedSampler at that epoch, so each
+    pass has its own order and augmentations, decided by torch's generators as DataLoader's are
+    (a restart draws a fresh order unless its generators stand where the first run's stood), or
+    None with `numbered` (seed= fixes the job's randomness: passes are epochs 0, 1, 2, ...)."""
+
+    def __init__(self, generator: Any, shuffle: bool, sampler_generator: Any, size: int, numbered: bool):
+        self.generator, self.shuffle, self.sampler_generator = generator, shuffle, sampler_generator
+        self.size, self.numbered = int(size), numbered
+
+    def draw(self) -> Optional[int]:
+        import torch
+        key = int(torch.empty((), dtype=torch.int64).random_(generator=self.generator).item())
+        if self.shuffle:
+            if self.sampler_generator is None:
+                key = int(torch.empty((), dtype=torch.int64).random_().item())
+            else:
+                key = _peek(self.sampler_generator)
+                torch.randperm(self.size, generator=self.sampler_generator)
+        return None if self.numbered else key % 2 ** 31
+
+
 def job_seeds(seed: Optional[int], generator: Any, sampler: Any) -> Tuple[int, Optional[int]]:
     """(seed, augment_seed) of the job; stokerd's randomness is a function of (seed, epoch,
     sample), the order's of `seed`, the augmentations' and mixes' of `augment_seed` (None: `seed`):
