@@ -6,7 +6,6 @@ instead. Nothing a DataLoader argument asks for is dropped silently where it wou
 the batches."""
 import math
 import numbers
-import warnings
 from typing import Any, Dict, Optional, Tuple
 
 from .jobdef import TranslationError
@@ -57,13 +56,10 @@ def loader_kwargs(args: Dict[str, Any], kwargs: Dict[str, Any]) -> Dict[str, Any
         raise ValueError(f"timeout option should be non-negative, not {timeout!r}")  # DataLoader's rule
     if timeout > 0 and "timeout_s" not in kwargs:
         out["timeout_s"] = float(timeout)  # DataLoader's 0 is "wait forever", Loader's None
-    if args["pin_memory"] and kwargs.get("device") in (None, "", "cpu"):
-        if _can_pin():
-            out["pin_memory"] = True
-        else:
-            # DataLoader's behaviour on a machine without a GPU: warn and yield unpinned batches.
-            warnings.warn("stoker: 'pin_memory' is set but no CUDA device is available: batches are not "
-                          "page-locked", UserWarning, stacklevel=3)
+    if args["pin_memory"] and kwargs.get("device") in (None, "", "cpu") and _can_pin():
+        out["pin_memory"] = True
+    # Without CUDA the batches are left unpinned and nothing is said: torch 1.13's DataLoader
+    # (Debian 12's) pins only `pin_memory and torch.cuda.is_available()`, silently.
     # With device= the batches are already on the GPU: pinning host memory has nothing to do.
     return out
 
@@ -88,6 +84,34 @@ def _peek(generator: Any) -> int:
     value = int(torch.empty((), dtype=torch.int64).random_(generator=g).item())
     g.set_state(state)
     return value
+
+
+class PassDraws:
+    """The random numbers a DataLoader draws for each iteration (each `iter(loader)`), drawn the
+    same way, so a script's own random numbers after N passes are what they are with DataLoader:
+    its iterator's base seed from `generator` (torch's default generator when None), and, when
+    it shuffles, its RandomSampler's seed from torch's default generator, or a permutation from
+    the sampler's own generator. draw() makes one iteration's draws, advancing the generators,
+    and returns the pass's key (31 bits): the RandomSampler's draw when shuffling, else the base
+    seed. A from_dataset loader starts a pass without DistributedSampler at that epoch, so each
+    pass has its own order and augmentations, decided by torch's generators as DataLoader's are
+    (a restart draws a fresh order unless its generators stand where the first run's stood), or
+    None with `numbered` (seed= fixes the job's randomness: passes are epochs 0, 1, 2, ...)."""
+
+    def __init__(self, generator: Any, shuffle: bool, sampler_generator: Any, size: int, numbered: bool):
+        self.generator, self.shuffle, self.sampler_generator = generator, shuffle, sampler_generator
+        self.size, self.numbered = int(size), numbered
+
+    def draw(self) -> Optional[int]:
+        import torch
+        key = int(torch.empty((), dtype=torch.int64).random_(generator=self.generator).item())
+        if self.shuffle:
+            if self.sampler_generator is None:
+                key = int(torch.empty((), dtype=torch.int64).random_().item())
+            else:
+                key = _peek(self.sampler_generator)
+                torch.randperm(self.size, generator=self.sampler_generator)
+        return None if self.numbered else key % 2 ** 31
 
 
 def job_seeds(seed: Optional[int], generator: Any, sampler: Any) -> Tuple[int, Optional[int]]:

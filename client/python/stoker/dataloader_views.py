@@ -4,40 +4,40 @@ ImageFolder's: classes, class_to_idx, samples, targets).
 
 dataloader_args.py takes what such a script passes in; this module serves what it reads
 back. Both are views of the Loader's job: they hold no state of their own but the lists
-they fetch once."""
+they fetch once. They take what they read as plain values and callables (the Loader passes
+its own), so this module knows nothing of the Loader: loader.py imports it, never the other way."""
 from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING, Any, Dict
+from typing import Any, Callable, Dict
 
 from . import _stoker
 
-if TYPE_CHECKING:  # the Loader imports this module
-    from .loader import Loader
 
+class SamplerView:
+    """loader.sampler: what training scripts call on a DistributedSampler. `set_epoch` is the
+    loader's; `epoch()` says where its next iteration starts; `samples()` is the rank's
+    samples per epoch."""
 
-class _Sampler:
-    """loader.sampler: what training scripts call on a DistributedSampler."""
-
-    def __init__(self, loader: "Loader"):
-        self._loader = loader
+    def __init__(self, set_epoch: Callable[[int], None], epoch: Callable[[], int], samples: Callable[[], int]):
+        self._set_epoch, self._epoch, self._samples = set_epoch, epoch, samples
 
     def set_epoch(self, epoch: int) -> None:
-        self._loader.set_epoch(epoch)
+        self._set_epoch(epoch)
 
     def __len__(self) -> int:
-        return int(self._loader.info["samples_per_rank"])
+        return int(self._samples())
 
     @property
     def epoch(self) -> int:
-        return self._loader._epoch
+        return self._epoch()
 
 
 _IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
 
-class _Dataset:
+class DatasetView:
     """loader.dataset: torchvision ImageFolder's attributes for the job's source. Class names
     come from the daemon; `samples` is the daemon's own list on first use ((path, label) by
     sample id, for every source type; tar members as SHARD:MEMBER), listed by ImageFolder's

@@ -91,7 +91,9 @@ def translate_with_origins(transform: Any) -> Tuple[List[str], str, List[str]]:
     if transform is None:
         raise TranslationError("the dataset has no transform: stokerd needs at least a crop or resize to a fixed size")
     items = transform_tree.flatten(transform)
-    steps = ["decode: {}"]
+    # ImageFolder's loader (PIL's open + convert("RGB")) ignores the EXIF orientation, so the
+    # decode does too: the same pixels for photos a camera tagged as rotated (issue #34).
+    steps = ["decode: " + _flow({"exif_orientation": False})]
     origins = ["the decode stokerd adds"]
     where = ""
     dtype = None          # set by the tensor conversion

@@ -9,20 +9,60 @@ terms), dataloader_views.py (loader.sampler and loader.dataset as DataLoader scr
 them)."""
 from __future__ import annotations
 
+import functools
+import hashlib
+import inspect
 import json
+import numbers
 import time
 import warnings
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from . import _stoker, torchvision_jobs
 from .batch import Batch
-from .dataloader_views import _Dataset, _Sampler
+from .dataloader_views import DatasetView, SamplerView
 from .optional_torch import torch
 from .placement import distributed, env_int, resolve_device
 
 
 class HoldError(_stoker.StokerError):
     """Raised when the caller holds every slot of its ring and asks for one more."""
+
+
+# Job keys that say where the job's ranks are and how deep their rings, not which batches
+# they get: a state taken with other values is still this job's (Loader._definition_hash).
+_PLACEMENT_KEYS = frozenset({"consumers", "world_size", "ranks", "node_rank", "local_world_size", "readers",
+                             "prefetch"})
+
+
+def _state_int(key: str, value: Any, low: int = 0) -> int:
+    """A loader state's integer at `key`: an int (numpy's too; not a bool, float or str), >= low."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"loader state key {key!r} must be an int, not {type(value).__name__} {value!r}")
+    if value < low:
+        raise ValueError(f"loader state key {key!r} must be >= {low}, not {value}")
+    return int(value)
+
+
+def _job_constructor(define: Callable[..., "torchvision_jobs.DefinedJob"]) -> classmethod:
+    """Loader.from_folder / Loader.from_dataset: `define` (torchvision_jobs) turns the arguments
+    into a DefinedJob, the Loader builds the lazy loader of it. Keywords that are neither
+    `define`'s nor the Loader's are refused in the name the user called, as Python's own."""
+    own = set(inspect.signature(define).parameters)
+
+    def make(cls, *args: Any, **kwargs: Any) -> "Loader":
+        loader_params = set(inspect.signature(cls.__init__).parameters) - {"self", "job", "lazy"}
+        for k in kwargs:
+            if k not in own and k not in loader_params:
+                raise TypeError(f"{define.__name__}() got an unexpected keyword argument {k!r}")
+        return cls._from_defined_job(define(*args, **kwargs))
+
+    functools.update_wrapper(make, define)  # the name and docstring; the signature, with cls:
+    sig = inspect.signature(define)
+    make.__signature__ = sig.replace(  # type: ignore[attr-defined]
+        parameters=[inspect.Parameter("cls", inspect.Parameter.POSITIONAL_OR_KEYWORD), *sig.parameters.values()],
+        return_annotation="Loader")
+    return classmethod(make)
 
 
 class Loader:
@@ -110,7 +150,7 @@ class Loader:
         self.framework = framework
         self.copy = copy
         self._status: Optional[Dict[str, Any]] = None  # the job's entry of the daemon's status
-        self._dataset: Optional["_Dataset"] = None
+        self._dataset: Optional[DatasetView] = None
         self.timeout_s = timeout_s
         self.hold_timeout_s = hold_timeout_s
         self._epoch = 0          # where the next iteration starts
@@ -133,6 +173,11 @@ class Loader:
         # decides where each iteration starts, as with DataLoader.
         self._epoch_sampler: Any = None
         self._origins: Dict[int, str] = {}  # from_dataset: definition line -> the transform it came from
+        # from_dataset: each iteration is a new pass, as a DataLoader's (DataLoader's draws per
+        # iteration, see _begin_pass); None: an iteration continues where the last one stopped.
+        self._passes: Optional[Any] = None
+        self._resume_pending = False  # load_state_dict / set_epoch chose where the next pass starts
+        self._pass_id = 0  # which pass the open iterator belongs to (an older one is superseded)
         # lazy: nothing is asked of the daemon until the loader is first used (iterated, len(),
         # batch_size, ...): a validation loader built at start-up holds no connection until then.
         if not lazy:
@@ -203,18 +248,18 @@ class Loader:
         self._status = None
 
     # --- jobs defined in torchvision's terms (torchvision_jobs.py) ------------------------
-    from_folder = classmethod(torchvision_jobs.from_folder)
-    from_dataset = classmethod(torchvision_jobs.from_dataset)
+    @classmethod
+    def _from_defined_job(cls, job: "torchvision_jobs.DefinedJob") -> "Loader":
+        """A lazy loader of a job defined from Python: its YAML is sent to the daemon on first use."""
+        loader = cls("", lazy=True, **job.loader_kwargs)
+        loader._definition = job.definition
+        loader._origins = dict(job.origins)
+        loader._epoch_sampler = job.epoch_sampler
+        loader._passes = job.passes
+        return loader
 
-    def _define_on_first_use(self, definition: str, origins: Optional[Dict[int, str]] = None,
-                             epoch_sampler: Any = None) -> None:
-        """Makes this lazy loader one of a job defined from Python: `definition` (the job's
-        YAML) is sent to the daemon on first use; `origins` maps its lines to the transforms
-        that made them (refusals name those); `epoch_sampler` is the script's
-        DistributedSampler, whose epoch decides where each iteration starts."""
-        self._definition = definition
-        self._origins = dict(origins or {})
-        self._epoch_sampler = epoch_sampler
+    from_folder = _job_constructor(torchvision_jobs.from_folder)
+    from_dataset = _job_constructor(torchvision_jobs.from_dataset)
 
     # --- what scripts written for torch.utils.data.DataLoader read -------------------------
     @property
@@ -226,16 +271,17 @@ class Loader:
         return bool(self._job_status().get("drop_last", False))
 
     @property
-    def sampler(self) -> "_Sampler":
-        """DistributedSampler's interface: set_epoch(e), len() (samples of this rank per epoch)."""
-        return _Sampler(self)
+    def sampler(self) -> SamplerView:
+        """DistributedSampler's interface: set_epoch(e), len() (samples of this rank per epoch),
+        epoch (where the next iteration starts)."""
+        return SamplerView(self.set_epoch, lambda: self._epoch, lambda: self.info["samples_per_rank"])
 
     @property
-    def dataset(self) -> "_Dataset":
+    def dataset(self) -> DatasetView:
         """ImageFolder's interface: classes, class_to_idx, samples ((path, class) in id order,
         the order the daemon numbers samples), targets, len()."""
         if self._dataset is None:
-            self._dataset = _Dataset(self._job_status(), self.socket)
+            self._dataset = DatasetView(self._job_status(), self.socket)
         return self._dataset
 
     def _job_status(self) -> Dict[str, Any]:
@@ -376,21 +422,34 @@ class Loader:
 
     def set_epoch(self, epoch: int) -> None:
         """Start the next iteration at the beginning of `epoch` (as DistributedSampler).
-        If the loader already stands inside `epoch` (after load_state_dict, or an iteration
-        left early) it keeps that position, so `for e in range(ckpt_epoch, n):
-        loader.set_epoch(e)` resumes mid-epoch exactly."""
-        if epoch != self._epoch:
-            self._epoch, self._batch = int(epoch), 0
+        If the loader already stands inside `epoch` after load_state_dict (or, for a loader of
+        a named job or from_folder, an iteration left early) it keeps that position, so
+        `for e in range(ckpt_epoch, n): loader.set_epoch(e)` resumes mid-epoch exactly."""
+        epoch = int(epoch)
+        if self._passes is None:
+            if epoch != self._epoch:
+                self._epoch, self._batch = epoch, 0
+        elif epoch != self._epoch or not self._resume_pending:
+            self._epoch, self._batch, self._elastic = epoch, 0, None
+        self._resume_pending = True
         if self._epoch_sampler is not None and self._epoch_sampler.epoch != epoch:
-            self._epoch_sampler.set_epoch(int(epoch))  # the script's sampler agrees with the loader
+            self._epoch_sampler.set_epoch(epoch)  # the script's sampler agrees with the loader
 
-    def _follow_sampler(self) -> None:
-        """A from_dataset loader's iteration starts at its DistributedSampler's epoch, as a
-        DataLoader's does: the script's `sampler.set_epoch(e)` (every epoch, and at --resume)
-        moves it. Inside that epoch (after load_state_dict, or an iteration left early) the
-        position is kept, as Loader.set_epoch does."""
+    def _begin_pass(self) -> None:
+        """A from_dataset loader's iteration is a new pass over the dataset, as a DataLoader's
+        `iter()` (an iteration left early is not continued): it makes DataLoader's draws
+        (dataloader_args.PassDraws) and starts at batch 0 of its DistributedSampler's epoch
+        (the script's `sampler.set_epoch(e)` moves it, every epoch and at --resume), else of the
+        epoch its draws name (a fresh order, as a RandomSampler draws one; seed= numbers the
+        passes). After load_state_dict or set_epoch it starts where they put it instead."""
+        self._pass_id += 1
+        key = self._passes.draw()
         if self._epoch_sampler is not None:
-            self.set_epoch(int(self._epoch_sampler.epoch))
+            self.set_epoch(int(self._epoch_sampler.epoch))  # keeps a resumed position in that epoch
+        elif not self._resume_pending:
+            epoch = key if key is not None else self._epoch + (1 if self._batch else 0)
+            self._epoch, self._batch, self._elastic = epoch, 0, None
+        self._resume_pending = False
 
     def state_dict(self) -> Dict[str, Any]:
         """Position of the next batch (a batch counts as consumed once it was yielded):
@@ -401,7 +460,28 @@ class Loader:
         DistributedSampler splits it) and the world size it was taken at. load_state_dict() on
         a world of another size resumes from it: the new ranks split the rest of that epoch."""
         return {"epoch": self._epoch, "batch": self._batch, "rank": self.rank, "reader": self.reader,
-                "job": self.job, "global_position": self._global_position()}
+                "job": self.job, "definition_hash": self._definition_hash(),
+                "global_position": self._global_position()}
+
+    def _definition_hash(self) -> Optional[str]:
+        """sha256 of the job's definition as the daemon holds it (its status' "definition", the
+        job's YAML), without the keys that only place the job in a world or size its ring
+        (_PLACEMENT_KEYS: a checkpoint resumes on another world through global_position): a
+        state of another definition of a same-named job is refused. None when the daemon's
+        status does not say (a checkpoint never fails for it; the check is then skipped)."""
+        try:
+            definition = self._job_status().get("definition")
+        except _stoker.StokerError:
+            return None
+        if not isinstance(definition, str):
+            return None
+        kept, skipping = [], False
+        for line in definition.splitlines():
+            if line and not line[0].isspace() and not line.startswith("- "):  # a key of the job
+                skipping = line.split(":", 1)[0].strip() in _PLACEMENT_KEYS
+            if not skipping:
+                kept.append(line)
+        return hashlib.sha256("\n".join(kept).encode()).hexdigest()
 
     def _global_position(self) -> Optional[Dict[str, Any]]:
         """None when the job's world cannot be told (no world_size and no status from the
@@ -448,32 +528,83 @@ class Loader:
         with "global_position" resumes from it, on this world whatever its size: the rest of
         that epoch is split among this world's ranks (each sample the earlier world had not
         consumed, once, padded or cut by the job's pad_shards / sampler_drop_last), and the
-        epochs after it are the ordinary split."""
-        gp = state.get("global_position")
+        epochs after it are the ordinary split.
+
+        The state is checked first, naming the key: positions are ints (not floats, strings or
+        bools: TypeError) and not negative (ValueError); "job" and "definition_hash", when the
+        state has them, must be this loader's job and its definition (ValueError: a state of
+        another job, or of the same name defined otherwise, would resume at a meaningless place)."""
+        gp = self._checked_state(state)
         if gp is not None and self._same_split(state, gp):
             gp = None  # taken on this world in an ordinary epoch: the per-rank position is the same place
         if gp is not None:
             epoch, samples = int(gp["epoch"]), int(gp["samples"])
-            if epoch < 0 or samples < 0:
-                raise ValueError(f"invalid loader state {state!r}")
             self._epoch, self._batch = epoch, 0
             self._elastic = (epoch, samples) if samples else None
         else:
             epoch, batch = int(state["epoch"]), int(state["batch"])
-            if epoch < 0 or batch < 0:
-                raise ValueError(f"invalid loader state {state!r}")
             self._epoch, self._batch = epoch, batch
             self._elastic = None
+        self._resume_pending = True
         if self._epoch_sampler is not None:
             self._epoch_sampler.set_epoch(epoch)
 
+    def _checked_state(self, state: Any) -> Optional[Dict[str, Any]]:
+        """load_state_dict's checks; returns the state's global_position (None when absent)."""
+        if not isinstance(state, dict):
+            raise TypeError(f"loader state must be a dict (from state_dict()), not {type(state).__name__}")
+        gp = state.get("global_position")
+        if gp is not None:
+            if not isinstance(gp, dict):
+                raise TypeError(f"loader state key 'global_position' must be a dict or None, not {gp!r}")
+            for key in ("epoch", "samples"):
+                if key not in gp:
+                    raise ValueError(f"loader state key 'global_position' lacks {key!r}")
+                _state_int(f"global_position.{key}", gp[key])
+            if gp.get("world_size") is not None:
+                _state_int("global_position.world_size", gp["world_size"], low=1)
+        for key in ("epoch", "batch"):
+            if key in state:
+                _state_int(key, state[key])
+            elif gp is None:
+                raise ValueError(f"loader state lacks {key!r} (and has no 'global_position')")
+        for key in ("rank", "reader"):
+            if state.get(key) is not None:
+                _state_int(key, state[key])
+        for key in ("job", "definition_hash"):
+            if state.get(key) is not None and not isinstance(state[key], str):
+                raise TypeError(f"loader state key {key!r} must be a str, not {state[key]!r}")
+        if state.get("job") is not None:
+            self._job_status()  # a lazy loader's first use: defines its job, which names it
+            if state["job"] != self.job:
+                raise ValueError(f"loader state key 'job': the state is job {state['job']!r}'s, this loader's "
+                                 f"job is {self.job!r}")
+        theirs, ours = state.get("definition_hash"), None
+        if theirs is not None:
+            ours = self._definition_hash()
+        if theirs is not None and ours is not None and theirs != ours:
+            raise ValueError(f"loader state key 'definition_hash': job {self.job!r} is defined otherwise than when "
+                             f"the state was taken (its definition's sha256 {ours[:12]}..., the state's "
+                             f"{theirs[:12]}...): its positions name other batches")
+        return gp
+
     def batches(self) -> Iterator[Batch]:
-        """Batches of the current epoch from the current position, as Batch objects.
-        The generator keeps no reference to a batch it yielded: the slot goes back as soon
-        as the caller drops the batch and its tensors."""
-        self._follow_sampler()
+        """Batches of the current epoch from the current position, as Batch objects (from_dataset:
+        of a new pass, as each `iter()` of a DataLoader; see _begin_pass). The generator keeps
+        no reference to a batch it yielded: the slot goes back as soon as the caller drops the
+        batch and its tensors."""
+        if self._passes is not None:
+            self._begin_pass()
+        return self._pass_batches(self._pass_id)
+
+    def _pass_batches(self, pass_id: int) -> Iterator[Batch]:
         self._ensure_stream_at(self._epoch, self._batch)
         while True:
+            if pass_id != self._pass_id:
+                # One stream per rank: a newer iter() of this loader took it over.
+                raise _stoker.StokerError(
+                    "this iterator of the loader was superseded by a newer iter(loader): a loader "
+                    "streams one pass at a time (keep using the newest iterator)")
             last = self._advance()
             if self._pending is not None:
                 yield self._take_pending()
@@ -508,6 +639,7 @@ class Loader:
         return b
 
     def __iter__(self) -> Iterator[Tuple[Any, Any]]:
+        # batches() starts a from_dataset loader's new pass now, at iter(), as DataLoader does.
         # map() holds no reference to the previous batch while the next one is awaited.
         return map(lambda b: (b.images, b.labels), self.batches())
 

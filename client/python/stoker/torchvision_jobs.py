@@ -5,20 +5,36 @@ sampler and DataLoader arguments a script already builds).
 Each turns its arguments into one job's YAML (jobdef.job_yaml; the transforms through
 jobdef.translate_with_origins and step_rules) and a lazy Loader that sends it to stokerd on
 first use. They are Loader's class methods (the Loader binds them with classmethod), kept here
-so that the Loader holds the connection and this module the translation; in_users_words()
-turns a daemon refusal of such a definition back into the transform the user wrote."""
+so that the Loader holds the connection and this module the translation: each returns a
+DefinedJob (the job's YAML and what the Loader needs besides), and the Loader's class methods
+build the lazy Loader from it. This module knows nothing of the Loader (loader.py imports it,
+never the other way). in_users_words() turns a daemon refusal of such a definition back into
+the transform the user wrote."""
 from __future__ import annotations
 
 import json
 import os
 import re
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import dataloader_args, jobdef, step_rules
 from .placement import distributed, env_int
 
-if TYPE_CHECKING:  # the Loader imports this module
-    from .loader import Loader
+
+@dataclass
+class DefinedJob:
+    """A job defined from Python, as the Loader takes it (package-internal): `definition` (the
+    job's YAML, sent to the daemon on first use), `loader_kwargs` (Loader's own arguments),
+    `origins` (definition line -> the transform that made it; refusals name those),
+    `epoch_sampler` (the script's DistributedSampler, whose epoch decides where each iteration
+    starts) and `passes` (from_dataset: DataLoader's draws per iteration; None: a Loader that
+    continues where its last iteration stopped)."""
+    definition: str
+    loader_kwargs: Dict[str, Any]
+    origins: Dict[int, str] = field(default_factory=dict)
+    epoch_sampler: Any = None
+    passes: Optional[dataloader_args.PassDraws] = None
 
 
 def in_users_words(error: Any, origins: Dict[int, str]) -> Any:
@@ -30,7 +46,7 @@ def in_users_words(error: Any, origins: Dict[int, str]) -> Any:
     return f"{origin}: {m.group(2)} ({error})" if origin else error
 
 
-def from_folder(cls, root: Any, batch_size: int = 256, train: bool = True, *,
+def from_folder(root: Any, batch_size: int = 256, train: bool = True, *,
                 crop_size: int = 224, resize_size: int = 256,
                 mean: Sequence[float] = (0.485, 0.456, 0.406),
                 std: Sequence[float] = (0.229, 0.224, 0.225),
@@ -38,7 +54,7 @@ def from_folder(cls, root: Any, batch_size: int = 256, train: bool = True, *,
                 shuffle: Optional[bool] = None, drop_last: Optional[bool] = None,
                 seed: int = 0, prefetch: int = 4, on_error: str = "skip",
                 world_size: Optional[int] = None, local_world_size: Optional[int] = None,
-                node_rank: Optional[int] = None, **kwargs: Any) -> "Loader":
+                node_rank: Optional[int] = None, **kwargs: Any) -> DefinedJob:
     """A loader over an ImageFolder tree with torchvision's standard recipe, no YAML:
 
         train = stoker.Loader.from_folder("/data/imagenet/train", batch_size=256)
@@ -100,9 +116,7 @@ def from_folder(cls, root: Any, batch_size: int = 256, train: bool = True, *,
                                  local=local, prefetch=prefetch, on_error=on_error, steps=steps, dtype=dtype,
                                  layout=layout, sources=mixture)
     kwargs.setdefault("world_size", world)
-    loader = cls("", lazy=True, **kwargs)
-    loader._define_on_first_use(definition)
-    return loader
+    return DefinedJob(definition, kwargs)
 
 
 def mixture_roots(root: Any) -> Optional[List[Tuple[str, float]]]:
@@ -149,14 +163,14 @@ def concat_sources(dataset: Any) -> Tuple[Any, List[Tuple[str, float]]]:
     return parts[0], [(os.path.abspath(d.root), float(len(d))) for d in parts]
 
 
-def from_dataset(cls, dataset: Any, batch_size: Optional[int] = 1, shuffle: Optional[bool] = None,
+def from_dataset(dataset: Any, batch_size: Optional[int] = 1, shuffle: Optional[bool] = None,
                  sampler: Any = None, batch_sampler: Any = None, num_workers: int = 0, collate_fn: Any = None,
                  pin_memory: bool = False, drop_last: bool = False, timeout: float = 0,
                  worker_init_fn: Any = None, multiprocessing_context: Any = None, generator: Any = None, *,
                  prefetch_factor: Optional[int] = None, persistent_workers: bool = False,
                  pin_memory_device: str = "", mixup: Any = None, cutmix: Any = None,
                  seed: Optional[int] = None, prefetch: int = 4, on_error: str = "skip", layout: str = "NCHW",
-                 local_world_size: Optional[int] = None, **kwargs: Any) -> "Loader":
+                 local_world_size: Optional[int] = None, **kwargs: Any) -> DefinedJob:
     """The DataLoader a script already builds, served by stokerd: same arguments, in
     DataLoader's order, so porting a script changes only the constructor's name:
 
@@ -172,9 +186,14 @@ def from_dataset(cls, dataset: Any, batch_size: Optional[int] = 1, shuffle: Opti
     position (TranslationError): nothing is dropped. `sampler`: None/SequentialSampler
     (dataset order), RandomSampler (shuffled), or DistributedSampler (its num_replicas,
     rank, shuffle, seed and drop_last); the permutation is stokerd's (same sharding, not
-    torch's random numbers). The sampler stays the script's: each iteration starts at
-    the epoch of its last `set_epoch()` (DataLoader's behaviour, so `--resume` at epoch
-    k serves epoch k), and Loader.set_epoch() / load_state_dict() set it too.
+    torch's random numbers). Each `iter()` is a new pass, as DataLoader's (one left early
+    is not continued): with a DistributedSampler it serves the epoch of the sampler's last
+    `set_epoch()` (DataLoader's behaviour, so `--resume` at epoch k serves epoch k;
+    Loader.set_epoch() / load_state_dict() set the sampler too); otherwise it makes the
+    draws a DataLoader iteration makes from torch's generators (advancing them as
+    DataLoader does) and serves a fresh order, that of the epoch its draw names (seed=:
+    the passes are epochs 0, 1, 2, ...). load_state_dict() is the exact resume: the next
+    pass starts at the state's position.
 
     The seeds: `seed=` decides order and augmentations; else a DistributedSampler's seed
     decides the order and a draw from `generator=` or torch's default generator the
@@ -182,7 +201,9 @@ def from_dataset(cls, dataset: Any, batch_size: Optional[int] = 1, shuffle: Opti
     DataLoader); see dataloader_args.job_seeds. DataLoader's worker arguments (num_workers,
     prefetch_factor, persistent_workers, multiprocessing_context) are accepted and have
     no effect: stokerd decodes. pin_memory=True page-locks the host batches for the GPU
-    (a warning and no pinning without CUDA, as DataLoader); timeout=T is timeout_s.
+    (without CUDA: no pinning and no warning, as torch 1.13's DataLoader); timeout=T is
+    timeout_s. The decode leaves the EXIF orientation unapplied (`exif_orientation: false`),
+    as ImageFolder's PIL loader does.
     batch_sampler, worker_init_fn and a collate_fn other than default_collate are
     refused, naming what to use. `mixup` / `cutmix`: an alpha (0: off), or the
     classification references' RandomMixup / RandomCutmix (p must be 1; both given: one
@@ -241,6 +262,7 @@ def from_dataset(cls, dataset: Any, batch_size: Optional[int] = 1, shuffle: Opti
             "or `sources:` in the daemon's YAML")
     else:
         raise jobdef.TranslationError(f"sampler {type(sampler).__name__} has no stokerd equivalent")
+    explicit_seed = seed is not None
     seed, augment_seed = dataloader_args.job_seeds(seed, generator, sampler)
     local = local_world_size if local_world_size is not None else (env_int("LOCAL_WORLD_SIZE") or world)
     if world % local != 0:
@@ -255,10 +277,13 @@ def from_dataset(cls, dataset: Any, batch_size: Optional[int] = 1, shuffle: Opti
         mixup=dataloader_args.mix_alpha(mixup, "mixup"), cutmix=dataloader_args.mix_alpha(cutmix, "cutmix"))
     kwargs.setdefault("world_size", world)
     kwargs.setdefault("rank", rank)
-    loader = cls("", lazy=True, **kwargs)
     # The steps are the definition's last lines but its output line (job_yaml): 1-based line numbers.
     last_step = len(definition.splitlines()) - 1
-    loader._define_on_first_use(
-        definition, origins={last_step - len(steps) + 1 + k: o for k, o in enumerate(origins)},
-        epoch_sampler=sampler if isinstance(sampler, tud.DistributedSampler) else None)
-    return loader
+    sampler_generator = sampler.generator if isinstance(sampler, tud.RandomSampler) else generator
+    passes = dataloader_args.PassDraws(generator, shuffle and not isinstance(sampler, tud.DistributedSampler),
+                                       sampler_generator, len(dataset) if mixture is None else
+                                       int(sum(w for _, w in mixture)), numbered=explicit_seed)
+    return DefinedJob(definition, kwargs,
+                      origins={last_step - len(steps) + 1 + k: o for k, o in enumerate(origins)},
+                      epoch_sampler=sampler if isinstance(sampler, tud.DistributedSampler) else None,
+                      passes=passes)
