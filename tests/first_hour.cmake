@@ -1,0 +1,21 @@
+# A new user's first hour (issue #37): setup.sh, demo.sh, stokerd-launch.sh, stokerctl consume
+# and prepare, stokerd's start, and the README against the scripts. One ctest entry per check
+# of tests/first_hour/test_first_hour.py (Debian's python3 with pytest; the programs from this
+# build's bin/). The config error of an unclosed flow is checked in unit/config_test.cpp.
+find_program(STOKER_FIRST_HOUR_PYTHON NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
+if(STOKER_FIRST_HOUR_PYTHON)
+  set(_first_hour ${CMAKE_CURRENT_SOURCE_DIR}/first_hour/test_first_hour.py)
+  # name, label, pytest function
+  foreach(_t IN ITEMS
+      "setup_waits_for_apt_lock;unit;test_setup_waits_for_apt_lock"
+      )
+    list(GET _t 0 _name)
+    list(GET _t 1 _label)
+    list(GET _t 2 _function)
+    add_test(NAME first_hour_${_name}
+      COMMAND ${STOKER_FIRST_HOUR_PYTHON} -m pytest -q -p no:cacheprovider ${_first_hour}::${_function})
+    # TIMEOUT: each takes a few seconds; the cmake configure of user_build_has_no_benchmarks the most.
+    set_tests_properties(first_hour_${_name} PROPERTIES LABELS ${_label} TIMEOUT 120
+      ENVIRONMENT "STOKER_BIN_DIR=${CMAKE_BINARY_DIR}/bin")
+  endforeach()
+endif()

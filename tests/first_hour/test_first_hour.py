@@ -1,0 +1,145 @@
+"""A new user's first hour (issue #37): what setup.sh, demo.sh, stokerd-launch.sh, stokerctl and
+stokerd say to someone who has just cloned the repository, and that the README agrees with the
+scripts. Each test is its own ctest entry (tests/first_hour.cmake); the ones that run programs
+take them from $STOKER_BIN_DIR and skip without it."""
+import fcntl
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEMO = os.path.join(SRC, "tests", "data", "demo")
+BIN = os.environ.get("STOKER_BIN_DIR", "")
+DEMO_SAMPLES = 64
+
+
+def need_bin():
+    if not BIN or not os.path.exists(os.path.join(BIN, "stokerd")):
+        pytest.skip("STOKER_BIN_DIR with stokerd and stokerctl is not set")
+
+
+def write_fake(path, body):
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\n" + body)
+    os.chmod(path, 0o755)
+
+
+# ---- 1. setup.sh waits for apt's lock -------------------------------------------------------
+
+def test_setup_waits_for_apt_lock(tmp_path):
+    """Held the way apt holds it (fcntl on the lock file), the lock makes setup.sh wait with a line
+    naming the holder; released, setup goes on to apt-get update and install (a fake one here:
+    nothing is installed, no root is needed)."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    calls = tmp_path / "apt-calls"
+    write_fake(fake / "apt-get", f'echo "$*" >> "{calls}"\n')
+    write_fake(fake / "dpkg-query", "exit 1\n")  # every package missing
+    write_fake(fake / "sudo", 'exec "$@"\n')
+    locks = [tmp_path / "lists-lock", tmp_path / "lock-frontend"]
+    for p in locks:
+        p.write_text("")
+    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}",
+               STOKER_APT_LOCKS=" ".join(str(p) for p in locks), STOKER_APT_LOCK_TIMEOUT="30")
+    held = open(locks[0], "r+")
+    fcntl.lockf(held, fcntl.LOCK_EX)  # what apt-get update does to /var/lib/apt/lists/lock
+    proc = subprocess.Popen([os.path.join(SRC, "scripts", "setup.sh")], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        time.sleep(2.5)
+        assert proc.poll() is None, "setup.sh did not wait: " + proc.stdout.read()
+        assert not calls.exists(), "apt-get ran while its lock was held"
+        fcntl.lockf(held, fcntl.LOCK_UN)
+        held.close()
+        out, _ = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert f"setup: waiting for apt's lock (held by PID {os.getpid()}" in out, out
+    assert str(locks[0]) in out
+    ran = calls.read_text().splitlines()
+    assert len(ran) == 2, ran
+    assert "update" in ran[0] and "install" in ran[1], ran
+    assert all("DPkg::Lock::Timeout=30" in line for line in ran), ran
+
+
+# ---- 6. the README and the scripts -------------------------------------------------------------
+
+def readme():
+    with open(os.path.join(SRC, "README.md")) as f:
+        return f.read()
+
+
+def paragraph(text, start):
+    at = text.index(start)
+    end = text.find("\n\n", at)
+    return text[at:end if end >= 0 else len(text)]
+
+
+def setup_list(*args):
+    out = subprocess.run([os.path.join(SRC, "scripts", "setup.sh"), "--list", *args], capture_output=True,
+                         text=True, check=True).stdout
+    return out.split()
+
+
+# ---- programs ----------------------------------------------------------------------------------
+
+class Daemon:
+    def __init__(self, tmp_path, config_text, name="d"):
+        self.config = tmp_path / f"{name}.yaml"
+        self.config.write_text(config_text)
+        self.socket = str(tmp_path / f"{name}.sock")
+        self.log = tmp_path / f"{name}.log"
+        self.proc = subprocess.Popen([os.path.join(BIN, "stokerd"), "--config", str(self.config), "--socket",
+                                      self.socket], stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 15
+        while not os.path.exists(self.socket):
+            assert self.proc.poll() is None, "stokerd exited: " + self.log.read_text()
+            assert time.monotonic() < deadline, "stokerd did not come up: " + self.log.read_text()
+            time.sleep(0.02)
+
+    def ctl(self, *args, timeout=60):
+        r = subprocess.run([os.path.join(BIN, "stokerctl"), *args, "--socket", self.socket], capture_output=True,
+                           text=True, timeout=timeout)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout
+
+    def status_job(self, name):
+        return next(j for j in json.loads(self.ctl("status"))["jobs"] if j["name"] == name)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=20)
+        return self.proc.returncode
+
+
+def job_yaml(name="demo", batch=16, extra="", drop_last=False, workers=2):
+    return (f"server: {{workers: {workers}}}\njobs:\n  {name}:\n    source: {{type: imagefolder, root: {DEMO}}}\n"
+            f"    batch_size: {batch}\n    drop_last: {'true' if drop_last else 'false'}\n    prefetch: 4\n"
+            f"    pipeline:\n      - decode: {{}}\n      - random_resized_crop: {{size: 64}}\n"
+            f"    output: {{dtype: uint8, layout: NCHW}}\n{extra}")
+
+
+@pytest.fixture
+def daemons():
+    started = []
+    yield started
+    for d in started:
+        d.stop()
+
+
+def summary_of(out):
+    return json.loads(out.splitlines()[-1])
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"] + sys.argv[1:]))
