@@ -8,6 +8,7 @@ if(STOKER_FIRST_HOUR_PYTHON)
   # name, label, pytest function
   foreach(_t IN ITEMS
       "setup_waits_for_apt_lock;unit;test_setup_waits_for_apt_lock"
+      "user_build_has_no_benchmarks;integration;test_user_build_has_no_benchmarks"
       )
     list(GET _t 0 _name)
     list(GET _t 1 _label)

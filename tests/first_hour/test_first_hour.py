@@ -90,6 +90,26 @@ def setup_list(*args):
     return out.split()
 
 
+def test_user_build_has_no_benchmarks(tmp_path):
+    """-DSTOKER_BUILD_TESTS=OFF (a user's build, the demo's) configures no benchmark program;
+    -DSTOKER_BUILD_BENCHMARKS=ON (the benchmark scripts') brings them back."""
+    build = tmp_path / "b"
+    base = ["cmake", "-S", SRC, "-B", str(build), "-G", "Ninja", "-DSTOKER_BUILD_TESTS=OFF", "-DSTOKER_PYTHON=OFF",
+            "-DSTOKER_CUDA=OFF", "-DSTOKER_REMOTE=OFF"]
+
+    def targets(*extra):
+        subprocess.run(base + list(extra), check=True, capture_output=True, timeout=60)
+        out = subprocess.run(["cmake", "--build", str(build), "--target", "help"], check=True, capture_output=True,
+                             text=True, timeout=30).stdout
+        return set(re.findall(r"^(\S+): ", out, re.M))
+
+    off = targets()
+    assert "stokerd" in off and "stokerctl" in off
+    assert not [t for t in off if "bench" in t and "/" not in t], sorted(t for t in off if "bench" in t)
+    on = targets("-DSTOKER_BUILD_BENCHMARKS=ON")
+    assert "stoker_bench_decode" in on and "stoker_bench_mixture" in on
+
+
 # ---- programs ----------------------------------------------------------------------------------
 
 class Daemon:
