@@ -8,6 +8,8 @@ if(STOKER_FIRST_HOUR_PYTHON)
   # name, label, pytest function
   foreach(_t IN ITEMS
       "setup_waits_for_apt_lock;unit;test_setup_waits_for_apt_lock"
+      "readme_package_list_equals_setup;unit;test_readme_package_list_equals_setup"
+      "readme_cmake_options_and_jobs;unit;test_readme_cmake_options_and_jobs"
       "user_build_has_no_benchmarks;integration;test_user_build_has_no_benchmarks"
       )
     list(GET _t 0 _name)

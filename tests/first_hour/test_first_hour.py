@@ -90,6 +90,33 @@ def setup_list(*args):
     return out.split()
 
 
+def test_readme_package_list_equals_setup():
+    text = readme()
+    build = set(re.findall(r"`([a-z0-9][a-z0-9.+-]+)`", paragraph(text, "The packages (Debian 12's own")))
+    tests = set(re.findall(r"`([a-z0-9][a-z0-9.+-]+)`", paragraph(text, "With `--test` also")))
+    tests.discard("--test")
+    assert build == set(setup_list()), "README's build packages differ from scripts/setup.sh --list"
+    assert tests == set(setup_list("--test")) - set(setup_list()), \
+        "README's test packages differ from scripts/setup.sh --list --test"
+
+
+def test_readme_cmake_options_and_jobs():
+    text = readme()
+    options = paragraph(text, "CMake options:")
+    with open(os.path.join(SRC, "CMakeLists.txt")) as f:
+        cmake = f.read()
+    for name in re.findall(r"(?:option|set)\((STOKER_[A-Z_]+)", cmake):
+        if name in ("STOKER_FUZZ", "STOKER_TSAN", "STOKER_THREAD_SAFETY"):  # the test tiers' own (scripts/test.sh)
+            continue
+        assert name in options, f"{name} (CMakeLists.txt) is missing from the README's CMake options"
+    # Build commands name their jobs: a bare `-j` runs unbounded jobs on a small machine.
+    for line in text.splitlines():
+        for m in re.finditer(r"(?<!\S)-j(\S*)(\s+(\S+))?", line):
+            jobs = m.group(1) or m.group(3) or ""
+            assert re.fullmatch(r"\d+|\"?\$\(nproc\)\"?", jobs), f"unbounded -j in README: {line}"
+    assert "STOKER_BUILD_BENCHMARKS" in options
+
+
 def test_user_build_has_no_benchmarks(tmp_path):
     """-DSTOKER_BUILD_TESTS=OFF (a user's build, the demo's) configures no benchmark program;
     -DSTOKER_BUILD_BENCHMARKS=ON (the benchmark scripts') brings them back."""
