@@ -188,5 +188,24 @@ def summary_of(out):
     return json.loads(out.splitlines()[-1])
 
 
+def test_consume_leads_with_the_steady_rate(tmp_path, daemons):
+    """consume's images_per_s leaves out the prefetched batches; too short a run says so (null and
+    a note) instead of a flattering figure."""
+    need_bin()
+    d = Daemon(tmp_path, job_yaml(batch=8))
+    daemons.append(d)
+    time.sleep(0.5)  # the ring fills
+    short = summary_of(d.ctl("consume", "--job", "demo", "--batches", "3"))
+    assert short["images_per_s"] is None, short
+    assert "too short" in short["note"], short
+    assert short["images_per_s_with_prefetched"] > 0
+    long = summary_of(d.ctl("consume", "--job", "demo", "--start-epoch", "1", "--batches", "40"))
+    assert long["images_per_s"] is not None and long["images_per_s"] > 0, long
+    assert long["note"] is None
+    assert long["steady_seconds"] <= long["seconds"]
+    line = d.ctl("consume", "--job", "demo", "--start-epoch", "9", "--seconds", "0.5").splitlines()[-1]
+    assert line.index('"images_per_s"') < line.index('"images_per_s_with_prefetched"')
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"] + sys.argv[1:]))
