@@ -188,6 +188,21 @@ def summary_of(out):
     return json.loads(out.splitlines()[-1])
 
 
+def test_status_rates_right_after_a_short_run(tmp_path, daemons):
+    """A run shorter than the once-a-second sampling still shows in status: images_per_s and the
+    consumer's wait_fraction are not 0.0 while wait_s says it waited."""
+    need_bin()
+    d = Daemon(tmp_path, job_yaml())
+    daemons.append(d)
+    d.ctl("consume", "--job", "demo", "--epochs", "2")
+    job = d.status_job("demo")
+    consumer = job["consumers"][0]
+    assert job["samples_ok"] >= 2 * DEMO_SAMPLES
+    assert consumer["wait_s"] > 0
+    assert job["images_per_s"] > 0, job
+    assert consumer["wait_fraction"] > 0, consumer
+
+
 def test_consume_leads_with_the_steady_rate(tmp_path, daemons):
     """consume's images_per_s leaves out the prefetched batches; too short a run says so (null and
     a note) instead of a flattering figure."""
