@@ -11,6 +11,7 @@ if(STOKER_FIRST_HOUR_PYTHON)
       "readme_package_list_equals_setup;unit;test_readme_package_list_equals_setup"
       "readme_cmake_options_and_jobs;unit;test_readme_cmake_options_and_jobs"
       "user_build_has_no_benchmarks;integration;test_user_build_has_no_benchmarks"
+      "demo_ends_with_images_per_s;integration;test_demo_ends_with_a_human_line_naming_images_per_s"
       "status_rates_after_a_short_run;integration;test_status_rates_right_after_a_short_run"
       "consume_leads_with_steady_rate;integration;test_consume_leads_with_the_steady_rate"
       )

@@ -188,6 +188,31 @@ def summary_of(out):
     return json.loads(out.splitlines()[-1])
 
 
+def test_demo_ends_with_a_human_line_naming_images_per_s():
+    """scripts/demo.sh on programs already built: human lines, the last `demo: N images/s over S s,
+    ... waited W% ...`, the rate over a span of seconds; the JSON only with --json."""
+    need_bin()
+    env = dict(os.environ, STOKER_DEMO_SECONDS="2")
+    build = os.path.dirname(BIN.rstrip("/"))
+    r = subprocess.run([os.path.join(SRC, "scripts", "demo.sh"), "--prebuilt", build], capture_output=True,
+                       text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.rstrip("\n").splitlines()
+    assert not any(line.startswith("{") for line in lines), "raw JSON without --json:\n" + r.stdout
+    m = re.match(r"demo: (\d+) images/s over (\d+\.\d) s, .*waited (\d+)% of the time", lines[-1])
+    assert m, lines[-1]
+    assert int(m.group(1)) > 0
+    assert float(m.group(2)) >= 1.0, "a rate over less than a second"
+    assert int(m.group(3)) > 0, "status read no wait for a consumer that only waits"
+    assert any(line.startswith("demo: next:") for line in lines)
+    r = subprocess.run([os.path.join(SRC, "scripts", "demo.sh"), "--prebuilt", build, "--json"],
+                       capture_output=True, text=True, timeout=60, env=dict(env, STOKER_DEMO_SECONDS="1"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.rstrip("\n").splitlines()
+    assert any(line.startswith('{"summary":true') for line in lines)
+    assert re.match(r"demo: \d+ images/s over", lines[-1]), lines[-1]
+
+
 def test_status_rates_right_after_a_short_run(tmp_path, daemons):
     """A run shorter than the once-a-second sampling still shows in status: images_per_s and the
     consumer's wait_fraction are not 0.0 while wait_s says it waited."""
