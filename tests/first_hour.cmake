@@ -14,6 +14,7 @@ if(STOKER_FIRST_HOUR_PYTHON)
       "demo_ends_with_images_per_s;integration;test_demo_ends_with_a_human_line_naming_images_per_s"
       "status_rates_after_a_short_run;integration;test_status_rates_right_after_a_short_run"
       "consume_leads_with_steady_rate;integration;test_consume_leads_with_the_steady_rate"
+      "batch_larger_than_dataset_warned;integration;test_batch_larger_than_the_dataset_is_warned_at_start"
       )
     list(GET _t 0 _name)
     list(GET _t 1 _label)

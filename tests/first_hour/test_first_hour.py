@@ -247,5 +247,21 @@ def test_consume_leads_with_the_steady_rate(tmp_path, daemons):
     assert line.index('"images_per_s"') < line.index('"images_per_s_with_prefetched"')
 
 
+def test_batch_larger_than_the_dataset_is_warned_at_start(tmp_path, daemons):
+    need_bin()
+    d = Daemon(tmp_path, job_yaml(name="big", batch=256, drop_last=True))
+    daemons.append(d)
+    assert d.stop() == 0
+    log = d.log.read_text()
+    warned = [line for line in log.splitlines() if "batch_size 256" in line]
+    assert warned, log
+    assert "job big" in warned[0] and f"{DEMO_SAMPLES} samples" in warned[0] and "warn" in warned[0], warned[0]
+    assert "no batch" in warned[0]
+    ok = Daemon(tmp_path, job_yaml(name="fits", batch=16), name="ok")
+    daemons.append(ok)
+    assert ok.stop() == 0
+    assert "is larger than" not in ok.log.read_text()
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"] + sys.argv[1:]))
