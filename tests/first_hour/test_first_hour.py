@@ -263,5 +263,22 @@ def test_batch_larger_than_the_dataset_is_warned_at_start(tmp_path, daemons):
     assert "is larger than" not in ok.log.read_text()
 
 
+def test_prepare_says_starting_and_what_was_already_stored(tmp_path, daemons):
+    need_bin()
+    store = tmp_path / "store"
+    extra = f"    decoded_store: {{max_side: 64, path: \"{store}\", bytes: 64MiB}}\n"
+    d = Daemon(tmp_path, job_yaml(extra=extra))
+    daemons.append(d)
+    first = d.ctl("prepare", "demo", "--threads", "2").splitlines()
+    assert not any(" 0 samples/s" in line for line in first), first
+    assert "samples/s" not in first[0] or first[0].startswith("prepare demo: done"), first
+    # The job's own workers store what they decode for the ring meanwhile: those are "already stored".
+    m = re.search(rf"done in .*: {DEMO_SAMPLES}/{DEMO_SAMPLES} samples; (\d+) stored now .*, (\d+) already stored, 0 not",
+                  first[-1])
+    assert m and int(m.group(1)) + int(m.group(2)) == DEMO_SAMPLES, first
+    again = d.ctl("prepare", "demo").splitlines()
+    assert re.search(rf"; 0 stored now .*, {DEMO_SAMPLES} already stored, 0 not stored", again[-1]), again
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"] + sys.argv[1:]))
