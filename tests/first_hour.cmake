@@ -16,6 +16,7 @@ if(STOKER_FIRST_HOUR_PYTHON)
       "consume_leads_with_steady_rate;integration;test_consume_leads_with_the_steady_rate"
       "batch_larger_than_dataset_warned;integration;test_batch_larger_than_the_dataset_is_warned_at_start"
       "prepare_starting_and_already_stored;integration;test_prepare_says_starting_and_what_was_already_stored"
+      "launch_finds_demo_build;integration;test_launch_finds_what_the_demo_built"
       )
     list(GET _t 0 _name)
     list(GET _t 1 _label)

@@ -280,5 +280,36 @@ def test_prepare_says_starting_and_what_was_already_stored(tmp_path, daemons):
     assert re.search(rf"; 0 stored now .*, {DEMO_SAMPLES} already stored, 0 not stored", again[-1]), again
 
 
+def test_launch_finds_what_the_demo_built(tmp_path):
+    """Right after scripts/demo.sh (which builds into build-demo/), stokerd-launch.sh finds that
+    stokerd; with none built it says how to build one."""
+    need_bin()
+    tree = tmp_path / "tree"
+    (tree / "scripts").mkdir(parents=True)
+    shutil.copy(os.path.join(SRC, "scripts", "stokerd-launch.sh"), tree / "scripts")
+    env = {k: v for k, v in os.environ.items() if k not in ("STOKERD", "STOKER_SOCKET")}
+    env["PATH"] = "/usr/bin:/bin"
+    if shutil.which("stokerd", path=env["PATH"]):
+        pytest.skip("an installed stokerd is on PATH")
+    env["STOKER_LOG"] = str(tmp_path / "launch.log")
+    r = subprocess.run([str(tree / "scripts" / "stokerd-launch.sh"), os.path.join(SRC, "configs", "demo.yaml"),
+                        str(tmp_path / "a.sock")], capture_output=True, text=True, env=env, timeout=30)
+    assert r.returncode != 0
+    assert "build" in r.stderr and "scripts/demo.sh" in r.stderr, r.stderr
+    (tree / "build-demo" / "bin").mkdir(parents=True)
+    os.symlink(os.path.join(BIN, "stokerd"), tree / "build-demo" / "bin" / "stokerd")
+    r = subprocess.run([str(tree / "scripts" / "stokerd-launch.sh"), os.path.join(SRC, "configs", "demo.yaml"),
+                        str(tmp_path / "b.sock")], capture_output=True, text=True, env=env, timeout=30)
+    assert r.returncode == 0, r.stdout + r.stderr
+    m = re.search(r"STOKERD_PID=(\d+)", r.stdout)
+    assert m, r.stdout
+    os.kill(int(m.group(1)), signal.SIGTERM)
+    for _ in range(200):
+        if not os.path.exists(tmp_path / "b.sock"):
+            break
+        time.sleep(0.05)
+    assert not os.path.exists(tmp_path / "b.sock"), "the launched stokerd did not stop"
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"] + sys.argv[1:]))
