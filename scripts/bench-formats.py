@@ -107,7 +107,8 @@ def main():
     make_sets(a.images, a.count, a.out)
     bench = os.path.join(a.build, "bin", "stoker_bench_formats")
     if not os.access(bench, os.X_OK):
-        sys.exit(f"missing {bench} (cmake --build {a.build} --target stoker_bench_formats)")
+        sys.exit(f"missing {bench} (cmake -B {a.build} -DSTOKER_BUILD_BENCHMARKS=ON && "
+                 f"cmake --build {a.build} --target stoker_bench_formats)")
 
     import torch
     import torchvision.transforms as T

@@ -19,7 +19,7 @@ cores=$(nproc)
 
 bench_images "$images"
 build=${BUILD_DIR:-build}
-[[ -n ${BUILD_DIR:-} ]] || scripts/build.sh >/dev/null
+[[ -n ${BUILD_DIR:-} ]] || scripts/build.sh -DSTOKER_BUILD_BENCHMARKS=ON >/dev/null
 n_files=$(find "$images" -type f -iname '*.jpg' | wc -l)
 echo "bench: $n_files JPEGs in $images; machine: $(bench_machine)"
 find "$images" -type f -exec cat {} + >/dev/null   # warm the page cache: measure decode, not disk

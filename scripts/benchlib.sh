@@ -13,9 +13,10 @@ bench_machine() {
 }
 
 # bench_program BUILD_DIR NAME: the path of a benchmark program of daemon/bench, or exits
-# naming the build command that makes it.
+# naming the build commands that make it (benchmarks are built with STOKER_BUILD_BENCHMARKS,
+# on with the tests and off in a -DSTOKER_BUILD_TESTS=OFF build).
 bench_program() {
   local p=$1/bin/$2
-  [[ -x $p ]] || { echo "missing $p (cmake --build $1 --target $2)" >&2; exit 1; }
+  [[ -x $p ]] || { echo "missing $p (cmake -B $1 -DSTOKER_BUILD_BENCHMARKS=ON && cmake --build $1 --target $2)" >&2; exit 1; }
   echo "$p"
 }

@@ -15,7 +15,18 @@ elif [[ $(id -u) -eq 0 ]]; then socket=/run/stoker/stoker.sock
 else socket=/tmp/stoker-$(id -u)/stoker.sock
 fi
 here=$(cd "$(dirname "$0")/.." && pwd)
-bin=${STOKERD:-$here/build/bin/stokerd}
+# The stokerd to run: $STOKERD, else this tree's build (scripts/build.sh's build/, then
+# scripts/demo.sh's build-demo/), else an installed one on PATH.
+if [[ -n "${STOKERD:-}" ]]; then bin=$STOKERD
+elif [[ -x $here/build/bin/stokerd ]]; then bin=$here/build/bin/stokerd
+elif [[ -x $here/build-demo/bin/stokerd ]]; then bin=$here/build-demo/bin/stokerd
+elif command -v stokerd >/dev/null; then bin=$(command -v stokerd)
+else
+  echo "stokerd-launch.sh: no stokerd in $here/build/bin or $here/build-demo/bin, nor on PATH: build it" \
+       "(scripts/build.sh, or cmake -S . -B build -DSTOKER_BUILD_TESTS=OFF && cmake --build build --target stokerd" \
+       "-j \$(nproc)), or run scripts/demo.sh, or name one with STOKERD=PATH" >&2
+  exit 1
+fi
 log=${STOKER_LOG:-$(dirname "$socket")/stokerd.log}
 mkdir -p "$(dirname "$socket")"
 "$bin" --config "$config" --socket "$socket" >"$log" 2>&1 &

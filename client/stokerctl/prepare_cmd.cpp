@@ -4,8 +4,10 @@
 // an interruption (of stokerctl or of the daemon) continues where it was.
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -69,7 +71,11 @@ int run_prepare(const std::string& socket, const std::string& job, unsigned thre
   }
   const bool tty = isatty(fileno(stdout)) != 0;
   const auto start = std::chrono::steady_clock::now();
-  std::uint64_t first_done = UINT64_MAX;
+  // The rate is measured from the first progress read on (what was done before it took an
+  // unknown time): until a second read there is no rate, and the line says "starting".
+  std::optional<std::pair<std::chrono::steady_clock::time_point, std::uint64_t>> first;
+  std::uint64_t done = 0, total = 0, stored = 0, failed = 0;
+  bool printed = false;  // a progress line (a tty's \r line needs a newline after it)
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     const Json p = progress(socket, job);
@@ -78,21 +84,40 @@ int run_prepare(const std::string& socket, const std::string& job, unsigned thre
                            "resume\n", job.c_str());
       return 1;
     }
-    const auto done = p.value("done", std::uint64_t{0}), total = p.value("total", std::uint64_t{0});
-    if (first_done == UINT64_MAX) first_done = done;
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const double rate = s > 0 ? static_cast<double>(done - std::min(done, first_done)) / s : 0;
+    done = p.value("done", std::uint64_t{0});
+    total = p.value("total", std::uint64_t{0});
+    stored = p.value("stored", std::uint64_t{0});
+    failed = p.value("failed", std::uint64_t{0});
     const bool running = p.value("running", false);
-    const std::string eta = rate > 0 && total > done ? duration(static_cast<double>(total - done) / rate) : "-";
-    std::printf("%sprepare %s: %llu/%llu samples (%.0f%%), %.0f samples/s, ETA %s, stored %llu, not stored %llu%s",
-                tty ? "\r" : "", job.c_str(), static_cast<unsigned long long>(done),
-                static_cast<unsigned long long>(total), total ? 100.0 * done / total : 100.0, rate, eta.c_str(),
-                static_cast<unsigned long long>(p.value("stored", std::uint64_t{0})),
-                static_cast<unsigned long long>(p.value("failed", std::uint64_t{0})), tty ? "   " : "\n");
+    const auto now = std::chrono::steady_clock::now();
+    std::string speed = "starting";
+    if (!first) {
+      first.emplace(now, done);
+    } else {
+      const double s = std::chrono::duration<double>(now - first->first).count();
+      const double rate = s > 0 ? static_cast<double>(done - std::min(done, first->second)) / s : 0;
+      const std::string eta = rate > 0 && total > done ? duration(static_cast<double>(total - done) / rate) : "-";
+      char b[96];
+      std::snprintf(b, sizeof b, "%.0f samples/s, ETA %s", rate, eta.c_str());
+      speed = b;
+    }
+    if (!running) break;  // the last line below says what was done
+    std::printf("%sprepare %s: %llu/%llu samples (%.0f%%), %s, stored %llu, not stored %llu%s", tty ? "\r" : "",
+                job.c_str(), static_cast<unsigned long long>(done), static_cast<unsigned long long>(total),
+                total ? 100.0 * done / total : 100.0, speed.c_str(), static_cast<unsigned long long>(stored),
+                static_cast<unsigned long long>(failed), tty ? "   " : "\n");
     std::fflush(stdout);
-    if (!running) break;
+    printed = true;
   }
-  std::printf("%sprepare %s: done\n", tty ? "\n" : "", job.c_str());
+  // A sample looked at that this fill neither stored nor failed was in the store already.
+  const std::uint64_t already = done - std::min(done, stored + failed);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("%sprepare %s: done in %.1f s: %llu/%llu samples; %llu stored now (%.0f samples/s), %llu already "
+              "stored, %llu not stored (unreadable, undecodable or no room)\n",
+              tty && printed ? "\n" : "", job.c_str(), s, static_cast<unsigned long long>(done),
+              static_cast<unsigned long long>(total), static_cast<unsigned long long>(stored),
+              s > 0 ? static_cast<double>(stored + failed) / s : 0.0, static_cast<unsigned long long>(already),
+              static_cast<unsigned long long>(failed));
   return 0;
 }
 

@@ -80,7 +80,9 @@ Config parse_config_as(const std::string& yaml_text, const std::string& file_nam
   try {
     doc = YAML::Load(yaml_text);
   } catch (const YAML::Exception& e) {
-    throw ConfigError(file_name, mark_of(e.mark), "(yaml)", e.msg);
+    const Mark at = parse_error_mark(yaml_text, e);
+    const bool moved = at.line != mark_of(e.mark).line || at.column != mark_of(e.mark).column;
+    throw ConfigError(file_name, at, "(yaml)", moved ? e.msg + ": the bracket here is never closed" : e.msg);
   }
   if (doc.IsNull()) {
     if (const std::size_t line = first_content_line(yaml_text); line != 0) {

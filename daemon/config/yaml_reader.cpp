@@ -43,6 +43,48 @@ Mark mark_of(const YAML::Mark& m) {
   return Mark{m.line + 1, m.column + 1};
 }
 
+Mark parse_error_mark(std::string_view text, const YAML::Exception& e) {
+  const bool map_flow = e.msg == YAML::ErrorMsg::END_OF_MAP_FLOW;
+  if ((!map_flow && e.msg != YAML::ErrorMsg::END_OF_SEQ_FLOW) || e.mark.is_null()) return mark_of(e.mark);
+  struct Open {
+    char bracket;
+    Mark at;
+  };
+  std::vector<Open> open;
+  int line = 1, column = 1;
+  char quote = 0;  // inside '...' or "..."
+  const std::size_t end = std::min(text.size(), static_cast<std::size_t>(std::max(e.mark.pos, 0)));
+  for (std::size_t i = 0; i < end; ++i) {
+    const char c = text[i];
+    if (quote != 0) {
+      if (c == '\\' && quote == '"') {
+        ++i, ++column;
+      } else if (c == quote) {
+        quote = 0;
+      }
+    } else if (c == '#' && (i == 0 || text[i - 1] == ' ' || text[i - 1] == '\t' || text[i - 1] == '\n')) {
+      while (i + 1 < end && text[i + 1] != '\n') ++i;  // a comment, to the end of its line
+    } else if ((c == '\'' || c == '"') && (i == 0 || std::string_view(" \t\n[{,:").find(text[i - 1]) != std::string_view::npos)) {
+      quote = c;
+    } else if (c == '[' || c == '{') {
+      open.push_back({c, Mark{line, column}});
+    } else if ((c == ']' || c == '}') && !open.empty() && open.back().bracket == (c == ']' ? '[' : '{')) {
+      open.pop_back();
+    }
+    if (c == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  const char wanted = map_flow ? '{' : '[';
+  for (auto it = open.rbegin(); it != open.rend(); ++it) {
+    if (it->bracket == wanted) return it->at;
+  }
+  return mark_of(e.mark);
+}
+
 std::string join(const std::string& path, std::string_view key) {
   return path.empty() ? std::string(key) : path + "." + std::string(key);
 }

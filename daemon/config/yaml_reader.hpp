@@ -30,6 +30,12 @@ inline constexpr std::uint64_t kMaxSide = 16384;  // pixels, per output side (Re
 Mark mark_of(const YAML::Node& n);
 Mark mark_of(const YAML::Mark& m);
 
+// Where yaml-cpp's parse error `e` really is. For a flow left open (`[` or `{` without its
+// closer) yaml-cpp marks the token after the end of the flow, a line or more below; the
+// opening bracket is what was forgotten, so this points at it (the innermost one left open
+// before `e`'s mark, quotes and comments skipped). Any other error: mark_of(e.mark).
+Mark parse_error_mark(std::string_view text, const YAML::Exception& e);
+
 // "a.b" key paths: `path` + "." + `key` (just `key` at the top).
 std::string join(const std::string& path, std::string_view key);
 

@@ -73,6 +73,19 @@ double CounterWindow::rate_since(const std::string& key, std::chrono::steady_clo
   return (b->second - (a == old.end() ? 0.0 : a->second)) / dt;
 }
 
+double CounterWindow::rate_to_now(const std::string& key, std::chrono::steady_clock::time_point since,
+                                  double current, std::chrono::steady_clock::time_point now) const {
+  auto t0 = since;
+  double before = 0;
+  if (!history_.empty() && history_.front().first > since) {
+    t0 = history_.front().first;
+    const auto a = history_.front().second.find(key);
+    before = a == history_.front().second.end() ? 0.0 : a->second;
+  }
+  const double dt = std::chrono::duration<double>(now - t0).count();
+  return dt > 0 ? (current - before) / dt : 0.0;
+}
+
 std::uint64_t resident_memory_bytes() {
   std::FILE* f = std::fopen("/proc/self/statm", "re");
   if (f == nullptr) return 0;

@@ -48,6 +48,11 @@ class CounterWindow {
   // The same over the part of the window after `since` (when what the key measures began to
   // exist: a consumer's connection), so that time before it does not dilute the rate.
   double rate_since(const std::string& key, std::chrono::steady_clock::time_point since) const;
+  // The same with `current`, the key's total read now, as the newest point: a rate between
+  // two status calls or in the first seconds (before two samples exist), where rate_since has
+  // nothing yet. The key's total is taken as 0 at `since` when no sample is older.
+  double rate_to_now(const std::string& key, std::chrono::steady_clock::time_point since, double current,
+                     std::chrono::steady_clock::time_point now) const;
 
  private:
   std::chrono::seconds window_;

@@ -134,7 +134,7 @@ std::string StatusReport::json() const {
     job["weight"] = j.config().weight;  // share of the worker pool while other jobs are busy
     // Most workers running the job's items at once; null: no cap (any of the pool's).
     job["workers"] = j.config().max_workers != 0 ? Json(j.config().max_workers) : Json(nullptr);
-    job["images_per_s"] = telemetry_.rate(j.index());  // over the last 10 s
+    job["images_per_s"] = telemetry_.rate(j);  // over the last 10 s, up to now
     job["samples_ok"] = st.samples_ok;
     job["batches_published"] = st.batches_published;
     job["decode_warnings"] = st.decode_warnings;

@@ -40,9 +40,20 @@ void Telemetry::note_release_wait(const Session& s, std::optional<std::uint64_t>
   ++w.reported;
 }
 
-double Telemetry::rate(std::size_t job_index) const {
-  const auto r = rates_.find(job_index);
-  return r != rates_.end() ? r->second : 0.0;
+double Telemetry::rate(const Job& j) const {
+  const auto now = std::chrono::steady_clock::now();
+  auto t0 = started_;
+  std::uint64_t before = 0;
+  for (const auto& [t, snap] : rate_history_) {  // the oldest snapshot that has the job
+    if (auto f = snap.find(j.index()); f != snap.end()) {
+      t0 = t;
+      before = f->second;
+      break;
+    }
+  }
+  const double dt = std::chrono::duration<double>(now - t0).count();
+  const std::uint64_t ok = j.stats().samples_ok;
+  return dt > 0 && ok >= before ? static_cast<double>(ok - before) / dt : 0.0;
 }
 
 const Telemetry::ConsumerWait* Telemetry::wait(const ConsumerKey& k) const {
@@ -53,7 +64,8 @@ const Telemetry::ConsumerWait* Telemetry::wait(const ConsumerKey& k) const {
 double Telemetry::wait_fraction(const ConsumerKey& k) const {
   const auto w = waits_.find(k);
   if (w == waits_.end()) return 0.0;
-  return std::clamp(op_window_.rate_since(wait_key(k), w->second.since), 0.0, 1.0);
+  return std::clamp(op_window_.rate_to_now(wait_key(k), w->second.since, w->second.wait_s, std::chrono::steady_clock::now()),
+                    0.0, 1.0);
 }
 
 void Telemetry::sample() {

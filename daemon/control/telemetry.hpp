@@ -48,12 +48,14 @@ class Telemetry {
   // the operations (metrics document, textfile, throughput log).
   void sample();
 
-  // images/s of the job with this index over the last 10 s (0 before the first sample).
-  double rate(std::size_t job_index) const;
+  // images/s of the job over the last 10 s, up to now (its samples now against the oldest
+  // snapshot; in the first second, against none at the daemon's start), so that a run shorter
+  // than the once-a-second sampling still reads its rate.
+  double rate(const job::Job& j) const;
   // The consumer's wait figures, or null before its first release.
   const ConsumerWait* wait(const ConsumerKey& k) const;
-  // Fraction of the last 10 s the consumer's trainer spent waiting for data; of the time since
-  // it connected when that is shorter.
+  // Fraction of the last 10 s the consumer's trainer spent waiting for data, up to now; of the
+  // time since it connected when that is shorter (so a run of under a second has one too).
   double wait_fraction(const ConsumerKey& k) const;
   // Worker-seconds spent decoding per second over the last 10 s (all workers together).
   double busy_rate() const { return op_window_.rate("busy"); }

@@ -103,7 +103,11 @@ void Job::prepare_loop() {
       image::ReducedView view;
       if (reader_->read(i, bytes).ok() && processor.reduce(bytes, view).ok()) {
         store_->put(key, store::StoredImage{view.width, view.height, view.orientation, view.pixels});
-        if (store_->contains(key)) prepare_stored_++;
+        if (store_->contains(key)) {
+          prepare_stored_++;
+        } else {
+          prepare_failed_++;  // no room: counted as not stored, never as stored before
+        }
       } else {
         prepare_failed_++;  // the worker that meets it in an epoch reports and quarantines it
       }
@@ -111,8 +115,9 @@ void Job::prepare_loop() {
     prepare_done_++;
   }
   if (prepare_running_.fetch_sub(1) == 1) {
-    spdlog::info("job {}: prepare: done, {} stored now, {} not stored (unreadable, undecodable or no room)", cfg_.name,
-                 prepare_stored_.load(), prepare_failed_.load());
+    const std::uint64_t done = prepare_done_.load(), stored = prepare_stored_.load(), failed = prepare_failed_.load();
+    spdlog::info("job {}: prepare: done, {} stored now, {} already stored, {} not stored (unreadable, undecodable or "
+                 "no room)", cfg_.name, stored, done - std::min(done, stored + failed), failed);
     preparing_.store(false);
   }
 }

@@ -146,8 +146,19 @@ std::unique_ptr<Job> make_job(PreparedJob prepared, std::size_t index, const Job
   }
   ctx.queue->set_share(index, JobShare{jc.weight, jc.max_workers});
   const config::JobConfig cfg = jc;  // Job copies it; the dataset moves
-  return std::make_unique<Job>(index, cfg, std::move(prepared.dataset), proto::segment_name(ctx.socket, cfg.name),
-                               ctx.shm_mode, ctx.generation, *ctx.queue, ctx.notify);
+  auto job = std::make_unique<Job>(index, cfg, std::move(prepared.dataset), proto::segment_name(ctx.socket, cfg.name),
+                                   ctx.shm_mode, ctx.generation, *ctx.queue, ctx.notify);
+  // A batch larger than a consumer's epoch starts fine and then serves nothing (drop_last) or
+  // one short batch an epoch: said at start, with both numbers, rather than found in training.
+  const std::uint64_t per_rank = job->samples_per_rank(job->first_rank());
+  if (cfg.batch_size > per_rank) {
+    spdlog::warn("job {}: batch_size {} is larger than the {} samples an epoch gives each consumer{}: {}", cfg.name,
+                 cfg.batch_size, per_rank, cfg.consumers > 1 || job->world_size() > 1 ? " (rank's share)" : "",
+                 job->batches_per_epoch(job->first_rank()) == 0
+                     ? "with drop_last: true every epoch is empty and no batch is ever served"
+                     : "every epoch is one short batch");
+  }
+  return job;
 }
 
 }  // namespace stoker::jobs

@@ -550,7 +550,9 @@ TEST_CASE("config error: the source root must be an existing directory", "[confi
 }
 
 TEST_CASE("config error: YAML that does not parse, or is not one mapping", "[config]") {
-  CHECK_THAT(refusal("jobs:\n  train: {batch_size: 8\n"), StartsWith("test.yaml:3:1: (yaml): ") && Contains("end of map flow not found"));
+  // An unclosed flow is reported where it opened (yaml-cpp marks the line after its end).
+  CHECK(refusal("jobs:\n  train: {batch_size: 8\n") ==
+        "test.yaml:2:10: (yaml): end of map flow not found: the bracket here is never closed");
   CHECK_THAT(refusal("jobs:\n  a: 1\n   b: 2\n"), StartsWith("test.yaml:3:5: (yaml): illegal map value"));
   CHECK_THAT(refusal("jobs: *nowhere\n"), StartsWith("test.yaml:1:7: (yaml): ") && Contains("anchor is not defined"));
   CHECK(refusal("") == "test.yaml:1:1: (top): the config is empty");
@@ -559,6 +561,19 @@ TEST_CASE("config error: YAML that does not parse, or is not one mapping", "[con
   CHECK_THAT(refusal(train_job() + "---\n" + train_job()), StartsWith("test.yaml:9:1: (top): one YAML document expected, found a second one here"));
   CHECK(refusal(",a") == "test.yaml:1:1: (top): expected a mapping with 'jobs' (and optionally 'server'); this line does not start one");
   CHECK(refusal("---\njobs: {}\n") == "(accepted)");  // a leading marker is one document
+}
+
+TEST_CASE("config error: a flow left open points at its bracket, not at the line after", "[config]") {
+  // The `[` of line 4 is never closed; yaml-cpp's mark is past the end of the document.
+  const std::string seq = "jobs:\n  train:\n    source: {type: imagefolder, root: .}\n    batch_size: 8\n"
+                          "    pipeline: [{decode: {}}, {resize: {size: 8}}\n";
+  CHECK(refusal(seq) == "test.yaml:5:15: (yaml): end of sequence flow not found: the bracket here is never closed");
+  // Brackets in comments and quoted strings, and flows closed earlier, are not the one left open.
+  const std::string noise = "# [ a comment with a bracket\njobs:\n  train:\n    source: {type: imagefolder, root: '[.'}\n"
+                            "    batch_size: {a: [1, 2]\n";
+  CHECK(refusal(noise) == "test.yaml:5:17: (yaml): end of map flow not found: the bracket here is never closed");
+  // Other parse errors keep yaml-cpp's own mark.
+  CHECK_THAT(refusal("jobs:\n  a: 1\n   b: 2\n"), StartsWith("test.yaml:3:5: (yaml): illegal map value"));
 }
 
 TEST_CASE("config error: a file that cannot be read, at line 0", "[config]") {
