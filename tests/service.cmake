@@ -3,7 +3,7 @@
 # root), the .deb (package).
 stoker_add_test(service_test LABEL unit
   SOURCES unit/service_test.cpp unit/client_job_rules_test.cpp
-  LIBS stoker_app stoker_daemon_fixture)
+  LIBS stoker_app stoker_control stoker_daemon_fixture)  # app/ and control/ (which brings job/)
 
 # Against a real stokerd: the state folder; client-defined jobs (what they may read and write,
 # their caps); other uids (forked children that drop to uid 65534),
@@ -27,7 +27,7 @@ if(NOT STOKER_SANITIZE AND NOT STOKER_TSAN AND NOT STOKER_FUZZ)
   # The package build compiles through the same launcher (ccache) as this build, if any.
   set_tests_properties(deb_package_builds_with_its_files_and_dependencies PROPERTIES
     LABELS package TIMEOUT 1200 FIXTURES_SETUP stoker_deb
-    ENVIRONMENT "CMAKE_CXX_COMPILER_LAUNCHER=${CMAKE_CXX_COMPILER_LAUNCHER};CMAKE_C_COMPILER_LAUNCHER=${CMAKE_C_COMPILER_LAUNCHER}")
+    ENVIRONMENT "CMAKE_CXX_COMPILER_LAUNCHER=${CMAKE_CXX_COMPILER_LAUNCHER};CMAKE_C_COMPILER_LAUNCHER=${CMAKE_C_COMPILER_LAUNCHER};STOKER_DEB_FLAGS=${CMAKE_CXX_FLAGS_RELWITHDEBINFO}")
   add_test(NAME deb_package_installs_runs_and_purges_cleanly
     COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/install/deb_test.sh install ${_deb_work})
   # RESOURCE_LOCK: the install writes /usr; the python tier's `import stoker` must not meet a

@@ -21,7 +21,11 @@ fail() { echo "deb_test: FAIL: $*" >&2; exit 1; }
 
 if [[ $mode == build ]]; then
   rm -f "$work"/stoker_*.deb
-  deb=$(STOKER_DEB_BUILD_DIR="$work" "$src/scripts/package.sh" | tail -1)
+  # The flags of the build that runs this test (STOKER_DEB_FLAGS, from tests/service.cmake):
+  # the same compiles, so ccache serves them in the test command (docs/TESTING.md).
+  flags=()
+  [[ -n ${STOKER_DEB_FLAGS:-} ]] && flags=("-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$STOKER_DEB_FLAGS" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=$STOKER_DEB_FLAGS")
+  deb=$(STOKER_DEB_BUILD_DIR="$work" "$src/scripts/package.sh" "${flags[@]}" | tail -1)
   [[ -f $deb ]] || fail "scripts/package.sh made no .deb (last line: $deb)"
   files=$(dpkg-deb -c "$deb" | awk '{print $6}')
   for want in ./usr/bin/stokerd ./usr/bin/stokerctl ./usr/include/stoker/stoker.h ./usr/include/stoker/stoker.hpp \

@@ -20,7 +20,7 @@ add_dependencies(elastic_test stokerd stokerctl)
 # The /metrics responder over loopback sockets, no daemon: slow peers, extra bytes (issue 24).
 stoker_add_test(metrics_http_test LABEL integration
   SOURCES integration/metrics_http_test.cpp
-  LIBS stoker_app)
+  LIBS stoker_control)
 
 # The C header compiled as C.
 add_executable(c_api_test integration/c_api_test.c)

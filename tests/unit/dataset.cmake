@@ -7,7 +7,7 @@ stoker_add_test(source_test LABEL unit
   LIBS stoker_source)
 stoker_add_test(sampler_test LABEL unit
   SOURCES unit/sampler_test.cpp
-  LIBS stoker_sampler)
+  LIBS stoker_sampler stoker_core)
 stoker_add_test(elastic_sampler_test LABEL unit
   SOURCES unit/elastic_sampler_test.cpp
   LIBS stoker_sampler)

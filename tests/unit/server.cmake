@@ -1,20 +1,20 @@
 # Unit tier of the running daemon's parts that need no process: the work queue's sharing.
 stoker_add_test(work_queue_test LABEL unit
   SOURCES unit/work_queue_test.cpp
-  LIBS stoker_app)
+  LIBS stoker_sched)
 stoker_add_test(read_ahead_test LABEL unit
   SOURCES unit/read_ahead_test.cpp
-  LIBS stoker_app)
+  LIBS stoker_source)
 
 # MixUp/CutMix on a finished batch (job/batch_mix.hpp) and its job keys.
 stoker_add_test(batch_mix_test LABEL unit
   SOURCES unit/batch_mix_test.cpp
-  LIBS stoker_app)
+  LIBS stoker_job)
 
 # Operations: server.metrics* keys, Prometheus text, the /metrics responder on garbage.
 stoker_add_test(metrics_test LABEL unit
   SOURCES unit/metrics_test.cpp
-  LIBS stoker_app)
+  LIBS stoker_control)
 
 # One stokerd per socket: the lock file's removal at exit and its race with a starting daemon.
 stoker_add_test(instance_lock_test LABEL unit
