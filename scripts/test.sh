@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command (also what .ci/run calls). docs/TESTING.md says what each tier catches.
 #   scripts/test.sh           every tier, as CI runs it:
-#     plain  GCC RelWithDebInfo, every target; ctest: unit, integration, fault, gpu, python, package
+#     plain  GCC -O2 -g1, every target; ctest: unit, integration, fault, gpu, python, scripts, package
 #     asan   clang ASan + UBSan + libFuzzer coverage, one build for two tiers (tier_asan only:
 #            the tests it runs and the harnesses); ctest: unit, integration, fault
 #     fuzz   each libFuzzer harness for a fixed number of inputs (scripts/fuzz.sh --runs) from
@@ -81,7 +81,7 @@ row setup 0 $((SECONDS - t0))
 
 echo "== plain: build (GCC RelWithDebInfo)"
 build plain || { echo "test: the plain build failed" >&2; exit 1; }
-echo "== plain: ctest (unit, integration, fault, gpu, python, package)"
+echo "== plain: ctest (unit, integration, fault, gpu, python, scripts, package)"
 run_tests plain build/ctest.log
 row plain "$build_s" "$run_s"
 
