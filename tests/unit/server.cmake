@@ -32,3 +32,8 @@ stoker_add_test(ring_test LABEL unit
 stoker_add_test(decoded_store_test LABEL unit
   SOURCES unit/decoded_store_test.cpp
   LIBS stoker_store stoker_daemon_fixture)
+
+# Issue #34, D1: a peer's credentials (SO_PEERCRED, SO_PEERGROUPS) taken once, at accept.
+stoker_add_test(peer_credentials_test LABEL unit
+  SOURCES unit/peer_credentials_test.cpp
+  LIBS stoker_control)
