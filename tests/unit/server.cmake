@@ -37,3 +37,9 @@ stoker_add_test(decoded_store_test LABEL unit
 stoker_add_test(peer_credentials_test LABEL unit
   SOURCES unit/peer_credentials_test.cpp
   LIBS stoker_control)
+
+# Issue #34, B1/B2: the store's file and folder must be the daemon's own; anything else is
+# refused, never truncated.
+stoker_add_test(decoded_store_trust_test LABEL unit
+  SOURCES unit/decoded_store_trust_test.cpp
+  LIBS stoker_store)
