@@ -36,7 +36,7 @@ struct PeerCredentials {
   pid_t pid = 0;
   uid_t uid = 0;
   gid_t gid = 0;
-  std::vector<gid_t> groups;  // supplementary, at connect (SO_PEERGROUPS)
+  std::vector<gid_t> groups = {};  // supplementary, at connect (SO_PEERGROUPS)
 };
 
 struct PeerVerdict {
