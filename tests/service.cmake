@@ -3,7 +3,7 @@
 # root), the .deb (package).
 stoker_add_test(service_test LABEL unit
   SOURCES unit/service_test.cpp unit/client_job_rules_test.cpp
-  LIBS stoker_app stoker_control stoker_daemon_fixture)  # app/ and control/ (which brings job/)
+  LIBS stoker_app stoker_config stoker_control stoker_job stoker_source stoker_daemon_fixture)
 
 # Against a real stokerd: the state folder; client-defined jobs (what they may read and write,
 # their caps); other uids (forked children that drop to uid 65534),

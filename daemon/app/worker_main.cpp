@@ -125,6 +125,8 @@ int run_worker(int argc, char** argv) {
     if (ec || !fs::is_directory(c)) return usage("--allow-root '" + r + "': not a folder (" + (ec ? ec.message() : "a file") + ")");
     settings.allow_roots.push_back(c);
   }
+  // Opened once, now: items are opened below these descriptors (remote/worker_session.hpp).
+  if (base::Status s = remote::open_allow_roots(settings); !s) return usage(s.message());
   if (!o.token_file.empty()) {
     auto t = remote::read_secret_file(o.token_file, "--token-file");
     if (!t) return usage(t.status().message());

@@ -184,7 +184,8 @@ void ControlServer::accept_clients() {
       return;  // EAGAIN: no more pending (or nothing can be done now; retried next event)
     }
     // Who may connect: stokerd's user, root, members of server.group (control/peer_access.hpp).
-    if (const PeerVerdict v = gate_.admit(fd); !v.allowed) {
+    const PeerVerdict v = gate_.admit(fd);  // the peer's credentials, read once, here
+    if (!v.allowed) {
       refuse(fd, v.why, proto::ErrorCode::kAccessDenied);
       continue;
     }
@@ -193,7 +194,7 @@ void ControlServer::accept_clients() {
                      " connections); close idle clients or raise the limit");
       continue;
     }
-    sessions_.add(fd);
+    sessions_.add(fd, v.peer);
   }
 }
 

@@ -89,8 +89,9 @@ bool JobDefinitions::define(Session& s, const std::string& config, const std::st
   // own user and root read as stokerd.
   std::shared_ptr<const source::ReadAs> read_as;
   if (uid != ::geteuid() && uid != 0) {
-    const PeerCredentials peer{s.peer_pid, uid, s.peer_gid};
-    read_as = std::make_shared<const source::ReadAs>(source::ReadAs{uid, s.peer_gid, peer_groups(peer)});
+    // The groups the kernel gave at connect (SO_PEERGROUPS), kept with the session: nothing
+    // about the peer is read from /proc now (its pid may be another process's by now).
+    read_as = std::make_shared<const source::ReadAs>(source::ReadAs{uid, s.peer_gid, s.peer_groups});
   }
   jc.name = client_job_name(key);
   spdlog::info("job {}: defined by client {}; loading its dataset{}", jc.name, who,

@@ -2,13 +2,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <grp.h>
 #include <pwd.h>
-#include <sstream>
 #include <stdexcept>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -43,66 +40,65 @@ std::string id_with_name(unsigned id, const std::string& name) {
 
 PeerVerdict decide_peer_access(const PeerPolicy& policy, const PeerCredentials& peer,
                                const std::vector<gid_t>& supplementary) {
-  if (peer.uid == policy.owner) return {true, "owner"};
-  if (peer.uid == 0) return {true, "root"};
+  if (peer.uid == policy.owner) return {true, "owner", {}};
+  if (peer.uid == 0) return {true, "root", {}};
   if (policy.group) {
     const gid_t g = *policy.group;
     if (peer.gid == g || std::find(supplementary.begin(), supplementary.end(), g) != supplementary.end()) {
-      return {true, "member of group " + policy.group_name};
+      return {true, "member of group " + policy.group_name, {}};
     }
     return {false, "access denied: uid " + std::to_string(peer.uid) + " is neither stokerd's user (uid " +
                        std::to_string(policy.owner) + "), root, nor a member of group '" + policy.group_name +
                        "' (server.group); ask for membership of '" + policy.group_name +
-                       "' and start a new login session"};
+                       "' and start a new login session",
+            {}};
   }
   return {false, "access denied: uid " + std::to_string(peer.uid) + " is not stokerd's user (uid " +
                      std::to_string(policy.owner) +
-                     ") or root, and the config sets no server.group to let other users in"};
+                     ") or root, and the config sets no server.group to let other users in",
+          {}};
 }
 
-std::optional<std::vector<gid_t>> parse_status_groups(std::string_view text) {
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    const std::size_t end = std::min(text.find('\n', pos), text.size());
-    std::string_view line = text.substr(pos, end - pos);
-    pos = end + 1;
-    if (line.substr(0, 7) != "Groups:") continue;
-    std::vector<gid_t> out;
-    line.remove_prefix(7);
-    while (!line.empty()) {
-      const std::size_t start = line.find_first_not_of(" \t");
-      if (start == std::string_view::npos) break;
-      line.remove_prefix(start);
-      unsigned long g = 0;
-      const auto [p, ec] = std::from_chars(line.data(), line.data() + line.size(), g);
-      if (ec != std::errc() || g > 0xffffffffull) return std::nullopt;  // not the kernel's format
-      out.push_back(static_cast<gid_t>(g));
-      line.remove_prefix(static_cast<std::size_t>(p - line.data()));
-    }
-    return out;
-  }
-  return std::nullopt;
-}
+namespace {
 
-std::vector<gid_t> peer_groups(const PeerCredentials& peer) {
-  if (peer.pid > 0) {
-    std::ifstream f("/proc/" + std::to_string(peer.pid) + "/status");
-    if (f) {
-      std::stringstream ss;
-      ss << f.rdbuf();
-      if (auto g = parse_status_groups(ss.str())) return *g;
-    }
-  }
-  const std::string name = user_name(peer.uid);
+std::vector<gid_t> database_groups(uid_t uid, gid_t gid) {
+  const std::string name = user_name(uid);
   if (name.empty()) return {};
   int n = 64;
   std::vector<gid_t> groups(static_cast<std::size_t>(n));
-  if (::getgrouplist(name.c_str(), peer.gid, groups.data(), &n) < 0) {
+  if (::getgrouplist(name.c_str(), gid, groups.data(), &n) < 0) {
     groups.resize(static_cast<std::size_t>(n));
-    if (::getgrouplist(name.c_str(), peer.gid, groups.data(), &n) < 0) return {};
+    if (::getgrouplist(name.c_str(), gid, groups.data(), &n) < 0) return {};
   }
   groups.resize(static_cast<std::size_t>(n));
   return groups;
+}
+
+}  // namespace
+
+std::optional<PeerCredentials> read_peer_credentials(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || len != sizeof cred) return std::nullopt;
+  PeerCredentials peer{cred.pid, cred.uid, cred.gid, {}};
+  std::vector<gid_t> groups(64);
+  for (;;) {
+    socklen_t glen = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &glen) == 0) {
+      groups.resize(glen / sizeof(gid_t));
+      peer.groups = std::move(groups);
+      return peer;
+    }
+    if (errno == ERANGE && glen > groups.size() * sizeof(gid_t) && glen <= 65536 * sizeof(gid_t)) {
+      groups.resize(glen / sizeof(gid_t));  // the kernel said how many
+      continue;
+    }
+    if (errno == ENOPROTOOPT) {
+      peer.groups = database_groups(peer.uid, peer.gid);
+      return peer;
+    }
+    return std::nullopt;
+  }
 }
 
 std::string describe_peer(const PeerCredentials& peer) {
@@ -111,16 +107,15 @@ std::string describe_peer(const PeerCredentials& peer) {
 }
 
 PeerVerdict PeerGate::admit(int fd) {
-  ucred cred{};
-  socklen_t len = sizeof cred;
-  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || len != sizeof cred) {
-    spdlog::warn("refusing a connection whose credentials cannot be read (SO_PEERCRED: {})", std::strerror(errno));
-    return {false, "access denied: stokerd cannot read this connection's credentials"};
+  const std::optional<PeerCredentials> read = read_peer_credentials(fd);
+  if (!read) {
+    spdlog::warn("refusing a connection whose credentials cannot be read (SO_PEERCRED/SO_PEERGROUPS: {})",
+                 std::strerror(errno));
+    return {false, "access denied: stokerd cannot read this connection's credentials", {}};
   }
-  const PeerCredentials peer{cred.pid, cred.uid, cred.gid};
-  // Supplementary groups matter only for a peer that is neither the owner nor root.
-  const bool need_groups = policy_.group && peer.uid != policy_.owner && peer.uid != 0 && peer.gid != *policy_.group;
-  PeerVerdict v = decide_peer_access(policy_, peer, need_groups ? peer_groups(peer) : std::vector<gid_t>{});
+  const PeerCredentials& peer = *read;
+  PeerVerdict v = decide_peer_access(policy_, peer, peer.groups);
+  v.peer = peer;
   if (v.allowed) {
     const bool first = seen_.emplace(peer.uid, true).second;
     if (first) {

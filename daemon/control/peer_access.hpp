@@ -29,15 +29,20 @@ struct PeerPolicy {
   std::string group_name;        // for messages
 };
 
+// Who is at the other end of a connection, as the kernel said when it was accepted
+// (SO_PEERCRED, SO_PEERGROUPS): taken once, kept with the session, never read again from /proc
+// (a pid is reused; a process's groups change). Issue #34, D1.
 struct PeerCredentials {
   pid_t pid = 0;
   uid_t uid = 0;
   gid_t gid = 0;
+  std::vector<gid_t> groups = {};  // supplementary, at connect (SO_PEERGROUPS)
 };
 
 struct PeerVerdict {
   bool allowed = false;
   std::string why;  // allowed: "owner", "root", "member of group G"; refused: the client's message
+  PeerCredentials peer;  // what the decision was made on (kept by the session when allowed)
 };
 
 // The decision alone, from the credentials and the peer's supplementary groups (pure; tested
@@ -45,21 +50,18 @@ struct PeerVerdict {
 PeerVerdict decide_peer_access(const PeerPolicy& policy, const PeerCredentials& peer,
                                const std::vector<gid_t>& supplementary);
 
-// The gids of the "Groups:" line of a /proc/PID/status text; nullopt when there is no such line.
-std::optional<std::vector<gid_t>> parse_status_groups(std::string_view status_text);
-
-// The peer's supplementary groups: its process's own list (/proc/PID/status, what the kernel
-// checks files against), else — pid not visible from here (another pid namespace, hidepid) —
-// the group database's list for its uid (getgrouplist).
-std::vector<gid_t> peer_groups(const PeerCredentials& peer);
+// The credentials of a connected Unix socket's peer, read once: SO_PEERCRED (pid, uid, gid) and
+// SO_PEERGROUPS (its supplementary groups when it connected). A kernel without SO_PEERGROUPS
+// (before 4.13): the group database's list for the uid (getgrouplist), never /proc/PID.
+std::optional<PeerCredentials> read_peer_credentials(int fd);
 
 // Checks every accepted connection and logs who connected: the first connection of each uid
 // at info, later ones at debug; refusals at warn, at most once per 10 s per uid.
 class PeerGate {
  public:
   explicit PeerGate(PeerPolicy policy) : policy_(std::move(policy)) {}
-  // Reads SO_PEERCRED of an accepted socket and decides. A socket whose credentials cannot be
-  // read is refused.
+  // Reads the credentials of an accepted socket (read_peer_credentials) and decides; the verdict
+  // carries them for the session. A socket whose credentials cannot be read is refused.
   PeerVerdict admit(int fd);
   const PeerPolicy& policy() const { return policy_; }
 

@@ -44,16 +44,14 @@ void Sessions::close_all() {
   doomed_.clear();
 }
 
-void Sessions::add(int fd) {
-  ucred cred{};
-  socklen_t len = sizeof cred;
-  ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len);
+void Sessions::add(int fd, const PeerCredentials& peer) {
   Session s;
   s.fd = fd;
-  s.pid = static_cast<std::uint32_t>(cred.pid);
-  s.peer_pid = cred.pid;
-  s.peer_uid = cred.uid;
-  s.peer_gid = cred.gid;
+  s.pid = static_cast<std::uint32_t>(peer.pid);
+  s.peer_pid = peer.pid;
+  s.peer_uid = peer.uid;
+  s.peer_gid = peer.gid;
+  s.peer_groups = peer.groups;
   s.token = next_token_++;
   s.connected_at = s.last_message = std::chrono::steady_clock::now();
   // The kernel hands out an fd only once it is closed, and evict() closes it only after erasing.

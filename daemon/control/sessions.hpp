@@ -20,10 +20,12 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <sys/types.h>
 #include <string>
 #include <vector>
 
 #include "control/forward.hpp"
+#include "control/peer_access.hpp"
 #include "control/settings.hpp"
 #include "stoker/proto/control.hpp"
 
@@ -43,6 +45,7 @@ struct Session {
   std::int32_t peer_pid = 0;         // SO_PEERCRED: trusted, unlike Hello's pid
   std::uint32_t peer_uid = ~0u;      // SO_PEERCRED
   std::uint32_t peer_gid = ~0u;      // SO_PEERCRED
+  std::vector<gid_t> peer_groups;    // SO_PEERGROUPS, at accept (never read from /proc later)
   std::uint64_t token = 0;           // unique per connection (fds are reused)
   bool command_pending = false;      // a command's reply is owed once loaded (define_job, reload)
   std::shared_ptr<delivery::DeviceRing> device;  // device consumers: the ring they map
@@ -80,7 +83,8 @@ class Sessions {
 
   // --- the table ---
   // An accepted, admitted connection: reads its peer's credentials and watches it.
-  void add(int fd);
+  // An admitted connection, with the credentials the gate read at accept (peer_access.hpp).
+  void add(int fd, const PeerCredentials& peer);
   std::size_t size() const { return sessions_.size(); }
   // The connection `fd` if it is still the one that got `token` (fds are reused), else null.
   Session* find(int fd, std::uint64_t token);

@@ -185,6 +185,7 @@ std::string StatusReport::json() const {
                                            {"stored", d->prepare_stored}, {"failed", d->prepare_failed},
                                            {"total", d->total}}}};
     }
+    if (!j.store_off_reason().empty()) job["decoded_store_off"] = j.store_off_reason();
     if (j.config().remote.enabled()) {
       // remote: one entry per worker endpoint (a name resolving to several gives several).
       Json workers = Json::array();

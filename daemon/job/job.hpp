@@ -169,6 +169,8 @@ class Job final : public sched::Task {
   bool start_prepare(unsigned threads);
   // The decoded store's figures (`decoded_store: {...}`), when the job has one.
   std::optional<JobStoreStats> store_stats() const;
+  // Why `decoded_store:` is off for this job (its store could not be opened); "" otherwise.
+  const std::string& store_off_reason() const { return store_off_reason_; }
   std::vector<RingStatus> ring_status() const;
   // Seconds worker threads spent waiting for sample bytes (reads, read-ahead, retries).
   double read_wait_s() const { return static_cast<double>(read_wait_ns_.load()) * 1e-9; }
@@ -261,6 +263,7 @@ class Job final : public sched::Task {
   std::unique_ptr<Quarantine> quarantine_;
   std::unique_ptr<SampleCache> cache_;  // null without `cache:`
   std::shared_ptr<store::DecodedStore> store_;  // null without `decoded_store:`; shared with other jobs
+  std::string store_off_reason_;                // set once, in the constructor
   std::atomic<std::uint64_t> store_hits_{0}, store_misses_{0};
   // By sample id: files listed at start or found bad while running; later epochs skip them.
   std::unique_ptr<std::atomic<std::uint8_t>[]> quarantined_;

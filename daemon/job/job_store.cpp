@@ -3,6 +3,7 @@
 // stored and processed. Both give the same pixels: process_reduced runs on the same reduced
 // image either way (image/sample_processor.hpp).
 #include <algorithm>
+#include <exception>
 #include <sys/stat.h>
 
 #include <spdlog/spdlog.h>
@@ -35,7 +36,16 @@ void Job::open_store() {
   std::string identity = dataset_.root;
   for (const std::string& shard : dataset_.shards) identity += "\n" + shard;
   const std::uint64_t source_id = store::checksum64(identity.data(), identity.size());
-  store_ = store::DecodedStore::open(cfg_.store_path, source_id, cfg_.store_max_side, cfg_.store_bytes);
+  // A store that cannot be opened (its folder or file not stokerd's own, no space, ...) turns
+  // the store off for this job, with the reason in its status; the job serves, decoding every
+  // sample (issue #34, B4).
+  try {
+    store_ = store::DecodedStore::open(cfg_.store_path, source_id, cfg_.store_max_side, cfg_.store_bytes);
+  } catch (const std::exception& e) {
+    store_.reset();
+    store_off_reason_ = e.what();
+    spdlog::warn("job {}: decoded_store off for this job: {}", cfg_.name, store_off_reason_);
+  }
 }
 
 void Job::run_stored(const WorkItem& item, std::uint32_t id, std::uint64_t epoch, image::SampleProcessor& processor,

@@ -66,6 +66,11 @@ base::Status read_bytes(const std::string& path, bool member, std::uint64_t offs
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
+  return read_fd(fd, path, member, offset, size, out);
+}
+
+base::Status read_fd(int fd, const std::string& path, bool member, std::uint64_t offset, std::uint64_t size,
+                     std::vector<std::uint8_t>& out) {
   struct stat st{};
   if (::fstat(fd, &st) != 0) return base::Status::error(path + ": " + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) return base::Status::error(path + ": not a regular file");

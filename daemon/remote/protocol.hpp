@@ -50,6 +50,10 @@ base::Status decompress(std::string_view in, std::span<std::uint8_t> out);
 
 // Reads a whole file, or `size` bytes at `offset` (a tar member), refusing more than
 // kMaxReadBytes. errno-style failures come back with the path and strerror.
+// The same from a descriptor already opened (a regular file is checked again); `name` is for
+// messages. The worker reads items this way, from base::confined_open.
+base::Status read_fd(int fd, const std::string& name, bool member, std::uint64_t offset, std::uint64_t size,
+                     std::vector<std::uint8_t>& out);
 base::Status read_bytes(const std::string& path, bool member, std::uint64_t offset, std::uint64_t size,
                         std::vector<std::uint8_t>& out);
 

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <string_view>
 #include <system_error>
+#include <unistd.h>
+#include <utility>
 
 #include "config/config.hpp"
 #include "image/sample_result.hpp"
@@ -11,6 +13,36 @@
 namespace stoker::remote {
 
 namespace fs = std::filesystem;
+
+base::Status open_allow_roots(WorkerSettings& settings) {
+  settings.allow_root_fds.clear();
+  for (const fs::path& r : settings.allow_roots) {
+    base::Result<base::UniqueFd> fd = base::open_root(r.string());
+    if (!fd) return base::Status::error("--allow-root " + fd.status().message());
+    settings.allow_root_fds.push_back(std::make_shared<const base::UniqueFd>(std::move(*fd)));
+  }
+  return {};
+}
+
+std::string item_refusal(const std::string& path) {
+  return path + ": outside this worker's --allow-root folders, missing, or not a regular file";
+}
+
+WorkerSession::WorkerSession(const WorkerSettings& settings) : settings_(settings) {
+  if (settings_.allow_root_fds.size() == settings_.allow_roots.size()) {
+    root_fds_ = &settings_.allow_root_fds;
+    return;
+  }
+  WorkerSettings own;
+  own.allow_roots = settings_.allow_roots;
+  // A root that cannot be opened is left out (its items are refused with the one text).
+  for (const fs::path& r : own.allow_roots) {
+    base::Result<base::UniqueFd> fd = base::open_root(r.string());
+    own_root_fds_.push_back(fd ? std::make_shared<const base::UniqueFd>(std::move(*fd))
+                               : std::make_shared<const base::UniqueFd>());
+  }
+  root_fds_ = &own_root_fds_;
+}
 
 bool inside(const fs::path& path, const std::vector<fs::path>& roots) {
   const std::string p = path.string();
@@ -169,9 +201,33 @@ v1::OpenReply WorkerSession::open(const v1::Open& open) {
   return reply;
 }
 
-base::Status WorkerSession::check_item(const v1::Item& item) const { return checked_path(item).status(); }
+base::Status WorkerSession::check_item(const v1::Item& item) const {
+  base::Result<int> fd = open_item(item);
+  if (fd) ::close(*fd);
+  return fd.status();
+}
 
-base::Result<std::string> WorkerSession::checked_path(const v1::Item& item) const {
+namespace {
+
+// The roots `path` names lexically (equal to one, or below it), with the rest of the path.
+std::vector<std::pair<std::size_t, std::string>> roots_naming(const std::string& path, const std::vector<fs::path>& roots) {
+  std::vector<std::pair<std::size_t, std::string>> out;
+  for (std::size_t i = 0; i < roots.size(); ++i) {
+    const std::string r = roots[i].string();
+    if (r == "/") {
+      out.emplace_back(i, path.substr(1));
+    } else if (path == r) {
+      out.emplace_back(i, std::string());
+    } else if (path.size() > r.size() && path.compare(0, r.size(), r) == 0 && path[r.size()] == '/') {
+      out.emplace_back(i, path.substr(r.size() + 1));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+base::Result<int> WorkerSession::open_item(const v1::Item& item) const {
   if (!opened()) return base::Status::error("an item before the stream's Open");
   if (item.path().empty() || item.path().size() > kMaxPathBytes || item.path().front() != '/' ||
       item.path().find('\0') != std::string::npos) {
@@ -180,24 +236,39 @@ base::Result<std::string> WorkerSession::checked_path(const v1::Item& item) cons
   if (item.member() && (item.size() > kMaxReadBytes || item.offset() > (std::uint64_t{1} << 62))) {
     return base::Status::error(item.path() + ": a member's offset or size out of range");
   }
-  std::error_code ec;
-  const fs::path c = fs::canonical(item.path(), ec);
-  if (ec) return base::Status::error(item.path() + ": " + ec.message());
-  if (!inside(c, settings_.allow_roots)) {
-    return base::Status::error(item.path() + ": outside this worker's --allow-root folders");
+  // The path picks the root and names the file below it; the root's descriptor is what the
+  // file is opened from (base::confined_open): no "..", symlink or swapped folder leads out of
+  // it, and only a regular file is opened. A path naming no root as sent (a symlink above the
+  // root on the GPU node's side) is tried as the worker resolves it now; the confined open
+  // decides all the same.
+  auto candidates = roots_naming(item.path(), settings_.allow_roots);
+  if (candidates.empty()) {
+    std::error_code ec;
+    const fs::path c = fs::weakly_canonical(item.path(), ec);
+    if (!ec) candidates = roots_naming(c.string(), settings_.allow_roots);
   }
-  return c.string();
+  for (const auto& [i, rel] : candidates) {
+    const base::UniqueFd& root = *(*root_fds_)[i];
+    if (!root) continue;
+    base::ConfinedOptions o;
+    o.root_path = settings_.allow_roots[i].string();
+    base::Result<int> fd = base::confined_open(root.get(), rel, o);
+    if (fd) return fd;
+  }
+  return base::Status::error(item_refusal(item.path()));
 }
 
 void WorkerSession::process(const v1::Item& item, image::SampleProcessor& processor, std::vector<std::uint8_t>& bytes,
                             v1::Result& result) const {
   const auto t0 = std::chrono::steady_clock::now();
   result.set_id(item.id());
-  // The canonical path checked is the one read (not the path as sent, whose symlinks could be
-  // changed between the check and the read).
-  base::Result<std::string> path = checked_path(item);
-  base::Status s = path.status();
-  if (s) s = read_bytes(*path, item.member(), item.offset(), item.size(), bytes);
+  // The descriptor opened below a root is the one read (never the path again).
+  base::Result<int> fd = open_item(item);
+  base::Status s = fd.status();
+  if (s) {
+    s = read_fd(*fd, item.path(), item.member(), item.offset(), item.size(), bytes);
+    ::close(*fd);
+  }
   if (!s) {
     result.set_error(static_cast<std::uint32_t>(image::SampleErrorKind::kIo));
     result.set_reason(s.message());

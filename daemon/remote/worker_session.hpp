@@ -18,6 +18,7 @@
 
 #include "image/pipeline_spec.hpp"
 #include "image/sample_processor.hpp"
+#include "base/confined_open.hpp"
 #include "base/status.hpp"
 #include "stoker/remote/worker.pb.h"
 
@@ -28,16 +29,28 @@ namespace stoker::remote {
 
 struct WorkerSettings {
   std::vector<std::filesystem::path> allow_roots;  // canonical folders the worker may read
+  // Their descriptors (O_PATH), opened once at start (open_allow_roots): every item is opened
+  // below one of these with base::confined_open, never by its name (issue #34, A1).
+  std::vector<std::shared_ptr<const base::UniqueFd>> allow_root_fds;
   std::string token;                               // empty: no token asked for
   unsigned threads = 1;                            // announced in OpenReply.threads
 };
+
+// Opens each of settings.allow_roots (a folder) into settings.allow_root_fds; the error names it.
+base::Status open_allow_roots(WorkerSettings& settings);
+
+// The one refusal of an item's file: the same text whether it is missing, outside every
+// --allow-root, a symlink leading out, or not a regular file (A2: a worker says nothing about
+// what lies outside its folders).
+std::string item_refusal(const std::string& path);
 
 // `path` (canonical) lies in one of `roots` (canonical): equal to one or below it.
 bool inside(const std::filesystem::path& path, const std::vector<std::filesystem::path>& roots);
 
 class WorkerSession {
  public:
-  explicit WorkerSession(const WorkerSettings& settings) : settings_(settings) {}
+  // Settings without allow_root_fds (tests, the fuzz target): the session opens its own now.
+  explicit WorkerSession(const WorkerSettings& settings);
 
   // The stream's first message. accepted=false: the stream ends after this reply.
   v1::OpenReply open(const v1::Open& open);
@@ -54,9 +67,11 @@ class WorkerSession {
 
  private:
   base::Status check_open(const v1::Open& open);
-  // check_item's work: the canonical path to read, or why not.
-  base::Result<std::string> checked_path(const v1::Item& item) const;
+  // check_item's work: the item's fields checked, its file opened (confined below a root).
+  base::Result<int> open_item(const v1::Item& item) const;
   const WorkerSettings& settings_;
+  std::vector<std::shared_ptr<const base::UniqueFd>> own_root_fds_;  // when settings_ has none
+  const std::vector<std::shared_ptr<const base::UniqueFd>>* root_fds_ = nullptr;
   std::optional<image::PipelineSpec> pipeline_;
   std::uint64_t pixel_seed_ = 0;
   bool zstd_ = false;

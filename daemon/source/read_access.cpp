@@ -1,5 +1,7 @@
 #include "source/read_access.hpp"
 
+#include "base/confined_open.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <fcntl.h>
@@ -62,26 +64,27 @@ std::string check_readable_fd(int fd, const ReadAs& as) {
 }
 
 base::Result<int> open_checked(const std::string& path, const ReadAs& as, bool directory) {
-  // Looked at before opening too: opening a device or a FIFO can act on it (a tape rewinds, a
-  // FIFO's writer is woken), and what the user may not read is better not opened at all. The
-  // descriptor is checked again after the open, which is what decides.
-  struct stat before {};
-  if (::stat(path.c_str(), &before) != 0 || (directory ? !S_ISDIR(before.st_mode) : !S_ISREG(before.st_mode)) ||
-      !mode_grants(before, as, directory ? kMayRead | kMayPass : kMayRead)) {
-    return base::Status::error(refusal(as));
+  // Resolved one component at a time from a descriptor of "/" (base/confined_open.hpp): every
+  // folder passed and the file itself are checked on the descriptor the walk holds (fstat), a
+  // symlink's text is read from the link itself, and only a regular file (or a folder, when
+  // asked) is ever opened to read — a FIFO or device swapped in is looked at through O_PATH and
+  // refused, never opened. No path is checked and then opened by name.
+  static const int slash = ::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  std::string absolute = path;
+  if (absolute.empty() || absolute.front() != '/') {
+    char cwd[4096];
+    if (::getcwd(cwd, sizeof cwd) == nullptr) return base::Status::error(refusal(as));
+    absolute = std::string(cwd) + "/" + path;
   }
-  int fd = -1;
-  do {
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | (directory ? O_DIRECTORY : 0));
-  } while (fd < 0 && errno == EINTR);
-  if (fd < 0) return base::Status::error(refusal(as));
-  if (std::string why = check_readable_fd(fd, as); !why.empty()) {
-    ::close(fd);
-    return base::Status::error(std::move(why));
-  }
-  // O_NONBLOCK only kept a FIFO from blocking the open; reads of regular files ignore it,
-  // but clear it anyway so the descriptor behaves as any other.
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  base::ConfinedOptions o;
+  o.directory = directory;
+  o.scope = base::Scope::kInRoot;  // "/" is the root: the walk resolves as the kernel would
+  o.may = [&as](const struct stat& st, base::Need need) {
+    if (need == base::Need::kPass) return S_ISDIR(st.st_mode) && mode_grants(st, as, kMayPass);
+    return mode_grants(st, as, S_ISDIR(st.st_mode) ? kMayRead | kMayPass : kMayRead);
+  };
+  base::Result<int> fd = base::confined_open(slash, absolute, o);
+  if (!fd) return base::Status::error(refusal(as));
   return fd;
 }
 

@@ -51,8 +51,11 @@ bool mode_grants(const struct stat& st, const ReadAs& as, int want);
 // it)"). `fd` is any descriptor stokerd opened (O_RDONLY, O_DIRECTORY, or a DIR's dirfd).
 std::string check_readable_fd(int fd, const ReadAs& as);
 
-// Opens `path` read-only (O_CLOEXEC, plus O_DIRECTORY when `directory`) and checks the
-// descriptor as check_readable_fd does. Returns the descriptor (the caller closes it), or
+// Opens `path` read-only (O_CLOEXEC | O_NONBLOCK, plus O_DIRECTORY when `directory`) with
+// base::confined_open from "/": each folder on the way (and each symlink's target) is checked
+// for `as` on the descriptor the walk holds, then the file itself; only a regular file (or a
+// folder) is opened to read, so a FIFO or device swapped in after any look is never opened
+// (issue #34, D2). Returns the descriptor (the caller closes it), or
 // why not: the same text whether the path is missing or refused, so a refusal tells nothing
 // about what a folder the user cannot read holds.
 base::Result<int> open_checked(const std::string& path, const ReadAs& as, bool directory);

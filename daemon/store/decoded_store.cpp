@@ -1,5 +1,6 @@
 #include "store/decoded_store.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -85,18 +86,96 @@ std::string DecodedStore::file_name(std::uint64_t source_id, std::uint32_t max_s
   return name;
 }
 
+namespace {
+
+std::string mode_text(mode_t m) {
+  char b[8];
+  std::snprintf(b, sizeof b, "%04o", static_cast<unsigned>(m & 07777));
+  return b;
+}
+
+// The store's folder: created if missing (0700), and it must be the daemon's user's and
+// writable by no one else, or another user could plant a symlink or a file in it (B2).
+int open_store_dir(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) {
+    fs::create_directories(dir.parent_path(), ec);
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+      throw std::runtime_error("decoded_store: cannot create " + dir.string() + ": " + std::strerror(errno));
+    }
+  }
+  const int dfd = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) throw std::runtime_error("decoded_store: cannot open the folder " + dir.string() + ": " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(dfd, &st) != 0 || st.st_uid != ::geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    ::close(dfd);
+    throw std::runtime_error("decoded_store: the folder " + dir.string() + " is owned by uid " +
+                             std::to_string(st.st_uid) + " with mode " + mode_text(st.st_mode) +
+                             "; stokerd keeps a store only in a folder of its own user (uid " +
+                             std::to_string(::geteuid()) + ") that no one else may write (chmod go-w, chown)");
+  }
+  return dfd;
+}
+
+// The data file: created O_EXCL | O_NOFOLLOW mode 0600, or an existing one that is a regular
+// file of the daemon's user, writable by it alone, with one link; anything else is refused —
+// never truncated, never used (B1).
+int open_store_file(int dfd, const std::string& name, const fs::path& file) {
+  int fd = ::openat(dfd, name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd >= 0) return fd;
+  if (errno != EEXIST) throw std::runtime_error("decoded_store: cannot create " + file.string() + ": " + std::strerror(errno));
+  const int opath = ::openat(dfd, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  struct stat st {};
+  if (opath < 0 || ::fstat(opath, &st) != 0) {
+    const int err = errno;
+    if (opath >= 0) ::close(opath);
+    throw std::runtime_error("decoded_store: cannot open " + file.string() + ": " + std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0 || st.st_nlink != 1) {
+    ::close(opath);
+    throw std::runtime_error("decoded_store: " + file.string() + " is " +
+                             (S_ISLNK(st.st_mode)  ? std::string("a symlink")
+                              : !S_ISREG(st.st_mode) ? std::string("not a regular file")
+                                                     : "owned by uid " + std::to_string(st.st_uid) + " with mode " +
+                                                           mode_text(st.st_mode) + " and " +
+                                                           std::to_string(st.st_nlink) + " link(s)") +
+                             "; stokerd uses only a store file of its own (uid " + std::to_string(::geteuid()) +
+                             ", writable by it alone, one link): not used, not changed (remove it)");
+  }
+  // The same inode, to write: never the name again.
+  const std::string proc = "/proc/self/fd/" + std::to_string(opath);
+  fd = ::open(proc.c_str(), O_RDWR | O_CLOEXEC);
+  struct stat now {};
+  if (fd >= 0 && (::fstat(fd, &now) != 0 || now.st_ino != st.st_ino || now.st_dev != st.st_dev)) {
+    ::close(fd);
+    fd = -1;
+    errno = ESTALE;
+  }
+  const int err = errno;
+  ::close(opath);
+  if (fd < 0) throw std::runtime_error("decoded_store: cannot open " + file.string() + ": " + std::strerror(err));
+  return fd;
+}
+
+}  // namespace
+
 std::shared_ptr<DecodedStore> DecodedStore::open(const fs::path& dir, std::uint64_t source_id, std::uint32_t max_side,
                                                  std::uint64_t budget) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw std::runtime_error("decoded_store: cannot create " + dir.string() + ": " + ec.message());
   const fs::path file = fs::absolute(dir / file_name(source_id, max_side));
   base::MutexLock lock(g_open_mu);
   if (auto it = g_open.find(file.string()); it != g_open.end()) {
     if (auto shared = it->second.lock()) return shared;
   }
-  const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) throw std::runtime_error("decoded_store: cannot open " + file.string() + ": " + std::strerror(errno));
+  const int dfd = open_store_dir(fs::absolute(dir));
+  int fd = -1;
+  try {
+    fd = open_store_file(dfd, file_name(source_id, max_side), file);
+  } catch (...) {
+    ::close(dfd);
+    throw;
+  }
+  ::close(dfd);
+  std::string not_ours;
   {
     FileLock fl(fd);
     FileHeader h{};
@@ -107,12 +186,17 @@ std::shared_ptr<DecodedStore> DecodedStore::open(const fs::path& dir, std::uint6
       const bool ok = st.st_size >= static_cast<off_t>(sizeof h) && read_all(fd, &h, sizeof h, 0) &&
                       std::memcmp(h.magic, kFileMagic, sizeof kFileMagic) == 0 && h.max_side == max_side;
       if (!ok) {
-        // Another version's file or a damaged header: start again (nothing in it is trusted).
-        spdlog::warn("decoded_store {}: not a store file of this version; starting it empty", file.string());
-        fresh = true;
+        // Only a store file (its magic's first six bytes) of another version or with a damaged
+        // header is started again; anything else is not ours to truncate (B1).
+        const bool store_file = st.st_size >= 6 && read_all(fd, &h, std::min<std::size_t>(sizeof h, st.st_size), 0) &&
+                                std::memcmp(h.magic, kFileMagic, 6) == 0;
+        if (!store_file) not_ours = " is not a store file; not used, not changed (remove it)";
+        if (store_file) spdlog::warn("decoded_store {}: a store file of another version or with a damaged header; starting it empty",
+                     file.string());
+        fresh = store_file;
       }
     }
-    if (fresh) {
+    if (fresh && not_ours.empty()) {
       h = FileHeader{};
       std::memcpy(h.magic, kFileMagic, sizeof kFileMagic);
       h.max_side = max_side;
@@ -122,6 +206,10 @@ std::shared_ptr<DecodedStore> DecodedStore::open(const fs::path& dir, std::uint6
         throw std::runtime_error("decoded_store: cannot write " + file.string() + ": " + std::strerror(err));
       }
     }
+  }
+  if (!not_ours.empty()) {
+    ::close(fd);
+    throw std::runtime_error("decoded_store: " + file.string() + not_ours);
   }
   std::shared_ptr<DecodedStore> s(new DecodedStore(file, fd, max_side, budget));
   {

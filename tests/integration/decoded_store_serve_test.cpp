@@ -90,7 +90,9 @@ class SmallTmpfs {
  public:
   SmallTmpfs(const fs::path& at, const char* size) : at_(at) {
     fs::create_directories(at);
-    mounted_ = ::mount("tmpfs", at.c_str(), "tmpfs", 0, (std::string("size=") + size).c_str()) == 0;
+    // mode=0700: a store's folder must be stokerd's own and writable by no one else (issue #34,
+    // B2); a tmpfs root is 1777 otherwise, and the store would be refused.
+    mounted_ = ::mount("tmpfs", at.c_str(), "tmpfs", 0, (std::string("mode=0700,size=") + size).c_str()) == 0;
   }
   ~SmallTmpfs() {
     if (mounted_) ::umount2(at_.c_str(), MNT_DETACH);

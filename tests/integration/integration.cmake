@@ -74,3 +74,9 @@ stoker_add_test(mixture_serve_test LABEL integration
   SOURCES integration/mixture_serve_test.cpp
   LIBS stoker_daemon_fixture stoker::client stoker_sampler)
 add_dependencies(mixture_serve_test stokerd stokerctl)
+
+# Issue #34, B4: a store refused at start is off for its job (reason in status); every job serves.
+stoker_add_test(store_trust_serve_test LABEL integration
+  SOURCES integration/store_trust_serve_test.cpp
+  LIBS stoker_daemon_fixture stoker::client stoker::proto)
+add_dependencies(store_trust_serve_test stokerd stokerctl)

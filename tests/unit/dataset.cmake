@@ -17,3 +17,12 @@ stoker_add_test(tar_test LABEL unit
 stoker_add_test(mixture_test LABEL unit
   SOURCES unit/mixture_test.cpp
   LIBS stoker_sampler)
+
+# Issue #34: the one confined open (base/confined_open.hpp), and a client-defined job's reads
+# (source/read_access.hpp) against a folder swapped for a symlink while they read (10 s).
+stoker_add_test(confined_open_test LABEL unit
+  SOURCES unit/confined_open_test.cpp
+  LIBS stoker_base)
+stoker_add_test(read_access_race_test LABEL unit
+  SOURCES unit/read_access_race_test.cpp
+  LIBS stoker_source)

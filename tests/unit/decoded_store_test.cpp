@@ -7,6 +7,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <numeric>
 #include <sys/resource.h>
 #include <vector>
@@ -149,13 +150,23 @@ TEST_CASE("decoded store: a torn tail ends the log and is cut off before the nex
   s = DecodedStore::open(dir.path(), 1, 320, 1 << 20);
   CHECK(s->stats().entries == 0);
   for (int i = 0; i < 3; ++i) CHECK_FALSE(served(*s, i));
-  // A file of another version (or garbage) is started again.
+  // A store file of another version is started again.
   s.reset();
-  std::ofstream(file, std::ios::binary) << "not a store";
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(7);  // the magic's version digit
+    f.put('0');
+  }
   s = DecodedStore::open(dir.path(), 1, 320, 1 << 20);
   CHECK(s->stats().entries == 0);
   put_n(*s, 1);
   CHECK(served(*s, 0));
+  // Garbage is not a store file: refused, left as it is (issue #34, B1: never truncated).
+  s.reset();
+  std::ofstream(file, std::ios::binary) << "not a store";
+  CHECK_THROWS_WITH(DecodedStore::open(dir.path(), 1, 320, 1 << 20), Catch::Contains("is not a store file"));
+  std::ifstream in(file, std::ios::binary);
+  CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == "not a store");
 }
 
 TEST_CASE("decoded store: a read error is a broken entry, counted, not served", "[decoded_store]") {

@@ -8,16 +8,20 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <future>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "config/config.hpp"
@@ -447,7 +451,10 @@ TEST_CASE("remote session: items are checked before anything is read", "[remote]
   nul.mutable_path()->append(std::string("\0/../../out/secret.jpg", 22));
   CHECK_THAT(why(nul), Contains("without an absolute path"));
   CHECK_THAT(why(item("/" + std::string(remote::kMaxPathBytes, 'a'))), Contains("at most 4096 bytes"));
-  CHECK_THAT(why(item(s.path() / "root/missing.jpg")), Contains("missing.jpg: No such file"));
+  // One refusal for everything an item may not read (A2): missing says no more than outside.
+  CHECK(why(item(s.path() / "root/missing.jpg")) == remote::item_refusal((s.path() / "root/missing.jpg").string()));
+  CHECK(why(item(s.path() / "out/secret.jpg")) == remote::item_refusal((s.path() / "out/secret.jpg").string()));
+  CHECK(why(item(s.path() / "out/nothing.jpg")) == remote::item_refusal((s.path() / "out/nothing.jpg").string()));
 
   // A tar member: offset and size bounded before anything is read.
   v1::Item m = item(s.path() / "root/ok.jpg");
@@ -527,7 +534,7 @@ TEST_CASE("remote session: a FIFO or device inside the root is refused, never wa
     const v1::Result r = made.get();
     CHECK(r.id() == 21);
     CHECK(r.error() == static_cast<std::uint32_t>(SampleErrorKind::kIo));
-    CHECK_THAT(r.reason(), Contains("pipe.jpg: not a regular file"));
+    CHECK(r.reason() == remote::item_refusal(fifo.string()));
   }
   std::vector<std::uint8_t> out;
   CHECK_THAT(remote::read_bytes("/dev/zero", true, 0, 64, out).message(), Contains("/dev/zero: not a regular file"));
@@ -655,7 +662,7 @@ TEST_CASE("remote session: a corrupt or truncated file answers its error kind an
   }
   const v1::Result gone = answer("gone.jpg");
   CHECK(gone.error() == static_cast<std::uint32_t>(SampleErrorKind::kIo));
-  CHECK_THAT(gone.reason(), Contains("gone.jpg") && Contains("No such file"));
+  CHECK(gone.reason() == remote::item_refusal((s.path() / "root/gone.jpg").string()));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -722,4 +729,68 @@ TEST_CASE("remote protocol: token_equal, zstd round trips and refusals, read_byt
   CHECK_THAT(remote::read_bytes((s.path() / "nope").string(), false, 0, 0, out).message(),
              Contains("/nope: No such file or directory"));
   CHECK_THAT(remote::read_bytes(s.path().string(), false, 0, 0, out).message(), Contains("not a regular file"));
+}
+
+// Issue #34, A1: the worker checked canonical() and then opened the item by name, so a folder
+// inside --allow-root swapped for a symlink out of it between the two was read outside. Now
+// the item is opened below the root's descriptor (base::confined_open); a thread exchanging the
+// folder with such a symlink for 10 s while items are processed gets 0 bytes from outside.
+TEST_CASE("remote session: a folder swapped for a symlink out of --allow-root never yields outside bytes (10 s)",
+          "[remote][race]") {
+  Scratch s;
+  fs::create_directories(s.path() / "root/d");
+  fs::create_directories(s.path() / "out");
+  write(s.path() / "root/d/a.jpg", "INSIDE-BYTES");
+  write(s.path() / "out/a.jpg", "OUTSIDE-SECRET");
+  fs::create_symlink(s.path() / "out", s.path() / "root/swap");  // absolute, out of the root
+  fs::create_symlink("../out", s.path() / "root/swap-rel");      // relative, out of the root
+  JobText t;
+  t.source = "{root: \"" + (s.path() / "root").string() + "\"}";
+  const GpuNode g = gpu_node(s, t);
+  auto w = worker({s.path() / "root"});
+  REQUIRE(remote::open_allow_roots(w).ok());  // as stokerd --worker does at start
+  remote::WorkerSession session(w);
+  REQUIRE(session.open(g.open).accepted());
+
+  const auto exchange = [](const fs::path& a, const fs::path& b) {
+    return ::syscall(SYS_renameat2, AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0;
+  };
+  std::atomic<bool> stop{false};
+  std::atomic<long> swaps{0};
+  std::thread swapper([&] {
+    bool rel = false;
+    while (!stop) {
+      if (exchange(s.path() / "root/d", s.path() / (rel ? "root/swap-rel" : "root/swap"))) ++swaps;
+      if (exchange(s.path() / "root/d", s.path() / (rel ? "root/swap-rel" : "root/swap"))) ++swaps;  // back
+      rel = !rel;
+    }
+  });
+  SampleProcessor p(session.pipeline());
+  std::vector<std::uint8_t> bytes;
+  const std::string outside = "OUTSIDE-SECRET";
+  long inside_reads = 0, refused = 0, outside_reads = 0, checked_ok = 0;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  std::uint64_t id = 0;
+  while (std::chrono::steady_clock::now() < end) {
+    const v1::Item it = item(s.path() / "root/d/a.jpg", ++id);
+    if (session.check_item(it).ok()) ++checked_ok;
+    bytes.clear();
+    v1::Result r;
+    session.process(it, p, bytes, r);
+    const std::string got(bytes.begin(), bytes.end());
+    if (got == outside || r.reason().find("OUTSIDE") != std::string::npos) {
+      ++outside_reads;
+    } else if (r.error() == static_cast<std::uint32_t>(SampleErrorKind::kIo)) {
+      ++refused;
+      CHECK(r.reason() == remote::item_refusal(it.path()));
+    } else if (got == "INSIDE-BYTES") {
+      ++inside_reads;
+    }
+  }
+  stop = true;
+  swapper.join();
+  INFO("swaps " << swaps << ", inside " << inside_reads << ", refused " << refused << ", checked ok " << checked_ok);
+  CHECK(swaps > 100);
+  CHECK(inside_reads > 0);
+  CHECK(outside_reads == 0);
 }

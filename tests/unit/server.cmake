@@ -32,3 +32,14 @@ stoker_add_test(ring_test LABEL unit
 stoker_add_test(decoded_store_test LABEL unit
   SOURCES unit/decoded_store_test.cpp
   LIBS stoker_store stoker_daemon_fixture)
+
+# Issue #34, D1: a peer's credentials (SO_PEERCRED, SO_PEERGROUPS) taken once, at accept.
+stoker_add_test(peer_credentials_test LABEL unit
+  SOURCES unit/peer_credentials_test.cpp
+  LIBS stoker_control)
+
+# Issue #34, B1/B2: the store's file and folder must be the daemon's own; anything else is
+# refused, never truncated.
+stoker_add_test(decoded_store_trust_test LABEL unit
+  SOURCES unit/decoded_store_trust_test.cpp
+  LIBS stoker_store)

@@ -18,7 +18,6 @@
 using stoker::control::PeerCredentials;
 using stoker::control::PeerPolicy;
 using stoker::control::decide_peer_access;
-using stoker::control::parse_status_groups;
 
 namespace {
 
@@ -66,24 +65,6 @@ TEST_CASE("peer access: owner and root always, group members only when server.gr
   const auto stranger = decide_peer_access(p, {1, 1002, 1002}, {27, 501});
   CHECK_FALSE(stranger.allowed);
   CHECK_THAT(stranger.why, Catch::Contains("access denied") && Catch::Contains("'trainers' (server.group)"));
-}
-
-TEST_CASE("peer access: the Groups line of /proc/PID/status is read as the kernel writes it", "[unit][service]") {
-  const std::string status = "Name:\tpython3\nUid:\t1001\t1001\t1001\t1001\nGid:\t1001\t1001\t1001\t1001\n"
-                             "FDSize:\t64\nGroups:\t4 27 500 \nNStgid:\t77\n";
-  const auto g = parse_status_groups(status);
-  REQUIRE(g.has_value());
-  CHECK(*g == std::vector<gid_t>{4, 27, 500});
-  const auto none = parse_status_groups("Name:\tx\nGroups:\t\nPid:\t1\n");
-  REQUIRE(none.has_value());
-  CHECK(none->empty());
-  CHECK_FALSE(parse_status_groups("Name:\tx\n").has_value());
-  CHECK_FALSE(parse_status_groups("Groups:\t4 x7\n").has_value());
-  // This process's own list, as the daemon would read it for a peer.
-  const auto mine = stoker::control::peer_groups({::getpid(), ::getuid(), ::getgid()});
-  std::vector<gid_t> want(static_cast<std::size_t>(::getgroups(0, nullptr)));
-  ::getgroups(static_cast<int>(want.size()), want.data());
-  CHECK(std::is_permutation(mine.begin(), mine.end(), want.begin(), want.end()));
 }
 
 TEST_CASE("socket resolution: a daemon creates at its default, a client takes the first socket that exists",
