@@ -8,7 +8,8 @@
 #            the asan build; the crash regressions are replayed by ctest in the asan tier
 #     tsan   clang ThreadSanitizer + -Wthread-safety -Werror (tier_tsan only); ctest:
 #            integration, fault
-#   scripts/test.sh --quick   the plain tier only: the edit loop
+#   scripts/test.sh --quick   the edit loop: the plain build of what the unit and integration
+#                             tests run (target tier_quick), then those tests
 # Configurations are CMakePresets.json's (plain, asan, tsan). ccache is used when installed.
 # Fails on any failure or sanitizer report. Prints "test: N passed, N failed, N skipped", then
 # a table of each tier's build and run seconds whose last line is "test time: N s".
@@ -47,9 +48,9 @@ summary() {
   echo "test time: $((SECONDS - start)) s"
 }
 
-# Configures a preset's build folder and builds it. Sets build_s. A new folder gets Ninja when
+# Configures a configure preset's build folder and builds a build preset. Sets build_s. A new folder gets Ninja when
 # it is installed (setup.sh --test installs it); an existing one keeps its generator.
-build() {  # preset
+build() {  # configure preset, [build preset]
   local t0=$SECONDS dir
   dir=$(sed -n "/\"name\": \"$1\"/,/binaryDir/s#.*sourceDir}/\([a-z-]*\)\".*#\1#p" CMakePresets.json | head -1)
   if [[ ! -f "$dir/CMakeCache.txt" ]] && command -v ninja >/dev/null; then
@@ -58,7 +59,7 @@ build() {  # preset
     unset CMAKE_GENERATOR
   fi
   cmake --preset "$1" >/dev/null || return 1
-  cmake --build --preset "$1" -j "$jobs" || return 1
+  cmake --build --preset "${2:-$1}" -j "$jobs" || return 1
   build_s=$((SECONDS - t0))
 }
 
@@ -79,17 +80,22 @@ scripts/setup.sh --test || exit 1
 export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
 row setup 0 $((SECONDS - t0))
 
-echo "== plain: build (GCC RelWithDebInfo)"
-build plain || { echo "test: the plain build failed" >&2; exit 1; }
-echo "== plain: ctest (unit, integration, fault, gpu, python, scripts, package)"
-run_tests plain build/ctest.log
-row plain "$build_s" "$run_s"
-
 if ((quick)); then
+  echo "== quick: build (GCC -O2 -g1: tier_quick)"
+  build plain quick || { echo "test: the build failed" >&2; exit 1; }
+  echo "== quick: ctest (unit, integration)"
+  run_tests quick build/ctest.log
+  row quick "$build_s" "$run_s"
   summary
   [[ $failures -eq 0 && $failed -eq 0 ]]
   exit
 fi
+
+echo "== plain: build (GCC -O2 -g1, every target)"
+build plain || { echo "test: the plain build failed" >&2; exit 1; }
+echo "== plain: ctest (unit, integration, fault, gpu, python, scripts, package)"
+run_tests plain build/ctest.log
+row plain "$build_s" "$run_s"
 
 echo "== asan: build (clang ASan + UBSan + fuzzer coverage: tier_asan)"
 build asan || { echo "test: the asan build failed" >&2; summary; exit 1; }
