@@ -7,7 +7,7 @@
 #     fuzz   each libFuzzer harness for a fixed number of inputs (scripts/fuzz.sh --runs) from
 #            the asan build; the crash regressions are replayed by ctest in the asan tier
 #     tsan   clang ThreadSanitizer + -Wthread-safety -Werror (tier_tsan only); ctest:
-#            integration, fault
+#            integration
 #   scripts/test.sh --quick   the edit loop: the plain build of what the unit and integration
 #                             tests run (target tier_quick), then those tests
 # Configurations are CMakePresets.json's (plain, asan, tsan). ccache is used when installed.
@@ -123,7 +123,7 @@ echo "== tsan: build (clang ThreadSanitizer + -Wthread-safety -Werror: tier_tsan
 # go to build-tsan/tsan-reports/; any file there fails the run.
 if build tsan; then
   rm -rf build-tsan/tsan-reports && mkdir -p build-tsan/tsan-reports
-  echo "== tsan: ctest (integration, fault)"
+  echo "== tsan: ctest (integration)"
   TSAN_OPTIONS="halt_on_error=0 log_path=$PWD/build-tsan/tsan-reports/report" run_tests tsan build-tsan/ctest.log
   if [[ -n "$(ls -A build-tsan/tsan-reports)" ]]; then
     echo "test: ThreadSanitizer reports in build-tsan/tsan-reports:" >&2

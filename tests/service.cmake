@@ -16,6 +16,8 @@ catch_discover_tests(service_integration_test EXTRA_ARGS -w NoTests PROPERTIES L
 add_dependencies(service_integration_test stokerd)
 
 # The .deb (label package): built by scripts/package.sh in its own build folder and inspected;
+# over 20 s because it is a whole release build (ccache serves it from this build's objects in
+# scripts/test.sh: docs/TESTING.md);
 # then, as root, installed with apt, used from /usr and purged. Not in sanitizer builds (the
 # package is a plain release build of its own).
 if(NOT STOKER_SANITIZE AND NOT STOKER_TSAN AND NOT STOKER_FUZZ)

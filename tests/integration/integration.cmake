@@ -1,6 +1,7 @@
 # Real stokerd processes: the tests need the binaries built first.
 add_library(stoker_daemon_fixture STATIC support/daemon_fixture.cpp)
-target_link_libraries(stoker_daemon_fixture PUBLIC stoker_catch_main)
+# nlohmann_json: the status documents the integration and fault tests read.
+target_link_libraries(stoker_daemon_fixture PUBLIC stoker_catch_main nlohmann_json::nlohmann_json)
 
 stoker_add_test(integration_test LABEL integration
   SOURCES integration/serve_test.cpp integration/startup_test.cpp integration/multinode_test.cpp

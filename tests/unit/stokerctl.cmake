@@ -1,7 +1,7 @@
 # stokerctl's parts that need no daemon: `top`'s frame layout.
 stoker_add_test(top_render_test LABEL unit
   SOURCES unit/top_render_test.cpp ${PROJECT_SOURCE_DIR}/client/stokerctl/top_render.cpp
-  LIBS)
+  LIBS nlohmann_json::nlohmann_json)
 
 # The command lines of stokerctl and stokerd (CLI11): per-command --help, errors naming the
 # option, decimal numbers. Runs the built binaries (one short-lived stokerd), so integration.
