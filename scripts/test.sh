@@ -9,7 +9,8 @@
 #     tsan   clang ThreadSanitizer + -Wthread-safety -Werror (tier_tsan only); ctest:
 #            integration
 #   scripts/test.sh --quick   the edit loop: the plain build of what the unit and integration
-#                             tests run (target tier_quick), then those tests
+#                             tests run (target tier_quick), then those tests and the scripts'
+#                             checks (label scripts)
 # Configurations are CMakePresets.json's (plain, asan, tsan). ccache is used when installed.
 # Fails on any failure or sanitizer report. Prints "test: N passed, N failed, N skipped", then
 # a table of each tier's build and run seconds whose last line is "test time: N s".
@@ -83,7 +84,7 @@ row setup 0 $((SECONDS - t0))
 if ((quick)); then
   echo "== quick: build (GCC -O2 -g1: tier_quick)"
   build plain quick || { echo "test: the build failed" >&2; exit 1; }
-  echo "== quick: ctest (unit, integration)"
+  echo "== quick: ctest (unit, integration, scripts)"
   run_tests quick build/ctest.log
   row quick "$build_s" "$run_s"
   summary
