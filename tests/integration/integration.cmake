@@ -26,6 +26,11 @@ stoker_add_test(metrics_http_test LABEL integration
 # The C header compiled as C.
 add_executable(c_api_test integration/c_api_test.c)
 target_link_libraries(c_api_test PRIVATE stoker::client)
+if(STOKER_SANITIZE)
+  # A sanitized libstoker.so needs UBSan's C++ runtime (clang: __ubsan_vptr_type_cache), which
+  # only the C++ driver links; the program itself is still compiled as C.
+  set_target_properties(c_api_test PROPERTIES LINKER_LANGUAGE CXX)
+endif()
 add_test(NAME c_api_compiled_as_c COMMAND c_api_test)
 set_tests_properties(c_api_compiled_as_c PROPERTIES LABELS integration)
 
