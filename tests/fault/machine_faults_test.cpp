@@ -402,7 +402,7 @@ TEST_CASE("decode.max_memory_mb bounds the daemon's peak memory: huge progressiv
   // panoramas decoding at once take ~120 MB on their own (checked: this bound fails then).
   const std::uint64_t peak = peak_rss_kib(d.pid());
   INFO("stokerd peak RSS " << peak << " KiB");
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(STOKER_TEST_ASAN)
   // ASan's shadow, redzones and its quarantine of freed blocks: measured 94 MB here against
   // the release build's far lower peak, and 128 MB after the #22 redesign (Debug, -O0) while
   // the release build's peak did not grow (stokerd alone on this job, side by side: 56 MB
@@ -480,7 +480,7 @@ TEST_CASE("EMFILE met by read-ahead (64 reads in flight, the whole epoch planned
 TEST_CASE("read-ahead under a low LimitNOFILE (18) with 64 reads asked for and slow storage is capped to "
           "an eighth of the limit, the daemon starts and serves every sample in order, nothing quarantined",
           "[fault][machine][read_ahead]") {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(STOKER_TEST_ASAN)
   // The sanitizer runtime opens files of its own (UBSan's vptr check reads the module map; with
   // every descriptor taken it reported a virtual call in nlohmann::json as "invalid vptr" and
   // stopped the daemon): a few more descriptors for it.
