@@ -110,7 +110,19 @@ std::size_t recv_message(int fd, void* buf, std::size_t cap, int timeout_ms,
   msg.msg_iovlen = 1;
   msg.msg_control = control;
   msg.msg_controllen = sizeof control;
-  const ssize_t n = ::recvmsg(fd, &msg, MSG_TRUNC | MSG_CMSG_CLOEXEC);
+  ssize_t n = ::recvmsg(fd, &msg, MSG_TRUNC | MSG_CMSG_CLOEXEC);
+  if (n < 0 && errno == ECONNRESET) {
+    // A daemon that refuses a connection says why, then closes it; if our Hello was still
+    // unread in its queue, the kernel reports the reset before the message queued ahead of
+    // it (a datagram-style socket returns the pending error first). The reason is still there.
+    msg.msg_controllen = sizeof control;
+    const ssize_t again = ::recvmsg(fd, &msg, MSG_TRUNC | MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (again > 0) {
+      n = again;
+    } else {
+      errno = ECONNRESET;
+    }
+  }
   if (n > 0) {
     for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
       if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
