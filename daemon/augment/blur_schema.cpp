@@ -29,7 +29,7 @@ Complaint check_kernel(const ParamValue& v, const OpContext& ctx) {
 
 constexpr std::size_t kTwo[] = {2};
 
-constexpr ParamSpec kParams[] = {
+constexpr ParamSpec kBlurParams[] = {
     {.name = "kernel_size", .kind = ParamKind::kNumberOrList, .required = true, .min = 1, .max = kMaxImageSide,
      .lengths = kTwo, .list_error = "expected an odd integer or a list [kx, ky] of two", .integers = true,
      .check_element = [](double x, const OpContext&) {
@@ -46,20 +46,20 @@ constexpr ParamSpec kParams[] = {
      }},
 };
 
-AugmentStep make() {
+AugmentStep make_blur_step() {
   AugmentStep a;
   a.kind = AugmentStep::Kind::kGaussianBlur;
   return a;
 }
 
-const OpSchema kSchemas[] = {
-    {.name = "gaussian_blur", .params = kParams, .make = make,
+const OpSchema kBlurSchemas[] = {
+    {.name = "gaussian_blur", .params = kBlurParams, .make = make_blur_step,
      .needs_geometry = "gaussian_blur comes after the geometry step",
      .before_normalize = "gaussian_blur works on uint8 pixels: put it before normalize"},
 };
 
 }  // namespace
 
-std::span<const OpSchema> blur_op_schemas() { return kSchemas; }
+std::span<const OpSchema> blur_op_schemas() { return kBlurSchemas; }
 
 }  // namespace stoker::augment

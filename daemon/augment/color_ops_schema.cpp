@@ -71,7 +71,7 @@ constexpr ParamSpec kSharpness[] = {
 };
 
 template <AugmentStep::Kind K, int PercentP>
-AugmentStep make() {
+AugmentStep make_color_step() {
   AugmentStep a;
   a.kind = K;
   a.p = PercentP / 100.0;  // torchvision's default (color_jitter ignores p)
@@ -82,25 +82,25 @@ constexpr std::string_view kNeedsGeometry = "colour steps come after the geometr
 constexpr std::string_view kBeforeNormalize = "colour steps work on uint8 pixels: put them before normalize";
 
 using K = AugmentStep::Kind;
-const OpSchema kSchemas[] = {
-    {.name = "color_jitter", .params = kColorJitter, .make = make<K::kColorJitter, 100>,
+const OpSchema kColorSchemas[] = {
+    {.name = "color_jitter", .params = kColorJitter, .make = make_color_step<K::kColorJitter, 100>,
      .needs_geometry = kNeedsGeometry, .before_normalize = kBeforeNormalize},
-    {.name = "random_grayscale", .params = kJustP, .make = make<K::kGrayscale, 10>,
+    {.name = "random_grayscale", .params = kJustP, .make = make_color_step<K::kGrayscale, 10>,
      .needs_geometry = kNeedsGeometry, .before_normalize = kBeforeNormalize},
-    {.name = "random_solarize", .params = kSolarize, .make = make<K::kSolarize, 50>,
+    {.name = "random_solarize", .params = kSolarize, .make = make_color_step<K::kSolarize, 50>,
      .needs_geometry = kNeedsGeometry, .before_normalize = kBeforeNormalize},
-    {.name = "random_posterize", .params = kPosterize, .make = make<K::kPosterize, 50>,
+    {.name = "random_posterize", .params = kPosterize, .make = make_color_step<K::kPosterize, 50>,
      .needs_geometry = kNeedsGeometry, .before_normalize = kBeforeNormalize},
-    {.name = "random_autocontrast", .params = kJustP, .make = make<K::kAutocontrast, 50>,
+    {.name = "random_autocontrast", .params = kJustP, .make = make_color_step<K::kAutocontrast, 50>,
      .needs_geometry = kNeedsGeometry, .before_normalize = kBeforeNormalize},
-    {.name = "random_equalize", .params = kJustP, .make = make<K::kEqualize, 50>,
+    {.name = "random_equalize", .params = kJustP, .make = make_color_step<K::kEqualize, 50>,
      .needs_geometry = kNeedsGeometry, .before_normalize = kBeforeNormalize},
-    {.name = "random_adjust_sharpness", .params = kSharpness, .make = make<K::kSharpness, 50>,
+    {.name = "random_adjust_sharpness", .params = kSharpness, .make = make_color_step<K::kSharpness, 50>,
      .needs_geometry = kNeedsGeometry, .before_normalize = kBeforeNormalize},
 };
 
 }  // namespace
 
-std::span<const OpSchema> color_op_schemas() { return kSchemas; }
+std::span<const OpSchema> color_op_schemas() { return kColorSchemas; }
 
 }  // namespace stoker::augment

@@ -13,7 +13,7 @@ namespace {
 
 constexpr std::size_t kOneOrThree[] = {1, 3};
 
-constexpr ParamSpec kParams[] = {
+constexpr ParamSpec kErasingParams[] = {
     {.name = "p", .kind = ParamKind::kNumber, .check = check_probability,
      .apply = [](AugmentStep& a, const ParamValue& v) { a.erasing.p = v.number(); }},
     {.name = "scale", .kind = ParamKind::kPair,
@@ -49,20 +49,20 @@ constexpr ParamSpec kParams[] = {
      }},
 };
 
-AugmentStep make() {
+AugmentStep make_erasing_step() {
   AugmentStep a;
   a.kind = AugmentStep::Kind::kErasing;
   return a;
 }
 
-const OpSchema kSchemas[] = {
-    {.name = "random_erasing", .params = kParams, .make = make,
+const OpSchema kErasingSchemas[] = {
+    {.name = "random_erasing", .params = kErasingParams, .make = make_erasing_step,
      .needs_geometry = "random_erasing comes after the geometry step", .runs_after_normalize = true,
      .flip_first = true},
 };
 
 }  // namespace
 
-std::span<const OpSchema> erasing_op_schemas() { return kSchemas; }
+std::span<const OpSchema> erasing_op_schemas() { return kErasingSchemas; }
 
 }  // namespace stoker::augment

@@ -85,23 +85,23 @@ constexpr ParamSpec kAffine[] = {
 };
 
 template <AugmentStep::Kind K>
-AugmentStep make() {
+AugmentStep make_geometric_step() {
   AugmentStep a;
   a.kind = K;
   return a;
 }
 
-const OpSchema kSchemas[] = {
-    {.name = "random_rotation", .params = kRotation, .make = make<AugmentStep::Kind::kRotation>,
+const OpSchema kGeometricSchemas[] = {
+    {.name = "random_rotation", .params = kRotation, .make = make_geometric_step<AugmentStep::Kind::kRotation>,
      .needs_geometry = "random_rotation comes after the geometry step",
      .before_normalize = "random_rotation works on uint8 pixels: put it before normalize", .flip_first = true},
-    {.name = "random_affine", .params = kAffine, .make = make<AugmentStep::Kind::kAffine>,
+    {.name = "random_affine", .params = kAffine, .make = make_geometric_step<AugmentStep::Kind::kAffine>,
      .needs_geometry = "random_affine comes after the geometry step (random_resized_crop or resize)",
      .before_normalize = "random_affine works on uint8 pixels: put it before normalize", .flip_first = true},
 };
 
 }  // namespace
 
-std::span<const OpSchema> geometric_op_schemas() { return kSchemas; }
+std::span<const OpSchema> geometric_op_schemas() { return kGeometricSchemas; }
 
 }  // namespace stoker::augment

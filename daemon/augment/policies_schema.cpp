@@ -37,7 +37,7 @@ constexpr ParamSpec kAuto[] = {
 };
 
 template <PolicyKind P>
-AugmentStep make() {
+AugmentStep make_policy_step() {
   AugmentStep a;
   a.kind = AugmentStep::Kind::kPolicy;
   a.policy.kind = P;
@@ -53,20 +53,20 @@ StepComplaint finish_rand(const AugmentStep& a) {
                            std::to_string(p.num_magnitude_bins) + ")"};
 }
 
-const OpSchema kSchemas[] = {
-    {.name = "trivial_augment_wide", .params = kTrivial, .make = make<PolicyKind::kTrivialAugmentWide>,
+const OpSchema kPolicySchemas[] = {
+    {.name = "trivial_augment_wide", .params = kTrivial, .make = make_policy_step<PolicyKind::kTrivialAugmentWide>,
      .needs_geometry = "trivial_augment_wide comes after the geometry step (random_resized_crop or resize)",
      .before_normalize = "trivial_augment_wide works on uint8 pixels: put it before normalize", .flip_first = true},
-    {.name = "rand_augment", .params = kRand, .make = make<PolicyKind::kRandAugment>, .finish = finish_rand,
+    {.name = "rand_augment", .params = kRand, .make = make_policy_step<PolicyKind::kRandAugment>, .finish = finish_rand,
      .needs_geometry = "rand_augment comes after the geometry step (random_resized_crop or resize)",
      .before_normalize = "rand_augment works on uint8 pixels: put it before normalize", .flip_first = true},
-    {.name = "auto_augment", .params = kAuto, .make = make<PolicyKind::kAutoAugmentImagenet>,
+    {.name = "auto_augment", .params = kAuto, .make = make_policy_step<PolicyKind::kAutoAugmentImagenet>,
      .needs_geometry = "auto_augment comes after the geometry step (random_resized_crop or resize)",
      .before_normalize = "auto_augment works on uint8 pixels: put it before normalize", .flip_first = true},
 };
 
 }  // namespace
 
-std::span<const OpSchema> policy_op_schemas() { return kSchemas; }
+std::span<const OpSchema> policy_op_schemas() { return kPolicySchemas; }
 
 }  // namespace stoker::augment

@@ -19,6 +19,7 @@
 #include "batch_copy.hpp"
 #include "daemon_fixture.hpp"
 #include "scoped_env.hpp"
+#include "status_json.hpp"
 #include "stoker/stoker.hpp"
 
 using namespace stoker::test;
@@ -27,7 +28,6 @@ using Json = nlohmann::json;
 
 namespace {
 
-Json status(const std::string& socket) { return Json::parse(daemon_status_text(socket)); }
 
 bool has_job(const Json& st, const std::string& name) {
   for (const auto& j : st["jobs"]) {
@@ -144,7 +144,7 @@ TEST_CASE("stokerctl reload reaches stokerd through the socket when status names
     env.set("STOKER_FAKE_PID", std::to_string(bystander));
     d = std::make_unique<Daemon>(config, socket);
   }
-  REQUIRE(status(socket)["pid"] == bystander);  // the premise: status names the bystander
+  REQUIRE(status_json(socket)["pid"] == bystander);  // the premise: status names the bystander
 
   write_config(dir.path(), {plain_job("base"), plain_job("fresh")}, 2);
   std::string out;
@@ -155,7 +155,7 @@ TEST_CASE("stokerctl reload reaches stokerd through the socket when status names
   // The bystander is untouched and the daemon did reload.
   CHECK(::waitpid(bystander, nullptr, WNOHANG) == 0);
   CHECK(::kill(bystander, 0) == 0);
-  CHECK(has_job(status(socket), "fresh"));
+  CHECK(has_job(status_json(socket), "fresh"));
 }
 
 TEST_CASE("reloads asked for while one loads are queued as one, so the last edit applies", "[fault][control]") {
@@ -202,7 +202,7 @@ TEST_CASE("reloads asked for while one loads are queued as one, so the last edit
   // `third` is new (`slow` came with the first and is unchanged).
   CHECK(rc == 0);
   CHECK_THAT(out, Catch::Contains("1 job(s) added, 0 restarted, 0 removed, 2 unchanged"));
-  const Json st = status(socket);
+  const Json st = status_json(socket);
   CHECK(has_job(st, "slow"));
   CHECK(has_job(st, "third"));
   // Four requests, two reloads: the three that came during the first were one, none is left.

@@ -13,6 +13,7 @@
 #include <thread>
 #include <unistd.h>
 
+#include "batch_copy.hpp"
 #include "daemon_fixture.hpp"
 #include <jpeglib.h>
 
@@ -47,13 +48,6 @@ struct ScopedEnv {
   }
 };
 
-stoker::ClientOptions at(const std::string& socket, std::uint64_t epoch = 0) {
-  stoker::ClientOptions o;
-  o.socket_path = socket;
-  o.start_epoch = epoch;
-  return o;
-}
-
 std::multiset<std::int64_t> epoch_ids(stoker::Client& c) {
   std::multiset<std::int64_t> ids;
   for (;;) {
@@ -64,13 +58,12 @@ std::multiset<std::int64_t> epoch_ids(stoker::Client& c) {
   return ids;
 }
 
-std::string status(const std::string& socket) {
+std::string stokerctl_status_text(const std::string& socket) {
   std::string out;
   REQUIRE(run_program({bin("stokerctl"), "status", "--socket", socket}, out) == 0);
   return out;
 }
 
-constexpr int kDemoSamples = 64;
 
 }  // namespace
 
@@ -90,7 +83,7 @@ TEST_CASE("transient open failures (EMFILE) are retried and never quarantine a g
   const auto ids = epoch_ids(c);
   CHECK(ids.size() == kDemoSamples);
   CHECK(std::set<std::int64_t>(ids.begin(), ids.end()).size() == kDemoSamples);
-  const std::string st = status(socket);
+  const std::string st = stokerctl_status_text(socket);
   CHECK_THAT(st, Catch::Contains("\"quarantined\":0") && Catch::Contains("\"missing\":0") &&
                      !Catch::Contains("\"transient_read_errors\":0"));
   CHECK_THAT(d->log(), Catch::Contains("transient read failure (cannot open: Too many open files)") &&
@@ -117,7 +110,7 @@ TEST_CASE("a file that cannot be opened now (EACCES) is skipped this epoch and d
   CHECK_THAT(d->log(), Catch::Contains("insect_15.jpg: cannot open: Permission denied; skipped this epoch"));
   const auto second = epoch_ids(c);
   CHECK(second.size() == kDemoSamples);  // looked at again, and readable now
-  CHECK_THAT(status(socket), Catch::Contains("\"missing\":1") && Catch::Contains("\"quarantined\":0"));
+  CHECK_THAT(stokerctl_status_text(socket), Catch::Contains("\"missing\":1") && Catch::Contains("\"quarantined\":0"));
 }
 
 TEST_CASE("an epoch in which every sample of a rank fails ends the job with the first failures named",
@@ -228,7 +221,7 @@ TEST_CASE("out of descriptors: hundreds of status callers are capped and timed o
     ::close(fd);
   }
   CHECK(closed == 200);
-  const std::string st = status(socket);
+  const std::string st = stokerctl_status_text(socket);
   CHECK_THAT(st, Catch::Contains("\"quarantined\":0") && Catch::Contains("\"missing\":0"));
   CHECK(quarantine_files(dir.path(), "demo").empty());
 }
@@ -313,7 +306,7 @@ TEST_CASE("a consumer that stops releasing starves only its ring, shows as stuck
   stoker::Client healthy("demo", 1, at(socket));
   for (int i = 0; i < 6; ++i) CHECK(healthy.next(30000).count() > 0);  // rank 1 keeps flowing
   std::this_thread::sleep_for(std::chrono::milliseconds(700));
-  CHECK_THAT(status(socket), Catch::Contains("\"rank\":0,\"connected\":true") && Catch::Contains("\"stuck\":false"));
+  CHECK_THAT(stokerctl_status_text(socket), Catch::Contains("\"rank\":0,\"connected\":true") && Catch::Contains("\"stuck\":false"));
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   try {
     stuck.next(2000);
@@ -396,7 +389,7 @@ TEST_CASE("decode.max_memory_mb bounds the daemon's peak memory: huge progressiv
   stoker::Client c("demo", 0, at(socket));
   const auto ids = epoch_ids(c);
   CHECK(ids.size() == 16);  // the 16 photos; the 4 panoramas (~61 MB of 4:2:0 coefficients each) refused
-  const std::string st = status(socket);
+  const std::string st = stokerctl_status_text(socket);
   CHECK_THAT(st, Catch::Contains("\"too_large\":4"));
   // Two workers x 24 MB budget + the ring + the daemon itself; without the budget two
   // panoramas decoding at once take ~120 MB on their own (checked: this bound fails then).
@@ -440,7 +433,7 @@ TEST_CASE("a JPEG refused for max_pixels does not cost the next one its decode: 
   stoker::Client c("demo", 0, at(socket));
   // Sorted names: 0_big 0_small 1_big 1_small 2_big 2_small -> the good ones are 1, 3, 5.
   CHECK(epoch_ids(c) == std::multiset<std::int64_t>{1, 3, 5});
-  const std::string st = status(socket);
+  const std::string st = stokerctl_status_text(socket);
   CHECK_THAT(st, Catch::Contains("\"too_large\":3") && Catch::Contains("\"corrupt\":0"));
   CHECK_THAT(d.log(), !Catch::Contains("state 202"));
 }
@@ -470,7 +463,7 @@ TEST_CASE("EMFILE met by read-ahead (64 reads in flight, the whole epoch planned
     REQUIRE(ids.size() == kDemoSamples);
     for (int i = 0; i < kDemoSamples; ++i) CHECK(ids[i] == i);  // unshuffled: in order, none skipped
   }
-  CHECK_THAT(status(socket), Catch::Contains("\"quarantined\":0") && Catch::Contains("\"missing\":0") &&
+  CHECK_THAT(stokerctl_status_text(socket), Catch::Contains("\"quarantined\":0") && Catch::Contains("\"missing\":0") &&
                                  !Catch::Contains("\"transient_read_errors\":0"));
   CHECK_THAT(d->log(), Catch::Contains("(cannot open: Too many open files)") && !Catch::Contains("quarantine "));
   CHECK(quarantine_files(dir.path(), "demo").empty());

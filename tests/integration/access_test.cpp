@@ -22,34 +22,6 @@ using namespace stoker::test;
 namespace {
 
 
-void skip_unless_root() {
-  if (::geteuid() != 0) {
-    std::printf("SKIPPED: needs root to connect as another uid (run the integration tier as root)\n");
-    std::exit(77);
-  }
-}
-
-// A group that exists here other than root's and nobody's, for server.group.
-const group& some_group() {
-  static group found{};
-  static std::string name;
-  if (name.empty()) {
-    for (const char* n : {"users", "staff", "daemon", "sys", "adm"}) {
-      if (const group* g = ::getgrnam(n); g != nullptr && g->gr_gid != 0 && g->gr_gid != kNobody) {
-        name = g->gr_name;
-        found.gr_gid = g->gr_gid;
-        break;
-      }
-    }
-    if (name.empty()) {
-      std::printf("SKIPPED: no group users/staff/daemon/sys/adm on this machine\n");
-      std::exit(77);
-    }
-    found.gr_name = name.data();
-  }
-  return found;
-}
-
 struct Outcome {
   int status = -1;
   std::string message;  // stoker_last_error() on failure, the JSON on success
@@ -76,8 +48,8 @@ Outcome status_as_nobody(const std::string& socket, const std::vector<gid_t>& gr
 }  // namespace
 
 TEST_CASE("server.group: members of the group connect, others are refused with a reason", "[integration][access]") {
-  skip_unless_root();
-  const group& g = some_group();
+  skip_unless_root("connect as another uid");
+  const group& g = *some_group();
   TempDir dir;
   const auto socket = (dir.path() / "s.sock").string();
   Daemon d(write_config(dir.path(), {JobSpec{}}, 1, std::string("  group: ") + g.gr_name + "\n"), socket);
@@ -118,8 +90,8 @@ TEST_CASE("server.group: members of the group connect, others are refused with a
 
 TEST_CASE("without server.group only stokerd's user and root connect, even through a widened socket",
           "[integration][access]") {
-  skip_unless_root();
-  const group& g = some_group();
+  skip_unless_root("connect as another uid");
+  const group& g = *some_group();
   TempDir dir;
   const auto socket = (dir.path() / "s.sock").string();
   Daemon d(write_config(dir.path(), {JobSpec{}}, 1), socket);

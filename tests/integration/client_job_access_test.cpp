@@ -69,21 +69,6 @@ void put_images(const fs::path& dir, const std::string& name, int n) {
   }
 }
 
-void skip_unless_root() {
-  if (::geteuid() != 0) {
-    std::printf("SKIPPED: needs root to define jobs as another uid (run the integration tier as root)\n");
-    std::exit(77);
-  }
-}
-
-const group* some_group() {
-  for (const char* n : {"users", "staff", "daemon", "sys", "adm"}) {
-    if (const group* g = ::getgrnam(n); g != nullptr && g->gr_gid != 0 && g->gr_gid != kNobody) return g;
-  }
-  std::printf("SKIPPED: no group users/staff/daemon/sys/adm on this machine\n");
-  std::exit(77);
-}
-
 // A command sent from a forked child running as uid/gid 65534, member of `gid`.
 Json command_as_nobody(const std::string& socket, gid_t gid, const Json& request) {
   return Json::parse(stoker::test::in_child_as_nobody({gid}, [&] {
@@ -172,7 +157,7 @@ TEST_CASE("a file name holding a newline and a tab is one escaped line of the qu
 }
 
 TEST_CASE("another user's client-defined job reads only what that user could read", "[integration][client-jobs]") {
-  skip_unless_root();
+  skip_unless_root("define jobs as another uid");
   const group* g = some_group();
   TempDir dir;
   const auto socket = (dir.path() / "s.sock").string();

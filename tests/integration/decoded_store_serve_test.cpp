@@ -26,7 +26,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int kDemoSamples = 64;  // tests/data/demo: 64 photos of ~300-500 px
 
 // The demo job, reduced to max_side 64 (every photo is larger: each is reduced) with its store
 // under `store`.

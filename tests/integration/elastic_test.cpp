@@ -22,7 +22,6 @@ using namespace stoker::test;
 
 namespace {
 
-constexpr std::uint32_t kDemoSamples = 64;  // tests/data/demo: 4 classes x 16 photos
 constexpr std::uint32_t kBatch = 3;         // 64 / 4 ranks = 16 each: 5 full batches and one of 1
 constexpr std::uint64_t kTaken = 2;         // batches every rank of the 4-rank run took
 constexpr std::uint64_t kPosition = kTaken * kBatch * 4;  // 24: what the whole world consumed

@@ -26,10 +26,8 @@ using Json = nlohmann::json;
 
 namespace {
 
-constexpr std::uint64_t kDemoSamples = 64;  // tests/data/demo
 
 using Seen = BatchCopy;
-Seen take(stoker::Client& c, int timeout_ms = 30000) { return take_batch(c, timeout_ms); }
 
 
 stoker::ClientOptions options(const std::string& socket, std::uint32_t reader, std::uint64_t epoch = 0,
@@ -48,12 +46,12 @@ std::vector<Seen> read_epochs(const std::string& socket, const std::string& job,
   stoker::Client c(job, 0, options(socket, reader));
   std::vector<Seen> out;
   do {
-    out.push_back(take(c));
+    out.push_back(take_batch(c));
   } while (!(out.back().last && out.back().epoch + 1 == static_cast<std::uint64_t>(epochs)));
   return out;
 }
 
-Json status(const std::string& socket) {
+Json stokerctl_status(const std::string& socket) {
   std::string out;
   REQUIRE(run_program({bin("stokerctl"), "status", "--socket", socket}, out) == 0);
   return Json::parse(out);
@@ -111,7 +109,7 @@ TEST_CASE("the readers of a rank get the same batches, bytes and all, decoded on
   }
   // Decoded once for the three readers: the job's workers produced each sample once per epoch
   // (plus at most the prefetched batches of a third epoch).
-  const Json j = job_of(status(socket), "demo");
+  const Json j = job_of(stokerctl_status(socket), "demo");
   CHECK(j["readers"] == 3);
   CHECK(j["samples_ok"].get<std::uint64_t>() >= 2 * kDemoSamples);
   CHECK(j["samples_ok"].get<std::uint64_t>() <= 2 * kDemoSamples + 3 * 8);
@@ -144,11 +142,11 @@ TEST_CASE("a reader that falls behind holds its group back by at most prefetch b
   stoker::Client fast("demo", 0, options(socket, 0));
   // Reader 1 has not connected yet: it is expected, so reader 0 gets the 3 prefetched batches
   // and then waits for it.
-  for (int i = 0; i < 3; ++i) CHECK(take(fast).index == static_cast<std::uint64_t>(i));
+  for (int i = 0; i < 3; ++i) CHECK(take_batch(fast).index == static_cast<std::uint64_t>(i));
   CHECK(timed_out(fast, 400));
 
   stoker::Client slow("demo", 0, options(socket, 1));
-  const Json st = status(socket);
+  const Json st = stokerctl_status(socket);
   const Json ring = job_of(st, "demo")["consumers"][0];
   REQUIRE(ring["readers"].size() == 2);
   CHECK(ring["readers"][0]["next"]["batch"] == 3);
@@ -157,11 +155,11 @@ TEST_CASE("a reader that falls behind holds its group back by at most prefetch b
   CHECK(ring["readers"][0]["behind"] == 0);
 
   // Each batch the slow reader takes lets the fast one take one more.
-  CHECK(take(slow).index == 0);
-  CHECK(take(fast).index == 3);
+  CHECK(take_batch(slow).index == 0);
+  CHECK(take_batch(fast).index == 3);
   CHECK(timed_out(fast, 300));
-  CHECK(take(slow).index == 1);
-  CHECK(take(fast).index == 4);
+  CHECK(take_batch(slow).index == 1);
+  CHECK(take_batch(fast).index == 4);
 }
 
 TEST_CASE("a reader that dies is dropped after its leases are reclaimed, and the others keep flowing",
@@ -170,7 +168,7 @@ TEST_CASE("a reader that dies is dropped after its leases are reclaimed, and the
   const auto socket = (dir.path() / "s.sock").string();
   Daemon d(write_config(dir.path(), {fanout_job(2, 3)}, 2), socket);
   stoker::Client c("demo", 0, options(socket, 0));
-  CHECK(take(c).index == 0);
+  CHECK(take_batch(c).index == 0);
   // Reader 1 is a real process that takes a batch and holds it, then is SIGKILLed.
   const int pid = start_program({bin("stokerctl"), "consume", "--socket", socket, "--job", "demo", "--reader", "1",
                                  "--batches", "100", "--hold-ms", "60000"},
@@ -178,7 +176,7 @@ TEST_CASE("a reader that dies is dropped after its leases are reclaimed, and the
   bool holding = false;
   for (int i = 0; i < 200 && !holding; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    const Json ring = job_of(status(socket), "demo")["consumers"][0];
+    const Json ring = job_of(stokerctl_status(socket), "demo")["consumers"][0];
     holding = ring["readers"][1]["connected"] == true && ring["readers"][1]["leased"] == 1;
   }
   REQUIRE(holding);
@@ -188,12 +186,12 @@ TEST_CASE("a reader that dies is dropped after its leases are reclaimed, and the
   // Reader 0 reads on to the end of the second epoch: nothing waits for the dead reader.
   std::uint64_t batches = 1;
   for (;;) {
-    const Seen s = take(c, 10000);
+    const Seen s = take_batch(c, 10000);
     ++batches;
     if (s.epoch == 1 && s.index == 7) break;
   }
   CHECK(batches == 16);
-  const Json ring = job_of(status(socket), "demo")["consumers"][0];
+  const Json ring = job_of(stokerctl_status(socket), "demo")["consumers"][0];
   CHECK(ring["readers"][1]["connected"] == false);
   CHECK(ring["readers"][1]["leased"] == 0);
   CHECK_THAT(d.log(), Catch::Contains("rank 0 reader 1 disconnected"));
@@ -210,11 +208,11 @@ TEST_CASE("readers of a rank join together: a reader out of step is refused with
     {
       stoker::Client b("demo", 0, options(socket, 1));
       for (int i = 0; i < 2; ++i) {
-        take(a);
-        b_seen.push_back(take(b));
+        take_batch(a);
+        b_seen.push_back(take_batch(b));
       }
     }  // reader 1 leaves: dropped; reader 0 goes on alone
-    for (int i = 2; i < 6; ++i) CHECK(take(a).index == static_cast<std::uint64_t>(i));
+    for (int i = 2; i < 6; ++i) CHECK(take_batch(a).index == static_cast<std::uint64_t>(i));
 
     // Reader 1 asking for batch 2 again: the rank is past it.
     try {
@@ -227,15 +225,15 @@ TEST_CASE("readers of a rank join together: a reader out of step is refused with
     }
     // At the group's position it joins and gets the same batch as reader 0.
     stoker::Client rejoin("demo", 0, options(socket, 1, 0, 6));
-    const Seen r = take(rejoin);
-    const Seen s = take(a);
+    const Seen r = take_batch(rejoin);
+    const Seen s = take_batch(a);
     CHECK(r.index == 6);
     CHECK(r == s);
   }
   // Both gone: the group restarts wherever its first reader asks, and the second is awaited.
   stoker::Client a("demo", 0, options(socket, 0, 1, 3));
   stoker::Client b("demo", 0, options(socket, 1, 1, 3));
-  const Seen x = take(a), y = take(b);
+  const Seen x = take_batch(a), y = take_batch(b);
   CHECK(x.epoch == 1);
   CHECK(x.index == 3);
   CHECK(x == y);
@@ -271,7 +269,7 @@ TEST_CASE("the finished-sample cache serves later epochs of a deterministic pipe
   CHECK(cached == decoded);
   CHECK(partly == decoded);
 
-  const Json st = status(socket);
+  const Json st = stokerctl_status(socket);
   const Json ca = job_of(st, "all")["cache"];
   CHECK(ca["entries"] == kDemoSamples);
   CHECK(ca["used_bytes"] == kDemoSamples * sample_bytes);
@@ -359,7 +357,7 @@ TEST_CASE("a reader releasing a slot only another reader holds is evicted, and t
   held = stoker::Batch();
   std::uint64_t last = 0;
   for (;;) {
-    const Seen s = take(good, 10000);
+    const Seen s = take_batch(good, 10000);
     last = s.index;
     if (s.last) break;
   }

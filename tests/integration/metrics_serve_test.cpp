@@ -27,26 +27,18 @@
 
 #include "batch_copy.hpp"
 #include "daemon_fixture.hpp"
+#include "status_json.hpp"
 #include "stoker/proto/control.hpp"
 #include "stoker/stoker.hpp"
 
 using namespace stoker::test;
-using Json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 namespace {
 
-Json status(const std::string& socket) {
-  char* text = nullptr;
-  REQUIRE(stoker_daemon_status(socket.c_str(), &text) == STOKER_OK);
-  Json j = Json::parse(text);
-  stoker_free(text);
-  return j;
-}
-
 // The TCP port of the daemon's /metrics, from its status ("http://127.0.0.1:PORT/metrics").
 int metrics_port(const std::string& socket) {
-  const std::string url = status(socket).at("metrics").get<std::string>();
+  const std::string url = status_json(socket).at("metrics").get<std::string>();
   const auto colon = url.rfind(':');
   return std::stoi(url.substr(colon + 1));
 }
@@ -291,7 +283,7 @@ WaitRun consume_and_report(const std::string& socket, int batches, int hold_ms) 
   r.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
   Json c;
   for (const auto until = Clock::now() + std::chrono::seconds(10); Clock::now() < until;) {
-    c = status(socket)["jobs"][0]["consumers"][0];
+    c = status_json(socket)["jobs"][0]["consumers"][0];
     if (c["wait_reports"].get<int>() == batches) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -326,7 +318,7 @@ TEST_CASE("trainer wait: a slow producer gives a large wait, a slow consumer a s
     Daemon d(write_config(dir.path(), {j}, 1), socket);
     // Let the ring fill first: a trainer that starts before its data is there waits once.
     for (const auto until = Clock::now() + std::chrono::seconds(10); Clock::now() < until;) {
-      if (status(socket)["jobs"][0]["consumers"][0]["slots"]["ready"].get<int>() == 4) break;
+      if (status_json(socket)["jobs"][0]["consumers"][0]["slots"]["ready"].get<int>() == 4) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     const WaitRun r = consume_and_report(socket, 8, 150);
@@ -354,7 +346,7 @@ TEST_CASE("trainer wait share counts only the time since the consumer connected"
   const WaitRun r = consume_and_report(socket, 6, 0);
   // A sample of the window taken after the last release, so it holds all six waits.
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
-  const Json c = status(socket)["jobs"][0]["consumers"][0];
+  const Json c = status_json(socket)["jobs"][0]["consumers"][0];
   const double connected_s = std::chrono::duration<double>(Clock::now() - connect).count();
   const double share = c["wait_fraction"].get<double>();
   INFO("waited " << r.reported_s << " s of " << connected_s << " s connected; wait_fraction " << share);
@@ -402,7 +394,7 @@ TEST_CASE("a 24-byte Release of a protocol 2.1 client is still accepted, without
   }
   Json c;
   for (const auto until = Clock::now() + std::chrono::seconds(10); Clock::now() < until;) {
-    c = status(socket)["jobs"][0]["consumers"][0];
+    c = status_json(socket)["jobs"][0]["consumers"][0];
     if (c["released"].get<int>() == 2) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }

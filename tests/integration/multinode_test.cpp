@@ -16,7 +16,6 @@ using namespace stoker::test;
 
 namespace {
 
-constexpr std::uint32_t kDemoSamples = 64;  // tests/data/demo: 4 classes x 16 photos
 
 // ids of one epoch for global `rank`, from the daemon serving it.
 std::vector<std::int64_t> epoch_ids(const std::string& socket, std::uint32_t rank, std::uint64_t epoch,

@@ -17,14 +17,12 @@
 #include "as_nobody.hpp"
 #include "batch_copy.hpp"
 #include "daemon_fixture.hpp"
+#include "status_json.hpp"
 #include "stoker/stoker.hpp"
 
 using namespace stoker::test;
-using Json = nlohmann::json;
 
 namespace {
-
-Json status(const std::string& socket) { return Json::parse(daemon_status_text(socket)); }
 
 const Json* find_job(const Json& st, const std::string& name) {
   for (const auto& j : st["jobs"]) {
@@ -49,8 +47,8 @@ TEST_CASE("stokerctl reload exits 1 naming the file and line of a refused config
   const auto socket = (dir.path() / "s.sock").string();
   const auto config = write_config(dir.path(), {spec("keep", 4)}, 2);
   Daemon d(config, socket);
-  CHECK(status(socket)["reload"]["last"].is_null());  // none yet
-  CHECK(status(socket)["reload"]["config"] == config.string());
+  CHECK(status_json(socket)["reload"]["last"].is_null());  // none yet
+  CHECK(status_json(socket)["reload"]["config"] == config.string());
 
   std::ofstream(config) << "jobs:\n  keep:\n    source: {root: \"" + data_dir() + "/demo\"}\n    batch_size: -3\n";
   std::string out;
@@ -58,34 +56,34 @@ TEST_CASE("stokerctl reload exits 1 naming the file and line of a refused config
   CHECK_THAT(out, Catch::Contains("stokerctl reload: reload refused, the running jobs keep serving: " + config.string() +
                                   ":4:") &&
                       Catch::Contains("jobs.keep.batch_size"));
-  Json last = status(socket)["reload"]["last"];
+  Json last = status_json(socket)["reload"]["last"];
   CHECK(last["ok"] == false);
   CHECK(last["result"] == "refused");
   CHECK_THAT(last["message"].get<std::string>(), Catch::Contains(config.string() + ":4:"));
   CHECK_THAT(last["requested_by"].get<std::string>(), Catch::StartsWith("pid "));
   CHECK_THAT(last["at"].get<std::string>(), Catch::Matches("[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}Z"));
-  CHECK(find_job(status(socket), "keep") != nullptr);  // still serving
+  CHECK(find_job(status_json(socket), "keep") != nullptr);  // still serving
 
   // Fixed: applied, said so, exit 0.
   write_config(dir.path(), {spec("keep", 4), spec("fresh", 4)}, 2);
   CHECK(run_program({bin("stokerctl"), "reload", "--socket", socket}, out) == 0);
   CHECK_THAT(out, Catch::Contains("reload of " + config.string() + " applied: 1 job(s) added, 0 restarted, 0 removed, 1 unchanged"));
-  last = status(socket)["reload"]["last"];
+  last = status_json(socket)["reload"]["last"];
   CHECK(last["ok"] == true);
   CHECK(last["result"] == "applied");
-  CHECK(find_job(status(socket), "fresh") != nullptr);
+  CHECK(find_job(status_json(socket), "fresh") != nullptr);
 
   // A SIGHUP's outcome lands in status too (no one is waiting to be told).
   write_config(dir.path(), {spec("keep", 4)}, 2);
   REQUIRE(::kill(d.pid(), SIGHUP) == 0);
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (status(socket)["reload"]["last"]["requested_by"] != "SIGHUP" && std::chrono::steady_clock::now() < end) {
+  while (status_json(socket)["reload"]["last"]["requested_by"] != "SIGHUP" && std::chrono::steady_clock::now() < end) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  last = status(socket)["reload"]["last"];
+  last = status_json(socket)["reload"]["last"];
   CHECK(last["requested_by"] == "SIGHUP");
   CHECK_THAT(last["message"].get<std::string>(), Catch::Contains("1 removed"));
-  CHECK(status(socket)["reload"]["state"] == "idle");
+  CHECK(status_json(socket)["reload"]["state"] == "idle");
 }
 
 TEST_CASE("status shows every job's definition as YAML, client-defined jobs included", "[integration][reload]") {
@@ -107,7 +105,7 @@ TEST_CASE("status shows every job's definition as YAML, client-defined jobs incl
   REQUIRE(r["ok"] == true);
   const std::string client_job = r["job"];
 
-  const Json st = status(socket);
+  const Json st = status_json(socket);
   const Json* m = find_job(st, "mixed");
   REQUIRE(m != nullptr);
   const std::string mdef = (*m)["definition"];
@@ -162,6 +160,6 @@ TEST_CASE("a reload command from a user other than stokerd's or root is refused"
   const Json r = Json::parse(text);
   CHECK(r["ok"] == false);
   CHECK_THAT(r["error"].get<std::string>(), Catch::Contains("only stokerd's own user") && Catch::Contains("may reload"));
-  CHECK(status(socket)["reload"]["last"].is_null());  // nothing was reloaded
-  CHECK(find_job(status(socket), "fresh") == nullptr);
+  CHECK(status_json(socket)["reload"]["last"].is_null());  // nothing was reloaded
+  CHECK(find_job(status_json(socket), "fresh") == nullptr);
 }

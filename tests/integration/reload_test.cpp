@@ -14,14 +14,12 @@
 
 #include "batch_copy.hpp"
 #include "daemon_fixture.hpp"
+#include "status_json.hpp"
 #include "stoker/stoker.hpp"
 
 using namespace stoker::test;
-using Json = nlohmann::json;
 
 namespace {
-
-Json status(const std::string& socket) { return Json::parse(daemon_status_text(socket)); }
 
 // The job's status entries of that name (a draining one and its restarted successor may both be there).
 std::vector<Json> job_entries(const Json& st, const std::string& name) {
@@ -37,7 +35,7 @@ template <class Pred>
 bool eventually(const std::string& socket, Pred pred, double seconds = 20) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   while (std::chrono::steady_clock::now() < end) {
-    if (pred(status(socket))) return true;
+    if (pred(status_json(socket))) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return false;
@@ -128,7 +126,7 @@ TEST_CASE("SIGHUP adds a new job, restarts a changed one, drains a removed one, 
   REQUIRE(eventually(socket, [](const Json& st) {
     return job_entries(st, "gone").empty() && job_entries(st, "change").size() == 1;
   }));
-  const Json st = status(socket);
+  const Json st = status_json(socket);
   CHECK(job_entries(st, "change")[0]["state"] == "serving");
   CHECK(job_entries(st, "change")[0]["batch_size"] == 2);
   CHECK_THAT(d.log(), Catch::Contains("1 job(s) added, 1 restarted, 1 removed, 1 unchanged"));
@@ -157,7 +155,7 @@ TEST_CASE("a bad config on SIGHUP is refused with file and line, and every job k
     CHECK(b.index() == next);
     next = b.last_in_epoch() ? 0 : b.index() + 1;
   }
-  CHECK(job_entries(status(socket), "keep")[0]["state"] == "serving");
+  CHECK(job_entries(status_json(socket), "keep")[0]["state"] == "serving");
 }
 
 TEST_CASE("stokerctl drain ends a job after the batches already planned, and refuses an unknown job",
@@ -214,7 +212,7 @@ TEST_CASE("a job defined by clients is shared by definition, validated like the 
   stoker::Batch b = c->next(20000);
   CHECK(b.count() == 5);
   CHECK(b.ids()[0] == 0);  // shuffle: false
-  const Json st = status(socket);
+  const Json st = status_json(socket);
   REQUIRE(job_entries(st, name).size() == 1);
   CHECK(job_entries(st, name)[0]["defined_by_client"] == true);
 
@@ -266,7 +264,7 @@ TEST_CASE("a stokerd with jobs: {} starts and serves a job a client defines", "[
   const auto config = dir.path() / "client-jobs.yaml";
   std::ofstream(config) << "server: {workers: 2}\njobs: {}\n";
   Daemon d(config, socket);
-  CHECK(status(socket)["jobs"].empty());
+  CHECK(status_json(socket)["jobs"].empty());
   const std::string body = "jobs:\n  mine:\n    source: {type: imagefolder, root: \"" + data_dir() + "/demo\"}\n"
                            "    batch_size: 6\n    shuffle: false\n    pipeline:\n      - decode: {}\n"
                            "      - resize: {size: 16}\n      - center_crop: {size: 16}\n";

@@ -20,9 +20,7 @@ using namespace stoker::test;
 namespace {
 
 using Received = BatchCopy;
-Received take(stoker::Client& c, int timeout_ms = 30000) { return take_batch(c, timeout_ms); }
 
-constexpr int kDemoSamples = 64;  // tests/data/demo: 4 classes x 16 photos
 
 
 
@@ -137,7 +135,7 @@ TEST_CASE("a consumer resumes at the position its handshake names", "[integratio
     o.start_epoch = 1;
     o.start_batch = 3;
     stoker::Client c("demo", 0, o);
-    const Received r = take(c);
+    const Received r = take_batch(c);
     CHECK(r.epoch == 1);
     CHECK(r.index == 3);
     CHECK(r.ids == reference[3].ids);
@@ -147,7 +145,7 @@ TEST_CASE("a consumer resumes at the position its handshake names", "[integratio
   o.start_epoch = 0;
   o.start_batch = 0;
   stoker::Client c0("demo", 0, o);
-  const Received r0 = take(c0);
+  const Received r0 = take_batch(c0);
   CHECK(r0.epoch == 0);
   CHECK(r0.index == 0);
 }
@@ -374,7 +372,7 @@ TEST_CASE("colour steps: same batches whatever the worker count, and they really
     stoker::Client c("demo", 0, o);
     std::vector<std::uint8_t> bytes;
     for (int i = 0; i < 4; ++i) {
-      Received r = take(c);
+      Received r = take_batch(c);
       bytes.insert(bytes.end(), r.bytes.begin(), r.bytes.end());
     }
     return bytes;
@@ -409,7 +407,7 @@ TEST_CASE("status reports the rate over the last seconds, not 0 as soon as the c
     stoker::Client c("demo", 0, o);
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2500);
     while (std::chrono::steady_clock::now() < until) {
-      take(c);
+      take_batch(c);
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }

@@ -24,7 +24,6 @@ using namespace stoker::test;
 namespace {
 
 using Got = BatchCopy;
-Got take(stoker::Client& c) { return take_batch(c); }
 
 
 
@@ -100,7 +99,7 @@ TEST_CASE("tar: a restart with unchanged shards loads the index from the cache -
     o.socket_path = socket;
     stoker::Client c("demo", 0, o);
     (void)d;
-    return take(c);
+    return take_batch(c);
   };
   Got reference;
   {
@@ -142,7 +141,7 @@ TEST_CASE("tar: a consumer resuming at batch k gets the batches of an uninterrup
   o.start_batch = 3;
   stoker::Client c("demo", 0, o);
   for (std::size_t k = 3; k < reference.size(); ++k) {
-    const Got r = take(c);
+    const Got r = take_batch(c);
     CHECK(r.epoch == 1);
     CHECK(r.index == k);
     CHECK(r.ids == reference[k].ids);

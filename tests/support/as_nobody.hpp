@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -16,6 +18,31 @@
 namespace stoker::test {
 
 constexpr uid_t kNobody = 65534;
+
+// Cases that become another uid need root; elsewhere they exit 77, which ctest reports Skipped.
+inline void skip_unless_root(const char* to_do) {
+  if (::geteuid() != 0) {
+    std::printf("SKIPPED: needs root to %s (run the integration tier as root)\n", to_do);
+    std::exit(77);
+  }
+}
+
+// A group that exists here other than root's and nobody's (for server.group); exits 77 when
+// the machine has none of the usual ones.
+inline const group* some_group() {
+  for (const char* n : {"users", "staff", "daemon", "sys", "adm"}) {
+    if (const group* g = ::getgrnam(n); g != nullptr && g->gr_gid != 0 && g->gr_gid != kNobody) {
+      static group found = *g;  // getgrnam's buffer is overwritten by the next lookup
+      static std::string name = g->gr_name;
+      found.gr_name = name.data();
+      found.gr_mem = nullptr;
+      found.gr_passwd = nullptr;
+      return &found;
+    }
+  }
+  std::printf("SKIPPED: no group users/staff/daemon/sys/adm on this machine\n");
+  std::exit(77);
+}
 
 inline std::string in_child_as_nobody(const std::vector<gid_t>& groups, const std::function<std::string()>& body,
                                       unsigned alarm_s = 60) {

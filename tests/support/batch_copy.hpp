@@ -39,10 +39,11 @@ inline std::vector<BatchCopy> take_epoch(stoker::Client& c) {
   return out;
 }
 
-// Client options for the daemon on `socket` (the rest default).
-inline stoker::ClientOptions at(const std::string& socket) {
+// Client options for the daemon on `socket`, starting at `epoch` (the rest default).
+inline stoker::ClientOptions at(const std::string& socket, std::uint64_t epoch = 0) {
   stoker::ClientOptions o;
   o.socket_path = socket;
+  o.start_epoch = epoch;
   return o;
 }
 

@@ -39,6 +39,9 @@ struct JobSpec {
   std::string pipeline_yaml;         // raw `pipeline:` + `output:` YAML replacing the ones above
 };
 
+// tests/data/demo: 4 classes x 16 photos of ~300-500 px, what JobSpec's default root serves.
+inline constexpr int kDemoSamples = 64;
+
 // Writes a config file for the given jobs (workers = `workers`) and returns its path.
 // `server_extra`: more `server:` keys, each line indented by two spaces.
 std::filesystem::path write_config(const std::filesystem::path& dir, const std::vector<JobSpec>& jobs,

@@ -21,7 +21,7 @@ using augment::PolicyOp;
 
 namespace {
 
-std::vector<std::uint8_t> card(int w = 32, int h = 24) {
+std::vector<std::uint8_t> policy_card(int w = 32, int h = 24) {
   std::vector<std::uint8_t> rgb(static_cast<std::size_t>(w) * h * 3);
   for (int y = 0; y < h; ++y) {
     for (int x = 0; x < w; ++x) {
@@ -63,13 +63,13 @@ TEST_CASE("affine: identity, integer translation moves pixels, rotate is affine 
   std::vector<std::uint8_t> scratch;
   const std::array<float, 3> black{0, 0, 0};
   for (auto mode : {Interpolation::kNearest, Interpolation::kBilinear}) {
-    auto rgb = card();
+    auto rgb = policy_card();
     augment::affine(rgb.data(), 32, 24, {}, mode, &black, scratch);
-    CHECK(rgb == card());
+    CHECK(rgb == policy_card());
     augment::AffineParams t;
     t.translate = {3, -2};
     augment::affine(rgb.data(), 32, 24, t, mode, nullptr, scratch);
-    const auto c = card();
+    const auto c = policy_card();
     int off = 0;
     for (int y = 0; y < 24; ++y) {
       for (int x = 0; x < 32; ++x) {
@@ -82,7 +82,7 @@ TEST_CASE("affine: identity, integer translation moves pixels, rotate is affine 
     }
     CHECK(off == 0);
   }
-  auto a = card(), b = card();
+  auto a = policy_card(), b = policy_card();
   augment::AffineParams r;
   r.angle = -33;
   augment::affine(a.data(), 32, 24, r, Interpolation::kBilinear, &black, scratch);
@@ -253,10 +253,10 @@ TEST_CASE("auto_augment imagenet: sub-policies uniformly, each op applied with i
 
 TEST_CASE("policy ops: translate moves whole pixels with black fill, solarize's threshold is the ceiling, invert",
           "[augment][policy]") {
-  auto rgb = card();
+  auto rgb = policy_card();
   augment::PolicyDraw d{PolicyOp::kTranslateX, 0, false, 4.9};  // int(4.9) = 4 pixels right
   augment::apply_policy_op(rgb.data(), 32, 24, d, Interpolation::kNearest);
-  const auto c = card();
+  const auto c = policy_card();
   int off = 0;
   for (int y = 0; y < 24; ++y) {
     for (int x = 0; x < 32; ++x) {
@@ -270,7 +270,7 @@ TEST_CASE("policy ops: translate moves whole pixels with black fill, solarize's 
   augment::apply_policy_op(px, 2, 1, {PolicyOp::kInvert, -1, false, 0}, Interpolation::kNearest);
   CHECK((px[0] == 128 && px[3] == 255));
   // ShearX about the top-left corner: the top row stays, lower rows move sideways.
-  auto s = card();
+  auto s = policy_card();
   augment::apply_policy_op(s.data(), 32, 24, {PolicyOp::kShearX, 0, false, 0.3}, Interpolation::kNearest);
   CHECK(std::equal(s.begin(), s.begin() + 32 * 3, c.begin()));
   CHECK(!std::equal(s.end() - 32 * 3, s.end(), c.end() - 32 * 3));
@@ -282,7 +282,7 @@ TEST_CASE("policy steps draw per (seed, epoch, id) and change the image", "[augm
     s.kind = augment::AugmentStep::Kind::kPolicy;
     s.policy.kind = kind;
     auto run = [&](std::uint64_t id) {
-      auto rgb = card();
+      auto rgb = policy_card();
       CounterRng rng(7, 1, id, kStreamColor);
       augment::apply_augment({s}, rgb.data(), 32, 24, rng);
       return rgb;
@@ -290,7 +290,7 @@ TEST_CASE("policy steps draw per (seed, epoch, id) and change the image", "[augm
     int changed = 0, differ = 0;
     for (std::uint64_t id = 0; id < 20; ++id) {
       REQUIRE(run(id) == run(id));
-      changed += run(id) != card();
+      changed += run(id) != policy_card();
       differ += run(id) != run(id + 1);
     }
     CHECK(changed > 10);

@@ -16,7 +16,7 @@ using namespace stoker::image;
 
 namespace {
 
-std::vector<std::uint8_t> read(const std::string& name) {
+std::vector<std::uint8_t> read_format_file(const std::string& name) {
   std::ifstream in(std::string(STOKER_TEST_DATA_DIR) + "/formats/" + name, std::ios::binary);
   REQUIRE(in.good());
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -38,7 +38,7 @@ Decoded decode(const std::vector<std::uint8_t>& d, std::uint64_t max_pixels = 1u
   return o;
 }
 
-double mean_abs_diff(const std::vector<std::uint8_t>& a, const std::vector<std::uint8_t>& b) {
+double format_mean_abs_diff(const std::vector<std::uint8_t>& a, const std::vector<std::uint8_t>& b) {
   REQUIRE(a.size() == b.size());
   double s = 0;
   for (std::size_t i = 0; i < a.size(); ++i) s += std::abs(int(a[i]) - int(b[i]));
@@ -48,12 +48,12 @@ double mean_abs_diff(const std::vector<std::uint8_t>& a, const std::vector<std::
 }  // namespace
 
 TEST_CASE("every lossless format decodes to the same pixels as the PPM of the same image", "[image][formats]") {
-  const Decoded ref = decode(read("rgb.ppm"));
+  const Decoded ref = decode(read_format_file("rgb.ppm"));
   REQUIRE(ref.ok);
   CHECK((ref.w == 48 && ref.h == 32));
   for (const char* f : {"lossless.webp", "alpha.webp", "lzw.tif", "rgb24.bmp", "rgba32.bmp"}) {
     INFO(f);
-    const Decoded d = decode(read(f));
+    const Decoded d = decode(read_format_file(f));
     REQUIRE(d.ok);
     CHECK((d.w == 48 && d.h == 32));
     CHECK(d.rgb == ref.rgb);  // alpha dropped, not composited: as PIL's convert("RGB")
@@ -61,14 +61,14 @@ TEST_CASE("every lossless format decodes to the same pixels as the PPM of the sa
   // Palettes quantize; lossy WebP approximates.
   for (const char* f : {"pal8.bmp", "palette.tif", "lossy.webp"}) {
     INFO(f);
-    const Decoded d = decode(read(f));
+    const Decoded d = decode(read_format_file(f));
     REQUIRE(d.ok);
-    CHECK(mean_abs_diff(d.rgb, ref.rgb) < 12.0);
+    CHECK(format_mean_abs_diff(d.rgb, ref.rgb) < 12.0);
   }
 }
 
 TEST_CASE("16-bit PGM samples are scaled to 8 bits (PIL would clip them to white)", "[image][formats]") {
-  const Decoded g8 = decode(read("gray.pgm")), g16 = decode(read("gray16.pgm"));
+  const Decoded g8 = decode(read_format_file("gray.pgm")), g16 = decode(read_format_file("gray16.pgm"));
   REQUIRE((g8.ok && g16.ok));
   CHECK(g16.rgb == g8.rgb);  // v * 257 / 65535 * 255 == v
   CHECK((g8.rgb[0] == g8.rgb[1] && g8.rgb[1] == g8.rgb[2]));  // gray expanded to RGB
@@ -78,19 +78,19 @@ TEST_CASE("truncated, corrupt and oversized files are refused with the right kin
           "[image][formats]") {
   for (const char* f : {"lossless.webp", "lzw.tif", "rgb24.bmp", "rgb.ppm", "gray16.pgm"}) {
     INFO(f);
-    auto d = read(f);
+    auto d = read_format_file(f);
     d.resize(d.size() / 2);
     const Decoded t = decode(d);
     CHECK_FALSE(t.ok);
     CHECK((t.r.error == SampleErrorKind::kTruncated || t.r.error == SampleErrorKind::kCorrupt));
     CHECK_FALSE(t.r.reason.empty());
-    const Decoded big = decode(read(f), 1000);  // 48 x 32 = 1536 pixels
+    const Decoded big = decode(read_format_file(f), 1000);  // 48 x 32 = 1536 pixels
     CHECK_FALSE(big.ok);
     CHECK(big.r.error == SampleErrorKind::kTooLarge);
     CHECK_THAT(big.r.reason, Catch::Contains("48x32") && Catch::Contains("max_pixels 1000"));
   }
   // A BMP header that claims 2^31 x 2^31 pixels is refused from the header alone.
-  auto bmp = read("rgb24.bmp");
+  auto bmp = read_format_file("rgb24.bmp");
   for (int i : {18, 22}) bmp[i] = 0, bmp[i + 1] = 0, bmp[i + 2] = 0, bmp[i + 3] = 0x7f;
   const Decoded huge = decode(bmp, 178956970);
   CHECK(huge.r.error == SampleErrorKind::kTooLarge);
@@ -108,7 +108,7 @@ TEST_CASE("the format is chosen by content: a WebP named .jpg goes through the w
   std::vector<std::uint8_t> out(spec.sample_bytes());
   for (const char* f : {"lossy.webp", "lzw.tif", "pal8.bmp", "gray.pgm"}) {
     INFO(f);
-    const SampleResult r = p.process(read(f), 1, 0, 0, out.data());
+    const SampleResult r = p.process(read_format_file(f), 1, 0, 0, out.data());
     CHECK(r.ok());
   }
 }
@@ -142,7 +142,7 @@ TEST_CASE("WebP region-and-scale decoding gives the pixels of a whole decode and
   // Resize + CenterCrop (shorter side out * 256 / 224, as 256 / 224) decodes a window with its
   // filter margin.
   for (const char* f : {"photo_lossy.webp", "photo_lossless.webp"}) {
-    const auto file = read(f);
+    const auto file = read_format_file(f);
     for (const std::uint32_t size : {48u, 96u}) {
       for (const Geometry g : {Geometry::kRandomResizedCrop, Geometry::kResizeCenterCrop}) {
         PipelineSpec region;
@@ -158,7 +158,7 @@ TEST_CASE("WebP region-and-scale decoding gives the pixels of a whole decode and
           SampleResult r;
           const auto a = run_spec(region, file, id, &r);
           CHECK(r.format == ImageFormat::kWebp);
-          const double d = mean_abs_diff(a, run_spec(whole, file, id));
+          const double d = format_mean_abs_diff(a, run_spec(whole, file, id));
           worst = std::max(worst, d);
           sum += d;
         }
@@ -175,7 +175,7 @@ TEST_CASE("a WebP window decoded at full resolution is exactly that part of the 
           "[image][formats][webp]") {
   for (const char* f : {"photo_lossy.webp", "photo_lossless.webp"}) {
     INFO(f);
-    const auto file = read(f);
+    const auto file = read_format_file(f);
     std::vector<std::uint8_t> full, part;
     std::uint32_t w = 0, h = 0;
     int orientation = 0;
@@ -228,11 +228,11 @@ TEST_CASE("WebP EXIF orientation and the TIFF Orientation tag are applied like a
     spec.resize_shorter = 40;
     spec.out_width = 40;
     spec.out_height = 32;
-    const auto ref = run_spec(spec, read(std::string("orientation/orient1") + ext), 0);
+    const auto ref = run_spec(spec, read_format_file(std::string("orientation/orient1") + ext), 0);
     for (int o = 1; o <= 8; ++o) {
       INFO(ext << " orientation " << o);
-      const auto file = read("orientation/orient" + std::to_string(o) + ext);
-      CHECK(mean_abs_diff(run_spec(spec, file, 0), ref) < 4.0);
+      const auto file = read_format_file("orientation/orient" + std::to_string(o) + ext);
+      CHECK(format_mean_abs_diff(run_spec(spec, file, 0), ref) < 4.0);
       std::vector<std::uint8_t> rgb;
       std::uint32_t w = 0, h = 0;
       int stored = 0;
@@ -245,8 +245,8 @@ TEST_CASE("WebP EXIF orientation and the TIFF Orientation tag are applied like a
     }
     // Turned off, the stored pixels are used as they are (what PIL hands torchvision).
     spec.apply_exif_orientation = false;
-    const auto raw = run_spec(spec, read(std::string("orientation/orient3") + ext), 0);
-    CHECK(mean_abs_diff(raw, ref) > 20.0);
+    const auto raw = run_spec(spec, read_format_file(std::string("orientation/orient3") + ext), 0);
+    CHECK(format_mean_abs_diff(raw, ref) > 20.0);
   }
 }
 
@@ -254,8 +254,8 @@ TEST_CASE("TIFF with unassociated alpha keeps its colour values, as PIL's conver
           "[image][formats]") {
   // rgba_unassoc.tif: rgb.ppm plus a gradient alpha, written by PIL (ExtraSamples = 2).
   // libtiff's RGBA reader would multiply the colours by alpha; PIL drops alpha.
-  const Decoded ref = decode(read("rgb.ppm"));
-  const Decoded t = decode(read("rgba_unassoc.tif"));
+  const Decoded ref = decode(read_format_file("rgb.ppm"));
+  const Decoded t = decode(read_format_file("rgba_unassoc.tif"));
   REQUIRE((ref.ok && t.ok));
   CHECK(t.rgb == ref.rgb);
 }
@@ -286,7 +286,7 @@ TEST_CASE("a refused file of any format leaves the processor usable: the next fi
   for (const char* f : {"photo_lossy.webp", "lossless.webp", "lzw.tif", "rgba_unassoc.tif", "rgb24.bmp", "rgb.ppm",
                         "gray16.pgm"}) {
     INFO(f);
-    const auto good = read(f);
+    const auto good = read_format_file(f);
     auto bad = good;
     bad.resize(good.size() / 2);
     const SampleResult refused = reused.process(bad, 5, 0, 1, out.data());
