@@ -39,6 +39,7 @@ run sample_processor tests/fuzz/image.dict tests/data/demo tests/data/corpus tes
 run config tests/fuzz/config.dict tests/data/configs-malformed configs
 run control tests/fuzz/control.dict tests/data/control-messages
 run metrics_http tests/fuzz/http.dict tests/data/http-requests
+run segment_check tests/fuzz/segment.dict tests/data/segment-headers
 if ((remote)); then
   STOKER_FUZZ_STATS=1 run remote_worker tests/fuzz/remote.dict tests/data/remote-messages
 else

@@ -1,4 +1,5 @@
 #include "connection.hpp"
+#include "segment_check.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -285,45 +286,19 @@ Connection::Connection(const std::string& socket_path, const std::string& job, s
     // the header later can make this process read outside its mapping.
     proto::SegmentHeader hdr;
     std::memcpy(&hdr, region_.get_address(), sizeof hdr);
-    if (hdr.magic != proto::kSegmentMagic || hdr.layout_major != proto::kLayoutMajor) {
-      throw Failure{STOKER_ERR_VERSION,
-                    "shared memory layout " + std::to_string(hdr.layout_major) + "." +
-                        std::to_string(hdr.layout_minor) + " but this libstoker reads " +
-                        std::to_string(proto::kLayoutMajor) + "." + std::to_string(proto::kLayoutMinor)};
+    base::Result<SegmentLayout> checked = check_segment(hdr, w, region_.get_size());
+    if (!checked) {
+      throw Failure{layout_is_readable(hdr) ? STOKER_ERR_PROTOCOL : STOKER_ERR_VERSION, checked.status().message()};
     }
-    const proto::BatchGeometry g = hdr.geometry;
-    const bool dtype_ok = g.dtype == proto::DType::kUInt8 || g.dtype == proto::DType::kFloat16 ||
-                          g.dtype == proto::DType::kFloat32;
-    const bool geometry_ok =
-        dtype_ok && (g.layout == proto::Layout::kNCHW || g.layout == proto::Layout::kNHWC) &&
-        g.batch_size >= 1 && g.batch_size <= 65536 && g.channels >= 1 && g.channels <= 4 && g.height >= 1 &&
-        g.height <= 16384 && g.width >= 1 && g.width <= 16384 &&
-        g.image_bytes == std::uint64_t{g.channels} * g.height * g.width * proto::dtype_size(g.dtype);
-    if (!geometry_ok || w.ring_index >= hdr.ring_count || hdr.ring_count > (1u << 20) ||
-        hdr.slots_per_ring != w.slot_count || w.slot_count == 0 || w.slot_count > 1024) {
-      throw Failure{STOKER_ERR_PROTOCOL, "shared memory header does not describe a valid segment for this handshake"};
-    }
-    // Labels (layout 1.1): 0 is int64 class indices (a 1.0 daemon leaves both fields zero);
-    // a float dtype is a mixing job's soft targets, one row of num_classes per sample.
-    const bool soft = hdr.label_dtype != 0;
-    const bool labels_ok =
-        soft ? (hdr.label_dtype == static_cast<std::uint32_t>(proto::DType::kFloat16) ||
-                hdr.label_dtype == static_cast<std::uint32_t>(proto::DType::kFloat32)) &&
-                   hdr.label_width == hdr.num_classes && hdr.label_width >= 1 && hdr.label_width <= (1u << 24)
-             : hdr.label_width <= 1;
-    if (!labels_ok) throw Failure{STOKER_ERR_PROTOCOL, "shared memory header describes labels this client cannot read"};
-    const std::uint64_t label_bytes = proto::label_row_bytes(hdr.label_dtype, soft ? hdr.label_width : 1);
-    const proto::SegmentPlan plan = proto::plan_segment(g, hdr.ring_count, hdr.slots_per_ring, label_bytes);
+    const SegmentLayout& layout = *checked;
     proto::RingHeader ring;
-    std::memcpy(&ring, static_cast<const std::uint8_t*>(region_.get_address()) + plan.ring_table_offset +
-                           sizeof(proto::RingHeader) * w.ring_index, sizeof ring);
-    const std::uint64_t first = plan.first_slot_offset + std::uint64_t{w.ring_index} * w.slot_count * plan.slot_stride;
-    if (hdr.ring_table_offset != plan.ring_table_offset || hdr.slot_stride != plan.slot_stride ||
-        hdr.payload_offset != plan.payload_offset || hdr.labels_offset != plan.labels_offset ||
-        hdr.ids_offset != plan.ids_offset || plan.segment_size > region_.get_size() ||
-        plan.segment_size != w.segment_size || ring.first_slot_offset != first || ring.slot_count != w.slot_count) {
-      throw Failure{STOKER_ERR_PROTOCOL, "shared memory ring table does not match the handshake"};
-    }
+    std::memcpy(&ring, static_cast<const std::uint8_t*>(region_.get_address()) + layout.ring_entry_offset, sizeof ring);
+    if (base::Status r = check_ring_entry(ring, layout, w); !r) throw Failure{STOKER_ERR_PROTOCOL, r.message()};
+    const proto::BatchGeometry& g = layout.geometry;
+    const proto::SegmentPlan& plan = layout.plan;
+    const bool soft = layout.soft_labels;
+    const std::uint64_t label_bytes = layout.label_bytes;
+    const std::uint64_t first = layout.first_slot_offset;
     first_slot_ = static_cast<const std::uint8_t*>(region_.get_address()) + first;
     slot_stride_ = plan.slot_stride;
     payload_offset_ = plan.payload_offset;

@@ -10,8 +10,15 @@ set(_seed_configs ${CMAKE_CURRENT_SOURCE_DIR}/data/configs-malformed ${PROJECT_S
 set(_seed_control ${CMAKE_CURRENT_SOURCE_DIR}/data/control-messages)
 set(_seed_http ${CMAKE_CURRENT_SOURCE_DIR}/data/http-requests)
 set(_seed_remote ${CMAKE_CURRENT_SOURCE_DIR}/data/remote-messages)
+set(_seed_segment ${CMAKE_CURRENT_SOURCE_DIR}/data/segment-headers)
 
-set(_harnesses sample_processor config control metrics_http)
+# The client's segment check alone (client/src/segment_check.cpp): a pure function of three
+# records, without the rest of libstoker.
+add_library(stoker_segment_check STATIC ${PROJECT_SOURCE_DIR}/client/src/segment_check.cpp)
+target_include_directories(stoker_segment_check PUBLIC ${PROJECT_SOURCE_DIR}/client/src)
+target_link_libraries(stoker_segment_check PUBLIC stoker::proto stoker_base)
+
+set(_harnesses sample_processor config control metrics_http segment_check)
 if(STOKER_HAVE_REMOTE)  # remote workers (#27): the worker's stream handling
   list(APPEND _harnesses remote_worker)
 endif()
@@ -22,6 +29,9 @@ foreach(h ${_harnesses})
   elseif(h STREQUAL "sample_processor")
     set(_lib stoker_image)
     set(_seeds ${_seed_images})
+  elseif(h STREQUAL "segment_check")
+    set(_lib stoker_segment_check)
+    set(_seeds ${_seed_segment})
   elseif(h STREQUAL "config")
     set(_lib stoker_config)
     set(_seeds ${_seed_configs})
