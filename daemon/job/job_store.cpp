@@ -8,6 +8,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "image/decoder_versions.hpp"
 #include "job/job.hpp"
 #include "store/checksum.hpp"
 
@@ -32,9 +33,17 @@ bool file_version(const source::Dataset& d, std::uint32_t id, std::uint64_t& siz
 }  // namespace
 
 void Job::open_store() {
-  // The source's identity: its root and shards (the sample paths within are in each entry).
+  // The store file's identity: everything that decides an entry's pixels or whether a sample
+  // is admitted at all, besides max_side (in the file name) and the sample itself (its path,
+  // size and mtime are in each entry): the source's root and shards, the decode limits (a job
+  // with a lower max_pixels must not be served what another job's looser limits stored;
+  // issue #34, B3) and the decoder libraries' versions.
+  const image::PipelineSpec& p = cfg_.pipeline;
   std::string identity = dataset_.root;
   for (const std::string& shard : dataset_.shards) identity += "\n" + shard;
+  identity += "\ndecode: max_pixels " + std::to_string(p.max_pixels) + ", max_memory " +
+              std::to_string(p.max_memory_bytes) + ", strict " + (p.strict ? "yes" : "no");
+  identity += "\n" + image::decoder_versions();
   const std::uint64_t source_id = store::checksum64(identity.data(), identity.size());
   // A store that cannot be opened (its folder or file not stokerd's own, no space, ...) turns
   // the store off for this job, with the reason in its status; the job serves, decoding every

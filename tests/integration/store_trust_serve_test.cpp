@@ -64,3 +64,37 @@ TEST_CASE("decoded store: a store refused at start is off for its job, which ser
   INFO(d.log());
   CHECK(d.stop() == 0);
 }
+
+TEST_CASE("decoded store: entries are keyed by the decode limits - a job with a lower max_pixels is not served "
+          "what a looser job stored",
+          "[integration][decoded_store][trust]") {
+  // Issue #34, B3: both jobs read tests/data/demo into one store folder with the same max_side.
+  // "loose" stores every photo; "limited" refuses the photos above 136,097 pixels (about half
+  // of them, 62,930-241,895 px each) and must go on refusing them after "loose" stored them.
+  TempDir dir;
+  const fs::path store = dir.path() / "store";
+  const auto socket = (dir.path() / "s.sock").string();
+  auto job = [&](const std::string& name, const std::string& decode) {
+    JobSpec j = stored_job(store, name);
+    j.on_error = "skip";
+    j.pipeline_yaml = "    pipeline:\n      - decode: " + decode +
+                      "\n      - resize: {size: 36}\n      - center_crop: {size: 32}\n"
+                      "    output: {dtype: uint8, layout: NCHW}\n";
+    return j;
+  };
+  Daemon d(write_config(dir.path(), {job("loose", "{}"), job("limited", "{max_pixels: 136097}")}, 2), socket);
+  auto served = [&](const std::string& name) {
+    stoker::Client c(name, 0, at(socket));
+    std::size_t samples = 0;
+    for (const auto& b : take_epoch(c)) samples += b.ids.size();
+    return samples;
+  };
+  REQUIRE(served("loose") == 64);
+  const std::size_t limited = served("limited");
+  INFO(d.log());
+  CHECK(limited > 0);
+  CHECK(limited < 64);  // the large photos refused, not served from "loose"'s entries
+  const Json st = job_status(socket, "limited");
+  CHECK(st["quarantined"].get<std::uint64_t>() == 64 - limited);
+  CHECK(d.stop() == 0);
+}
