@@ -287,6 +287,17 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
     r.fail(name_at, j.path, "one batch would take " + std::to_string(slot_bytes >> 20) +
                                 " MiB (limit 4096); reduce batch_size or the output size");
   }
+  // The rings are made when the job starts: every rank served holds `prefetch` batches.
+  const std::uint64_t ring_bytes = slot_bytes * job.prefetch * job.consumers;
+  if (ring_bytes > job_memory_budget()) {
+    const Value* prefetch = f.get("prefetch");
+    const Value& at = prefetch != nullptr ? *prefetch : f.need("batch_size");
+    r.fail(at, "the rings would take " + std::to_string(ring_bytes >> 20) + " MiB (" + std::to_string(job.consumers) +
+                   " rank(s) x prefetch " + std::to_string(job.prefetch) + " x batch_size " +
+                   std::to_string(job.batch_size) + " x " + std::to_string(job.pipeline.sample_bytes()) +
+                   " bytes a sample), more than the bound of " + budget_words() +
+                   "; reduce prefetch, batch_size, the output size or the ranks served");
+  }
   return job;
 }
 
