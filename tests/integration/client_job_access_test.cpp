@@ -295,3 +295,70 @@ TEST_CASE("concurrent definitions never exceed the client job caps", "[integrati
     CHECK(client_jobs_in_status(socket) == 1);
   }
 }
+
+namespace {
+
+// The status document as uid 65534 (a member of `gid`) sees it.
+Json status_seen_by_nobody(const std::string& socket, gid_t gid) {
+  return Json::parse(stoker::test::in_child_as_nobody({gid}, [&] {
+    char* json = nullptr;
+    if (stoker_daemon_status(socket.c_str(), &json) != STOKER_OK) return std::string("{\"jobs\": null}");
+    std::string s = json;
+    stoker_free(json);
+    return s;
+  }));
+}
+
+std::vector<std::string> client_job_names(const Json& status) {
+  std::vector<std::string> out;
+  for (const auto& j : status["jobs"]) {
+    if (j.value("defined_by_client", false)) out.push_back(j["name"]);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::size_t lines_containing(const std::string& text, const std::string& part) {
+  std::size_t n = 0;
+  for (std::size_t at = 0; at < text.size();) {
+    const std::size_t nl = std::min(text.find('\n', at), text.size());
+    n += text.substr(at, nl - at).find(part) != std::string::npos ? 1 : 0;
+    at = nl + 1;
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("a client-defined job with an epoch_size past the machine's memory is refused naming the key, and "
+          "stokerd keeps serving (issue #34 C1)",
+          "[integration][client-jobs][bounds]") {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  const std::uint64_t most = static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) / 4 / 10;
+  if (most >= 4294967295u) {
+    WARN("this machine holds an epoch of 4294967295 positions: nothing to refuse");
+    return;
+  }
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  Daemon d(write_config(dir.path(), {JobSpec{}}, 1), socket);
+  const std::string body = "jobs:\n  mine:\n    sources:\n      - {type: imagefolder, root: \"" +
+                           (fs::path(data_dir()) / "demo").string() +
+                           "\", weight: 1}\n    epoch_size: 4294967295\n    batch_size: 4\n    shuffle: false\n"
+                           "    pipeline:\n      - decode: {}\n      - resize: {size: 16}\n"
+                           "      - center_crop: {size: 16}\n";
+  // Before: accepted, and the first epoch's order (~26 GB) ended in std::bad_alloc or the OOM killer.
+  const Json huge = define(socket, body);
+  CHECK(huge["ok"] == false);
+  CHECK_THAT(huge.value("error", ""),
+             Catch::Contains(":5:") && Catch::Contains("jobs.mine.epoch_size: must be at most") &&
+                 Catch::Contains("got 4294967295") && Catch::Contains("quarter of this machine's memory"));
+  // Still serving: its own job, and a client's job that fits.
+  stoker::Client c("demo", 0, at(socket));
+  CHECK(c.next(20000).count() > 0);
+  std::string fits = body;
+  fits.replace(fits.find("4294967295"), 10, "1000");
+  const Json ok = define(socket, fits);
+  CHECK(ok["ok"] == true);
+  CHECK(client_jobs_in_status(socket) == 1);
+}
