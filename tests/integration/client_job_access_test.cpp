@@ -362,3 +362,48 @@ TEST_CASE("a client-defined job with an epoch_size past the machine's memory is 
   CHECK(ok["ok"] == true);
   CHECK(client_jobs_in_status(socket) == 1);
 }
+
+TEST_CASE("a file its user may not read is named once per job run, then counted in one line per epoch "
+          "(issue #34 D3)",
+          "[integration][client-jobs]") {
+  skip_unless_root("define a job as another uid over files it may not read");
+  const group* g = some_group();
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  TempDir data_holder;
+  const fs::path data = data_holder.path();
+  put_images(data / "a", "open", 3);
+  put_images(data / "b", "open", 3);
+  put_images(data / "a", "closed_a", 1);
+  put_images(data / "b", "closed_b", 1);
+  for (const auto& e : fs::recursive_directory_iterator(data)) ::chmod(e.path().c_str(), e.is_directory() ? 0755 : 0644);
+  ::chmod(data.c_str(), 0755);
+  ::chmod((data / "a" / "closed_a_0.jpg").c_str(), 0600);  // root's alone: listed, not readable by 65534
+  ::chmod((data / "b" / "closed_b_0.jpg").c_str(), 0600);
+  Daemon d(write_config(dir.path(), {JobSpec{}}, 1,
+                        std::string("  group: ") + g->gr_name + "\n  client_jobs_for_group: true\n  state_dir: " +
+                            (dir.path() / "state").string() + "\n"),
+           socket);
+  const Json def = command_as_nobody(socket, g->gr_gid, {{"op", "define_job"}, {"config", job_body(folder(data))}});
+  REQUIRE(def["ok"] == true);
+  const std::string job = def["job"];
+  // 8 samples, 2 unreadable: batches of 4 (a short one where the 2 are dropped). Root may consume.
+  stoker::Client c(job, 0, at(socket));
+  std::uint64_t epochs_done = 0;
+  while (epochs_done < 4) {
+    stoker::Batch b = c.next(30000);
+    if (b.last_in_epoch()) ++epochs_done;
+  }
+  std::string log;
+  for (int i = 0; i < 100 && lines_containing(log, ": epoch 3: ") == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    log = d.log();
+  }
+  INFO(log);
+  // Each file once, not once an epoch (before: one line per file per epoch).
+  CHECK(lines_containing(log, "closed_a_0.jpg") == 1);
+  CHECK(lines_containing(log, "closed_b_0.jpg") == 1);
+  for (int e = 0; e < 4; ++e) {
+    CHECK(lines_containing(log, "job " + job + ": epoch " + std::to_string(e) + ": 2 read(s) of missing") == 1);
+  }
+}
