@@ -1,7 +1,8 @@
 // A job's `source:` — where its samples come from: an ImageFolder tree (`root`), a file list
 // (`list`, formerly `file`, with an optional `root`) or tar shards (`shards`). Roots and lists
 // must exist when the config is read, so a typo is refused with its line rather than found when
-// the job starts; tar shards are opened (and their braces expanded) when the job indexes them.
+// the job starts (a client's job: when it is loaded, as its user); tar shards are opened (and
+// their braces expanded) when the job indexes them.
 #include <string>
 #include <system_error>
 
@@ -54,7 +55,9 @@ void parse_source(const Reader& r, const Value& section, const fs::path& base_di
     out.root_mark = file.at;
     out.root_key = src.get("list") != nullptr ? "list" : "file";
     std::error_code fec;
-    if (!fs::is_regular_file(out.file, fec)) r.fail(file, out.file.string() + " is not an existing file");
+    if (!r.client_job() && !fs::is_regular_file(out.file, fec)) {
+      r.fail(file, out.file.string() + " is not an existing file");
+    }
   } else if (list_v != nullptr && out.type != "tar") {
     r.fail(*list_v, "only for type: filelist");
   }
@@ -70,8 +73,12 @@ void parse_source(const Reader& r, const Value& section, const fs::path& base_di
       if (out.type != "filelist") out.root_mark = root.at;
     }
     const Value& root = root_v != nullptr ? *root_v : *list_v;
+    // A client's job is looked at when it is loaded, with its user's permissions, where a path
+    // missing and one that user may not reach get the same refusal: looked at here, as
+    // stokerd, "not an existing directory" would tell them what folders they cannot list hold
+    // (issue #34, D4).
     std::error_code ec;
-    if (!fs::is_directory(out.root, ec)) {
+    if (!r.client_job() && !fs::is_directory(out.root, ec)) {
       r.fail(root, out.root.string() + " is not an existing directory" +
                        (ec && ec != std::errc::no_such_file_or_directory ? " (" + ec.message() + ")" : ""));
     }

@@ -407,3 +407,56 @@ TEST_CASE("a file its user may not read is named once per job run, then counted 
     CHECK(lines_containing(log, "job " + job + ": epoch " + std::to_string(e) + ": 2 read(s) of missing") == 1);
   }
 }
+
+TEST_CASE("status shows a user only their own uid's client-defined jobs; root sees all; a refusal does not tell "
+          "what a folder the user cannot list holds (issue #34 D4)",
+          "[integration][client-jobs]") {
+  skip_unless_root("ask the status as another uid");
+  const group* g = some_group();
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  TempDir data_holder;
+  const fs::path data = data_holder.path();
+  ::chmod(data.c_str(), 0755);
+  put_images(data / "pub" / "a", "open", 2);
+  put_images(data / "pub" / "b", "open", 2);
+  for (const auto& e : fs::recursive_directory_iterator(data / "pub")) ::chmod(e.path().c_str(), e.is_directory() ? 0755 : 0644);
+  put_images(data / "priv" / "exists", "secret", 2);
+  ::chmod((data / "priv").c_str(), 0700);
+  Daemon d(write_config(dir.path(), {JobSpec{}}, 1,
+                        std::string("  group: ") + g->gr_name + "\n  client_jobs_for_group: true\n  state_dir: " +
+                            (dir.path() / "state").string() + "\n"),
+           socket);
+  const Json theirs = command_as_nobody(socket, g->gr_gid, {{"op", "define_job"}, {"config", job_body(folder(data / "pub"))}});
+  REQUIRE(theirs["ok"] == true);
+  const Json roots = define(socket, job_body(folder(data / "pub"), "    seed: 11\n"));
+  REQUIRE(roots["ok"] == true);
+  REQUIRE(roots["job"] != theirs["job"]);
+
+  // Before: every group member saw every client job, its roots and pipeline.
+  const Json as_nobody = status_seen_by_nobody(socket, g->gr_gid);
+  CHECK(client_job_names(as_nobody) == std::vector<std::string>{theirs["job"]});
+  CHECK(as_nobody.dump().find(roots["job"].get<std::string>()) == std::string::npos);
+  bool config_job_shown = false;  // jobs of the config file stay everyone's
+  for (const auto& j : as_nobody["jobs"]) config_job_shown = config_job_shown || j["name"] == "demo";
+  CHECK(config_job_shown);
+  std::vector<std::string> both{theirs["job"], roots["job"]};
+  std::sort(both.begin(), both.end());
+  CHECK(client_job_names(Json::parse(daemon_status_text(socket))) == both);
+
+  // A folder nobody cannot list: a path in it that exists and one that does not are refused alike.
+  auto refusal = [&](const std::string& leaf) {
+    const Json r = command_as_nobody(socket, g->gr_gid,
+                                     {{"op", "define_job"}, {"config", job_body(folder(data / "priv" / leaf))}});
+    CHECK(r["ok"] == false);
+    std::string text = r.value("error", "");
+    // From the key on (the origin names the client's pid, the job its definition); the path the
+    // client gave is the same apart from its leaf.
+    if (const auto key = text.find("source.root: "); key != std::string::npos) text.erase(0, key);
+    while (text.find(leaf) != std::string::npos) text.replace(text.find(leaf), leaf.size(), "LEAF");
+    return text;
+  };
+  const std::string there = refusal("exists"), absent = refusal("never-was");
+  CHECK(there == absent);
+  CHECK_THAT(there, Catch::Contains("not found, or not readable by uid 65534") && !Catch::Contains("secret"));
+}
