@@ -17,6 +17,13 @@ void parse_source(const Reader& r, const Value& section, const fs::path& base_di
   const Fields src = mixture_entry ? Fields(r, section, {"type", "root", "list", "file", "shards", "weight", "name"})
                                    : Fields(r, section, {"type", "root", "list", "file", "shards"});
   if (auto* v = src.get("type")) out.type = r.choice(*v, {"imagefolder", "filelist", "tar"});
+  // A client's working folder means nothing to stokerd (and its job's paths are not looked at
+  // here, below): a relative path is refused by name.
+  const auto absolute = [&](const Value& v, const fs::path& given) {
+    if (r.client_job() && given.is_relative()) {
+      r.fail(v, "a client-defined job's paths must be absolute, got '" + given.string() + "'");
+    }
+  };
   if (out.type == "tar") {
     // shards: one pattern or a list of them; braces are expanded (and shards opened) when the
     // source is indexed, which names the key on failure through root_mark.
@@ -24,6 +31,7 @@ void parse_source(const Reader& r, const Value& section, const fs::path& base_di
     auto add = [&](const Value& v) {
       const fs::path given = r.string(v);
       if (given.empty()) r.fail(v, "must not be empty");
+      absolute(v, given);
       out.shards.push_back(resolve(given, base_dir).string());
     };
     if (shards.node.IsSequence()) {
@@ -51,6 +59,7 @@ void parse_source(const Reader& r, const Value& section, const fs::path& base_di
     const Value& file = list_v != nullptr ? *list_v : src.need("list");
     const fs::path list = r.string(file);
     if (list.empty()) r.fail(file, "must not be empty");
+    absolute(file, list);
     out.file = resolve(list, base_dir);
     out.root_mark = file.at;
     out.root_key = src.get("list") != nullptr ? "list" : "file";
@@ -69,6 +78,7 @@ void parse_source(const Reader& r, const Value& section, const fs::path& base_di
       const Value& root = root_v != nullptr ? *root_v : src.need("root");
       const fs::path given = r.string(root);
       if (given.empty()) r.fail(root, "must not be empty");
+      absolute(root, given);
       out.root = resolve(given, base_dir);
       if (out.type != "filelist") out.root_mark = root.at;
     }
