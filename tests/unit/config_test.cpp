@@ -1280,6 +1280,26 @@ TEST_CASE("config: a size past what the machine can hold is refused at its line 
   std::string prefetch = train_job("    prefetch: 64\n", "      - resize: {size: [1024, 1024]}\n");
   CHECK_THAT(refusal(prefetch), StartsWith("test.yaml:5:15: jobs.train.prefetch: the rings would take 1536 MiB") &&
                                     Contains("bound of 1024 MiB"));
+  // What is allocated while the job runs: the cache (up to the machine's memory, 4 GiB here),
+  // read-ahead and one decode (up to the job's quarter).
+  CHECK_THAT(
+      refusal(train_job("    cache: {bytes: 8GiB}\n", "      - resize: {size: 8}\n      - center_crop: {size: 8}\n")),
+      StartsWith("test.yaml:5:20: jobs.train.cache.bytes: must be at most 4096 MiB, this machine's memory, got "
+                 "8192 MiB"));
+  CHECK(parse(train_job("    cache: {bytes: 4GiB}\n", "      - resize: {size: 8}\n      - center_crop: {size: 8}\n"))
+            .jobs.at(0)
+            .cache_bytes == std::uint64_t{4} << 30);
+  CHECK_THAT(refusal(train_job("    read_ahead: {bytes: 2GiB}\n")),
+             StartsWith("test.yaml:5:25: jobs.train.read_ahead.bytes: must be at most the bound of 1024 MiB"));
+  std::string decode = train_job();
+  replace_all(decode, "decode: {}", "decode: {max_memory_mb: 2048}");
+  CHECK_THAT(refusal(decode), Contains("jobs.train.pipeline[0].decode.max_memory_mb: must be at most 1024 (the bound "
+                                       "of 1024 MiB") &&
+                                  Contains("got 2048"));
+  replace_all(decode, "max_memory_mb: 2048", "max_pixels: 300000000");
+  CHECK_THAT(refusal(decode), Contains("jobs.train.pipeline[0].decode.max_pixels: must be at most 268435456 (4 bytes "
+                                       "a decoded pixel") &&
+                                  Contains("got 300000000"));
   std::string ranks = train_job("    consumers: 1024\n", "      - resize: {size: [256, 256]}\n");
   CHECK_THAT(refusal(ranks),
              StartsWith("test.yaml:4:17: jobs.train.batch_size: the rings would take ") && Contains("1024 rank(s)"));
