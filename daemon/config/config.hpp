@@ -213,6 +213,18 @@ struct MetricsAddress {
 };
 base::Result<MetricsAddress> parse_metrics_address(const std::string& a);
 
+// What one job may take of this machine's memory up front, before a file is read: a quarter
+// of its physical memory (sysconf(_SC_PHYS_PAGES)). It bounds every size that a config or a
+// client sets and that the job allocates when it starts: a mixture's epoch_size (its epoch's
+// order) and the rings (ranks x prefetch x batch_size x the output's bytes). Issue #34, C1:
+// a size past it is refused at its line, naming the bound, never left to std::bad_alloc.
+std::uint64_t job_memory_budget();
+// Tests pin the budget so that refusals do not depend on the machine; 0 gives it back.
+void set_job_memory_budget_for_testing(std::uint64_t bytes);
+// Bytes of memory per position of a mixture's epoch: its order is built from a 2-byte source
+// pick and a 4-byte sample id per position, and the ranks' streams keep 4 bytes a position.
+inline constexpr std::uint64_t kBytesPerEpochPosition = 10;
+
 Config load_config(const std::filesystem::path& file);            // throws ConfigError
 Config parse_config(const std::string& yaml_text, const std::string& file_name,
                     const std::filesystem::path& base_dir);       // for tests

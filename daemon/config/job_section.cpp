@@ -82,6 +82,11 @@ void parse_world(const Reader& r, const Fields& f, JobConfig& job) {
 void parse_cache(const Reader& r, const Value& v, JobConfig& job) {
   const Fields c(r, v, {"bytes"});
   job.cache_bytes = r.bytes(c.need("bytes"), 0, std::uint64_t{1} << 50);
+  // Filled while the job runs, never given back: more than the machine holds ends in bad_alloc.
+  if (const std::uint64_t most = job_memory_budget() * 4; job.cache_bytes > most) {
+    r.fail(c.need("bytes"), "must be at most " + std::to_string(most >> 20) + " MiB, this machine's memory, got " +
+                                std::to_string(job.cache_bytes >> 20) + " MiB");
+  }
   const image::PipelineSpec& p = job.pipeline;
   const char* random = p.geometry == image::Geometry::kRandomResizedCrop ? "random_resized_crop"
                        : p.flip_probability > 0                           ? "horizontal_flip"
@@ -129,7 +134,13 @@ void parse_read_ahead(const Reader& r, const Value& v, JobConfig& job) {
     return;
   }
   const Fields ra(r, v, {"bytes", "requests"});
-  if (auto* b = ra.get("bytes")) job.read_ahead_bytes = r.bytes(*b, 0, std::uint64_t{1} << 40);
+  if (auto* b = ra.get("bytes")) {
+    job.read_ahead_bytes = r.bytes(*b, 0, std::uint64_t{1} << 40);
+    if (job.read_ahead_bytes > job_memory_budget()) {
+      r.fail(*b, "must be at most the bound of " + budget_words() + ", got " +
+                     std::to_string(job.read_ahead_bytes >> 20) + " MiB");
+    }
+  }
   if (auto* q = ra.get("requests")) job.read_ahead_requests = static_cast<std::uint32_t>(r.integer(*q, 0, 256));
 }
 
@@ -286,6 +297,17 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
   if (slot_bytes > kMaxSlotBytes) {
     r.fail(name_at, j.path, "one batch would take " + std::to_string(slot_bytes >> 20) +
                                 " MiB (limit 4096); reduce batch_size or the output size");
+  }
+  // The rings are made when the job starts: every rank served holds `prefetch` batches.
+  const std::uint64_t ring_bytes = slot_bytes * job.prefetch * job.consumers;
+  if (ring_bytes > job_memory_budget()) {
+    const Value* prefetch = f.get("prefetch");
+    const Value& at = prefetch != nullptr ? *prefetch : f.need("batch_size");
+    r.fail(at, "the rings would take " + std::to_string(ring_bytes >> 20) + " MiB (" + std::to_string(job.consumers) +
+                   " rank(s) x prefetch " + std::to_string(job.prefetch) + " x batch_size " +
+                   std::to_string(job.batch_size) + " x " + std::to_string(job.pipeline.sample_bytes()) +
+                   " bytes a sample), more than the bound of " + budget_words() +
+                   "; reduce prefetch, batch_size, the output size or the ranks served");
   }
   return job;
 }

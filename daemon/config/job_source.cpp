@@ -1,7 +1,8 @@
 // A job's `source:` — where its samples come from: an ImageFolder tree (`root`), a file list
 // (`list`, formerly `file`, with an optional `root`) or tar shards (`shards`). Roots and lists
 // must exist when the config is read, so a typo is refused with its line rather than found when
-// the job starts; tar shards are opened (and their braces expanded) when the job indexes them.
+// the job starts (a client's job: when it is loaded, as its user); tar shards are opened (and
+// their braces expanded) when the job indexes them.
 #include <string>
 #include <system_error>
 
@@ -16,6 +17,13 @@ void parse_source(const Reader& r, const Value& section, const fs::path& base_di
   const Fields src = mixture_entry ? Fields(r, section, {"type", "root", "list", "file", "shards", "weight", "name"})
                                    : Fields(r, section, {"type", "root", "list", "file", "shards"});
   if (auto* v = src.get("type")) out.type = r.choice(*v, {"imagefolder", "filelist", "tar"});
+  // A client's working folder means nothing to stokerd (and its job's paths are not looked at
+  // here, below): a relative path is refused by name.
+  const auto absolute = [&](const Value& v, const fs::path& given) {
+    if (r.client_job() && given.is_relative()) {
+      r.fail(v, "a client-defined job's paths must be absolute, got '" + given.string() + "'");
+    }
+  };
   if (out.type == "tar") {
     // shards: one pattern or a list of them; braces are expanded (and shards opened) when the
     // source is indexed, which names the key on failure through root_mark.
@@ -23,6 +31,7 @@ void parse_source(const Reader& r, const Value& section, const fs::path& base_di
     auto add = [&](const Value& v) {
       const fs::path given = r.string(v);
       if (given.empty()) r.fail(v, "must not be empty");
+      absolute(v, given);
       out.shards.push_back(resolve(given, base_dir).string());
     };
     if (shards.node.IsSequence()) {
@@ -50,11 +59,14 @@ void parse_source(const Reader& r, const Value& section, const fs::path& base_di
     const Value& file = list_v != nullptr ? *list_v : src.need("list");
     const fs::path list = r.string(file);
     if (list.empty()) r.fail(file, "must not be empty");
+    absolute(file, list);
     out.file = resolve(list, base_dir);
     out.root_mark = file.at;
     out.root_key = src.get("list") != nullptr ? "list" : "file";
     std::error_code fec;
-    if (!fs::is_regular_file(out.file, fec)) r.fail(file, out.file.string() + " is not an existing file");
+    if (!r.client_job() && !fs::is_regular_file(out.file, fec)) {
+      r.fail(file, out.file.string() + " is not an existing file");
+    }
   } else if (list_v != nullptr && out.type != "tar") {
     r.fail(*list_v, "only for type: filelist");
   }
@@ -66,12 +78,17 @@ void parse_source(const Reader& r, const Value& section, const fs::path& base_di
       const Value& root = root_v != nullptr ? *root_v : src.need("root");
       const fs::path given = r.string(root);
       if (given.empty()) r.fail(root, "must not be empty");
+      absolute(root, given);
       out.root = resolve(given, base_dir);
       if (out.type != "filelist") out.root_mark = root.at;
     }
     const Value& root = root_v != nullptr ? *root_v : *list_v;
+    // A client's job is looked at when it is loaded, with its user's permissions, where a path
+    // missing and one that user may not reach get the same refusal: looked at here, as
+    // stokerd, "not an existing directory" would tell them what folders they cannot list hold
+    // (issue #34, D4).
     std::error_code ec;
-    if (!fs::is_directory(out.root, ec)) {
+    if (!r.client_job() && !fs::is_directory(out.root, ec)) {
       r.fail(root, out.root.string() + " is not an existing directory" +
                        (ec && ec != std::errc::no_such_file_or_directory ? " (" + ec.message() + ")" : ""));
     }

@@ -71,7 +71,15 @@ void parse_sources(const Reader& r, const Fields& f, const fs::path& base_dir, J
   job.source.root_mark = list->at;
   job.source.root_key = "sources";
   job.labels_mark = list->at;
-  if (const Value* v = f.get("epoch_size")) job.epoch_size = r.integer(*v, 1, 0xffffffffu);
+  if (const Value* v = f.get("epoch_size")) {
+    job.epoch_size = r.integer(*v, 1, 0xffffffffu);
+    const std::uint64_t most = job_memory_budget() / kBytesPerEpochPosition;
+    if (job.epoch_size > most) {
+      r.fail(*v, "must be at most " + std::to_string(most) + " on this machine, got " + std::to_string(job.epoch_size) +
+                     " (an epoch's order takes " + std::to_string(kBytesPerEpochPosition) +
+                     " bytes a position; the bound is " + budget_words() + ")");
+    }
+  }
   if (const Value* v = f.get("labels")) {
     job.labels = r.choice(*v, {"per_source", "shared"}) == "shared" ? MixtureLabels::kShared : MixtureLabels::kPerSource;
     job.labels_mark = v->at;

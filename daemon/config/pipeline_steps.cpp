@@ -68,8 +68,22 @@ std::optional<Value> parse_decode(const Reader& r, const Value& body, image::Pip
   }
   if (auto* v = f.get("exif_orientation")) spec.apply_exif_orientation = r.boolean(*v);
   if (auto* v = f.get("strict")) spec.strict = r.boolean(*v);
-  if (auto* v = f.get("max_memory_mb")) spec.max_memory_bytes = r.integer(*v, 16, 1u << 20) << 20;
-  if (auto* v = f.get("max_pixels")) spec.max_pixels = r.integer(*v, 1, std::uint64_t{1} << 40);
+  // What one decode may allocate (each worker its own): within what a job may take.
+  if (auto* v = f.get("max_memory_mb")) {
+    spec.max_memory_bytes = r.integer(*v, 16, 1u << 20) << 20;
+    if (spec.max_memory_bytes > job_memory_budget()) {
+      r.fail(*v, "must be at most " + std::to_string(job_memory_budget() >> 20) + " (the bound of " + budget_words() +
+                     "), got " + std::to_string(spec.max_memory_bytes >> 20));
+    }
+  }
+  if (auto* v = f.get("max_pixels")) {
+    spec.max_pixels = r.integer(*v, 1, std::uint64_t{1} << 40);
+    if (spec.max_pixels * 4 > job_memory_budget()) {  // a decoded image: up to 4 bytes a pixel
+      r.fail(*v, "must be at most " + std::to_string(job_memory_budget() / 4) +
+                     " (4 bytes a decoded pixel; the bound is " + budget_words() + "), got " +
+                     std::to_string(spec.max_pixels));
+    }
+  }
   return dct_scale;
 }
 

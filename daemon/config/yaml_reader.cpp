@@ -3,9 +3,11 @@
 #include "config/yaml_reader.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <unistd.h>
 
 namespace stoker::config {
 namespace {
@@ -165,6 +167,24 @@ std::string Reader::text(const Value& v) const {
     i = end + 1;
   }
   return out;
+}
+
+namespace {
+std::atomic<std::uint64_t> pinned_job_memory_budget{0};
+}  // namespace
+
+std::uint64_t job_memory_budget() {
+  if (const std::uint64_t pinned = pinned_job_memory_budget.load(); pinned != 0) return pinned;
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return std::uint64_t{1} << 30;  // unknown: 1 GiB, not everything
+  return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) / 4;
+}
+
+void set_job_memory_budget_for_testing(std::uint64_t bytes) { pinned_job_memory_budget.store(bytes); }
+
+std::string budget_words() {
+  return std::to_string(job_memory_budget() >> 20) +
+         " MiB, a quarter of this machine's memory: what one job may take when it starts";
 }
 
 std::uint64_t Reader::integer(const Value& v, std::uint64_t lo, std::uint64_t hi) const {

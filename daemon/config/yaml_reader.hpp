@@ -26,6 +26,10 @@ namespace stoker::config {
 
 inline constexpr std::uint64_t kMaxSide = 16384;  // pixels, per output side (Reader::size)
 
+// "N MiB, a quarter of this machine's memory: what one job may take when it starts": said with
+// every bound derived from job_memory_budget() (config.hpp).
+std::string budget_words();
+
 // 1-based position of a node (of a yaml-cpp mark); {0, 0} when yaml-cpp has none.
 Mark mark_of(const YAML::Node& n);
 Mark mark_of(const YAML::Mark& m);

@@ -49,7 +49,7 @@ ControlServer::ControlServer(std::string socket_path, jobs::JobTable& jobs,
               sources_) {
   sessions_.set_handlers({
       [this](Session& s, const std::uint8_t* data, std::size_t n) { return commands_.handle(s, data, n); },
-      [this](Session& s) { return sessions_.send_json(s, status_.json(), proto::MsgType::kStatusReply); },
+      [this](Session& s) { return sessions_.send_json(s, status_.json(s.peer_uid), proto::MsgType::kStatusReply); },
       [this](const Session& s, std::optional<std::uint64_t> wait_ns) { telemetry_.note_release_wait(s, wait_ns); },
   });
   spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);

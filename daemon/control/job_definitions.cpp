@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <new>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -125,9 +126,12 @@ void JobDefinitions::apply(LoadResult& r) {
   } else if (jobs_.serving(r.job->config.name) != nullptr) {
     reply = reply_error("a job named '" + r.job->config.name + "' is already served");
   } else {
+    const std::string name = r.job->config.name;  // r.job is moved from below
     try {
       Job* job = jobs_.add(std::move(*r.job), /*defined_by_client=*/true, r.definition, node.mapped().uid);
       reply = Json{{"ok", true}, {"job", job->name()}, {"created", true}}.dump();
+    } catch (const std::bad_alloc&) {  // a client's request is refused, never the daemon's end
+      reply = reply_error(jobs::client_job_out_of_memory(name));
     } catch (const std::exception& e) {
       reply = reply_error(e.what());
     }

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include "control/client_job_access.hpp"
 #include "control/metrics_http.hpp"
 #include "control/reloads.hpp"
 #include "control/sessions.hpp"
@@ -42,7 +43,7 @@ StatusReport::StatusReport(Identity identity, const JobTable& jobs, const Sessio
       delivery_(delivery),
       sources_(sources) {}
 
-std::string StatusReport::json() const {
+std::string StatusReport::json(std::uint32_t viewer_uid) const {
   // Built with a JSON library (ordered: keys in this order, which people read and scripts
   // rely on), so every string is escaped and the document is valid however many consumers.
   using Json = nlohmann::ordered_json;
@@ -86,6 +87,7 @@ std::string StatusReport::json() const {
   doc["reload"] = std::move(reload);
   Json jobs = Json::array();
   for (Job* jp : jobs_.jobs()) {
+    if (!client_job_access(jobs_, viewer_uid, jp).ok()) continue;  // another user's client-defined job
     const Job& j = *jp;
     const JobTable::Entry* entry = jobs_.entry(jp);
     const JobStats st = j.stats();

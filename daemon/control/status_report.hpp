@@ -22,7 +22,10 @@ class StatusReport {
   StatusReport(Identity identity, const jobs::JobTable& jobs, const Sessions& sessions, const Telemetry& telemetry,
                const Reloads& reloads, delivery::DeviceDelivery& delivery, const JobSources& sources);
 
-  std::string json() const;  // one JSON document; keys in a fixed order
+  // One JSON document; keys in a fixed order. `viewer_uid`: the asking session's uid, taken
+  // at connect (SO_PEERCRED). Another uid's client-defined jobs (their roots, pipelines,
+  // class names) are left out unless the viewer is root or stokerd's own user (issue #34, D4).
+  std::string json(std::uint32_t viewer_uid) const;
 
  private:
   Identity identity_;

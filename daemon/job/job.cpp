@@ -98,6 +98,7 @@ class Job::RingLink final : public RingHooks {
   void epoch_failed(std::uint64_t epoch, std::size_t done, const std::vector<std::string>& first) override {
     job_.epoch_failed(ring_, epoch, done, first);
   }
+  void epoch_done(std::uint64_t epoch) override { job_.epoch_done(epoch); }
 
  private:
   Job& job_;
@@ -132,6 +133,7 @@ Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset datase
 
   quarantine_ = std::make_unique<Quarantine>(cfg.quarantine);
   quarantined_ = std::make_unique<std::atomic<std::uint8_t>[]>(dataset_.samples.size());
+  missing_named_ = std::make_unique<std::atomic<std::uint8_t>[]>(dataset_.samples.size());
   std::size_t skipped = 0, changed = 0;
   if (quarantine_->size() > 0) {
     for (std::size_t i = 0; i < dataset_.samples.size(); ++i) {
@@ -294,7 +296,7 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
       // Finished earlier (a deterministic pipeline gives the same bytes every epoch).
     } else if (store_) {
       run_stored(item, id, epoch, processor, file_buffer, out, result);
-    } else if (read_sample(item, id, file_buffer, result)) {
+    } else if (read_sample(item, id, epoch, file_buffer, result)) {
       result = processor.process(file_buffer, cfg_.pixel_seed(), epoch, draw_id, out);
       if (formats_.record(id, result.format)) {
         spdlog::info("job {}: formats by content: {}", cfg_.name, formats_.summary());

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -235,8 +236,12 @@ class Job final : public sched::Task {
   // batch waits). false with `result` set when the file is missing or the machine did not
   // recover within the retry budget: skipped this epoch, never quarantined (job_read.cpp).
   // `item`'s bytes come from read-ahead when it fetched them.
-  bool read_sample(const WorkItem& item, std::uint32_t id, std::vector<std::uint8_t>& buffer,
+  // A missing file (ENOENT, EACCES: a client-defined job's file its user may not read) is
+  // named once per job run; each epoch then counts them in one line (epoch_done).
+  bool read_sample(const WorkItem& item, std::uint32_t id, std::uint64_t epoch, std::vector<std::uint8_t>& buffer,
                    image::SampleResult& result);
+  // Every ring finished `epoch`: one line with the count of files missing in it, if any.
+  void epoch_done(std::uint64_t epoch);
   // Read-ahead (job_read.cpp): built in the constructor from the `read_ahead` key; an item
   // planned is announced (ring mutex held), one not read is dropped.
   void start_reading();
@@ -281,6 +286,14 @@ class Job final : public sched::Task {
   mutable base::Mutex stats_mu_;  // after a ring's mutex in the lock order, never before
   JobStats stats_ STOKER_GUARDED_BY(stats_mu_);
   std::optional<std::string> failure_ STOKER_GUARDED_BY(stats_mu_);
+  // Missing files (job_read.cpp): by sample id, whether one was named in the log already;
+  // by epoch, how many reads found a file missing and how many rings finished that epoch.
+  std::unique_ptr<std::atomic<std::uint8_t>[]> missing_named_;
+  struct MissingInEpoch {
+    std::uint64_t files = 0;
+    std::size_t rings_done = 0;
+  };
+  std::map<std::uint64_t, MissingInEpoch> missing_by_epoch_ STOKER_GUARDED_BY(stats_mu_);
   std::atomic<bool> failed_{false};
   std::atomic<bool> draining_{false};  // set once by drain(), before each Ring::drain()
   // Control thread only: the resume points the job's current consumers passed (an elastic

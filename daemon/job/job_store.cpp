@@ -74,7 +74,7 @@ void Job::run_stored(const WorkItem& item, std::uint32_t id, std::uint64_t epoch
     }
   }
   store_misses_++;
-  if (!read_sample(item, id, file_buffer, result)) return;
+  if (!read_sample(item, id, epoch, file_buffer, result)) return;
   image::ReducedView view;
   result = processor.reduce(file_buffer, view);
   if (formats_.record(id, result.format)) {

@@ -109,6 +109,7 @@ void Ring::plan_free_slots(std::vector<WorkItem>& out) {
       // A rank with no samples this epoch (fewer samples than ranks with drop_last): an empty
       // batch still carries the end-of-epoch flag so the consumer's epoch ends.
       publish(s);
+      check_epoch_done(*st);
       continue;
     }
     for (std::uint32_t j = 0; j < n; ++j) hooks_.planned(s, j, slot.generation, slot.ids[j], out);
@@ -138,6 +139,7 @@ void Ring::sample_done(const WorkItem& item, bool ok, const std::string* failure
     st->good += ok ? 1 : 0;
     if (!ok && failure != nullptr && st->first_failures.size() < 3) st->first_failures.push_back(*failure);
     check_epoch_failed(*st);
+    check_epoch_done(*st);
   }
   if (--slot.pending != 0) return;
 
@@ -196,6 +198,12 @@ void Ring::publish(std::uint32_t s) {
 void Ring::check_epoch_failed(const EpochStream& st) {
   if (!st.whole_epoch || !st.last_planned || st.planned == 0 || st.done != st.planned || st.good != 0) return;
   hooks_.epoch_failed(st.epoch, st.done, st.first_failures);
+}
+
+void Ring::check_epoch_done(EpochStream& st) {
+  if (st.done_reported || !st.last_planned || st.done != st.planned) return;
+  st.done_reported = true;
+  hooks_.epoch_done(st.epoch);
 }
 
 bool Ring::copy_to_device(std::uint32_t s, const std::shared_ptr<delivery::DeviceRing>& to) {

@@ -127,6 +127,9 @@ class RingHooks {
   virtual void notify() = 0;
   // Every sample of a whole epoch failed (`done` of them; the first few "path: reason").
   virtual void epoch_failed(std::uint64_t epoch, std::size_t done, const std::vector<std::string>& first) = 0;
+  // Every sample this ring planned of `epoch` is done (once per epoch stream that was not
+  // abandoned); for the job's per-epoch summaries.
+  virtual void epoch_done(std::uint64_t /*epoch*/) {}
 };
 
 // The segment's headers of one ring: its ring header and each slot's header (the daemon's
@@ -236,6 +239,7 @@ class Ring {
     bool whole_epoch = true;
     std::size_t planned = 0, done = 0, good = 0;
     std::vector<std::string> first_failures;  // "path: reason", at most 3
+    bool done_reported = false;               // RingHooks::epoch_done was called
 
     std::size_t remaining() const { return ids.size() - cursor; }
   };
@@ -285,6 +289,7 @@ class Ring {
   SlotBatch batch_of(std::uint32_t s) STOKER_REQUIRES(mu_);
   void publish(std::uint32_t s) STOKER_REQUIRES(mu_);
   void check_epoch_failed(const EpochStream& st) STOKER_REQUIRES(mu_);
+  void check_epoch_done(EpochStream& st) STOKER_REQUIRES(mu_);
   // Device delivery: queue slot s's copy to `to`; settle its copies before its host bytes
   // change; a detaching reader's copies (returns its device ring).
   bool copy_to_device(std::uint32_t s, const std::shared_ptr<delivery::DeviceRing>& to) STOKER_REQUIRES(mu_);

@@ -1,10 +1,16 @@
 #include "jobs/job_loader.hpp"
 
 #include <algorithm>
+#include <new>
 
 #include <spdlog/spdlog.h>
 
 namespace stoker::jobs {
+
+std::string client_job_out_of_memory(const std::string& job_name) {
+  return "job " + job_name + ": refused: this machine has not the memory to build it (std::bad_alloc); reduce "
+         "epoch_size, batch_size, prefetch, the output size or the ranks served";
+}
 
 using job::Job;
 using sched::WorkQueue;
@@ -75,6 +81,9 @@ void JobLoader::define(std::string key, config::JobConfig job, std::filesystem::
       r.job = prepare_job(job, state_dir, origin, read_as);
     } catch (const config::ConfigError& e) {
       r.error = e.what();
+    } catch (const std::bad_alloc&) {
+      // A client's request is refused, never the daemon's end (issue #34, C1).
+      r.error = client_job_out_of_memory(job.name);
     } catch (const std::exception& e) {
       r.error = e.what();
     }

@@ -31,6 +31,10 @@ struct LoadResult {
   std::optional<PreparedJob> job;
 };
 
+// The refusal a client gets when building its job runs out of memory (std::bad_alloc): it
+// names the job and the keys that size what a job allocates when it starts.
+std::string client_job_out_of_memory(const std::string& job_name);
+
 class JobLoader {
  public:
   explicit JobLoader(std::function<void()> wake) : wake_(std::move(wake)) {}

@@ -56,7 +56,12 @@ Job* JobTable::add(PreparedJob prepared, bool defined_by_client, std::string def
 #endif
   }
   entries_.push_back(std::move(e));
-  job->start();
+  try {
+    job->start();  // plans every ring: the first epoch's order is made here
+  } catch (...) {
+    entries_.pop_back();  // nothing was queued (Job::start pushes its items last)
+    throw;
+  }
   return job;
 }
 

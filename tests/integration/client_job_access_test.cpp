@@ -295,3 +295,168 @@ TEST_CASE("concurrent definitions never exceed the client job caps", "[integrati
     CHECK(client_jobs_in_status(socket) == 1);
   }
 }
+
+namespace {
+
+// The status document as uid 65534 (a member of `gid`) sees it.
+Json status_seen_by_nobody(const std::string& socket, gid_t gid) {
+  return Json::parse(stoker::test::in_child_as_nobody({gid}, [&] {
+    char* json = nullptr;
+    if (stoker_daemon_status(socket.c_str(), &json) != STOKER_OK) return std::string("{\"jobs\": null}");
+    std::string s = json;
+    stoker_free(json);
+    return s;
+  }));
+}
+
+std::vector<std::string> client_job_names(const Json& status) {
+  std::vector<std::string> out;
+  for (const auto& j : status["jobs"]) {
+    if (j.value("defined_by_client", false)) out.push_back(j["name"]);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::size_t lines_containing(const std::string& text, const std::string& part) {
+  std::size_t n = 0;
+  for (std::size_t at = 0; at < text.size();) {
+    const std::size_t nl = std::min(text.find('\n', at), text.size());
+    n += text.substr(at, nl - at).find(part) != std::string::npos ? 1 : 0;
+    at = nl + 1;
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("a client-defined job with an epoch_size past the machine's memory is refused naming the key, and "
+          "stokerd keeps serving (issue #34 C1)",
+          "[integration][client-jobs][bounds]") {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  const std::uint64_t most = static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) / 4 / 10;
+  if (most >= 4294967295u) {
+    WARN("this machine holds an epoch of 4294967295 positions: nothing to refuse");
+    return;
+  }
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  Daemon d(write_config(dir.path(), {JobSpec{}}, 1), socket);
+  const std::string body = "jobs:\n  mine:\n    sources:\n      - {type: imagefolder, root: \"" +
+                           (fs::path(data_dir()) / "demo").string() +
+                           "\", weight: 1}\n    epoch_size: 4294967295\n    batch_size: 4\n    shuffle: false\n"
+                           "    pipeline:\n      - decode: {}\n      - resize: {size: 16}\n"
+                           "      - center_crop: {size: 16}\n";
+  // Before: accepted, and the first epoch's order (~26 GB) ended in std::bad_alloc or the OOM killer.
+  const Json huge = define(socket, body);
+  CHECK(huge["ok"] == false);
+  CHECK_THAT(huge.value("error", ""),
+             Catch::Contains(":5:") && Catch::Contains("jobs.mine.epoch_size: must be at most") &&
+                 Catch::Contains("got 4294967295") && Catch::Contains("quarter of this machine's memory"));
+  // Still serving: its own job, and a client's job that fits.
+  stoker::Client c("demo", 0, at(socket));
+  CHECK(c.next(20000).count() > 0);
+  std::string fits = body;
+  fits.replace(fits.find("4294967295"), 10, "1000");
+  const Json ok = define(socket, fits);
+  CHECK(ok["ok"] == true);
+  CHECK(client_jobs_in_status(socket) == 1);
+}
+
+TEST_CASE("a file its user may not read is named once per job run, then counted in one line per epoch "
+          "(issue #34 D3)",
+          "[integration][client-jobs]") {
+  skip_unless_root("define a job as another uid over files it may not read");
+  const group* g = some_group();
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  TempDir data_holder;
+  const fs::path data = data_holder.path();
+  put_images(data / "a", "open", 3);
+  put_images(data / "b", "open", 3);
+  put_images(data / "a", "closed_a", 1);
+  put_images(data / "b", "closed_b", 1);
+  for (const auto& e : fs::recursive_directory_iterator(data)) ::chmod(e.path().c_str(), e.is_directory() ? 0755 : 0644);
+  ::chmod(data.c_str(), 0755);
+  ::chmod((data / "a" / "closed_a_0.jpg").c_str(), 0600);  // root's alone: listed, not readable by 65534
+  ::chmod((data / "b" / "closed_b_0.jpg").c_str(), 0600);
+  Daemon d(write_config(dir.path(), {JobSpec{}}, 1,
+                        std::string("  group: ") + g->gr_name + "\n  client_jobs_for_group: true\n  state_dir: " +
+                            (dir.path() / "state").string() + "\n"),
+           socket);
+  const Json def = command_as_nobody(socket, g->gr_gid, {{"op", "define_job"}, {"config", job_body(folder(data))}});
+  REQUIRE(def["ok"] == true);
+  const std::string job = def["job"];
+  // 8 samples, 2 unreadable: batches of 4 (a short one where the 2 are dropped). Root may consume.
+  stoker::Client c(job, 0, at(socket));
+  std::uint64_t epochs_done = 0;
+  while (epochs_done < 4) {
+    stoker::Batch b = c.next(30000);
+    if (b.last_in_epoch()) ++epochs_done;
+  }
+  std::string log;
+  for (int i = 0; i < 100 && lines_containing(log, ": epoch 3: ") == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    log = d.log();
+  }
+  INFO(log);
+  // Each file once, not once an epoch (before: one line per file per epoch).
+  CHECK(lines_containing(log, "closed_a_0.jpg") == 1);
+  CHECK(lines_containing(log, "closed_b_0.jpg") == 1);
+  for (int e = 0; e < 4; ++e) {
+    CHECK(lines_containing(log, "job " + job + ": epoch " + std::to_string(e) + ": 2 read(s) of missing") == 1);
+  }
+}
+
+TEST_CASE("status shows a user only their own uid's client-defined jobs; root sees all; a refusal does not tell "
+          "what a folder the user cannot list holds (issue #34 D4)",
+          "[integration][client-jobs]") {
+  skip_unless_root("ask the status as another uid");
+  const group* g = some_group();
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  TempDir data_holder;
+  const fs::path data = data_holder.path();
+  ::chmod(data.c_str(), 0755);
+  put_images(data / "pub" / "a", "open", 2);
+  put_images(data / "pub" / "b", "open", 2);
+  for (const auto& e : fs::recursive_directory_iterator(data / "pub")) ::chmod(e.path().c_str(), e.is_directory() ? 0755 : 0644);
+  put_images(data / "priv" / "exists", "secret", 2);
+  ::chmod((data / "priv").c_str(), 0700);
+  Daemon d(write_config(dir.path(), {JobSpec{}}, 1,
+                        std::string("  group: ") + g->gr_name + "\n  client_jobs_for_group: true\n  state_dir: " +
+                            (dir.path() / "state").string() + "\n"),
+           socket);
+  const Json theirs = command_as_nobody(socket, g->gr_gid, {{"op", "define_job"}, {"config", job_body(folder(data / "pub"))}});
+  REQUIRE(theirs["ok"] == true);
+  const Json roots = define(socket, job_body(folder(data / "pub"), "    seed: 11\n"));
+  REQUIRE(roots["ok"] == true);
+  REQUIRE(roots["job"] != theirs["job"]);
+
+  // Before: every group member saw every client job, its roots and pipeline.
+  const Json as_nobody = status_seen_by_nobody(socket, g->gr_gid);
+  CHECK(client_job_names(as_nobody) == std::vector<std::string>{theirs["job"]});
+  CHECK(as_nobody.dump().find(roots["job"].get<std::string>()) == std::string::npos);
+  bool config_job_shown = false;  // jobs of the config file stay everyone's
+  for (const auto& j : as_nobody["jobs"]) config_job_shown = config_job_shown || j["name"] == "demo";
+  CHECK(config_job_shown);
+  std::vector<std::string> both{theirs["job"], roots["job"]};
+  std::sort(both.begin(), both.end());
+  CHECK(client_job_names(Json::parse(daemon_status_text(socket))) == both);
+
+  // A folder nobody cannot list: a path in it that exists and one that does not are refused alike.
+  auto refusal = [&](const std::string& leaf) {
+    const Json r = command_as_nobody(socket, g->gr_gid,
+                                     {{"op", "define_job"}, {"config", job_body(folder(data / "priv" / leaf))}});
+    CHECK(r["ok"] == false);
+    std::string text = r.value("error", "");
+    // From the key on (the origin names the client's pid, the job its definition); the path the
+    // client gave is the same apart from its leaf.
+    if (const auto key = text.find("source.root: "); key != std::string::npos) text.erase(0, key);
+    while (text.find(leaf) != std::string::npos) text.replace(text.find(leaf), leaf.size(), "LEAF");
+    return text;
+  };
+  const std::string there = refusal("exists"), absent = refusal("never-was");
+  CHECK(there == absent);
+  CHECK_THAT(there, Catch::Contains("not found, or not readable by uid 65534") && !Catch::Contains("secret"));
+}

@@ -49,8 +49,10 @@ class FakeJob final : public RingHooks {
   void published() override { ++published_count; }
   void notify() override {}
   void epoch_failed(std::uint64_t, std::size_t, const std::vector<std::string>&) override {}
+  void epoch_done(std::uint64_t epoch) override { done_epochs.push_back(epoch); }
 
   std::vector<std::uint32_t> planned_ids;
+  std::vector<std::uint64_t> done_epochs;
   int published_count = 0;
 
  private:
@@ -337,4 +339,17 @@ TEST_CASE("ring: bad releases are refused and change nothing", "[ring]") {
   CHECK(f.status().leased == 1);
   REQUIRE(f.ring->release(0, m.slot, m.generation, items));
   CHECK_FALSE(f.ring->release(0, m.slot, m.generation, items));      // twice
+}
+
+TEST_CASE("ring: an epoch is reported done once, when the last of its samples is done (issue #34 D3)", "[ring]") {
+  Fixture f(3, 1, 5);  // batches of 2, 2 and 1: one epoch fills the three slots
+  f.start();
+  CHECK(f.job.done_epochs.empty());  // planned, not done
+  f.work();
+  CHECK(f.job.done_epochs == std::vector<std::uint64_t>{0});
+  f.attach(0, {0, 0});
+  for (std::uint64_t b = 0; b < 3; ++b) REQUIRE(f.release(0, f.take(0, {0, b})));
+  CHECK(f.job.done_epochs == std::vector<std::uint64_t>{0});  // epoch 1 planned, its samples not done
+  f.work();
+  CHECK(f.job.done_epochs == std::vector<std::uint64_t>{0, 1});
 }
