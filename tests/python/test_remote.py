@@ -265,7 +265,9 @@ def test_a_worker_killed_or_frozen_mid_epoch_loses_nothing(tmp_path, demo_root, 
         assert_same_batches(want, first + rest)
         st = status(rem)
         wa, wb = st["remote"]
-        assert wa["reissued"] > 0 and wa["errors"] > 0, wa
+        # A frozen worker's items may be hedged (made here past 0.5 s) before its deadline drops
+        # it: counted as hedged rather than re-issued.
+        assert wa["reissued"] + wa["hedged"] > 0 and wa["errors"] > 0, wa
         assert not wa["connected"] and wb["connected"], st["remote"]
         assert wa["last_error"], wa
         assert st["errors"] == {k: 0 for k in st["errors"]} and st["quarantined"] == 0
