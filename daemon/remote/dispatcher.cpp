@@ -31,7 +31,10 @@ constexpr auto kConnectTimeout = std::chrono::seconds(3);
 constexpr double kBackoffMin = 0.2, kBackoffMax = 5;
 constexpr std::uint32_t kWindowMax = 512;
 // Hedging (issue #34, A7): an item outstanding longer than kHedgeFactor times the link's mean
-// answer time, and at least kHedgeFloor, is made here instead (first answer wins).
+// answer time (stats_.rtt_s, from answers that were used), and at least kHedgeFloor, is made
+// here instead: an answer before that wins; after it, this node's make does and the worker's
+// answer is discarded. A worker that is always late is therefore always hedged (its late
+// answers never raise the mean it is measured by).
 constexpr double kHedgeFactor = 4, kHedgeFloor = 0.5;
 
 // A 64-bit mix (splitmix64's finaliser): the per-item draw of remote.verify.
