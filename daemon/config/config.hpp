@@ -84,6 +84,9 @@ struct RemoteConfig {
   std::filesystem::path token_file;
   bool zstd = false;                 // compression: zstd (returned samples compressed by the worker)
   double deadline_s = 30;            // an item unanswered this long: the worker counts as stalled
+  // verify: the fraction of a worker's results this node makes again itself and compares byte
+  // for byte (chosen per item, unpredictably to the worker); 0: none, 1: every result.
+  double verify = 0.01;
   std::filesystem::path tls_ca, tls_cert, tls_key;  // tls: {ca, cert, key}; all empty: plain TCP
   // What the workers are sent (Open.job_yaml/base_dir/origin): the job's keys its pixels depend
   // on (sources, pipeline, output, seeds), as written, and where relative paths resolve from.

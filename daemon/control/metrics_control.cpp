@@ -154,6 +154,11 @@ std::string Telemetry::metrics_text() const {
              [](const WorkerLinkStatus& w) { return w.samples_per_s; });
   per_worker("stoker_remote_reissued_total", "counter", "Items handed back after a failure of the worker.",
              [](const WorkerLinkStatus& w) { return w.reissued; });
+  per_worker("stoker_remote_mismatches_total", "counter",
+             "Results of the worker this node made again (remote.verify, a bad-file verdict) and found different.",
+             [](const WorkerLinkStatus& w) { return w.mismatches; });
+  per_worker("stoker_remote_hedged_total", "counter", "Items outstanding past the worker's hedge time, made here instead.",
+             [](const WorkerLinkStatus& w) { return w.hedged; });
   per_worker("stoker_remote_errors_total", "counter", "Streams to the worker that failed or were refused.",
              [](const WorkerLinkStatus& w) { return w.errors; });
   per_worker("stoker_remote_bytes_received_total", "counter", "Sample bytes received from the worker.",

@@ -204,6 +204,12 @@ class Job final : public sched::Task {
   // as run() settles a sample it made (a bad one quarantined here, counted once, by the
   // job's on_error). Not for a read failure of the worker: that item is re-issued.
   void finish_remote(const WorkItem& item, const RemoteSample& sample, const image::SampleResult& result);
+  // The sample made here, as a local worker would make it (read by the job's source, the same
+  // seed, epoch and draw), into `out`, without settling anything: to check a worker's answer
+  // (remote.verify, a "bad file" verdict; issue #34). kIo when its bytes cannot be read now
+  // (nothing is counted, retried or quarantined: the caller decides).
+  image::SampleResult make_remote_here(const RemoteSample& sample, image::SampleProcessor& processor,
+                                       std::vector<std::uint8_t>& bytes, std::uint8_t* out);
 
  private:
   class RingLink;  // RingHooks of one ring (job.cpp)

@@ -49,4 +49,16 @@ void Job::finish_remote(const WorkItem& item, const RemoteSample& sample, const 
   settle_sample(item, sample.id, result, true);
 }
 
+image::SampleResult Job::make_remote_here(const RemoteSample& sample, image::SampleProcessor& processor,
+                                          std::vector<std::uint8_t>& bytes, std::uint8_t* out) {
+  image::SampleResult result;
+  const source::ReadResult r = reader_->read(sample.id, bytes);
+  if (!r.ok()) {
+    result.error = image::SampleErrorKind::kIo;
+    result.reason = r.reason;
+    return result;
+  }
+  return processor.process(bytes, cfg_.pixel_seed(), sample.epoch, sample.draw, out);
+}
+
 }  // namespace stoker::job

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <random>
 #include <set>
 
 #include <grpcpp/grpcpp.h>
@@ -29,6 +30,20 @@ constexpr auto kResolveEvery = std::chrono::seconds(15);
 constexpr auto kConnectTimeout = std::chrono::seconds(3);
 constexpr double kBackoffMin = 0.2, kBackoffMax = 5;
 constexpr std::uint32_t kWindowMax = 512;
+// Hedging (issue #34, A7): an item outstanding longer than kHedgeFactor times the link's mean
+// answer time (stats_.rtt_s, from answers that were used), and at least kHedgeFloor, is made
+// here instead: an answer before that wins; after it, this node's make does and the worker's
+// answer is discarded. A worker that is always late is therefore always hedged (its late
+// answers never raise the mean it is measured by).
+constexpr double kHedgeFactor = 4, kHedgeFloor = 0.5;
+
+// A 64-bit mix (splitmix64's finaliser): the per-item draw of remote.verify.
+std::uint64_t mix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
 
 }  // namespace
 
@@ -60,7 +75,7 @@ class Dispatcher::Link {
     WorkerLinkStatus s = stats_;
     s.address = address_;
     s.endpoint = endpoint_;
-    s.in_flight = static_cast<std::uint32_t>(outstanding_.size());
+    s.in_flight = static_cast<std::uint32_t>(outstanding_.size());  // hedged items are not held
     s.window = window_;
     return s;
   }
@@ -80,7 +95,14 @@ class Dispatcher::Link {
         if (stop_) return;
       }
       const bool served = serve_stream();
-      if (served) backoff = kBackoffMin;
+      bool lied = false;
+      {
+        base::MutexLock lock(mu_);
+        lied = misbehaved_;
+        misbehaved_ = false;
+      }
+      // A worker dropped for garbage or a mismatch is not taken back at once: its backoff grows.
+      if (served && !lied) backoff = kBackoffMin;
       base::MutexLock lock(mu_);
       if (stop_) return;
       cv_.wait_for(lock, std::chrono::duration<double>(backoff));
@@ -213,6 +235,7 @@ class Dispatcher::Link {
     }
     base::MutexLock lock(mu_);
     stats_.threads = std::clamp<std::uint32_t>(r.threads(), 1, 4096);
+    worker_minor_ = r.protocol_minor();
     window_ = std::min<std::uint32_t>(kWindowMax, floor_window());
     stats_.connected = true;
     stats_.last_error.clear();
@@ -229,25 +252,41 @@ class Dispatcher::Link {
     for (;;) {
       bool stalled = false;
       std::size_t room = 0;
+      std::vector<sched::WorkItem> hedge;
       {
         base::MutexLock lock(mu_);
         if (stop_ || broken_) return;
         const auto now = Clock::now();
-        // Ids ascend in the order sent, so the first entry is the oldest.
-        if (!outstanding_.empty() &&
-            std::chrono::duration<double>(now - outstanding_.begin()->second.sent).count() > deadline) {
+        // Ids ascend in the order sent, so the first entry is the oldest (of each table).
+        auto oldest = Clock::time_point::max();
+        if (!outstanding_.empty()) oldest = outstanding_.begin()->second.sent;
+        if (!hedged_.empty()) oldest = std::min(oldest, hedged_.begin()->second);
+        if (oldest != Clock::time_point::max() && std::chrono::duration<double>(now - oldest).count() > deadline) {
           stalled = true;
           broken_ = true;
         } else {
           adapt_window(now);
-          // Refill only once half the window has come back: one message and one wake-up for
-          // many items, rather than one per answer.
-          if (outstanding_.size() > window_ / 2) {
-            cv_.wait_for(lock, std::chrono::milliseconds(20));
-            continue;
+          hedge = take_overdue(now);
+          if (hedge.empty()) {
+            // Refill only once half the window has come back: one message and one wake-up for
+            // many items, rather than one per answer. A link with hedged items still due gets
+            // none until they are answered (or its deadline passes): a slow worker holds at most
+            // one window at a time.
+            if (outstanding_.size() > window_ / 2 || !hedged_.empty()) {
+              cv_.wait_for(lock, std::chrono::milliseconds(20));
+              continue;
+            }
+            room = std::min<std::size_t>(window_ - outstanding_.size(), kMaxBatch);
           }
-          room = std::min<std::size_t>(window_ - outstanding_.size(), kMaxBatch);
         }
+      }
+      if (!hedge.empty()) {
+        // Made here, as a local worker makes an item (the job's own read rules and on_error):
+        // each left the link's table under its mutex, so the worker's answer, if it comes, is
+        // discarded (the item ends once).
+        if (!hedge_processor_) hedge_processor_ = std::make_unique<image::SampleProcessor>(job.pipeline());
+        for (const sched::WorkItem& it : hedge) job.run(it, *hedge_processor_, hedge_buffer_);
+        continue;
       }
       if (stalled) {
         fail("an item unanswered for " + std::to_string(static_cast<int>(deadline)) +
@@ -301,6 +340,39 @@ class Dispatcher::Link {
     }
   }
 
+  // The items outstanding past the hedge time, moved from outstanding_ to hedged_ (whose
+  // entries wait for the worker's answer, to discard it, or for the deadline).
+  std::vector<sched::WorkItem> take_overdue(Clock::time_point now) STOKER_REQUIRES(mu_) {
+    std::vector<sched::WorkItem> out;
+    const double after = std::max(kHedgeFloor, kHedgeFactor * stats_.rtt_s);
+    if (after >= d_.cfg_.deadline_s) return out;  // the deadline comes first: the stream is dropped
+    while (!outstanding_.empty()) {
+      auto at = outstanding_.begin();
+      if (std::chrono::duration<double>(now - at->second.sent).count() <= after) break;
+      out.push_back(at->second.item);
+      hedged_.emplace(at->first, at->second.sent);
+      outstanding_.erase(at);
+    }
+    if (!out.empty()) {
+      stats_.hedged += out.size();
+      if (stats_.hedged == out.size()) {
+        spdlog::warn("job {}: remote worker {}: items unanswered after {:.2f} s are made here (hedged)",
+                     d_.job_.name(), endpoint_, after);
+      }
+    }
+    return out;
+  }
+
+  // Whether this result is made again here and compared (remote.verify): a draw per sample and
+  // epoch from a key the worker never sees, so it cannot tell which of its answers are checked.
+  bool chosen_for_verify(const job::Job::RemoteSample& s) const {
+    const double f = d_.cfg_.verify;
+    if (f <= 0) return false;
+    if (f >= 1) return true;
+    const std::uint64_t h = mix64(d_.verify_key_ ^ mix64(s.epoch * 0x100000001b3ULL + s.id));
+    return static_cast<double>(h >> 11) * 0x1.0p-53 < f;
+  }
+
   // Window: two items per worker thread (one decoding, one queued behind it) plus what the
   // link holds while answers travel: the rate times the link's own round trip (the least of
   // the last second's round trips less each item's wait and work at the worker, so items
@@ -349,22 +421,36 @@ class Dispatcher::Link {
     if (first || !why.empty()) fail(why.empty() ? std::string("the stream ended (worker gone?): its items are re-issued") : why);
   }
 
-  // One answer: matched with the item it names (an unknown id is garbage), checked, written
-  // into the slot and settled. false with `why` when the worker misbehaved (the item, if any,
-  // is re-issued; the caller ends the stream).
+  // One answer: matched with the item it names (an unknown id is garbage, the late answer of a
+  // hedged item is discarded, a 1.1 worker's echo must equal what was sent), checked, written
+  // into the slot and settled; a "bad file" verdict and a remote.verify pick are made again
+  // here first. false with `why` when the worker misbehaved or its answer differs from this
+  // node's (the item is re-issued, or served from this node's pixels; the caller ends the
+  // stream).
   base::Status take(const v1::Result& r) {
     std::string why;
     job::Job& job = d_.job_;
     const std::uint64_t n = job.pipeline().sample_bytes();
     Outstanding o;
+    bool echo_ok = true;
     {
       base::MutexLock lock(mu_);
       auto at = outstanding_.find(r.id());
       if (at == outstanding_.end()) {
+        if (hedged_.erase(r.id()) != 0) {
+          // The late answer of an item made here meanwhile (hedged): discarded, the item ended.
+          cv_.notify_all();  // the sender may take items again once none is due
+          return {};
+        }
+        misbehaved_ = true;
         return base::Status::error("answered item " + std::to_string(r.id()) + ", which it does not hold");
       }
       o = std::move(at->second);
       outstanding_.erase(at);
+      // A 1.1 worker echoes the item's epoch and draw: an answer must name exactly the item
+      // sent under its id (a worker that swaps ids is refused here; one that swaps pixels is
+      // found by remote.verify).
+      echo_ok = worker_minor_ < 1 || (r.epoch() == o.sample.epoch && r.draw() == o.sample.draw);
     }
     image::SampleResult result;
     result.error = static_cast<image::SampleErrorKind>(r.error());
@@ -373,8 +459,13 @@ class Dispatcher::Link {
     result.format = r.format() < static_cast<std::uint32_t>(image::kImageFormats) ? static_cast<image::ImageFormat>(r.format())
                                                                                  : image::ImageFormat::kUnknown;
     bool good = r.error() <= static_cast<std::uint32_t>(image::SampleErrorKind::kTooLarge);
-    if (good && result.ok()) {
-      std::uint8_t* out = job.sample_out(o.item);
+    std::uint8_t* out = job.sample_out(o.item);
+    if (!echo_ok) {
+      good = false;
+      why = "answered item " + std::to_string(r.id()) + " as epoch " + std::to_string(r.epoch()) + " draw " +
+            std::to_string(r.draw()) + ", sent as epoch " + std::to_string(o.sample.epoch) + " draw " +
+            std::to_string(o.sample.draw);
+    } else if (good && result.ok()) {
       if (r.compressed()) {
         const base::Status s = decompress(r.pixels(), std::span<std::uint8_t>(out, n));
         good = s.ok();
@@ -392,17 +483,57 @@ class Dispatcher::Link {
       d_.queue_.push_front(job.index(), {o.item});  // made again elsewhere
       base::MutexLock lock(mu_);
       stats_.reissued++;
+      misbehaved_ = true;
       return base::Status::error(why.empty() ? std::string("sent a malformed result") : why);
     }
+    if (!local_) local_ = std::make_unique<image::SampleProcessor>(job.pipeline());
+    bool mismatch = false;
     if (result.error == image::SampleErrorKind::kIo) {
       // The worker could not read it (its storage, or its --allow-root): made here instead,
       // where the job's own read rules (retries, missing files) apply.
-      if (!local_) local_ = std::make_unique<image::SampleProcessor>(job.pipeline());
       job.run(o.item, *local_, buffer_);
+    } else if (!result.ok()) {
+      // A worker's "bad file" verdict never quarantines (A5): the sample is made here. Made
+      // fine, the worker lied; failing here too, run() makes it once more as a local worker
+      // would and the job's own policy (on_error, quarantine) applies to this node's verdict.
+      check_.resize(n);
+      const image::SampleResult here = job.make_remote_here(o.sample, *local_, buffer_, check_.data());
+      if (here.ok()) {
+        mismatch = true;
+        std::memcpy(out, check_.data(), n);
+        job.finish_remote(o.item, o.sample, here);
+        why = "called sample " + std::to_string(o.sample.id) + " bad (" + result.reason.substr(0, 200) +
+              "), which is made fine here";
+      } else {
+        job.run(o.item, *local_, buffer_);
+      }
+    } else if (chosen_for_verify(o.sample)) {
+      // remote.verify (A6): made again here and compared byte for byte.
+      check_.resize(n);
+      const image::SampleResult here = job.make_remote_here(o.sample, *local_, buffer_, check_.data());
+      if (here.ok() && std::memcmp(out, check_.data(), n) != 0) {
+        mismatch = true;
+        std::memcpy(out, check_.data(), n);  // this node's pixels serve
+        job.finish_remote(o.item, o.sample, here);
+        why = "sent pixels for sample " + std::to_string(o.sample.id) + " (epoch " + std::to_string(o.sample.epoch) +
+              ") that differ from this node's";
+      } else if (here.ok() || here.error == image::SampleErrorKind::kIo) {
+        job.finish_remote(o.item, o.sample, result);  // equal, or cannot be checked now (unread here)
+      } else {
+        mismatch = true;
+        why = "sent pixels for sample " + std::to_string(o.sample.id) + ", which does not decode here";
+        job.run(o.item, *local_, buffer_);
+      }
     } else {
       job.finish_remote(o.item, o.sample, result);
     }
     base::MutexLock lock(mu_);
+    if (mismatch) {
+      // The worker is dropped (the caller ends the stream; what it holds is re-issued).
+      stats_.mismatches++;
+      misbehaved_ = true;
+      return base::Status::error(why + ": dropped, its items re-issued");
+    }
     stats_.samples++;
     stats_.bytes_received += r.pixels().size();
     const double rtt = std::chrono::duration<double>(Clock::now() - o.sent).count();
@@ -423,6 +554,7 @@ class Dispatcher::Link {
       for (auto& [id, o] : outstanding_) back.push_back(o.item);  // ids ascend: planned order
       stats_.reissued += back.size();
       outstanding_.clear();
+      hedged_.clear();  // ended here already; the stream that owed their answers is gone
     }
     if (!back.empty()) {
       spdlog::info("job {}: {} item(s) of remote worker {} re-issued", d_.job_.name(), back.size(), endpoint_);
@@ -443,14 +575,22 @@ class Dispatcher::Link {
   Clock::time_point rate_mark_ STOKER_GUARDED_BY(mu_);
   std::uint64_t rate_samples_ STOKER_GUARDED_BY(mu_) = 0;
   double link_rtt_min_ STOKER_GUARDED_BY(mu_) = 1e18;  // least (round trip - worker time) this second
+  // Items hedged (made here) whose worker's answer is still due: by id, when sent. The answer
+  // is discarded; the deadline still counts from the send.
+  std::map<std::uint64_t, Clock::time_point> hedged_ STOKER_GUARDED_BY(mu_);
+  std::uint32_t worker_minor_ STOKER_GUARDED_BY(mu_) = 0;  // the protocol minor of the open stream's worker
+  bool misbehaved_ STOKER_GUARDED_BY(mu_) = false;  // the stream was ended for garbage or a mismatch
   std::uint64_t next_id_ = 1;  // the sending thread's
-  std::unique_ptr<image::SampleProcessor> local_;  // the reading thread's (worker read failures)
-  std::vector<std::uint8_t> buffer_;
+  std::unique_ptr<image::SampleProcessor> hedge_processor_;  // the sending thread's (hedged items)
+  std::vector<std::uint8_t> hedge_buffer_;
+  // The reading thread's: worker read failures, "bad file" verdicts and remote.verify picks.
+  std::unique_ptr<image::SampleProcessor> local_;
+  std::vector<std::uint8_t> buffer_, check_;
   std::thread thread_;
 };
 
 Dispatcher::Dispatcher(job::Job& job, sched::WorkQueue& queue, const config::RemoteConfig& cfg)
-    : job_(job), queue_(queue), cfg_(cfg) {
+    : job_(job), queue_(queue), cfg_(cfg), verify_key_((std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()) {
   // Names are resolved on the resolver thread, never here: this runs on the control thread,
   // and a lookup can take seconds.
   resolver_ = std::thread([this] { resolve_loop(); });

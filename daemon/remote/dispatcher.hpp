@@ -14,6 +14,16 @@
 // leaves the link's table under the link's mutex either with its answer (finish_remote) or
 // for re-issue, never both; a stream's replies are read only while the stream lives, so a
 // late duplicate cannot arrive. A worker's read failure is made here (its storage may differ).
+//
+// A worker is not trusted with the job's data (issue #34): a "bad file" verdict is made again
+// here and never quarantines on the worker's word; a 1.1 worker's answer must echo the epoch
+// and draw sent under its id; remote.verify (default 0.01) makes that fraction of the answers
+// again here, picked per (sample, epoch) by a key the worker never sees, and compares them byte
+// for byte. A differing answer is served from this node's pixels, counted (status `mismatches`)
+// and its worker dropped (its backoff grows). Hedging: an item outstanding past max(0.5 s, 4x the
+// link's mean answer time) leaves the table (the same rule: it ends once) and is made here by
+// the link's sending thread; the worker's late answer is discarded (status `hedged`), and the
+// link takes no new items until its hedged ones are answered or its deadline passes.
 #pragma once
 
 #include <atomic>
@@ -55,6 +65,9 @@ class Dispatcher {
   job::Job& job_;
   sched::WorkQueue& queue_;
   const config::RemoteConfig cfg_;
+  // remote.verify's key: which results are made again here is a function of it and the
+  // sample's (id, epoch), drawn at start and never sent, so a worker cannot predict the picks.
+  const std::uint64_t verify_key_;
   mutable base::Mutex mu_;
   base::CondVar cv_;
   std::vector<std::unique_ptr<Link>> links_ STOKER_GUARDED_BY(mu_);

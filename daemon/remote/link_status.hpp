@@ -19,6 +19,12 @@ struct WorkerLinkStatus {
   std::uint64_t samples = 0;     // answered and written into batches
   std::uint64_t reissued = 0;    // handed back to the queue after a failure of this worker
   std::uint64_t errors = 0;      // stream failures (disconnects, stalls, garbage, refusals)
+  // Results this node made again (remote.verify, or a "bad file" verdict) that differed from
+  // the worker's answer: each drops the worker's stream (issue #34, A5/A6).
+  std::uint64_t mismatches = 0;
+  // Items outstanding past the link's hedge time (a multiple of its answer time), made here
+  // instead; the worker's late answer is discarded (A7). Counted in `reissued` too.
+  std::uint64_t hedged = 0;
   std::uint64_t bytes_received = 0;
   double rtt_s = 0;              // mean round trip of the last items
   double samples_per_s = 0;      // over the last second or so

@@ -262,6 +262,8 @@ void WorkerSession::process(const v1::Item& item, image::SampleProcessor& proces
                             v1::Result& result) const {
   const auto t0 = std::chrono::steady_clock::now();
   result.set_id(item.id());
+  result.set_epoch(item.epoch());  // echoed (1.1): the node checks them against what it sent
+  result.set_draw(item.draw());
   // The descriptor opened below a root is the one read (never the path again).
   base::Result<int> fd = open_item(item);
   base::Status s = fd.status();

@@ -155,6 +155,24 @@ TEST_CASE("remote: sub-keys, compression and deadline are checked", "[config][re
   CHECK(parse(job("      workers: [\"w:1\"]\n      deadline_s: 3600\n")).jobs[0].remote.deadline_s == 3600);
 }
 
+// Issue #34, A6: the fraction of the workers' results this node makes again and compares.
+TEST_CASE("remote: verify is a fraction in [0, 1], refused outside with its line", "[config][remote]") {
+  CHECK(parse(job("      workers: [\"w:1\"]\n")).jobs[0].remote.verify == 0.01);
+  CHECK(parse(job("      workers: [\"w:1\"]\n      verify: 0\n")).jobs[0].remote.verify == 0);
+  CHECK(parse(job("      workers: [\"w:1\"]\n      verify: 1\n")).jobs[0].remote.verify == 1);
+  CHECK(parse(job("      workers: [\"w:1\"]\n      verify: 0.25\n")).jobs[0].remote.verify == 0.25);
+  for (const char* bad : {"-0.01", "1.5", "2", "1e9"}) {
+    INFO(bad);
+    CHECK_THAT(refusal(job(std::string("      workers: [\"w:1\"]\n      verify: ") + bad + "\n")),
+               StartsWith("test.yaml:7:15: jobs.train.remote.verify: ") && Contains("[0, 1]"));
+  }
+  for (const char* bad : {"all", ".nan", "-.inf", "[0.5]"}) {
+    INFO(bad);
+    CHECK_THAT(refusal(job(std::string("      workers: [\"w:1\"]\n      verify: ") + bad + "\n")),
+               StartsWith("test.yaml:7:15: jobs.train.remote.verify: "));
+  }
+}
+
 TEST_CASE("remote: token and TLS files are read when the config is, refused with their line", "[config][remote]") {
   Scratch s;
   const std::string missing = (s.path() / "nope").string();
