@@ -25,17 +25,6 @@ extern char** environ;
 namespace stoker::test {
 namespace fs = std::filesystem;
 
-TempDir::TempDir() {
-  std::string tmpl = (fs::temp_directory_path() / "stoker-test-XXXXXX").string();
-  if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-  path_ = tmpl;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  fs::remove_all(path_, ec);
-}
-
 std::string bin(const char* name) { return std::string(STOKER_BIN_DIR) + "/" + name; }
 std::string data_dir() { return STOKER_TEST_DATA_DIR; }
 

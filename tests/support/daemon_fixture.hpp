@@ -8,19 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.hpp"
+
 namespace stoker::test {
 
 // A fresh temporary folder, removed with everything in it on destruction.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
-
 struct JobSpec {
   std::string name = "demo";
   std::string root;                  // default: tests/data/demo

@@ -3,6 +3,8 @@
 // with the kernel's openat2 and with the component walk.
 #include <catch2/catch.hpp>
 
+#include "temp_dir.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -26,21 +28,9 @@ using stoker::base::kRefusal;
 using stoker::base::Need;
 using stoker::base::Scope;
 
-namespace {
+using stoker::test::TempDir;
 
-struct Scratch {
-  Scratch() {
-    char t[] = "/tmp/stoker-confined-XXXXXX";
-    REQUIRE(::mkdtemp(t) != nullptr);
-    path = t;
-    ::chmod(t, 0755);
-  }
-  ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  fs::path path;
-};
+namespace {
 
 std::string read_all(int fd) {
   std::string out;
@@ -73,24 +63,24 @@ TEST_CASE("confined open: below the root only, one refusal text, with openat2 an
   }
   stoker::base::set_openat2_enabled(kernel);
   INFO((kernel ? "openat2" : "walk"));
-  Scratch s;
-  fs::create_directories(s.path / "root/sub");
-  fs::create_directories(s.path / "out");
-  std::ofstream(s.path / "root/a.txt") << "inside";
-  std::ofstream(s.path / "root/sub/b.txt") << "deeper";
-  std::ofstream(s.path / "out/secret.txt") << "OUTSIDE";
-  fs::create_symlink("sub/b.txt", s.path / "root/rel-link");
-  fs::create_symlink(s.path / "root/a.txt", s.path / "root/abs-inner-link");
-  fs::create_symlink(s.path / "out/secret.txt", s.path / "root/abs-out-link");
-  fs::create_symlink("../out/secret.txt", s.path / "root/rel-out-link");
-  fs::create_symlink("../out", s.path / "root/dir-out-link");
-  fs::create_symlink("/proc/self/root" + (s.path / "out/secret.txt").string(), s.path / "root/magic");
-  fs::create_symlink("loop2", s.path / "root/loop1");
-  fs::create_symlink("loop1", s.path / "root/loop2");
-  REQUIRE(::mkfifo((s.path / "root/fifo").c_str(), 0644) == 0);
-  fs::create_symlink("/dev/zero", s.path / "root/dev-link");
+  TempDir s(0755);
+  fs::create_directories(s.path() / "root/sub");
+  fs::create_directories(s.path() / "out");
+  std::ofstream(s.path() / "root/a.txt") << "inside";
+  std::ofstream(s.path() / "root/sub/b.txt") << "deeper";
+  std::ofstream(s.path() / "out/secret.txt") << "OUTSIDE";
+  fs::create_symlink("sub/b.txt", s.path() / "root/rel-link");
+  fs::create_symlink(s.path() / "root/a.txt", s.path() / "root/abs-inner-link");
+  fs::create_symlink(s.path() / "out/secret.txt", s.path() / "root/abs-out-link");
+  fs::create_symlink("../out/secret.txt", s.path() / "root/rel-out-link");
+  fs::create_symlink("../out", s.path() / "root/dir-out-link");
+  fs::create_symlink("/proc/self/root" + (s.path() / "out/secret.txt").string(), s.path() / "root/magic");
+  fs::create_symlink("loop2", s.path() / "root/loop1");
+  fs::create_symlink("loop1", s.path() / "root/loop2");
+  REQUIRE(::mkfifo((s.path() / "root/fifo").c_str(), 0644) == 0);
+  fs::create_symlink("/dev/zero", s.path() / "root/dev-link");
 
-  auto root = stoker::base::open_root((s.path / "root").string());
+  auto root = stoker::base::open_root((s.path() / "root").string());
   REQUIRE(root.ok());
   const int r = root->get();
 
@@ -99,13 +89,13 @@ TEST_CASE("confined open: below the root only, one refusal text, with openat2 an
   CHECK(open_read(r, "./sub/../sub/b.txt") == "deeper");
   CHECK(open_read(r, "rel-link") == "deeper");
   ConfinedOptions named;
-  named.root_path = (s.path / "root").string();
+  named.root_path = (s.path() / "root").string();
   CHECK(open_read(r, "abs-inner-link", named) == "inside");  // an absolute link naming the root
   CHECK(open_read(r, "abs-inner-link") == kRefused);          // without the root's name: refused
 
   // Everything a caller may not have gives the same text: missing, outside, not a file.
   const std::vector<std::string> refused_names = {
-      "missing.txt", "../out/secret.txt", (s.path / "out/secret.txt").string(), "abs-out-link", "rel-out-link",
+      "missing.txt", "../out/secret.txt", (s.path() / "out/secret.txt").string(), "abs-out-link", "rel-out-link",
       "dir-out-link/secret.txt", "magic", "loop1", "fifo", "dev-link", "sub", "a.txt/x", "sub/../../out/secret.txt"};
   for (const std::string& rel : refused_names) {
     INFO(rel);
@@ -122,7 +112,7 @@ TEST_CASE("confined open: below the root only, one refusal text, with openat2 an
   // In-root scope: "/" and ".." stop at the root, an absolute link resolves from it.
   ConfinedOptions in_root;
   in_root.scope = Scope::kInRoot;
-  fs::create_symlink("/a.txt", s.path / "root/chroot-link");
+  fs::create_symlink("/a.txt", s.path() / "root/chroot-link");
   CHECK(open_read(r, "/a.txt", in_root) == "inside");
   CHECK(open_read(r, "../../../a.txt", in_root) == "inside");
   CHECK(open_read(r, "chroot-link", in_root) == "inside");
@@ -134,8 +124,8 @@ TEST_CASE("confined open: a FIFO is never opened (a blocked writer stays blocked
           "[unit][confined]") {
   const bool kernel = GENERATE(true, false);
   stoker::base::set_openat2_enabled(kernel);
-  Scratch s;
-  const fs::path fifo = s.path / "fifo";
+  TempDir s(0755);
+  const fs::path fifo = s.path() / "fifo";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   std::atomic<bool> writer_open{false};
   std::thread writer([&] {
@@ -143,7 +133,7 @@ TEST_CASE("confined open: a FIFO is never opened (a blocked writer stays blocked
     writer_open = true;
     if (fd >= 0) ::close(fd);
   });
-  auto root = stoker::base::open_root(s.path.string());
+  auto root = stoker::base::open_root(s.path().string());
   REQUIRE(root.ok());
   const auto t0 = std::chrono::steady_clock::now();
   CHECK(open_read(root->get(), "fifo") == kRefused);
@@ -162,7 +152,7 @@ TEST_CASE("confined open: a FIFO is never opened (a blocked writer stays blocked
   const int sock = ::socket(AF_UNIX, SOCK_STREAM, 0);
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
-  const std::string sp = (s.path / "sock").string();
+  const std::string sp = (s.path() / "sock").string();
   std::snprintf(a.sun_path, sizeof a.sun_path, "%s", sp.c_str());
   REQUIRE(::bind(sock, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
   CHECK(open_read(root->get(), "sock") == kRefused);
@@ -172,14 +162,14 @@ TEST_CASE("confined open: a FIFO is never opened (a blocked writer stays blocked
 
 TEST_CASE("confined open: a `may` check is asked on every folder passed and on the file, by descriptor",
           "[unit][confined]") {
-  Scratch s;
-  fs::create_directories(s.path / "a/b");
-  std::ofstream(s.path / "a/b/f.txt") << "x";
-  fs::create_symlink("b", s.path / "a/link");
-  auto root = stoker::base::open_root(s.path.string());
+  TempDir s(0755);
+  fs::create_directories(s.path() / "a/b");
+  std::ofstream(s.path() / "a/b/f.txt") << "x";
+  fs::create_symlink("b", s.path() / "a/link");
+  auto root = stoker::base::open_root(s.path().string());
   REQUIRE(root.ok());
   struct stat want_b {};
-  REQUIRE(::stat((s.path / "a/b").c_str(), &want_b) == 0);
+  REQUIRE(::stat((s.path() / "a/b").c_str(), &want_b) == 0);
   int passes = 0, reads = 0;
   ConfinedOptions o;
   o.may = [&](const struct stat& st, Need need) {

@@ -5,6 +5,8 @@
 // writable by it alone — else refused naming it, never truncated, never used.
 #include <catch2/catch.hpp>
 
+#include "temp_dir.hpp"
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -19,20 +21,9 @@
 namespace fs = std::filesystem;
 using stoker::store::DecodedStore;
 
-namespace {
+using stoker::test::TempDir;
 
-struct Scratch {
-  Scratch() {
-    char t[] = "/tmp/stoker-store-trust-XXXXXX";
-    REQUIRE(::mkdtemp(t) != nullptr);
-    path = t;
-  }
-  ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  fs::path path;
-};
+namespace {
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -51,8 +42,8 @@ std::string refusal(const fs::path& dir) {
 }  // namespace
 
 TEST_CASE("decoded store: a new file is created 0600 in a folder of the daemon's own", "[decoded_store][trust]") {
-  Scratch s;
-  const fs::path dir = s.path / "store";
+  TempDir s;
+  const fs::path dir = s.path() / "store";
   auto st = DecodedStore::open(dir, 7, 320, 1 << 20);
   struct stat f {}, d {};
   REQUIRE(::stat(st->file().c_str(), &f) == 0);
@@ -66,12 +57,12 @@ TEST_CASE("decoded store: a new file is created 0600 in a folder of the daemon's
 
 TEST_CASE("decoded store: a symlink, a foreign or widened file, a non-store file is refused, never truncated",
           "[decoded_store][trust]") {
-  Scratch s;
-  const fs::path dir = s.path / "store";
+  TempDir s;
+  const fs::path dir = s.path() / "store";
   fs::create_directories(dir);
   ::chmod(dir.c_str(), 0700);
   const fs::path file = dir / DecodedStore::file_name(7, 320);
-  const fs::path victim = s.path / "victim.txt";
+  const fs::path victim = s.path() / "victim.txt";
   std::ofstream(victim) << "precious";
 
   SECTION("a symlink at the store's name") {
@@ -111,8 +102,8 @@ TEST_CASE("decoded store: a symlink, a foreign or widened file, a non-store file
 
 TEST_CASE("decoded store: a folder others may write, or of another user, is refused naming owner and mode",
           "[decoded_store][trust]") {
-  Scratch s;
-  const fs::path dir = s.path / "store";
+  TempDir s;
+  const fs::path dir = s.path() / "store";
   fs::create_directories(dir);
   ::chmod(dir.c_str(), 0777);
   CHECK_THAT(refusal(dir), Catch::Contains(dir.string()) && Catch::Contains("mode 0777") &&

@@ -5,6 +5,8 @@
 // only a regular file is ever opened to read.
 #include <catch2/catch.hpp>
 
+#include "temp_dir.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -23,21 +25,9 @@
 namespace fs = std::filesystem;
 using stoker::source::ReadAs;
 
-namespace {
+using stoker::test::TempDir;
 
-struct Scratch {
-  Scratch() {
-    char t[] = "/tmp/stoker-race-XXXXXX";
-    REQUIRE(::mkdtemp(t) != nullptr);
-    path = t;
-    ::chmod(t, 0755);
-  }
-  ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  fs::path path;
-};
+namespace {
 
 int exchange(const fs::path& a, const fs::path& b) {
   return static_cast<int>(::syscall(SYS_renameat2, AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE));
@@ -52,34 +42,34 @@ TEST_CASE("read access: a folder swapped for a symlink to a root-only folder nev
     WARN("not root: the outside folder cannot be another user's here");
     return;
   }
-  Scratch s;
+  TempDir s(0755);
   // pub/d: the user's folder (what the job names); secret/: root's, mode 0700.
-  fs::create_directories(s.path / "pub/d");
-  fs::create_directories(s.path / "secret");
-  ::chmod((s.path / "pub").c_str(), 0755);
-  ::chmod((s.path / "pub/d").c_str(), 0755);
-  ::chmod((s.path / "secret").c_str(), 0700);
-  std::ofstream(s.path / "pub/d/a.jpg") << "INSIDE";
-  std::ofstream(s.path / "pub/d/f.jpg") << "INSIDE";
-  ::chmod((s.path / "pub/d/a.jpg").c_str(), 0644);
-  ::chmod((s.path / "pub/d/f.jpg").c_str(), 0644);
-  std::ofstream(s.path / "secret/a.jpg") << "OUTSIDE";
-  ::chmod((s.path / "secret/a.jpg").c_str(), 0644);  // readable by mode: only its folder protects it
-  REQUIRE(::mkfifo((s.path / "secret/f.jpg").c_str(), 0644) == 0);
-  fs::create_symlink(s.path / "secret", s.path / "pub/swap");  // exchanged with pub/d in a loop
+  fs::create_directories(s.path() / "pub/d");
+  fs::create_directories(s.path() / "secret");
+  ::chmod((s.path() / "pub").c_str(), 0755);
+  ::chmod((s.path() / "pub/d").c_str(), 0755);
+  ::chmod((s.path() / "secret").c_str(), 0700);
+  std::ofstream(s.path() / "pub/d/a.jpg") << "INSIDE";
+  std::ofstream(s.path() / "pub/d/f.jpg") << "INSIDE";
+  ::chmod((s.path() / "pub/d/a.jpg").c_str(), 0644);
+  ::chmod((s.path() / "pub/d/f.jpg").c_str(), 0644);
+  std::ofstream(s.path() / "secret/a.jpg") << "OUTSIDE";
+  ::chmod((s.path() / "secret/a.jpg").c_str(), 0644);  // readable by mode: only its folder protects it
+  REQUIRE(::mkfifo((s.path() / "secret/f.jpg").c_str(), 0644) == 0);
+  fs::create_symlink(s.path() / "secret", s.path() / "pub/swap");  // exchanged with pub/d in a loop
 
   const ReadAs user{1000, 1000, {1000}};
   std::atomic<bool> stop{false};
   std::atomic<long> swaps{0}, fifo_opened{0};
   std::thread swapper([&] {
     while (!stop) {
-      if (exchange(s.path / "pub/d", s.path / "pub/swap") == 0) ++swaps;
+      if (exchange(s.path() / "pub/d", s.path() / "pub/swap") == 0) ++swaps;
     }
   });
   // A writer waiting on the root-only FIFO: it wakes only if someone opens it to read.
   std::thread writer([&] {
     while (!stop) {
-      const int fd = ::open((s.path / "secret/f.jpg").c_str(), O_WRONLY);
+      const int fd = ::open((s.path() / "secret/f.jpg").c_str(), O_WRONLY);
       if (fd >= 0) {
         if (!stop) ++fifo_opened;
         ::close(fd);
@@ -91,7 +81,7 @@ TEST_CASE("read access: a folder swapped for a symlink to a root-only folder nev
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (std::chrono::steady_clock::now() < end) {
     for (const char* name : {"a.jpg", "f.jpg"}) {
-      const stoker::base::Result<int> fd = stoker::source::open_checked((s.path / "pub/d" / name).string(), user, false);
+      const stoker::base::Result<int> fd = stoker::source::open_checked((s.path() / "pub/d" / name).string(), user, false);
       if (!fd) {
         ++refused;
         continue;
@@ -110,7 +100,7 @@ TEST_CASE("read access: a folder swapped for a symlink to a root-only folder nev
   stop = true;
   swapper.join();
   {
-    const int release = ::open((s.path / "secret/f.jpg").c_str(), O_RDONLY | O_NONBLOCK);  // frees the writer
+    const int release = ::open((s.path() / "secret/f.jpg").c_str(), O_RDONLY | O_NONBLOCK);  // frees the writer
     writer.join();
     if (release >= 0) ::close(release);
   }
