@@ -70,7 +70,7 @@ std::string metrics_text(const remote::WorkerStats& s, unsigned threads, double 
   add("stoker_remote_worker_items_total", "counter", "Samples made for GPU nodes.", static_cast<double>(s.items));
   add("stoker_remote_worker_errors_total", "counter", "Samples that failed (unreadable or undecodable) and streams ended in error.",
       static_cast<double>(s.errors));
-  add("stoker_remote_worker_refused_total", "counter", "Streams refused (token, version, job, --allow-root).",
+  add("stoker_remote_worker_refused_total", "counter", "Streams refused (token, version, job, --allow-root, --max-streams, --open-timeout).",
       static_cast<double>(s.refused));
   add("stoker_remote_worker_open_timeouts_total", "counter",
       "Streams cancelled for sending no Open within --open-timeout (counted in refused too).",
