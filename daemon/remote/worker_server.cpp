@@ -77,9 +77,7 @@ class WorkerServer::Impl final : public v1::Worker::Service {
     OpenDeadline deadline{ctx, std::chrono::steady_clock::now() + settings_.open_timeout};
     watch(deadline);
     const bool got = stream->Read(&req);
-    if (!unwatch(deadline)) {
-      open_timeouts_++;
-      refused_++;
+    if (!unwatch(deadline)) {  // counted by cancel_late_opens()
       if (first_from(peer, timeout_peers_)) {
         spdlog::warn("worker: cancelled a stream from {}: no Open within {} ms (--open-timeout; logged once per peer)",
                      peer, settings_.open_timeout.count());
@@ -233,6 +231,9 @@ class WorkerServer::Impl final : public v1::Worker::Service {
       auto next = now + std::chrono::seconds(1);
       for (auto it = waiting_open_.begin(); it != waiting_open_.end();) {
         if ((*it)->until <= now) {
+          // Counted before the cancel, so a peer that sees its stream end sees the count too.
+          open_timeouts_++;
+          refused_++;
           (*it)->ctx->TryCancel();
           it = waiting_open_.erase(it);
         } else {
