@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -71,6 +72,8 @@ TEST_CASE("200 streams without an Open: threads stay bounded, past the cap refus
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const int during = threads_now();
+  std::printf("worker threads (this process): %d before, %d with %d streams without an Open (--max-streams 16)\n",
+              before, during, kStreams);
   INFO("threads before " << before << ", with " << kStreams << " idle streams " << during);
   // The 16 streams served hold a gRPC thread each; gRPC's pollers come and go around them.
   CHECK(during <= before + 16 + 16);
