@@ -49,6 +49,8 @@ struct WorkerOptions {
   std::string token_file;
   std::string tls_cert, tls_key, tls_ca;
   unsigned threads = 0;
+  double open_timeout_s = 10;
+  unsigned max_streams = 64;
   std::string metrics;
   std::string log_level = "info";
   std::string fault;  // --inject-fault KIND:N (tests)
@@ -68,8 +70,11 @@ std::string metrics_text(const remote::WorkerStats& s, unsigned threads, double 
   add("stoker_remote_worker_items_total", "counter", "Samples made for GPU nodes.", static_cast<double>(s.items));
   add("stoker_remote_worker_errors_total", "counter", "Samples that failed (unreadable or undecodable) and streams ended in error.",
       static_cast<double>(s.errors));
-  add("stoker_remote_worker_refused_total", "counter", "Streams refused (token, version, job, --allow-root).",
+  add("stoker_remote_worker_refused_total", "counter", "Streams refused (token, version, job, --allow-root, --max-streams, --open-timeout).",
       static_cast<double>(s.refused));
+  add("stoker_remote_worker_open_timeouts_total", "counter",
+      "Streams cancelled for sending no Open within --open-timeout (counted in refused too).",
+      static_cast<double>(s.open_timeouts));
   add("stoker_remote_worker_bytes_sent_total", "counter", "Sample bytes sent (after compression).",
       static_cast<double>(s.bytes_sent));
   add("stoker_remote_worker_streams", "gauge", "GPU-node streams open now.", s.streams);
@@ -101,6 +106,14 @@ int run_worker(int argc, char** argv) {
   app.add_option("--threads", o.threads, "decode threads (default: all online cores)")
       ->check(CLI::Range(1u, 1024u))
       ->option_text("N");
+  app.add_option("--max-streams", o.max_streams,
+                 "streams served at once, each holding a thread (more are refused, RESOURCE_EXHAUSTED; default 64)")
+      ->check(CLI::Range(1u, 4096u))
+      ->option_text("N");
+  app.add_option("--open-timeout", o.open_timeout_s,
+                 "seconds a new stream may take to send its Open before it is cancelled (default 10)")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->option_text("SECONDS");
   app.add_option("--metrics", o.metrics, "serve Prometheus /metrics on HOST:PORT")->option_text("HOST:PORT");
   // Tests of the GPU node's handling of a broken worker: hidden (no group), never for production.
   app.add_option("--inject-fault", o.fault, "")->group("");
@@ -167,6 +180,8 @@ int run_worker(int argc, char** argv) {
   }
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   settings.threads = o.threads > 0 ? o.threads : cores;
+  settings.max_streams = o.max_streams;
+  settings.open_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.open_timeout_s * 1000));
   const unsigned threads = settings.threads;
 
   // SIGTERM/SIGINT end the worker; blocked before any thread starts, so every thread inherits it.

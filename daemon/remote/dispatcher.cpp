@@ -12,6 +12,7 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include "image/decoder_versions.hpp"
 #include "image/sample_processor.hpp"
 #include "job/job.hpp"
 #include "sched/work_queue.hpp"
@@ -231,6 +232,16 @@ class Dispatcher::Link {
     }
     if (!r.accepted()) {
       fail("refused the job: " + r.error().substr(0, 2048));
+      return false;
+    }
+    // Pixels are the same only for the same decoder libraries: a worker with other versions,
+    // or one that names none (older than protocol 1.2: unknown), is not used (issue #34).
+    if (r.decoder_versions() != image::decoder_versions()) {
+      const std::string theirs = r.decoder_versions().empty() ? "unknown (not reported; it speaks protocol 1." +
+                                                                    std::to_string(r.protocol_minor()) + ", 1.2 reports them)"
+                                                              : "'" + r.decoder_versions().substr(0, 512) + "'";
+      fail("not used: its decoder versions differ, its pixels could too (the local pool serves); worker: " + theirs +
+           "; this node: '" + image::decoder_versions() + "'");
       return false;
     }
     base::MutexLock lock(mu_);

@@ -4,6 +4,7 @@
 #include <deque>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -60,13 +61,50 @@ class WorkerServer::Impl final : public v1::Worker::Service {
 
   grpc::Status Work(grpc::ServerContext* ctx, Stream* stream) override {
     const std::string peer = ctx->peer();
-    auto st = std::make_shared<StreamState>(settings_, stream, next_serial_++);
+    // A4: at most max_streams at once (each holds this gRPC thread while it lasts), refused
+    // before anything is allocated for the stream.
+    const unsigned cap = settings_.max_streams;
+    if (active_.fetch_add(1) >= cap) {
+      active_--;
+      refused_++;
+      const std::string why = "this worker serves at most " + std::to_string(cap) +
+                              " streams at once (--max-streams); try again later";
+      if (first_from(peer, busy_peers_)) spdlog::warn("worker: refused a stream from {}: {}", peer, why);
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, why);
+    }
+    ActiveStream slot(active_);
     v1::Request req;
-    if (!stream->Read(&req)) return grpc::Status::OK;
+    OpenDeadline deadline{ctx, std::chrono::steady_clock::now() + settings_.open_timeout};
+    watch(deadline);
+    const bool got = stream->Read(&req);
+    if (!unwatch(deadline)) {  // counted by cancel_late_opens()
+      if (first_from(peer, timeout_peers_)) {
+        spdlog::warn("worker: cancelled a stream from {}: no Open within {} ms (--open-timeout; logged once per peer)",
+                     peer, settings_.open_timeout.count());
+      }
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "no Open within " +
+                                                                   std::to_string(settings_.open_timeout.count()) + " ms");
+    }
+    if (!got) return grpc::Status::OK;
     if (!req.has_open()) {
       refused_++;
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first message of a stream must be an Open");
     }
+    // The token (and protocol major) before the stream's session, buffers or items exist.
+    if (std::string why = open_precheck(req.open(), settings_.token); !why.empty()) {
+      refused_++;
+      v1::Reply reply;
+      reply.mutable_open()->set_protocol_major(kWorkerMajor);
+      reply.mutable_open()->set_protocol_minor(kWorkerMinor);
+      reply.mutable_open()->set_error(why);
+      stream->Write(reply);
+      if (first_from(peer, token_peers_)) {
+        spdlog::warn("worker: refused a stream from {}: {} (logged once per peer; counted in refused)", peer, why);
+      }
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, why);
+    }
+    sessions_++;
+    auto st = std::make_shared<StreamState>(settings_, stream, next_serial_++);
     v1::Reply reply;
     *reply.mutable_open() = st->session.open(req.open());
     const bool accepted = reply.open().accepted();
@@ -124,6 +162,7 @@ class WorkerServer::Impl final : public v1::Worker::Service {
 
   void start_threads(unsigned n) {
     for (unsigned i = 0; i < n; ++i) threads_.emplace_back([this] { run(); });
+    open_watchdog_ = std::thread([this] { cancel_late_opens(); });
   }
 
   void stop_threads() {
@@ -134,6 +173,12 @@ class WorkerServer::Impl final : public v1::Worker::Service {
     cv_.notify_all();
     for (std::thread& t : threads_) t.join();
     threads_.clear();
+    {
+      base::MutexLock lock(watch_mu_);
+      watch_stop_ = true;
+    }
+    watch_cv_.notify_all();
+    if (open_watchdog_.joinable()) open_watchdog_.join();
   }
 
   WorkerStats stats() const {
@@ -144,10 +189,72 @@ class WorkerServer::Impl final : public v1::Worker::Service {
     s.bytes_sent = bytes_sent_.load();
     s.busy_ns = busy_ns_.load();
     s.streams = streams_.load();
+    s.open_timeouts = open_timeouts_.load();
+    s.sessions = sessions_.load();
     return s;
   }
 
  private:
+  // The stream's Open deadline, on Work's stack while it waits for the Open.
+  struct OpenDeadline {
+    grpc::ServerContext* ctx;
+    std::chrono::steady_clock::time_point until;
+  };
+  // Holds one of the max_streams places until Work returns.
+  struct ActiveStream {
+    explicit ActiveStream(std::atomic<unsigned>& n) : n_(n) {}
+    ~ActiveStream() { n_--; }
+    ActiveStream(const ActiveStream&) = delete;
+    ActiveStream& operator=(const ActiveStream&) = delete;
+    std::atomic<unsigned>& n_;
+  };
+
+  void watch(OpenDeadline& d) {
+    {
+      base::MutexLock lock(watch_mu_);
+      waiting_open_.insert(&d);
+    }
+    watch_cv_.notify_all();
+  }
+  // false: the deadline passed and the stream was cancelled.
+  bool unwatch(OpenDeadline& d) {
+    base::MutexLock lock(watch_mu_);
+    return waiting_open_.erase(&d) == 1;
+  }
+
+  // One thread for every stream's Open deadline: cancels (TryCancel) those past it, so their
+  // Read returns and their gRPC thread is free again.
+  void cancel_late_opens() {
+    base::MutexLock lock(watch_mu_);
+    while (!watch_stop_) {
+      const auto now = std::chrono::steady_clock::now();
+      auto next = now + std::chrono::seconds(1);
+      for (auto it = waiting_open_.begin(); it != waiting_open_.end();) {
+        if ((*it)->until <= now) {
+          // Counted before the cancel, so a peer that sees its stream end sees the count too.
+          open_timeouts_++;
+          refused_++;
+          (*it)->ctx->TryCancel();
+          it = waiting_open_.erase(it);
+        } else {
+          next = std::min(next, (*it)->until);
+          ++it;
+        }
+      }
+      watch_cv_.wait_for(lock, next - now);
+    }
+  }
+
+  // Whether this is the first time `peer`'s host ("ipv4:10.0.0.7:51234" less its port) is
+  // named in `seen` (a log line once per peer; forgets all past 4096 hosts).
+  bool first_from(const std::string& peer, std::set<std::string>& seen) {
+    const std::size_t colon = peer.rfind(':');
+    std::string host = colon == std::string::npos ? peer : peer.substr(0, colon);
+    base::MutexLock lock(peers_mu_);
+    if (seen.size() >= 4096) seen.clear();
+    return seen.insert(std::move(host)).second;
+  }
+
   void submit(Task t) {
     {
       base::MutexLock lock(mu_);
@@ -243,6 +350,16 @@ class WorkerServer::Impl final : public v1::Worker::Service {
   std::atomic<std::uint64_t> next_serial_{1};
   std::atomic<std::uint64_t> items_{0}, errors_{0}, refused_{0}, bytes_sent_{0}, busy_ns_{0};
   std::atomic<std::uint32_t> streams_{0};
+  std::atomic<std::uint64_t> open_timeouts_{0}, sessions_{0};
+  std::atomic<unsigned> active_{0};  // streams in Work(), opened or not (at most max_streams)
+  base::Mutex watch_mu_;
+  base::CondVar watch_cv_;
+  std::set<OpenDeadline*> waiting_open_ STOKER_GUARDED_BY(watch_mu_);
+  bool watch_stop_ STOKER_GUARDED_BY(watch_mu_) = false;
+  std::thread open_watchdog_;
+  base::Mutex peers_mu_;
+  std::set<std::string> busy_peers_ STOKER_GUARDED_BY(peers_mu_), timeout_peers_ STOKER_GUARDED_BY(peers_mu_),
+      token_peers_ STOKER_GUARDED_BY(peers_mu_);
   base::Mutex mu_;
   base::CondVar cv_;
   std::deque<Task> tasks_ STOKER_GUARDED_BY(mu_);

@@ -5,7 +5,11 @@
 //
 // Bounds: a request of at most kMaxRequestBytes (gRPC refuses more), at most kMaxInFlight
 // items held per stream (the stream is ended with RESOURCE_EXHAUSTED past that), keepalive
-// pings answered so a GPU node notices a dead link.
+// pings answered so a GPU node notices a dead link. Issue #34, A4: a stream holds one gRPC
+// thread while it lasts (the synchronous API), so at most settings.max_streams are served at
+// once (more are refused with RESOURCE_EXHAUSTED naming the cap, before anything is allocated);
+// one without an Open within settings.open_timeout is cancelled (counted, logged once per peer
+// host); the Open's token is checked before the stream's session, buffers or items exist.
 #pragma once
 
 #include <atomic>
@@ -36,6 +40,8 @@ struct WorkerStats {
   std::uint64_t items = 0, errors = 0, refused = 0, bytes_sent = 0;
   std::uint64_t busy_ns = 0;
   std::uint32_t streams = 0;
+  std::uint64_t open_timeouts = 0;  // streams cancelled for no Open in time (in `refused` too)
+  std::uint64_t sessions = 0;       // streams given a session (their Open passed version and token)
 };
 
 class WorkerServer {

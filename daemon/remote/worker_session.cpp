@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "config/config.hpp"
+#include "image/decoder_versions.hpp"
 #include "image/sample_result.hpp"
 #include "remote/protocol.hpp"
 
@@ -127,19 +128,23 @@ base::Status check_source(const config::SourceConfig& s, const std::vector<fs::p
 
 }  // namespace
 
-base::Status WorkerSession::check_open(const v1::Open& open) {
+std::string open_precheck(const v1::Open& open, const std::string& token) {
   if (std::string why = version_mismatch(open.protocol_major(), open.protocol_minor(), "the GPU node"); !why.empty()) {
-    return base::Status::error(why);
+    return why;
   }
-  if (!token_equal(open.token(), settings_.token)) {
+  if (!token_equal(open.token(), token)) {
     // A token sent to a worker without one is refused too (the two sides disagree about the
     // set-up; accepting would hide that the GPU node's secret is going somewhere unexpected).
-    return base::Status::error(open.token().empty()     ? "this worker needs a token (remote.token_file)"
-                               : settings_.token.empty() ? "wrong token (this worker has no --token-file; remove "
-                                                           "remote.token_file or give the worker the same token)"
-                                                         : "wrong token (remote.token_file differs from the worker's "
-                                                           "--token-file)");
+    return open.token().empty() ? "this worker needs a token (remote.token_file)"
+           : token.empty()      ? "wrong token (this worker has no --token-file; remove "
+                                  "remote.token_file or give the worker the same token)"
+                                : "wrong token (remote.token_file differs from the worker's --token-file)";
   }
+  return {};
+}
+
+base::Status WorkerSession::check_open(const v1::Open& open) {
+  if (std::string why = open_precheck(open, settings_.token); !why.empty()) return base::Status::error(why);
   if (open.job_yaml().size() > kMaxJobYamlBytes || open.origin().size() > kMaxPathBytes ||
       open.base_dir().size() > kMaxPathBytes || open.job().size() > 256) {
     return base::Status::error("the job's definition is larger than a worker accepts");
@@ -190,6 +195,7 @@ v1::OpenReply WorkerSession::open(const v1::Open& open) {
   reply.set_protocol_major(kWorkerMajor);
   reply.set_protocol_minor(kWorkerMinor);
   reply.set_threads(settings_.threads);
+  reply.set_decoder_versions(image::decoder_versions());
   if (opened()) {
     reply.set_error("the stream is already open (one Open per stream)");
     return reply;

@@ -9,6 +9,7 @@
 // Threads: open() once, then check_item/process from any number of threads (const).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -34,7 +35,16 @@ struct WorkerSettings {
   std::vector<std::shared_ptr<const base::UniqueFd>> allow_root_fds;
   std::string token;                               // empty: no token asked for
   unsigned threads = 1;                            // announced in OpenReply.threads
+  // The server's bounds on streams (issue #34, A4; worker_server.hpp): how long a stream may
+  // go without its Open (`--open-timeout`), and how many streams it serves at once
+  // (`--max-streams`; each holds one gRPC thread while it lasts).
+  std::chrono::milliseconds open_timeout{10'000};
+  unsigned max_streams = 64;
 };
+
+// The Open's protocol major and token, the checks a stream passes before the worker allocates
+// anything for it: empty when they pass, else the refusal (the same text WorkerSession::open gives).
+std::string open_precheck(const v1::Open& open, const std::string& token);
 
 // Opens each of settings.allow_roots (a folder) into settings.allow_root_fds; the error names it.
 base::Status open_allow_roots(WorkerSettings& settings);

@@ -42,6 +42,7 @@ enum class Lie {
   kSwapPixels,  // each batch's pixels rotated, ids and echoes kept (A6: remote.verify)
   kFlipPixels,  // one byte of every sample flipped (A6: remote.verify)
   kLate,        // every answer 2.5 s late (A7: hedging)
+  kOtherDecoders,  // honest answers, but its Open names other decoder library versions
 };
 
 // A worker on 127.0.0.1 (any port) that answers every item, then lies as `lie` says.
@@ -66,6 +67,9 @@ class LyingWorker final : public v1::Worker::Service {
     if (!stream->Read(&req) || !req.has_open()) return grpc::Status::OK;
     v1::Reply open;
     *open.mutable_open() = session.open(req.open());
+    if (lie_ == Lie::kOtherDecoders) {
+      open.mutable_open()->set_decoder_versions("jpeg-turbo 1.5.2 (jpeg 62), png 1.6.34, webp 0.6.1, tiff 4.0.9");
+    }
     stream->Write(open);
     if (!open.open().accepted()) return grpc::Status::OK;
     stoker::image::SampleProcessor processor(session.pipeline());
@@ -151,6 +155,7 @@ class LyingWorker final : public v1::Worker::Service {
         }
         break;
       case Lie::kLate:
+      case Lie::kOtherDecoders:
         break;
     }
   }
@@ -282,4 +287,34 @@ TEST_CASE("a worker answering 2.5 s late is hedged: the node keeps most of its l
   // Without hedging the first window the worker holds stalls its batches 2.5 s, and every
   // window after it; with it, a stall is about 0.5 s per 2.5 s. Loose: a noisy CI machine.
   CHECK(remote_s < 2 * local_s + 1.5);
+}
+
+TEST_CASE("a worker naming other decoder versions is refused once, logged with both, and the node serves locally",
+          "[integration][remote][security]") {
+  LyingWorker w(Lie::kOtherDecoders, demo_root());
+  Node base("");
+  // local: false would hand every item to the worker were it taken; refused, the local pool serves.
+  Node rem("{workers: [\"" + w.address() + "\"], local: false, verify: 0}");
+  const auto want = take_batches(base.socket, kBatches);
+  const auto until = LieClock::now() + std::chrono::seconds(20);
+  while (rem.link()["errors"].get<std::uint64_t>() == 0) {
+    REQUIRE(LieClock::now() < until);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(take_batches(rem.socket, kBatches) == want);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // retries (backoff 0.2 s, doubling)
+  const Json job = rem.job();
+  require_no_errors(job);
+  INFO(job.dump());
+  const Json link = job["remote"][0];
+  CHECK_FALSE(link["connected"].get<bool>());
+  CHECK(link["samples"].get<std::uint64_t>() == 0);
+  CHECK(link["errors"].get<std::uint64_t>() > 0);
+  const std::string why = link["last_error"].get<std::string>();
+  CHECK(why.find("decoder versions differ") != std::string::npos);
+  CHECK(why.find("jpeg-turbo 1.5.2 (jpeg 62), png 1.6.34, webp 0.6.1, tiff 4.0.9") != std::string::npos);
+  const std::string log = rem.daemon->log();
+  const std::size_t first = log.find("decoder versions differ");
+  REQUIRE(first != std::string::npos);
+  CHECK(log.find("decoder versions differ", first + 1) == std::string::npos);  // once, however often retried
 }

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "image/decoder_versions.hpp"
 #include "image/sample_processor.hpp"
 #include "remote/protocol.hpp"
 #include "remote/worker_session.hpp"
@@ -158,6 +159,7 @@ TEST_CASE("remote session: the GPU node's Open is accepted with the right token"
   CHECK(r.threads() == 3);
   CHECK(r.protocol_major() == remote::kWorkerMajor);
   CHECK(r.protocol_minor() == remote::kWorkerMinor);
+  CHECK(r.decoder_versions() == stoker::image::decoder_versions());  // protocol 1.2: the node compares
   REQUIRE(session.opened());
   CHECK(session.job() == "demo");
   CHECK(session.pipeline().sample_bytes() == g.job().pipeline.sample_bytes());
