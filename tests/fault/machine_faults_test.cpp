@@ -131,8 +131,10 @@ TEST_CASE("an epoch in which every sample of a rank fails ends the job with the 
     FAIL("batches kept coming from a job whose every file is bad");
   } catch (const stoker::Error& e) {
     CHECK(e.status() == STOKER_ERR_JOB_FAILED);
-    CHECK_THAT(e.what(), Catch::Contains("every sample of rank 0 in epoch 0 failed (6 of them); first: ") &&
-                             Catch::Contains("junk_"));
+    // Epoch 0 names the decode errors. On a loaded machine epoch 1 can be the one reported: its
+    // samples fail at once ("quarantined earlier") while the worker that quarantined epoch 0's
+    // last file is still writing the quarantine entry, before that sample is counted done.
+    CHECK_THAT(e.what(), Catch::Matches(".*every sample of rank 0 in epoch [01] failed \\(6 of them\\); first: .*junk_.*"));
   }
 }
 

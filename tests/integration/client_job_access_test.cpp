@@ -408,7 +408,7 @@ TEST_CASE("a file its user may not read is named once per job run, then counted 
   }
 }
 
-TEST_CASE("status shows a user only their own uid's client-defined jobs; root sees all; a refusal does not tell "
+TEST_CASE("status shows a user only their own uid's client-defined jobs, root sees all, and a refusal does not tell "
           "what a folder the user cannot list holds (issue #34 D4)",
           "[integration][client-jobs]") {
   skip_unless_root("ask the status as another uid");
