@@ -94,11 +94,12 @@ bool JobDefinitions::define(Session& s, const std::string& config, const std::st
     // about the peer is read from /proc now (its pid may be another process's by now).
     read_as = std::make_shared<const source::ReadAs>(source::ReadAs{uid, s.peer_gid, s.peer_groups});
   }
+  const std::string written_name = jc.name;
   jc.name = client_job_name(key);
   spdlog::info("job {}: defined by client {}; loading its dataset{}", jc.name, who,
                read_as ? " with that user's permissions" : "");
   s.command_pending = true;
-  defining_[key] = Defining{uid, {{s.fd, s.token}}};
+  defining_[key] = Defining{uid, {{s.fd, s.token}}, written_name, jc.name};
   loader_.define(key, std::move(jc), sources_.state_dir, origin, std::move(read_as));
   return true;
 }
@@ -120,7 +121,12 @@ void JobDefinitions::apply(LoadResult& r) {
   STOKER_CHECK(!r.error.empty() || r.job.has_value(), "definition load of {} neither failed nor made a job",
                r.definition);
   if (!r.error.empty()) {
-    reply = reply_error(r.error);
+    std::string error = r.error;
+    const std::string given = "jobs." + node.mapped().given_name + ".", written = "jobs." + node.mapped().written_name + ".";
+    for (std::size_t at = error.find(given); at != std::string::npos; at = error.find(given, at + written.size())) {
+      error.replace(at, given.size(), written);
+    }
+    reply = reply_error(error);
   } else if (Job* same = jobs_.defined(r.definition)) {
     reply = Json{{"ok", true}, {"job", same->name()}, {"created", false}}.dump();
   } else if (jobs_.serving(r.job->config.name) != nullptr) {

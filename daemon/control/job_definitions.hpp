@@ -37,6 +37,9 @@ class JobDefinitions {
   struct Defining {
     std::uint32_t uid = 0;
     std::vector<std::pair<int, std::uint64_t>> waiters;
+    // The job's name as the client wrote it, and the one stokerd gave it: a load error names
+    // keys as the client wrote them ("jobs.<written>.source.root"), as a parse error does.
+    std::string written_name, given_name;
   };
   jobs::JobLoader& loader_;
   jobs::JobTable& jobs_;
