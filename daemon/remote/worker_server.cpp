@@ -69,7 +69,7 @@ class WorkerServer::Impl final : public v1::Worker::Service {
       refused_++;
       const std::string why = "this worker serves at most " + std::to_string(cap) +
                               " streams at once (--max-streams); try again later";
-      if (first_from(peer, busy_peers_)) spdlog::warn("worker: refused a stream from {}: {}", peer, why);
+      if (first_from(peer, PeerLog::kBusy)) spdlog::warn("worker: refused a stream from {}: {}", peer, why);
       return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, why);
     }
     ActiveStream slot(active_);
@@ -78,7 +78,7 @@ class WorkerServer::Impl final : public v1::Worker::Service {
     watch(deadline);
     const bool got = stream->Read(&req);
     if (!unwatch(deadline)) {  // counted by cancel_late_opens()
-      if (first_from(peer, timeout_peers_)) {
+      if (first_from(peer, PeerLog::kTimeout)) {
         spdlog::warn("worker: cancelled a stream from {}: no Open within {} ms (--open-timeout; logged once per peer)",
                      peer, settings_.open_timeout.count());
       }
@@ -98,7 +98,7 @@ class WorkerServer::Impl final : public v1::Worker::Service {
       reply.mutable_open()->set_protocol_minor(kWorkerMinor);
       reply.mutable_open()->set_error(why);
       stream->Write(reply);
-      if (first_from(peer, token_peers_)) {
+      if (first_from(peer, PeerLog::kToken)) {
         spdlog::warn("worker: refused a stream from {}: {} (logged once per peer; counted in refused)", peer, why);
       }
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, why);
@@ -246,11 +246,15 @@ class WorkerServer::Impl final : public v1::Worker::Service {
   }
 
   // Whether this is the first time `peer`'s host ("ipv4:10.0.0.7:51234" less its port) is
-  // named in `seen` (a log line once per peer; forgets all past 4096 hosts).
-  bool first_from(const std::string& peer, std::set<std::string>& seen) {
+  // named for `why` (a log line once per peer; forgets all past 4096 hosts). The set is picked
+  // under the lock, so the thread-safety analysis sees every access guarded.
+  enum class PeerLog { kBusy, kTimeout, kToken };
+  bool first_from(const std::string& peer, PeerLog why) {
     const std::size_t colon = peer.rfind(':');
     std::string host = colon == std::string::npos ? peer : peer.substr(0, colon);
     base::MutexLock lock(peers_mu_);
+    std::set<std::string>& seen =
+        why == PeerLog::kBusy ? busy_peers_ : why == PeerLog::kTimeout ? timeout_peers_ : token_peers_;
     if (seen.size() >= 4096) seen.clear();
     return seen.insert(std::move(host)).second;
   }
