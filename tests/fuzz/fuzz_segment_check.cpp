@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "../support/segment_record.hpp"
 #include "segment_check.hpp"
 
 namespace {
@@ -26,28 +27,16 @@ struct Record {
 
 Record valid_record() {
   namespace proto = stoker::proto;
+  const proto::BatchGeometry g{8, 3, 32, 32, proto::DType::kUInt8, proto::Layout::kNCHW, 3 * 32 * 32};
+  const stoker::test::SegmentRecord written = stoker::test::segment_as_written(g, 2, 4);
   Record r{};
-  proto::BatchGeometry g{8, 3, 32, 32, proto::DType::kUInt8, proto::Layout::kNCHW, 3 * 32 * 32};
-  const proto::SegmentPlan p = proto::plan_segment(g, 2, 4);
-  r.header.magic = proto::kSegmentMagic;
-  r.header.layout_major = proto::kLayoutMajor;
-  r.header.layout_minor = proto::kLayoutMinor;
-  r.header.segment_size = p.segment_size;
-  r.header.ring_count = 2;
-  r.header.slots_per_ring = 4;
-  r.header.ring_table_offset = p.ring_table_offset;
-  r.header.slot_stride = p.slot_stride;
-  r.header.payload_offset = p.payload_offset;
-  r.header.labels_offset = p.labels_offset;
-  r.header.ids_offset = p.ids_offset;
-  r.header.geometry = g;
+  r.header = written.header;
   r.header.num_classes = 4;
-  r.welcome.segment_size = p.segment_size;
-  r.welcome.ring_index = 1;
-  r.welcome.slot_count = 4;
-  r.mapped_size = p.segment_size;
+  r.welcome = written.welcome;
+  r.mapped_size = written.welcome.segment_size;
   r.ring.slot_count = 4;
-  r.ring.first_slot_offset = p.first_slot_offset + 4 * p.slot_stride;
+  const proto::SegmentPlan p = proto::plan_segment(g, 2, 4);
+  r.ring.first_slot_offset = p.first_slot_offset + 4 * p.slot_stride;  // ring 1's slot 0
   return r;
 }
 

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "segment_check.hpp"
+#include "segment_record.hpp"
 
 namespace proto = stoker::proto;
 using stoker::client::check_ring_entry;
@@ -12,31 +13,10 @@ using stoker::client::layout_is_readable;
 
 namespace {
 
-struct Handshake {
-  proto::SegmentHeader header{};
-  proto::WelcomeMsg welcome{};
-};
+using Handshake = stoker::test::SegmentRecord;
 
-// A header and Welcome as stokerd writes them for `g`, `rings` x `slots`, this client on ring 1.
 Handshake written_for(const proto::BatchGeometry& g, std::uint32_t rings, std::uint32_t slots) {
-  Handshake h;
-  const proto::SegmentPlan p = proto::plan_segment(g, rings, slots);
-  h.header.magic = proto::kSegmentMagic;
-  h.header.layout_major = proto::kLayoutMajor;
-  h.header.layout_minor = proto::kLayoutMinor;
-  h.header.segment_size = p.segment_size;
-  h.header.ring_count = rings;
-  h.header.slots_per_ring = slots;
-  h.header.ring_table_offset = p.ring_table_offset;
-  h.header.slot_stride = p.slot_stride;
-  h.header.payload_offset = p.payload_offset;
-  h.header.labels_offset = p.labels_offset;
-  h.header.ids_offset = p.ids_offset;
-  h.header.geometry = g;
-  h.welcome.segment_size = p.segment_size;
-  h.welcome.ring_index = 1;
-  h.welcome.slot_count = slots;
-  return h;
+  return stoker::test::segment_as_written(g, rings, slots);
 }
 
 const proto::BatchGeometry kSmall{8, 3, 32, 32, proto::DType::kUInt8, proto::Layout::kNCHW, 3 * 32 * 32};
