@@ -206,55 +206,55 @@ void require_no_errors(const Json& job) {
 
 constexpr int kBatches = 24;  // three epochs of the demo set (64 samples, batches of 8)
 
+// What a lying worker left behind on a node that uses it (`remote_yaml`), after the node's
+// batches were checked equal to a local-only run's and no error or quarantine was counted.
+struct AfterLie {
+  Json job;         // the lying node's job status
+  std::string log;  // its stokerd's log
+};
+AfterLie serve_beside_a_lie(Lie lie, const std::string& remote_yaml) {
+  LyingWorker w(lie, demo_root());
+  Node base("");
+  Node rem("{workers: [\"" + w.address() + "\"], " + remote_yaml + "}");
+  const auto want = take_batches(base.socket, kBatches);
+  rem.wait_connected();
+  CHECK(take_batches(rem.socket, kBatches) == want);
+  AfterLie after{rem.job(), rem.daemon->log()};
+  require_no_errors(after.job);
+  return after;
+}
+
 }  // namespace
 
 TEST_CASE("a worker calling every file bad quarantines nothing: the node makes them itself",
           "[integration][remote][security]") {
-  LyingWorker w(Lie::kBadFile, demo_root());
-  Node base("");
-  Node rem("{workers: [\"" + w.address() + "\"], local: false, verify: 0}");
-  const auto want = take_batches(base.socket, kBatches);
-  rem.wait_connected();
-  CHECK(take_batches(rem.socket, kBatches) == want);
-  const Json job = rem.job();
-  require_no_errors(job);
+  const AfterLie after = serve_beside_a_lie(Lie::kBadFile, "local: false, verify: 0");
+  const Json& job = after.job;
   INFO(job.dump());
   CHECK(job["remote"][0]["mismatches"].get<std::uint64_t>() > 0);
-  CHECK(rem.daemon->log().find("which is made fine here") != std::string::npos);
+  CHECK(after.log.find("which is made fine here") != std::string::npos);
 }
 
 TEST_CASE("a worker answering under swapped ids is dropped and its items made again",
           "[integration][remote][security]") {
-  LyingWorker w(Lie::kSwapIds, demo_root());
-  Node base("");
-  Node rem("{workers: [\"" + w.address() + "\"], local: false, verify: 0}");
-  const auto want = take_batches(base.socket, kBatches);
-  rem.wait_connected();
-  CHECK(take_batches(rem.socket, kBatches) == want);
-  const Json job = rem.job();
-  require_no_errors(job);
+  const AfterLie after = serve_beside_a_lie(Lie::kSwapIds, "local: false, verify: 0");
+  const Json& job = after.job;
   INFO(job.dump());
   CHECK(job["remote"][0]["errors"].get<std::uint64_t>() > 0);
   CHECK(job["remote"][0]["reissued"].get<std::uint64_t>() > 0);
-  CHECK(rem.daemon->log().find("sent as epoch") != std::string::npos);
+  CHECK(after.log.find("sent as epoch") != std::string::npos);
 }
 
 TEST_CASE("remote.verify finds a worker's swapped or flipped pixels and serves this node's",
           "[integration][remote][security]") {
   const Lie lie = GENERATE(Lie::kSwapPixels, Lie::kFlipPixels);
   INFO((lie == Lie::kSwapPixels ? "swapped pixels" : "flipped pixels"));
-  LyingWorker w(lie, demo_root());
-  Node base("");
-  Node rem("{workers: [\"" + w.address() + "\"], local: false, verify: 1}");
-  const auto want = take_batches(base.socket, kBatches);
-  rem.wait_connected();
-  CHECK(take_batches(rem.socket, kBatches) == want);
-  const Json job = rem.job();
-  require_no_errors(job);
+  const AfterLie after = serve_beside_a_lie(lie, "local: false, verify: 1");
+  const Json& job = after.job;
   INFO(job.dump());
   CHECK(job["remote"][0]["mismatches"].get<std::uint64_t>() > 0);
   CHECK(job["remote"][0]["errors"].get<std::uint64_t>() > 0);
-  CHECK(rem.daemon->log().find("that differ from this node's") != std::string::npos);
+  CHECK(after.log.find("that differ from this node's") != std::string::npos);
 }
 
 TEST_CASE("a worker answering 2.5 s late is hedged: the node keeps most of its local throughput",
