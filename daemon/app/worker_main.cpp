@@ -75,6 +75,9 @@ std::string metrics_text(const remote::WorkerStats& s, unsigned threads, double 
   add("stoker_remote_worker_open_timeouts_total", "counter",
       "Streams cancelled for sending no Open within --open-timeout (counted in refused too).",
       static_cast<double>(s.open_timeouts));
+  add("stoker_remote_worker_stalls_total", "counter",
+      "Times a stream was parked because its GPU node did not read its results (no decode thread waits for it).",
+      static_cast<double>(s.stalls));
   add("stoker_remote_worker_bytes_sent_total", "counter", "Sample bytes sent (after compression).",
       static_cast<double>(s.bytes_sent));
   add("stoker_remote_worker_streams", "gauge", "GPU-node streams open now.", s.streams);

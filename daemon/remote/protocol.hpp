@@ -27,6 +27,10 @@ inline constexpr std::uint64_t kMaxReadBytes = std::uint64_t{1} << 30;    // one
 inline constexpr std::size_t kMaxInFlight = 1024;  // items a worker holds per stream at most
 inline constexpr std::size_t kMaxBatch = 64;        // items in an ItemBatch, results in a ResultBatch
 inline constexpr std::size_t kBatchBytes = 4u << 20;  // a worker starts a new ResultBatch past this
+// A worker makes no more of a stream's items while this many bytes of its results wait unread
+// (or two samples per decode thread, if more): a node that stops reading parks its stream
+// (issue #34, A3; worker_stream.hpp).
+inline constexpr std::size_t kStreamBufferBytes = 8u << 20;
 
 // A worker's answer bigger than this is refused by the GPU node: a finished sample, compressed
 // or not, plus the message's own fields.

@@ -5,11 +5,14 @@
 //
 // Bounds: a request of at most kMaxRequestBytes (gRPC refuses more), at most kMaxInFlight
 // items held per stream (the stream is ended with RESOURCE_EXHAUSTED past that), keepalive
-// pings answered so a GPU node notices a dead link. Issue #34, A4: a stream holds one gRPC
-// thread while it lasts (the synchronous API), so at most settings.max_streams are served at
-// once (more are refused with RESOURCE_EXHAUSTED naming the cap, before anything is allocated);
-// one without an Open within settings.open_timeout is cancelled (counted, logged once per peer
-// host); the Open's token is checked before the stream's session, buffers or items exist.
+// pings answered so a GPU node notices a dead link. Issue #34, A3/A4: streams run on gRPC's
+// callback API (worker_stream.hpp) and hold no thread while they wait, so the worker's threads
+// are its decode threads, its Open watchdog and gRPC's own pool, whatever the number of
+// streams; a stream whose results go unread is parked at kStreamBufferBytes (its items wait,
+// no decode thread blocks). At most settings.max_streams are served at once (more are refused
+// with RESOURCE_EXHAUSTED naming the cap, before anything is allocated); one without an Open
+// within settings.open_timeout is cancelled (counted, logged once per peer host); the Open's
+// token is checked before the stream's session, buffers or items exist.
 #pragma once
 
 #include <atomic>
@@ -42,6 +45,7 @@ struct WorkerStats {
   std::uint32_t streams = 0;
   std::uint64_t open_timeouts = 0;  // streams cancelled for no Open in time (in `refused` too)
   std::uint64_t sessions = 0;       // streams given a session (their Open passed version and token)
+  std::uint64_t stalls = 0;         // times a stream was parked for its unread results (A3)
 };
 
 class WorkerServer {

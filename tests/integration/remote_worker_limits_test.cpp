@@ -1,5 +1,6 @@
-// Integration tier, security (docs/SECURITY.md, remote workers; issue #34 A4): what streams
-// that never send an Open, or send a wrong token, cost a `stokerd --worker`. The worker is the
+// Integration tier, security (docs/SECURITY.md, remote workers; issue #34 A3/A4): what streams
+// that never send an Open, send a wrong token, or never read their results cost a
+// `stokerd --worker`. The worker is the
 // product's WorkerServer in this process (its thread count is this process's, read from
 // /proc/self/status); the GPU nodes are raw gRPC streams of the worker protocol.
 #include <catch2/catch.hpp>
@@ -9,15 +10,19 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
 
+#include "config/config.hpp"
 #include "remote/protocol.hpp"
 #include "remote/worker_server.hpp"
+#include "remote_node_open.hpp"
 #include "stoker/remote/worker.grpc.pb.h"
+#include "temp_dir.hpp"
 
 namespace v1 = stoker::remote::v1;
 
@@ -25,11 +30,22 @@ namespace {
 
 using LimitsClock = std::chrono::steady_clock;
 
+namespace fs = std::filesystem;
+
 int threads_now() {
   std::ifstream in("/proc/self/status");
   std::string line;
   while (std::getline(in, line)) {
     if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  }
+  return -1;
+}
+
+long rss_kib() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
   }
   return -1;
 }
@@ -75,8 +91,9 @@ TEST_CASE("200 streams without an Open: threads stay bounded, past the cap refus
   std::printf("worker threads (this process): %d before, %d with %d streams without an Open (--max-streams 16)\n",
               before, during, kStreams);
   INFO("threads before " << before << ", with " << kStreams << " idle streams " << during);
-  // The 16 streams served hold a gRPC thread each; gRPC's pollers come and go around them.
-  CHECK(during <= before + 16 + 16);
+  // A stream waiting for its Open holds no thread (the callback API); gRPC's pollers and
+  // callback pool come and go. The old worker held one per stream: before + 16 at least.
+  CHECK(during <= before + 8);
 
   int exhausted = 0, cancelled = 0, other = 0;
   std::string exhausted_text;
@@ -138,4 +155,126 @@ TEST_CASE("a wrong token is refused before the worker allocates a session for th
   const stoker::remote::WorkerStats stats = server.stats();
   CHECK(stats.refused == 20);
   CHECK(stats.sessions == 0);  // no WorkerSession, outbox or item state was made for any of them
+}
+
+namespace {
+
+// A job whose samples are large (512x512 float32, 3 MiB each), so a few fill a stream's buffer.
+struct BigSampleNode {
+  stoker::test::TempDir dir;
+  stoker::config::Config cfg;
+  v1::Open open;
+  std::vector<std::string> files;
+  BigSampleNode() {
+    const fs::path demo = fs::canonical(fs::path(STOKER_TEST_DATA_DIR) / "demo");
+    const std::string yaml = "jobs:\n"
+                             "  big:\n"
+                             "    source: {root: \"" + demo.string() + "\"}\n"
+                             "    batch_size: 4\n"
+                             "    remote: {workers: [\"127.0.0.1:1\"]}\n"
+                             "    pipeline:\n"
+                             "      - decode: {}\n"
+                             "      - resize: {size: [512, 512]}\n"
+                             "    output: {dtype: float32}\n";
+    cfg = stoker::config::parse_config(yaml, "node.yaml", dir.path());
+    open = stoker::test::node_open(cfg.jobs.at(0));
+    open.set_token("the right token");
+    for (const auto& e : fs::recursive_directory_iterator(demo)) {
+      if (e.is_regular_file() && e.path().extension() == ".jpg") files.push_back(e.path().string());
+    }
+  }
+  v1::Request items(std::uint64_t first, int n) const {
+    v1::Request req;
+    for (int i = 0; i < n; ++i) {
+      v1::Item* it = req.mutable_items()->add_items();
+      it->set_id(first + static_cast<std::uint64_t>(i));
+      it->set_path(files[(first + static_cast<std::uint64_t>(i)) % files.size()]);
+      it->set_epoch(0);
+      it->set_draw(static_cast<std::uint32_t>(first) + static_cast<std::uint32_t>(i));
+    }
+    return req;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a node that never reads its results parks its stream: no decode thread waits, memory stays bounded, "
+          "another node is served",
+          "[integration][remote][security]") {
+  const BigSampleNode node;
+  REQUIRE(node.files.size() >= 20);
+  stoker::remote::WorkerSettings settings = limits_settings();
+  settings.allow_roots = {fs::canonical(fs::path(STOKER_TEST_DATA_DIR) / "demo")};
+  stoker::remote::WorkerServer server(settings, "127.0.0.1:0", {});
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server.port()), grpc::InsecureChannelCredentials());
+  auto stub = v1::Worker::NewStub(channel);
+  const long rss_before = rss_kib();
+  const int threads_before = threads_now();
+
+  // The hostile node: Open, 1,000 items of 3 MiB results each (3 GB if all were made), and it
+  // never reads a byte.
+  grpc::ClientContext deaf_ctx;
+  auto deaf = stub->Work(&deaf_ctx);
+  v1::Request open;
+  *open.mutable_open() = node.open;
+  REQUIRE(deaf->Write(open));
+  for (int b = 0; b < 1000 / 50; ++b) REQUIRE(deaf->Write(node.items(static_cast<std::uint64_t>(b) * 50, 50)));
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  const stoker::remote::WorkerStats parked = server.stats();
+  const long rss_parked = rss_kib();
+
+  // An honest node on its own connection: all of its items come back, now.
+  grpc::ChannelArguments own;
+  own.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  own.SetMaxReceiveMessageSize(-1);
+  auto channel2 = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(server.port()),
+                                            grpc::InsecureChannelCredentials(), own);
+  auto stub2 = v1::Worker::NewStub(channel2);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto honest = stub2->Work(&ctx);
+  REQUIRE(honest->Write(open));
+  v1::Reply reply;
+  REQUIRE(honest->Read(&reply));
+  REQUIRE(reply.has_open());
+  INFO(reply.open().error());
+  REQUIRE(reply.open().accepted());
+  const auto t0 = LimitsClock::now();
+  REQUIRE(honest->Write(node.items(5000, 24)));
+  std::set<std::uint64_t> got;
+  auto take = [&](const v1::Result& r) {
+    CHECK(r.error() == 0);
+    CHECK(r.pixels().size() == 512u * 512 * 3 * 4);
+    got.insert(r.id());
+  };
+  while (got.size() < 24 && honest->Read(&reply)) {
+    if (reply.has_result()) take(reply.result());
+    for (const v1::Result& r : reply.results().results()) take(r);
+  }
+  const double honest_s = std::chrono::duration<double>(LimitsClock::now() - t0).count();
+  honest->WritesDone();
+  const grpc::Status honest_end = honest->Finish();
+  const int threads_during = threads_now();
+
+  std::printf("deaf node: %llu of 1000 items made, parked %llu times, worker RSS +%ld MiB; honest node: 24 items in "
+              "%.2f s; threads %d -> %d\n",
+              static_cast<unsigned long long>(parked.items), static_cast<unsigned long long>(parked.stalls),
+              (rss_parked - rss_before) / 1024, honest_s, threads_before, threads_during);
+  // Made: what fills the stream's buffer (12 MiB: 2 threads x 2 samples) and gRPC's windows,
+  // not the 1,000 asked (the old worker made all of them and held them: 3 GB).
+  CHECK(parked.items < 100);
+  CHECK(parked.stalls > 0);
+  CHECK(rss_parked - rss_before < 400 * 1024);
+  CHECK(got.size() == 24);
+  INFO("honest stream ended: " << honest_end.error_message());
+  CHECK(honest_end.ok());
+  CHECK(honest_s < 10.0);  // not behind the deaf node's 1,000 items, and no decode thread lost to it
+  CHECK(threads_during <= threads_before + 8);
+
+  // The deaf node goes away: its stream ends and what it held is let go.
+  deaf_ctx.TryCancel();
+  deaf->Finish();
+  const auto until = LimitsClock::now() + std::chrono::seconds(5);
+  while (server.stats().streams != 0 && LimitsClock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(server.stats().streams == 0);
 }

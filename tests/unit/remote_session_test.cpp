@@ -29,6 +29,7 @@
 #include "image/sample_processor.hpp"
 #include "remote/protocol.hpp"
 #include "remote/worker_session.hpp"
+#include "remote_node_open.hpp"
 #include "tar_writer.hpp"
 
 namespace fs = std::filesystem;
@@ -99,18 +100,7 @@ GpuNode gpu_node(const Scratch& s, const JobText& t = {}) {
                            "      - decode: {}\n" + t.steps +
                            "    output: {dtype: " + t.dtype + "}\n";
   GpuNode g{stoker::config::parse_config(yaml, "gpu.yaml", s.path()), {}};
-  const auto& j = g.job();
-  const auto& rc = j.remote;
-  g.open.set_protocol_major(remote::kWorkerMajor);
-  g.open.set_protocol_minor(remote::kWorkerMinor);
-  g.open.set_token(rc.token);
-  g.open.set_job(j.name);
-  g.open.set_job_yaml(rc.worker_yaml);
-  g.open.set_base_dir(rc.base_dir.string());
-  g.open.set_origin(rc.origin);
-  g.open.set_pixel_seed(j.pixel_seed());
-  g.open.set_sample_bytes(j.pipeline.sample_bytes());
-  g.open.set_compression(rc.zstd ? v1::COMPRESSION_ZSTD : v1::COMPRESSION_NONE);
+  g.open = stoker::test::node_open(g.job());
   return g;
 }
 

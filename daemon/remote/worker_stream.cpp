@@ -1,0 +1,287 @@
+#include "remote/worker_stream.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include <spdlog/spdlog.h>
+
+#include "remote/protocol.hpp"
+
+namespace stoker::remote {
+
+WorkerStream* WorkerStream::start(StreamHost& host, grpc::CallbackServerContext* ctx, std::uint64_t serial) {
+  auto s = std::make_shared<WorkerStream>(host, ctx, serial);
+  s->self_ = s;
+  {
+    base::MutexLock lock(s->mu_);
+    s->reading_ = true;
+  }
+  host.watch(ctx, std::chrono::steady_clock::now() + host.settings().open_timeout);
+  s->StartRead(&s->read_);
+  return s.get();
+}
+
+WorkerStream::WorkerStream(StreamHost& host, grpc::CallbackServerContext* ctx, std::uint64_t serial)
+    : host_(host), ctx_(ctx), serial_(serial), peer_(ctx->peer()) {}
+
+// ---- the Open -------------------------------------------------------------------------------
+
+void WorkerStream::open_read_done(bool ok) {
+  const bool in_time = host_.unwatch(ctx_);
+  if (!ok || !in_time) {
+    if (!in_time && host_.first_from(peer_, StreamHost::PeerLog::kTimeout)) {
+      spdlog::warn("worker: cancelled a stream from {}: no Open within {} ms (--open-timeout; logged once per peer)",
+                   peer_, host_.settings().open_timeout.count());
+    }
+    base::MutexLock lock(mu_);
+    reading_ = false;
+    if (!in_time) {
+      end_ = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          "no Open within " + std::to_string(host_.settings().open_timeout.count()) + " ms");
+    }
+    break_locked();
+    const bool fin = want_finish_locked();
+    lock.unlock();
+    act(false, false, fin);
+    return;
+  }
+  if (!read_.has_open()) {
+    refuse(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first message of a stream must be an Open"), "");
+    return;
+  }
+  // The token (and protocol major) before the stream's session, buffers or items exist.
+  if (std::string why = open_precheck(read_.open(), host_.settings().token); !why.empty()) {
+    if (host_.first_from(peer_, StreamHost::PeerLog::kToken)) {
+      spdlog::warn("worker: refused a stream from {}: {} (logged once per peer; counted in refused)", peer_, why);
+    }
+    refuse(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, why), why);
+    return;
+  }
+  host_.counters().sessions++;
+  session_.emplace(host_.settings());
+  v1::OpenReply reply = session_->open(read_.open());
+  if (!reply.accepted()) {
+    spdlog::warn("worker: refused a stream from {}: {}", peer_, reply.error());
+    const std::string why = reply.error();
+    refuse(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, why), why);
+    return;
+  }
+  const std::size_t sample = session_->pipeline().sample_bytes();
+  buffer_bytes_ = std::max<std::size_t>(kStreamBufferBytes, 2 * std::max(1u, host_.settings().threads) * sample);
+  opened_ = true;  // before the first item can be read: the decode threads see it through mu_
+  host_.counters().streams++;
+  spdlog::info("worker: stream from {} for job {}", peer_, session_->job());
+  {
+    base::MutexLock lock(mu_);
+    writing_ = true;  // the OpenReply; results wait behind it
+  }
+  *write_.mutable_open() = std::move(reply);
+  StartWrite(&write_);
+  StartRead(&read_);  // reading_ is still true: no Finish can come between
+}
+
+void WorkerStream::refuse(grpc::Status status, const std::string& reply_error) {
+  host_.counters().refused++;
+  {
+    base::MutexLock lock(mu_);
+    reading_ = false;
+    broken_ = true;
+    finished_ = true;  // reading_ was true until now, so nothing else has finished the stream
+    end_ = status;
+  }
+  if (reply_error.empty()) {
+    Finish(std::move(status));
+    return;
+  }
+  write_.Clear();
+  v1::OpenReply* r = write_.mutable_open();
+  r->set_protocol_major(kWorkerMajor);
+  r->set_protocol_minor(kWorkerMinor);
+  r->set_error(reply_error);
+  StartWriteAndFinish(&write_, grpc::WriteOptions(), std::move(status));
+}
+
+// ---- items in -------------------------------------------------------------------------------
+
+void WorkerStream::OnReadDone(bool ok) {
+  if (!opened_) {
+    open_read_done(ok);
+    return;
+  }
+  if (!ok) {  // the node half-closed (what was asked is still made and written) or is gone
+    base::MutexLock lock(mu_);
+    reading_ = false;
+    const bool fin = want_finish_locked();
+    lock.unlock();
+    act(false, false, fin);
+    return;
+  }
+  std::string bad;
+  const bool one = read_.has_item();
+  const std::size_t n = one ? 1 : static_cast<std::size_t>(read_.items().items_size());
+  if (!one && !read_.has_items()) {
+    bad = "only items may follow a stream's Open";
+  } else if (n > kMaxBatch) {
+    bad = "an ItemBatch of " + std::to_string(n) + " items (at most " + std::to_string(kMaxBatch) + ")";
+  }
+  const auto now = std::chrono::steady_clock::now();
+  base::MutexLock lock(mu_);
+  if (bad.empty() && todo_.size() + making_ + outbox_.size() + in_write_ + n > kMaxInFlight) {
+    bad = "more than " + std::to_string(kMaxInFlight) + " items in flight on one stream";
+  }
+  if (!bad.empty()) {
+    reading_ = false;
+    end_ = grpc::Status(bad.find("in flight") != std::string::npos ? grpc::StatusCode::RESOURCE_EXHAUSTED
+                                                                    : grpc::StatusCode::INVALID_ARGUMENT,
+                        bad);
+    break_locked();
+    const bool fin = want_finish_locked();
+    lock.unlock();
+    host_.counters().errors++;
+    spdlog::warn("worker: ended the stream from {}: {}", peer_, bad);
+    act(false, false, fin);
+    return;
+  }
+  if (one) {
+    todo_.push_back(Taken{std::move(*read_.mutable_item()), now});
+  } else {
+    for (v1::Item& item : *read_.mutable_items()->mutable_items()) todo_.push_back(Taken{std::move(item), now});
+  }
+  const bool queue = want_queue_locked();
+  lock.unlock();
+  act(false, queue, false);
+  StartRead(&read_);  // reading_ stays true
+}
+
+// ---- the decode threads ---------------------------------------------------------------------
+
+std::optional<WorkerStream::Taken> WorkerStream::take() {
+  base::MutexLock lock(mu_);
+  queued_ = false;
+  if (broken_ || todo_.empty()) return std::nullopt;
+  if (!has_room_locked()) return std::nullopt;  // parked (want_queue_locked counted it)
+  Taken t = std::move(todo_.front());
+  todo_.pop_front();
+  ++making_;
+  const bool queue = want_queue_locked();
+  lock.unlock();
+  act(false, queue, false);
+  return t;
+}
+
+void WorkerStream::deliver(v1::Result&& result) {
+  base::MutexLock lock(mu_);
+  --making_;
+  if (!broken_) {
+    outbox_bytes_ += result.pixels().size();
+    outbox_.push_back(std::move(result));
+  }
+  const bool write = next_write_locked();
+  const bool queue = want_queue_locked();
+  const bool fin = want_finish_locked();
+  lock.unlock();
+  act(write, queue, fin);
+}
+
+// ---- results out ----------------------------------------------------------------------------
+
+void WorkerStream::OnWriteDone(bool ok) {
+  base::MutexLock lock(mu_);
+  writing_ = false;
+  in_write_ = 0;
+  if (!ok) break_locked();  // the node is gone
+  const bool write = next_write_locked();
+  const bool queue = want_queue_locked();  // a parked stream resumes as its results leave
+  const bool fin = want_finish_locked();
+  lock.unlock();
+  act(write, queue, fin);
+}
+
+void WorkerStream::OnCancel() {
+  base::MutexLock lock(mu_);
+  break_locked();
+  const bool fin = want_finish_locked();
+  lock.unlock();
+  act(false, false, fin);
+}
+
+void WorkerStream::OnDone() {
+  StreamHost::Counters& c = host_.counters();
+  if (opened_) {
+    c.streams--;
+    spdlog::info("worker: stream from {} for job {} ended", peer_, session_->job());
+  }
+  c.active--;
+  self_.reset();  // last: `this` may be freed here (or when a decode thread lets go of it)
+}
+
+// ---- decisions under mu_ --------------------------------------------------------------------
+
+void WorkerStream::break_locked() {
+  broken_ = true;
+  todo_.clear();
+  outbox_.clear();
+  outbox_bytes_ = 0;
+}
+
+bool WorkerStream::has_room_locked() const {
+  const std::size_t sample = opened_ ? session_->pipeline().sample_bytes() : 0;
+  return outbox_bytes_ + making_ * sample < buffer_bytes_;
+}
+
+bool WorkerStream::want_queue_locked() {
+  if (queued_ || broken_ || todo_.empty()) return false;
+  if (!has_room_locked()) {
+    // Parked until a write completes (OnWriteDone asks again); counted once per parking.
+    if (!parked_) host_.counters().stalls++;
+    parked_ = true;
+    return false;
+  }
+  parked_ = false;
+  queued_ = true;
+  return true;
+}
+
+bool WorkerStream::next_write_locked() {
+  if (writing_ || finished_ || broken_ || outbox_.empty()) return false;
+  // Results that finished while the previous reply was written leave together, as one
+  // ResultBatch (one message and one wake-up on the GPU node for many samples).
+  write_.Clear();
+  std::size_t n = 0, bytes = 0;
+  while (!outbox_.empty() && n < kMaxBatch && bytes < kBatchBytes) {
+    bytes += outbox_.front().pixels().size();
+    if (outbox_.size() == 1 && n == 0) {
+      *write_.mutable_result() = std::move(outbox_.front());
+    } else {
+      *write_.mutable_results()->add_results() = std::move(outbox_.front());
+    }
+    outbox_.pop_front();
+    ++n;
+  }
+  outbox_bytes_ -= bytes;
+  in_write_ = n;
+  writing_ = true;
+  return true;
+}
+
+bool WorkerStream::want_finish_locked() {
+  if (finished_ || reading_ || writing_ || making_ > 0) return false;
+  if (!broken_ && (!todo_.empty() || !outbox_.empty())) return false;
+  finished_ = true;
+  return true;
+}
+
+void WorkerStream::act(bool write, bool queue, bool finish) {
+  if (write) StartWrite(&write_);
+  if (queue) host_.schedule(shared_from_this());
+  if (finish) {
+    grpc::Status end;
+    {
+      base::MutexLock lock(mu_);
+      end = end_;  // not written once finished_ is set
+    }
+    Finish(std::move(end));
+  }
+}
+
+}  // namespace stoker::remote

@@ -1,0 +1,130 @@
+// One GPU node's stream at a `stokerd --worker`, on gRPC's callback API (issue #34, A3/A4):
+// a stream holds no thread while it waits — for its Open, for items, or for its node to read
+// what was made — so the worker's threads do not grow with its streams.
+//
+// Flow control (A3): a stream's finished results wait in its outbox until gRPC has written the
+// previous reply; while the outbox (plus the samples being made for it) holds
+// kStreamBufferBytes or more, the decode threads make none of the stream's items — the stream
+// is parked, holds no thread, and is picked up again when a write completes. A node that never
+// reads its stream therefore costs the worker at most about kStreamBufferBytes, a gRPC window,
+// and its queued Items (at most kMaxInFlight), and blocks no decode thread.
+//
+// Life: created by the server for each call, kept alive by its own `self_` until gRPC's OnDone
+// and by the decode threads' references while they make its items. Invariant: no gRPC
+// operation (StartRead, StartWrite, Finish) is started after `finished_` is set, and Finish is
+// called exactly once, when no read or write is outstanding and no decode thread holds one of
+// its items; gRPC calls are made outside `mu_` (a reaction may run on the calling thread).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "base/mutex.hpp"
+#include "remote/worker_session.hpp"
+#include "stoker/remote/worker.grpc.pb.h"
+
+namespace stoker::remote {
+
+class WorkerStream;
+
+// What a stream needs from its server (worker_server.cpp): the decode pool, the Open
+// deadlines, the counters and the once-per-peer log.
+class StreamHost {
+ public:
+  enum class PeerLog { kBusy, kTimeout, kToken };
+  struct Counters {
+    std::atomic<std::uint64_t> refused{0}, errors{0}, sessions{0}, stalls{0};
+    std::atomic<std::uint32_t> streams{0};
+    std::atomic<unsigned> active{0};  // streams in the server, opened or not (at most max_streams)
+  };
+  virtual ~StreamHost() = default;
+  virtual const WorkerSettings& settings() const = 0;
+  virtual Counters& counters() = 0;
+  // The stream has items to make and room for their results: queue it for a decode thread.
+  virtual void schedule(std::shared_ptr<WorkerStream> stream) = 0;
+  // The Open deadline: watched from the stream's start until its first read completes.
+  // unwatch() is false when the deadline passed first (the stream was cancelled).
+  virtual void watch(grpc::CallbackServerContext* ctx, std::chrono::steady_clock::time_point until) = 0;
+  virtual bool unwatch(grpc::CallbackServerContext* ctx) = 0;
+  virtual bool first_from(const std::string& peer, PeerLog why) = 0;
+};
+
+class WorkerStream final : public grpc::ServerBidiReactor<v1::Request, v1::Reply>,
+                           public std::enable_shared_from_this<WorkerStream> {
+ public:
+  // Starts the stream (its Open deadline and first read). The returned pointer is gRPC's to
+  // drive; the object frees itself after OnDone once no decode thread holds it.
+  static WorkerStream* start(StreamHost& host, grpc::CallbackServerContext* ctx, std::uint64_t serial);
+
+  WorkerStream(StreamHost& host, grpc::CallbackServerContext* ctx, std::uint64_t serial);
+  WorkerStream(const WorkerStream&) = delete;
+  WorkerStream& operator=(const WorkerStream&) = delete;
+
+  // For the decode threads. take(): the next item to make, or nothing (the stream is ended,
+  // has none, or is parked for its unread results: counted in stalls); when it returns an item
+  // and more can be made, the stream is queued again (round robin among streams).
+  struct Taken {
+    v1::Item item;
+    std::chrono::steady_clock::time_point arrived;
+  };
+  std::optional<Taken> take();
+  // A result made from an item take() gave (exactly one per item).
+  void deliver(v1::Result&& result);
+  const WorkerSession& session() const { return *session_; }
+  std::uint64_t serial() const { return serial_; }
+
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override;
+
+ private:
+  void open_read_done(bool ok);
+  void refuse(grpc::Status status, const std::string& reply_error);
+  // Everything queued or unwritten is dropped; results still being made are dropped on delivery.
+  void break_locked() STOKER_REQUIRES(mu_);
+  // Room for one more sample: the outbox and the samples being made below kStreamBufferBytes.
+  bool has_room_locked() const STOKER_REQUIRES(mu_);
+  // Marks the stream queued when it should be and is not; the caller then schedules it.
+  bool want_queue_locked() STOKER_REQUIRES(mu_);
+  // Moves a batch of the outbox into write_ when no write is outstanding (the caller writes it).
+  bool next_write_locked() STOKER_REQUIRES(mu_);
+  // Marks the stream finished when nothing is outstanding (the caller calls Finish(end_)).
+  bool want_finish_locked() STOKER_REQUIRES(mu_);
+  // Acts on the decisions taken under mu_, after releasing it.
+  void act(bool write, bool queue, bool finish);
+
+  StreamHost& host_;
+  grpc::CallbackServerContext* const ctx_;
+  const std::uint64_t serial_;
+  const std::string peer_;
+  std::shared_ptr<WorkerStream> self_;      // set by start(), dropped in OnDone
+  std::optional<WorkerSession> session_;   // made after the token check; const once opened_
+  v1::Request read_;                        // the one read outstanding at a time
+  v1::Reply write_;                         // the one write outstanding at a time
+  bool opened_ = false;                     // the Open was accepted (set before any item is read)
+  std::size_t buffer_bytes_ = 0;            // the park threshold (set with opened_)
+
+  base::Mutex mu_;
+  std::deque<Taken> todo_ STOKER_GUARDED_BY(mu_);        // received, not taken
+  std::size_t making_ STOKER_GUARDED_BY(mu_) = 0;        // taken, not delivered
+  std::deque<v1::Result> outbox_ STOKER_GUARDED_BY(mu_);  // made, not in a write yet
+  std::size_t outbox_bytes_ STOKER_GUARDED_BY(mu_) = 0;
+  std::size_t in_write_ STOKER_GUARDED_BY(mu_) = 0;      // results in write_ while writing_
+  bool reading_ STOKER_GUARDED_BY(mu_) = false;
+  bool writing_ STOKER_GUARDED_BY(mu_) = false;
+  bool queued_ STOKER_GUARDED_BY(mu_) = false;    // in the host's ready list
+  bool parked_ STOKER_GUARDED_BY(mu_) = false;    // items wait for its results to be read
+  bool broken_ STOKER_GUARDED_BY(mu_) = false;    // cancelled, a write failed, or a bad request
+  bool finished_ STOKER_GUARDED_BY(mu_) = false;  // Finish was (or is about to be) called
+  grpc::Status end_ STOKER_GUARDED_BY(mu_);       // what Finish reports
+};
+
+}  // namespace stoker::remote
