@@ -110,7 +110,7 @@ int run_worker(int argc, char** argv) {
       ->check(CLI::Range(1u, 1024u))
       ->option_text("N");
   app.add_option("--max-streams", o.max_streams,
-                 "streams served at once, each holding a thread (more are refused, RESOURCE_EXHAUSTED; default 64)")
+                 "streams served at once (more are refused, RESOURCE_EXHAUSTED; default 64); a waiting stream holds no thread")
       ->check(CLI::Range(1u, 4096u))
       ->option_text("N");
   app.add_option("--open-timeout", o.open_timeout_s,

@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "daemon_fixture.hpp"
 
@@ -123,4 +125,29 @@ TEST_CASE("stokerd: generated --help, and errors that name the option", "[integr
   CHECK_THAT(out, Contains("--config is required"));
   CHECK(run_program({bin("stokerd"), "--config"}, out) == 2);
   CHECK_THAT(out, Contains("--config"));
+}
+
+TEST_CASE("stokerd --worker: a stream bound out of range exits 2 naming the option and its range", "[integration][cli]") {
+  TempDir dir;
+  std::string out;
+  const std::vector<std::string> base = {bin("stokerd"), "--worker", "--listen", "127.0.0.1:0", "--allow-root",
+                                         dir.path().string()};
+  // A stokerd built without gRPC has no --worker mode (cmake/remote.cmake): nothing to check.
+  if (run_program({bin("stokerd"), "--worker", "--help"}, out) != 0) {
+    WARN("stokerd has no --worker mode in this build (STOKER_REMOTE off): not checked");
+    return;
+  }
+  for (const auto& [opt, bad, range] :
+       {std::tuple<const char*, const char*, const char*>{"--max-streams", "0", "1 to 4096"},
+        {"--max-streams", "5000", "1 to 4096"},
+        {"--max-streams", "abc", "1 to 4096"},
+        {"--open-timeout", "0", "0.1"},
+        {"--open-timeout", "1e9", "3600"},
+        {"--open-timeout", "soon", "3600"}}) {
+    CAPTURE(opt, bad);
+    std::vector<std::string> args = base;
+    args.insert(args.end(), {opt, bad});
+    CHECK(run_program(args, out) == 2);
+    CHECK_THAT(out, Contains(std::string("stokerd --worker: ") + opt) && Contains(bad) && Contains(range));
+  }
 }
