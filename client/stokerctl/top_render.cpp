@@ -96,7 +96,7 @@ std::string render_top_frame(const Json& st) {
             num(r, "wait_fraction"), num(r, "wait_s"), r.value("stuck", false), false);
       }
     }
-    // remote: one row per worker endpoint (issue #27).
+    // remote: one row per worker endpoint (issue #27), and its hedged/mismatches line.
     const auto remote = job.find("remote");
     if (remote != job.end() && remote->is_array() && !remote->empty()) {
       std::snprintf(line, sizeof line, "  %-21s %-4s %6s %8s %10s %7s %8s %6s", "REMOTE WORKER", "CONN", "INFLT",
@@ -108,6 +108,12 @@ std::string render_top_frame(const Json& st) {
                       fit(w.value("endpoint", w.value("address", "?")), 21).c_str(), w.value("connected", false) ? "yes" : "no",
                       num(w, "in_flight"), num(w, "samples_per_s"), num(w, "samples"), num(w, "rtt_ms"), num(w, "reissued"),
                       num(w, "errors"));
+        out += line;
+        out += "\n";
+        // Issue #34: what the node did about a slow or lying worker, on a line of its own (the
+        // row above is full at 80 columns): items it hedged (made elsewhere too, first answer
+        // won) and remote.verify's byte-for-byte mismatches (each drops the worker).
+        std::snprintf(line, sizeof line, "    hedged %.0f  mismatches %.0f", num(w, "hedged"), num(w, "mismatches"));
         out += line;
         out += "\n";
       }

@@ -26,7 +26,8 @@ nlohmann::json wide_status() {
                                           {"endpoint", "[2001:db8:ffff:ffff:ffff:ffff:ffff:1]:7070"},
                                           {"connected", true}, {"in_flight", 512}, {"samples_per_s", 99999.9},
                                           {"samples", 9999999999.0}, {"rtt_ms", 99999.9}, {"reissued", 99999999},
-                                          {"errors", 999999}}});
+                                          {"errors", 999999}, {"hedged", 99999999999.0},
+                                          {"mismatches", 99999999999.0}}});
   return {{"pid", 4194304}, {"uptime_s", 99999 * 86400.0}, {"workers", 1024}, {"worker_busy_fraction", 1.0},
           {"rss_bytes", 999999.0 * 1048576}, {"clients", 65535}, {"jobs", nlohmann::json::array({job})}};
 }
@@ -41,6 +42,8 @@ TEST_CASE("top's header keeps every figure, the clients count included, within 8
   // The remote worker's row: its endpoint (cut to fit), in flight, rate, samples, re-issues.
   CHECK_THAT(frame, Catch::Contains("REMOTE WORKER") && Catch::Contains(" yes ") && Catch::Contains("9999999999") &&
                         Catch::Contains("99999999 999999"));
+  // Below it, what the node did about a slow or lying worker (issue #34).
+  CHECK_THAT(frame, Catch::Contains("\n    hedged 99999999999  mismatches 99999999999\n"));
   std::istringstream in(frame);
   for (std::string line; std::getline(in, line);) {
     INFO(line);
