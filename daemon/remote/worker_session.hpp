@@ -37,7 +37,7 @@ struct WorkerSettings {
   unsigned threads = 1;                            // announced in OpenReply.threads
   // The server's bounds on streams (issue #34, A4; worker_server.hpp): how long a stream may
   // go without its Open (`--open-timeout`), and how many streams it serves at once
-  // (`--max-streams`; each holds one gRPC thread while it lasts).
+  // (`--max-streams`; a waiting stream holds no thread, worker_stream.hpp).
   std::chrono::milliseconds open_timeout{10'000};
   unsigned max_streams = 64;
 };
