@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <grp.h>
 #include <cstring>
 #include <poll.h>
@@ -223,6 +224,15 @@ Connection::Connection(const std::string& socket_path, const std::string& job, s
       hello.start_position = start_position;
     }
     hello.pid = static_cast<std::uint32_t>(::getpid());
+    // 2.5: ask for announcements (a 2.4 daemon ignores the flag; its Welcome says so). The
+    // window is the whole ring (the daemon clamps it to `prefetch`): every batch the ring has
+    // ready is this consumer's to take anyway. STOKER_ACQUIRE=1 keeps the 2.0 round trip.
+    const char* acquire_env = std::getenv("STOKER_ACQUIRE");
+    const bool want_announce = acquire_env == nullptr || std::string(acquire_env) != "1";
+    if (want_announce) {
+      hello.flags |= proto::kHelloAnnounce;
+      hello.window = 0xffffffffu;
+    }
     send_message(fd_, &hello, sizeof hello, socket_path_);
 
     alignas(8) std::uint8_t buf[1024];
@@ -319,6 +329,7 @@ Connection::Connection(const std::string& socket_path, const std::string& job, s
     info_.label_width = soft ? hdr.label_width : 1;
     info_.slot_count = w.slot_count;
     daemon_minor_ = h.proto_minor;
+    announce_ = want_announce && h.proto_minor >= proto::kAnnounceMinor;
     slot_wait_ns_ = std::make_unique<std::atomic<std::uint64_t>[]>(w.slot_count);
     info_.readers = std::max<std::uint32_t>(w.readers, 1);  // 0 from a 2.0 daemon
     info_.reader = w.reader;
@@ -432,31 +443,46 @@ BatchView Connection::next(int timeout_ms) {
     fd = fd_;
     on_device_ring = device_ != nullptr;
     if (fd < 0) throw Failure{STOKER_ERR_DISCONNECTED, "client is closed"};
-    if (!acquire_outstanding_) {
-      auto a = proto::make_message<proto::AcquireMsg>(proto::MsgType::kAcquire);
-      send_message(fd, &a, sizeof a, socket_path_);
-      acquire_outstanding_ = true;
-    }
-  }
-  alignas(8) std::uint8_t buf[1024];
-  std::size_t n = 0;
-  {
-    WaitClock clock{wait_pending_ns_, called};
-    n = recv_message(fd, buf, sizeof buf, timeout_ms, socket_path_);
-  }
-  acquire_outstanding_ = false;
-  proto::MessageHeader h;
-  std::memcpy(&h, buf, sizeof h);
-  if (static_cast<proto::MsgType>(h.type) == proto::MsgType::kError) throw_daemon_error(buf, n);
-  if (static_cast<proto::MsgType>(h.type) != proto::MsgType::kBatch || n != sizeof(proto::BatchMsg)) {
-    throw Failure{STOKER_ERR_PROTOCOL, "unexpected message type " + std::to_string(h.type)};
   }
   proto::BatchMsg m;
-  std::memcpy(&m, buf, sizeof m);
-  if (m.slot >= info_.slot_count || m.count > info_.batch_size) {
-    throw Failure{STOKER_ERR_PROTOCOL, "stokerd announced an invalid slot"};
+  if (announce_) {
+    // Announce mode: a batch already here is taken without a system call; else whatever the
+    // socket holds is read in one go, and only then does the call wait.
+    if (announced_.empty() && !deferred_) receive_announcements(fd);
+    if (announced_.empty() && !deferred_) {
+      if (taken_ != credited_) send_credit(fd);  // batches held, not released: reopen the window
+      alignas(8) std::uint8_t buf[1024];
+      std::size_t n = 0;
+      {
+        WaitClock clock{wait_pending_ns_, called};
+        n = recv_message(fd, buf, sizeof buf, timeout_ms, socket_path_);
+      }
+      accept_announcement(buf, n);
+      receive_announcements(fd);
+    }
+    if (announced_.empty()) throw *deferred_;
+    m = announced_.front();
+    announced_.pop_front();
+    ++taken_;
+  } else {
+    {
+      base::MutexLock lock(send_mu_);
+      if (!acquire_outstanding_) {
+        auto a = proto::make_message<proto::AcquireMsg>(proto::MsgType::kAcquire);
+        send_message(fd, &a, sizeof a, socket_path_);
+        acquire_outstanding_ = true;
+      }
+    }
+    alignas(8) std::uint8_t buf[1024];
+    std::size_t n = 0;
+    {
+      WaitClock clock{wait_pending_ns_, called};
+      n = recv_message(fd, buf, sizeof buf, timeout_ms, socket_path_);
+    }
+    acquire_outstanding_ = false;
+    m = parse_batch(buf, n);
   }
-  // Addresses from the private geometry only (checked at attach; m.slot checked above).
+  // Addresses from the private geometry only (checked at attach; m.slot checked in parse_batch).
   const std::uint8_t* slot = first_slot_ + slot_stride_ * m.slot;
   const std::uint8_t* payload = slot + payload_offset_;
   BatchView v{};
@@ -474,6 +500,77 @@ BatchView Connection::next(int timeout_ms) {
   wait_pending_ns_ = 0;
   outstanding_++;
   return v;
+}
+
+proto::BatchMsg Connection::parse_batch(const std::uint8_t* buf, std::size_t n) const {
+  proto::MessageHeader h;
+  std::memcpy(&h, buf, sizeof h);
+  if (static_cast<proto::MsgType>(h.type) == proto::MsgType::kError) throw_daemon_error(buf, n);
+  if (h.magic != proto::kControlMagic || static_cast<proto::MsgType>(h.type) != proto::MsgType::kBatch ||
+      n != sizeof(proto::BatchMsg)) {
+    throw Failure{STOKER_ERR_PROTOCOL, "unexpected message type " + std::to_string(h.type)};
+  }
+  proto::BatchMsg m;
+  std::memcpy(&m, buf, sizeof m);
+  if (m.slot >= info_.slot_count || m.count > info_.batch_size) {
+    throw Failure{STOKER_ERR_PROTOCOL, "stokerd announced an invalid slot"};
+  }
+  return m;
+}
+
+void Connection::accept_announcement(const std::uint8_t* buf, std::size_t n) {
+  // Batches sent before an error (a drain, a failed job) are still the trainer's: the error
+  // is kept and thrown once they are taken.
+  try {
+    announced_.push_back(parse_batch(buf, n));
+  } catch (const Failure& f) {
+    deferred_ = f;
+  }
+}
+
+void Connection::receive_announcements(int fd) {
+  // One recvmmsg for everything queued (the daemon sends at most the window ahead). No
+  // control buffer: a descriptor sent now is dropped by the kernel, never installed here.
+  constexpr unsigned kBurst = 16;
+  alignas(8) std::uint8_t bufs[kBurst][sizeof(proto::ErrorMsg) + 64];
+  iovec iov[kBurst];
+  mmsghdr msgs[kBurst];
+  while (!deferred_) {
+    std::memset(msgs, 0, sizeof msgs);
+    for (unsigned i = 0; i < kBurst; ++i) {
+      iov[i] = {bufs[i], sizeof bufs[i]};
+      msgs[i].msg_hdr.msg_iov = &iov[i];
+      msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    const int got = ::recvmmsg(fd, msgs, kBurst, MSG_DONTWAIT, nullptr);
+    if (got < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+      deferred_ = Failure{STOKER_ERR_DISCONNECTED, std::string("recv: ") + std::strerror(errno)};
+      return;
+    }
+    for (int i = 0; i < got && !deferred_; ++i) {
+      const std::size_t n = msgs[i].msg_len;
+      if (n == 0) {
+        deferred_ = Failure{STOKER_ERR_DISCONNECTED, "stokerd at " + socket_path_ +
+                                                         " closed the connection (the daemon stopped, restarted or "
+                                                         "evicted this client)"};
+      } else if (n < sizeof(proto::MessageHeader) || (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0) {
+        deferred_ = Failure{STOKER_ERR_PROTOCOL, "stokerd sent a message of unexpected size " + std::to_string(n)};
+      } else {
+        accept_announcement(bufs[i], n);
+      }
+    }
+    if (static_cast<unsigned>(got) < kBurst) return;
+  }
+}
+
+void Connection::send_credit(int fd) {
+  auto c = proto::make_message<proto::CreditMsg>(proto::MsgType::kCredit);
+  c.taken = taken_;
+  base::MutexLock lock(send_mu_);
+  if (fd_ != fd) throw Failure{STOKER_ERR_DISCONNECTED, "client is closed"};
+  send_message(fd, &c, sizeof c, socket_path_);
+  credited_ = taken_;
 }
 
 void Connection::release(std::uint32_t slot, std::uint32_t generation,

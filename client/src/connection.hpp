@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "device_mapping.hpp"
@@ -65,6 +67,17 @@ class Connection {
   mutable base::Mutex send_mu_;
   int fd_ STOKER_GUARDED_BY(send_mu_) = -1;
   bool acquire_outstanding_ = false; // only the next() caller touches it
+  // Announce mode (protocol 2.5; only the next() caller touches these): batches the daemon
+  // sent unasked, in order; an error or hang-up that came after them (thrown once they are
+  // taken); announcements taken so far, and the count last sent in a Credit.
+  bool announce_ = false;
+  std::deque<proto::BatchMsg> announced_;
+  std::optional<Failure> deferred_;
+  std::uint64_t taken_ = 0, credited_ = 0;
+  proto::BatchMsg parse_batch(const std::uint8_t* buf, std::size_t n) const;  // throws Failure
+  void accept_announcement(const std::uint8_t* buf, std::size_t n);
+  void receive_announcements(int fd);  // never waits
+  void send_credit(int fd);
   // Trainer wait (protocol 2.3): time spent inside next() until a batch came, summed over
   // calls that timed out before it; handed to the batch's slot, sent with its Release.
   std::uint64_t wait_pending_ns_ = 0;                         // only the next() caller

@@ -65,8 +65,24 @@ bool Sessions::handle_message(Session& s, const std::uint8_t* data, std::size_t 
         send_error(s, proto::ErrorCode::kBadMessage, "acquire before hello");
         return false;
       }
+      if (s.window > 0) {
+        send_error(s, proto::ErrorCode::kBadMessage, "acquire on a connection in announce mode (Hello asked for announcements)");
+        return false;
+      }
       s.acquire_pending = true;
       return true;
+    case proto::MsgType::kCredit: {
+      if (!expect(sizeof(proto::CreditMsg))) return false;
+      if (s.job == nullptr || s.window == 0) {
+        send_error(s, proto::ErrorCode::kBadMessage, "credit on a connection not in announce mode");
+        return false;
+      }
+      proto::CreditMsg m;
+      std::memcpy(&m, data, sizeof m);
+      s.taken = std::max(s.taken, std::min(m.taken, s.announced));  // never past what was sent
+      s.job->touch_leases(s.rank, s.reader);  // progress: the lease timeout counts from here
+      return true;
+    }
     case proto::MsgType::kRelease: {
       // 32 bytes with the trainer's wait (2.3), or the 24 of a 2.0..2.2 client (no wait).
       const bool v21 = n == proto::kReleaseV21Bytes && h.size == n;
@@ -80,6 +96,13 @@ bool Sessions::handle_message(Session& s, const std::uint8_t* data, std::size_t 
         spdlog::warn("evicting client pid {}: bad release (slot {}, generation {})", s.pid, m.slot,
                      m.generation);
         return false;
+      }
+      // Announce mode: this batch's announcement (and every one before it) was taken.
+      // Progress restarts the lease clock of what it still holds (lease_timeout_s measures a
+      // consumer that stopped, not how far ahead its batches were announced).
+      if (s.window > 0 && m.slot < s.slot_seq.size()) {
+        s.taken = std::max(s.taken, s.slot_seq[m.slot] + 1);
+        s.job->touch_leases(s.rank, s.reader);
       }
       handlers_.released(s, v21 ? std::nullopt : std::optional<std::uint64_t>(m.wait_ns));
       return true;
@@ -217,6 +240,12 @@ bool Sessions::handle_hello(Session& s, const proto::HelloMsg& hello) {
   s.rank = m.rank;
   s.reader = m.reader;
   s.pid = m.pid != 0 ? m.pid : s.pid;
+  if ((m.flags & proto::kHelloAnnounce) != 0) {
+    // At most the ring's slots: more could never be ready at once. A 2.4 client sends 0 here
+    // and lacks the flag; a flag with window 0 is read as 1.
+    s.window = std::clamp<std::uint32_t>(m.window, 1, job->config().prefetch);
+    s.slot_seq.assign(job->config().prefetch, 0);
+  }
 
   if (job->restore_layout()) {
     spdlog::warn("job {}: its segment's header had been overwritten by another process; restored", job_name);

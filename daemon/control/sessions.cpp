@@ -95,10 +95,18 @@ void Sessions::on_event(int fd, std::uint32_t epoll_events) {
 
 void Sessions::on_readable(Session& s) {
   alignas(8) static std::uint8_t buf[proto::kMaxMessageBytes];
+  // A client that closes with messages unread on its side (announced batches it never took)
+  // makes the kernel report ECONNRESET here before the messages it sent last (its final
+  // releases): those are still read, then the session ends. The error is reported once.
+  bool reset = false;
   for (;;) {
     const ssize_t n = ::recv(s.fd, buf, sizeof buf, MSG_DONTWAIT | MSG_TRUNC);
     if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+      if (errno == ECONNRESET && !reset) {
+        reset = true;
+        continue;
+      }
+      if (!reset && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
       doomed_.push_back(s.fd);
       return;
     }
@@ -117,16 +125,32 @@ void Sessions::on_readable(Session& s) {
 
 void Sessions::deliver_ready() {
   for (auto& [fd, s] : sessions_) {
-    if (s.job == nullptr || !s.acquire_pending) continue;
+    if (s.job == nullptr) continue;
+    const bool announce = s.window > 0;
+    // Acquire mode: only when asked. Announce mode: while the window has room.
+    if (!announce ? !s.acquire_pending : s.announced - s.taken >= s.window) continue;
     if (auto f = s.job->failure()) {
       send_error(s, proto::ErrorCode::kJobFailed, "job '" + s.job->name() + "' stopped: " + *f);
       doomed_.push_back(fd);
       continue;
     }
-    if (auto msg = s.job->take_ready(s.rank, s.reader)) {
-      s.acquire_pending = false;
-      if (!send_all(s, &*msg, sizeof *msg)) doomed_.push_back(fd);
-    } else if (s.job->drained_for(s.rank, s.reader)) {
+    bool sent = false;
+    while (auto msg = s.job->take_ready(s.rank, s.reader)) {
+      sent = true;
+      if (!send_all(s, &*msg, sizeof *msg)) {
+        doomed_.push_back(fd);
+        break;
+      }
+      if (!announce) {
+        s.acquire_pending = false;
+        break;
+      }
+      s.slot_seq[msg->slot] = s.announced++;
+      if (s.announced - s.taken >= s.window) break;
+    }
+    // Drained: told once the consumer has taken every batch it was sent (announce mode: its
+    // Credit before it waits says so), so none is lost behind the error.
+    if (!sent && (!announce || s.announced == s.taken) && s.job->drained_for(s.rank, s.reader)) {
       const JobTable::Entry* e = jobs_.entry(s.job);
       send_error(s, proto::ErrorCode::kJobDrained,
                  "job '" + s.job->name() + "' was drained (" + (e ? e->drain_reason : std::string("drained")) +
@@ -195,7 +219,12 @@ void Sessions::evict(int fd, const char* why) {
   if (s.job != nullptr) {
     spdlog::info("consumer pid {} of job {} rank {}{} disconnected{}{}", s.pid, s.job->name(), s.rank,
                  reader_suffix(s.job, s.reader), why ? ": " : "", why ? why : "");
-    delivery_.retire(s.job->detach(s.rank, s.reader), s.peer);
+    // Announce mode: the batches it was sent and is not known to have taken go back to it.
+    std::vector<std::uint32_t> untaken;
+    for (std::uint32_t slot = 0; slot < s.slot_seq.size(); ++slot) {
+      if (s.announced > 0 && s.slot_seq[slot] >= s.taken && s.slot_seq[slot] < s.announced) untaken.push_back(slot);
+    }
+    delivery_.retire(s.job->detach(s.rank, s.reader, untaken), s.peer);
   }
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
   ::close(fd);

@@ -39,7 +39,14 @@ struct Session {
   job::Job* job = nullptr;  // set once Hello is accepted
   std::uint32_t rank = 0;
   std::uint32_t reader = 0;  // of the rank's `readers` (fan-out)
-  bool acquire_pending = false;
+  bool acquire_pending = false;     // Acquire mode (2.0..2.4 clients): one batch asked for
+  // Announce mode (2.5, kHelloAnnounce): batches are sent unasked while announced - taken <
+  // window. `taken` only grows: by a Release (the batch's announcement, and every earlier one,
+  // was taken) or a Credit (clamped to `announced`). slot_seq[s]: the announcement number of
+  // slot s's latest announcement to this session.
+  std::uint32_t window = 0;
+  std::uint64_t announced = 0, taken = 0;
+  std::vector<std::uint64_t> slot_seq;
   std::uint32_t pid = 0;
   bool spoke = false;                // sent at least one valid message
   std::int32_t peer_pid = 0;         // SO_PEERCRED: trusted, unlike Hello's pid

@@ -104,6 +104,7 @@ class Job final : public sched::Task {
   bool restore_layout();
   // Seconds the longest-held batch of global `rank`'s `reader` has been leased (0: none).
   double oldest_lease_s(std::uint32_t rank, std::uint32_t reader);
+  void touch_leases(std::uint32_t rank, std::uint32_t reader);  // Ring::touch_leases
   std::uint32_t readers() const { return cfg_.readers; }
   bool serves(std::uint32_t rank) const { return rank >= cfg_.first_rank && rank - cfg_.first_rank < cfg_.consumers; }
   // What global `rank` gets per epoch (ranks differ only with pad_shards: false, by one sample).
@@ -142,7 +143,8 @@ class Job final : public sched::Task {
                                     std::shared_ptr<delivery::DeviceRing> device);
   // The reader is gone: its leases are reclaimed; batches its rank's other readers still need
   // are kept. Returns its device ring (no slot refers to it any more), for DeviceDelivery.
-  std::shared_ptr<delivery::DeviceRing> detach(std::uint32_t rank, std::uint32_t reader);
+  std::shared_ptr<delivery::DeviceRing> detach(std::uint32_t rank, std::uint32_t reader,
+                                               const std::vector<std::uint32_t>& untaken = {});
   // The reader's next batch in order, if ready: it becomes LEASED (by this reader too).
   std::optional<proto::BatchMsg> take_ready(std::uint32_t rank, std::uint32_t reader);
   // Validates untrusted (slot, generation) from the reader; false means a bad release.

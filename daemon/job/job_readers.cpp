@@ -59,9 +59,10 @@ base::Result<AttachResult> Job::attach(std::uint32_t rank, std::uint32_t reader,
   return r;
 }
 
-std::shared_ptr<delivery::DeviceRing> Job::detach(std::uint32_t rank, std::uint32_t reader) {
+std::shared_ptr<delivery::DeviceRing> Job::detach(std::uint32_t rank, std::uint32_t reader,
+                                                  const std::vector<std::uint32_t>& untaken) {
   std::vector<WorkItem> items;
-  auto device = ring_of(rank).detach(reader, items);
+  auto device = ring_of(rank).detach(reader, items, untaken);
   queue_.push(std::move(items));
   return device;
 }
@@ -76,6 +77,8 @@ bool Job::release(std::uint32_t rank, std::uint32_t reader, std::uint32_t s, std
   queue_.push(std::move(items));
   return true;
 }
+
+void Job::touch_leases(std::uint32_t rank, std::uint32_t reader) { ring_of(rank).touch_leases(reader); }
 
 double Job::oldest_lease_s(std::uint32_t rank, std::uint32_t reader) {
   return ring_of(rank).oldest_lease_s(reader);

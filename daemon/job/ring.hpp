@@ -179,7 +179,11 @@ class Ring {
   bool any_reader_attached() const STOKER_EXCLUDES(mu_);
   // The reader is gone: its leases are reclaimed; batches the other readers still need are
   // kept. Returns its device ring once no slot's copy reads for it any more.
-  std::shared_ptr<delivery::DeviceRing> detach(std::uint32_t reader, std::vector<WorkItem>& out)
+  // `untaken`: slots announced to the reader (protocol 2.5) that it is not known to have taken:
+  // they are not counted as consumed, and the reader's position goes back to the first of
+  // them, so a reconnect gets them again instead of a re-plan (or an out-of-step refusal).
+  std::shared_ptr<delivery::DeviceRing> detach(std::uint32_t reader, std::vector<WorkItem>& out,
+                                               const std::vector<std::uint32_t>& untaken = {})
       STOKER_EXCLUDES(mu_);
   // The reader's next batch in order, if ready: it becomes LEASED (by this reader too).
   std::optional<proto::BatchMsg> take(std::uint32_t reader) STOKER_EXCLUDES(mu_);
@@ -209,6 +213,10 @@ class Ring {
 
   // Seconds this reader's longest-held batch has been leased (0: none).
   double oldest_lease_s(std::uint32_t reader) const STOKER_EXCLUDES(mu_);
+  // The reader made progress (protocol 2.5: a release or credit from a consumer in announce
+  // mode): every batch it holds is aged from now. Its batches were announced ahead, so their
+  // lease age says how far ahead, not how long it has been stuck.
+  void touch_leases(std::uint32_t reader) STOKER_EXCLUDES(mu_);
   // `per_epoch`: the rank's batches per epoch (for `behind`).
   RingStatus status(std::uint64_t per_epoch) const STOKER_EXCLUDES(mu_);
   // Waits for every device copy still reading the ring's host bytes.

@@ -134,7 +134,8 @@ base::Result<AttachResult> Ring::attach(std::uint32_t reader, BatchPos want, std
   return AttachResult::kAttached;
 }
 
-std::shared_ptr<delivery::DeviceRing> Ring::detach(std::uint32_t reader, std::vector<WorkItem>& out) {
+std::shared_ptr<delivery::DeviceRing> Ring::detach(std::uint32_t reader, std::vector<WorkItem>& out,
+                                                   const std::vector<std::uint32_t>& untaken) {
   std::uint32_t reclaimed = 0;
   std::shared_ptr<delivery::DeviceRing> device;
   {
@@ -142,6 +143,13 @@ std::shared_ptr<delivery::DeviceRing> Ring::detach(std::uint32_t reader, std::ve
     Reader& me = readers_.at(reader);
     me.attached = false;
     device = drop_device(me);
+    for (const std::uint32_t s : untaken) {
+      if (s >= slots_.size() || (slots_[s].leased_by & bit(reader)) == 0) continue;
+      Slot& slot = slots_[s];
+      slot.leased_by &= ~bit(reader);  // sent, never seen: still this reader's to take
+      if (slot.leased_by == 0) set_slot_state(s, SlotState::kReady);
+      me.next = std::min(me.next, slot.pos());
+    }
     for (std::uint32_t s = 0; s < slots_.size(); ++s) {
       Slot& slot = slots_[s];
       if ((slot.leased_by & bit(reader)) == 0) continue;
@@ -227,6 +235,15 @@ bool Ring::drained_for(std::uint32_t reader) const {
     if (ready && slot.pos() >= me.next && (slot.leased_by & bit(reader)) == 0) return false;
   }
   return true;
+}
+
+void Ring::touch_leases(std::uint32_t reader) {
+  base::MutexLock lock(mu_);
+  if (reader >= readers_.size()) return;
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& s : slots_) {
+    if ((s.leased_by & bit(reader)) != 0) s.leased_at[reader] = now;
+  }
 }
 
 double Ring::oldest_lease_s(std::uint32_t reader) const {

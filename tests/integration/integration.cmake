@@ -8,7 +8,7 @@ stoker_add_test(integration_test LABEL integration
           integration/status_test.cpp integration/fanout_test.cpp integration/fair_share_test.cpp
           integration/tar_serve_test.cpp integration/reload_test.cpp integration/mix_test.cpp
           integration/metrics_serve_test.cpp integration/augment_serve_test.cpp integration/formats_serve_test.cpp
-          integration/reload_outcome_test.cpp integration/refusal_race_test.cpp
+          integration/reload_outcome_test.cpp integration/refusal_race_test.cpp integration/announce_test.cpp
   LIBS stoker_daemon_fixture stoker::client stoker::proto Boost::headers stoker_sampler PNG::PNG)
 add_dependencies(integration_test stokerd stokerctl)
 

@@ -25,8 +25,14 @@ inline constexpr std::uint16_t kProtoMajor = 2;
 // daemon whose Welcome says 2.3 or later; a 2.3 daemon still takes the 24-byte Release.
 // 2.4: Hello.start_position with kHelloStartPosition (elastic resume); a client that asks for
 // one checks the Welcome says 2.4 or later (an older daemon ignores it, so it must refuse).
-inline constexpr std::uint16_t kProtoMinor = 4;
+// 2.5: announced batches (issue #36). A Hello with kHelloAnnounce grants a credit window
+// (Hello.window): the daemon sends each ready batch of the consumer's (rank, reader) as a
+// Batch message unasked, while fewer than `window` announced batches are untaken; a Release
+// tells it the batch's announcement was taken, and a Credit (the count taken so far) tells it
+// of batches taken but still held. Acquire stays for 2.0..2.4 clients and for `STOKER_ACQUIRE=1`.
+inline constexpr std::uint16_t kProtoMinor = 5;
 inline constexpr std::uint16_t kStartPositionMinor = 4;  // first minor whose daemon reads start_position
+inline constexpr std::uint16_t kAnnounceMinor = 5;       // first minor whose daemon announces batches
 inline constexpr std::size_t kMaxMessageBytes = 65536;       // status replies carry JSON
 // MessageHeader.reserved of a StatusReply: more StatusReply messages follow with the rest of
 // the JSON (a status for thousands of consumers spans several messages). Readers that do not
@@ -46,6 +52,7 @@ enum class MsgType : std::uint16_t {
   kUnmapped = 10,    // client -> daemon, "I closed every device handle of this connection"
   kCommand = 11,     // client -> daemon, JSON request text follows the header (2.2); answered
                      // with StatusReply message(s) holding a JSON reply {"ok": ..., ...}
+  kCredit = 12,      // client -> daemon (2.5, announce mode): announcements taken so far
 };
 
 struct MessageHeader {
@@ -71,6 +78,8 @@ inline constexpr std::uint32_t kHelloSplitRank = 1u << 1;
 // size it had) consumed start_position positions of its global order; start_batch counts
 // this rank's batches of the rest (elastic resume, sampler::rank_samples_from).
 inline constexpr std::uint32_t kHelloStartPosition = 1u << 2;
+// 2.5: announce mode: the daemon pushes ready batches up to Hello.window ahead (kAnnounceMinor).
+inline constexpr std::uint32_t kHelloAnnounce = 1u << 3;
 
 struct HelloMsg {
   MessageHeader header;
@@ -83,7 +92,7 @@ struct HelloMsg {
   std::uint32_t pid;            // for status/logs only
   std::uint32_t device_backend; // device::BackendKind of the client (1 cuda, 2 hostsim)
   std::uint32_t reader;         // 2.1: which of the rank's `readers` this is (0 from 2.0)
-  std::uint32_t reserved0;
+  std::uint32_t window;         // 2.5, with kHelloAnnounce: announced batches buffered at most (0 from 2.4)
   std::uint64_t start_position; // 2.4, with kHelloStartPosition: samples consumed by the whole world
   std::uint8_t reserved[16];
 };
@@ -213,6 +222,15 @@ inline constexpr std::uint16_t kReleaseWaitMinor = 3;  // first minor whose daem
 struct StatusQueryMsg {
   MessageHeader header;
 };
+
+// 2.5: how many of this connection's announcements the client has taken (cumulative). Sent
+// before the client waits with batches taken but not released, so the window reopens.
+// Untrusted: the daemon clamps it to what it announced.
+struct CreditMsg {
+  MessageHeader header;
+  std::uint64_t taken;
+};
+static_assert(sizeof(CreditMsg) == 24);
 
 template <class Msg>
 Msg make_message(MsgType type) {

@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""What `next()` costs on a ready ring (issue #36): batches announced by stokerd (protocol 2.5)
+against the round trip of the older Acquire path (STOKER_ACQUIRE=1) and against a Unix-socket
+round trip from this Python process to an echo thread, measured side by side in one run.
+
+The job's batches are tiny (one 8x8 image) and the loop spends `--step-ms` per batch (a
+training step) so the ring stays ahead: what is timed is the hand-over, not the decode.
+
+    scripts/bench-next.py [BUILD_DIR] [IMAGES_DIR] [--batches N] [--step-ms S]
+
+Prints, last, `next median_us M p99_us P socket_rtt_us RTT ratio R` (R = M / RTT; the goal is
+R <= 0.5) for the announced path.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
+
+JOB = """server: {{workers: 2, log_level: warn}}
+jobs:
+  tiny:
+    source: {{root: "{images}"}}
+    batch_size: 1
+    seed: 1
+    prefetch: 16
+    pipeline:
+      - decode: {{}}
+      - resize: {{size: [8, 8]}}
+    output: {{dtype: uint8, layout: NCHW}}
+"""
+
+
+def percentile(xs, q):
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def time_next(native, sock: str, batches: int, step_s: float, acquire: bool):
+    """Microseconds each next() took (the batch released right after, then one step)."""
+    if acquire:
+        os.environ["STOKER_ACQUIRE"] = "1"
+    else:
+        os.environ.pop("STOKER_ACQUIRE", None)
+    c = native.Client("tiny", 0, sock)
+    try:
+        time.sleep(1.0)  # the ring fills
+        out = []
+        for _ in range(batches):
+            t0 = time.perf_counter_ns()
+            b = c.next(10000)
+            out.append((time.perf_counter_ns() - t0) / 1000)
+            b.release()
+            time.sleep(step_s)
+        return out
+    finally:
+        c.close()
+        os.environ.pop("STOKER_ACQUIRE", None)
+
+
+def socket_rtt(rounds: int, step_s: float):
+    """Microseconds of a 48-byte SOCK_SEQPACKET round trip to an echo thread of this process."""
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+
+    def echo():
+        while True:
+            m = b.recv(64)
+            if not m:
+                return
+            b.send(m)
+
+    t = threading.Thread(target=echo, daemon=True)
+    t.start()
+    msg = bytes(48)
+    out = []
+    for _ in range(rounds):
+        t0 = time.perf_counter_ns()
+        a.send(msg)
+        a.recv(64)
+        out.append((time.perf_counter_ns() - t0) / 1000)
+        time.sleep(step_s)
+    a.close()
+    t.join(timeout=5)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("build", nargs="?", default="build")
+    ap.add_argument("images", nargs="?", default=os.path.join(os.path.dirname(__file__), "..", "tests", "data", "demo"))
+    ap.add_argument("--batches", type=int, default=1500)
+    ap.add_argument("--step-ms", type=float, default=2.0)
+    a = ap.parse_args()
+    sys.path.insert(0, os.path.join(os.path.abspath(a.build), "python"))
+    from stoker import _stoker as native  # noqa: E402
+
+    step = a.step_ms / 1000
+    d = benchlib.Daemon(a.build, JOB.format(images=os.path.abspath(a.images)))
+    try:
+        print(f"machine: {benchlib.machine()}; {a.batches} batches, a {a.step_ms} ms step after each")
+        # Interleaved so that the machine's noise falls on all three alike.
+        ann, acq, rtt = [], [], []
+        for _ in range(3):
+            acq += time_next(native, d.socket, a.batches // 3, step, acquire=True)
+            ann += time_next(native, d.socket, a.batches // 3, step, acquire=False)
+            rtt += socket_rtt(a.batches // 3, step)
+    finally:
+        d.close()
+    m_acq, p_acq = statistics.median(acq), percentile(acq, 0.99)
+    m, p, r = statistics.median(ann), percentile(ann, 0.99), statistics.median(rtt)
+    print(f"acquire round trip (protocol 2.4 path, STOKER_ACQUIRE=1): next median_us {m_acq:.1f} p99_us {p_acq:.1f} "
+          f"ratio {m_acq / r:.2f}")
+    print(f"next median_us {m:.1f} p99_us {p:.1f} socket_rtt_us {r:.1f} ratio {m / r:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

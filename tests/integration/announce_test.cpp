@@ -1,0 +1,151 @@
+// Integration tier, issue #36: batches announced, not asked for (protocol 2.5). Differential
+// against the Acquire round trip that 2.0..2.4 clients use (and STOKER_ACQUIRE=1 selects): the
+// same batches in the same order, and what only announcements can do — a consumer takes the
+// batches already announced to it while stokerd cannot answer at all (SIGSTOP), because
+// next() on a buffered announcement asks the daemon nothing.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "batch_copy.hpp"
+#include "daemon_fixture.hpp"
+#include "scoped_env.hpp"
+#include "status_json.hpp"
+#include "temp_dir.hpp"
+
+using namespace stoker::test;
+using AnnounceClock = std::chrono::steady_clock;
+
+namespace {
+
+int leased(const std::string& socket) {
+  return status_json(socket)["jobs"][0]["consumers"][0]["slots"]["leased"].get<int>();
+}
+
+// A consumer of rank `rank` (reader `reader`), on the Acquire path or announced (the client
+// reads STOKER_ACQUIRE when it connects, so it is set only around the connect).
+std::unique_ptr<stoker::Client> consumer(const std::string& socket, bool acquire, std::uint32_t rank = 0,
+                                         std::uint32_t reader = 0) {
+  ScopedEnvironment env;
+  if (acquire) env.set("STOKER_ACQUIRE", "1");
+  stoker::ClientOptions o = at(socket);
+  o.reader = reader;
+  return std::make_unique<stoker::Client>("demo", rank, o);
+}
+
+// Two epochs, copied batch by batch.
+std::vector<BatchCopy> two_epochs(stoker::Client& c) {
+  std::vector<BatchCopy> out = take_epoch(c);
+  const std::vector<BatchCopy> second = take_epoch(c);
+  out.insert(out.end(), second.begin(), second.end());
+  return out;
+}
+
+// Each client's two epochs, read side by side (ranks and readers of one job advance together).
+std::vector<std::vector<BatchCopy>> read_together(std::vector<std::unique_ptr<stoker::Client>>& clients) {
+  std::vector<std::vector<BatchCopy>> out(clients.size());
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < clients.size(); ++i) threads.emplace_back([&, i] { out[i] = two_epochs(*clients[i]); });
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("announced batches are taken while stokerd is stopped, the Acquire path waits for it",
+          "[integration][announce]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec j;
+  j.prefetch = 4;
+  Daemon d(write_config(dir.path(), {j}, 2), socket);
+
+  for (const bool acquire : {false, true}) {
+    CAPTURE(acquire);
+    const auto client = consumer(socket, acquire);
+    stoker::Client& c = *client;
+    CHECK(take_batch(c).index == 0);
+    // Announce mode: the ring's other ready batches are sent to the consumer unasked, and
+    // leased to it; Acquire mode: none is leased until it asks.
+    const auto until = AnnounceClock::now() + std::chrono::seconds(10);
+    while (leased(socket) < (acquire ? 0 : 4) && AnnounceClock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // nothing more in flight
+    REQUIRE(::kill(d.pid(), SIGSTOP) == 0);
+    int got = 0;
+    std::uint64_t expect = 1;
+    const auto t0 = AnnounceClock::now();
+    for (int i = 0; i < 6; ++i) {
+      try {
+        const BatchCopy b = take_batch(c, 300);
+        CHECK(b.index == expect);
+        ++expect;
+        ++got;
+      } catch (const stoker::Error&) {  // timed out: the daemon cannot answer
+        break;
+      }
+    }
+    const double took = std::chrono::duration<double>(AnnounceClock::now() - t0).count();
+    REQUIRE(::kill(d.pid(), SIGCONT) == 0);
+    INFO(got << " batches in " << took << " s while stokerd was stopped");
+    if (acquire) {
+      CHECK(got == 0);  // every batch is a round trip
+    } else {
+      CHECK(got == 4);  // the window: the ring's 4 slots, announced before the stop
+      CHECK(took < 0.3 + 0.25);  // four from the buffer at once, then one timed-out call
+    }
+    // The stream goes on where it was once the daemon runs again.
+    CHECK(take_batch(c, 10000).index == expect);
+    if (acquire) {
+      // (Acquire leaves its request outstanding across the timeout: the next call gets it.)
+      CHECK(take_batch(c, 10000).index == expect + 1);
+    }
+  }
+}
+
+TEST_CASE("announce and Acquire deliver the same batches: two epochs, two ranks, fan-out readers",
+          "[integration][announce]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec ranks;
+  ranks.consumers = 2;
+  ranks.prefetch = 3;
+  std::vector<std::vector<BatchCopy>> acquired, announced;
+  {
+    Daemon d(write_config(dir.path(), {ranks}, 2), socket);
+    std::vector<std::unique_ptr<stoker::Client>> clients;
+    clients.push_back(consumer(socket, true, 0));
+    clients.push_back(consumer(socket, true, 1));
+    acquired = read_together(clients);
+  }
+  {
+    Daemon d(write_config(dir.path(), {ranks}, 2), socket);
+    std::vector<std::unique_ptr<stoker::Client>> clients;
+    clients.push_back(consumer(socket, false, 0));
+    clients.push_back(consumer(socket, false, 1));
+    announced = read_together(clients);
+  }
+  REQUIRE(acquired[0].size() == 8);  // 64 samples, 2 ranks, batches of 8, two epochs
+  CHECK(announced[0] == acquired[0]);
+  CHECK(announced[1] == acquired[1]);
+  CHECK(announced[0] != announced[1]);
+
+  // Fan-out: two readers of one rank, one announced and one acquiring, read the same batches.
+  JobSpec fan;
+  fan.extra = "    readers: 2\n";
+  Daemon d(write_config(dir.path(), {fan}, 2), socket);
+  std::vector<std::unique_ptr<stoker::Client>> readers;
+  readers.push_back(consumer(socket, false, 0, 0));
+  readers.push_back(consumer(socket, true, 0, 1));
+  const auto both = read_together(readers);
+  REQUIRE(both[0].size() == 16);
+  CHECK(both[0] == both[1]);
+}
