@@ -170,6 +170,64 @@ TEST_CASE("garbage from one client evicts that client only", "[fault]") {
     stoker::Client c0("demo", 0, at(socket));
     CHECK(c0.next(30000).count() == 8);
   }
+  SECTION("a credit without announce mode, and an acquire in announce mode (protocol 2.5)") {
+    for (const bool announce : {false, true}) {
+      const int fd = raw_connect(socket);
+      auto h = stoker::proto::make_message<stoker::proto::HelloMsg>(stoker::proto::MsgType::kHello);
+      stoker::proto::copy_cstr(h.job, "demo");
+      h.flags = announce ? stoker::proto::kHelloAnnounce : 0;
+      h.window = 2;
+      ::send(fd, &h, sizeof h, 0);
+      stoker::proto::WelcomeMsg w{};
+      REQUIRE(::recv(fd, &w, sizeof w, 0) == static_cast<ssize_t>(sizeof w));
+      if (announce) {
+        auto a = stoker::proto::make_message<stoker::proto::AcquireMsg>(stoker::proto::MsgType::kAcquire);
+        ::send(fd, &a, sizeof a, 0);
+      } else {
+        auto c = stoker::proto::make_message<stoker::proto::CreditMsg>(stoker::proto::MsgType::kCredit);
+        c.taken = 1;
+        ::send(fd, &c, sizeof c, 0);
+      }
+      CHECK(closed_by_peer(fd));
+      ::close(fd);
+    }
+  }
+  SECTION("a credit past what was announced is clamped: the window keeps flowing") {
+    const int fd = raw_connect(socket);
+    auto h = stoker::proto::make_message<stoker::proto::HelloMsg>(stoker::proto::MsgType::kHello);
+    stoker::proto::copy_cstr(h.job, "demo");
+    h.flags = stoker::proto::kHelloAnnounce;
+    h.window = 2;
+    ::send(fd, &h, sizeof h, 0);
+    stoker::proto::WelcomeMsg w{};
+    REQUIRE(::recv(fd, &w, sizeof w, 0) == static_cast<ssize_t>(sizeof w));
+    ::timeval tv{10, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    auto take = [&] {
+      stoker::proto::BatchMsg b{};
+      REQUIRE(::recv(fd, &b, sizeof b, 0) == static_cast<ssize_t>(sizeof b));
+      REQUIRE(b.header.type == static_cast<std::uint16_t>(stoker::proto::MsgType::kBatch));
+      return b;
+    };
+    // Claims to have taken far more than it was sent, and holds the two it got.
+    const stoker::proto::BatchMsg b0 = take(), b1 = take();
+    CHECK(b1.batch_index == b0.batch_index + 1);
+    auto c = stoker::proto::make_message<stoker::proto::CreditMsg>(stoker::proto::MsgType::kCredit);
+    c.taken = ~std::uint64_t{0} - 1;
+    ::send(fd, &c, sizeof c, 0);
+    // Clamped to the 2 announced: the window has room for the ring's third slot at most.
+    const stoker::proto::BatchMsg b2 = take();
+    CHECK(b2.batch_index == b1.batch_index + 1);
+    for (const auto& b : {b0, b1, b2}) {
+      auto r = stoker::proto::make_message<stoker::proto::ReleaseMsg>(stoker::proto::MsgType::kRelease);
+      r.slot = b.slot;
+      r.generation = b.generation;
+      ::send(fd, &r, sizeof r, 0);
+    }
+    // Releases keep the stream going (an unclamped count would have wedged the window shut).
+    CHECK(take().batch_index == b2.batch_index + 1);
+    ::close(fd);
+  }
   SECTION("an acquire before hello") {
     const int fd = raw_connect(socket);
     auto a = stoker::proto::make_message<stoker::proto::AcquireMsg>(stoker::proto::MsgType::kAcquire);
