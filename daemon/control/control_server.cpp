@@ -21,6 +21,8 @@
 #include <spdlog/spdlog.h>
 
 #include "delivery/device_delivery.hpp"
+#include "job/job.hpp"
+#include "jobs/job_table.hpp"
 
 namespace stoker::control {
 
@@ -38,6 +40,7 @@ ControlServer::ControlServer(std::string socket_path, jobs::JobTable& jobs,
                              std::uint64_t daemon_generation, unsigned workers,
                              delivery::DeviceDelivery& delivery, const Limits& limits, JobSources sources)
     : socket_path_(std::move(socket_path)),
+      jobs_(jobs),
       delivery_(delivery),
       limits_(limits),
       sources_(std::move(sources)),
@@ -160,6 +163,7 @@ bool ControlServer::run_once(int timeout_ms) {
     delivery_.reap();
     sessions_.close_silent_connections();
     sessions_.evict_stuck_consumers();
+    for (job::Job* j : jobs_.serving_jobs()) j->retry_planning();  // after running out of memory
     commands_.settle_draining();
     sessions_.evict_doomed();  // silent, idle, stuck or drained: logged when found
     return !stop;

@@ -72,6 +72,7 @@ class ControlServer {
   void refuse(int fd, const std::string& why, proto::ErrorCode code = proto::ErrorCode::kTooManyConnections);
 
   std::string socket_path_;
+  jobs::JobTable& jobs_;  // for retry_planning each turn
   delivery::DeviceDelivery& delivery_;
   Limits limits_;
   JobSources sources_;

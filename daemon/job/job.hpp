@@ -105,6 +105,7 @@ class Job final : public sched::Task {
   // Seconds the longest-held batch of global `rank`'s `reader` has been leased (0: none).
   double oldest_lease_s(std::uint32_t rank, std::uint32_t reader);
   void touch_leases(std::uint32_t rank, std::uint32_t reader);  // Ring::touch_leases
+  void retry_planning();  // Ring::retry_planning for each ring (the control loop, each turn)
   std::uint32_t readers() const { return cfg_.readers; }
   bool serves(std::uint32_t rank) const { return rank >= cfg_.first_rank && rank - cfg_.first_rank < cfg_.consumers; }
   // What global `rank` gets per epoch (ranks differ only with pad_shards: false, by one sample).

@@ -78,6 +78,12 @@ bool Job::release(std::uint32_t rank, std::uint32_t reader, std::uint32_t s, std
   return true;
 }
 
+void Job::retry_planning() {
+  std::vector<WorkItem> items;
+  for (auto& ring : rings_) ring->retry_planning(items);
+  if (!items.empty()) queue_.push(std::move(items));
+}
+
 void Job::touch_leases(std::uint32_t rank, std::uint32_t reader) { ring_of(rank).touch_leases(reader); }
 
 double Job::oldest_lease_s(std::uint32_t rank, std::uint32_t reader) {

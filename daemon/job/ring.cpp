@@ -3,6 +3,7 @@
 #include "job/ring.hpp"
 
 #include <algorithm>
+#include <new>
 
 #include <spdlog/spdlog.h>
 
@@ -60,6 +61,11 @@ void Ring::start(std::vector<WorkItem>& out) {
   plan_free_slots(out);
 }
 
+void Ring::retry_planning(std::vector<WorkItem>& out) {
+  base::MutexLock lock(mu_);
+  if (plan_failed_) plan_free_slots(out);
+}
+
 void Ring::plan_free_slots(std::vector<WorkItem>& out) {
   if (hooks_.stopped() || draining_) return;
   const std::uint32_t B = cfg_.batch_size;
@@ -71,7 +77,25 @@ void Ring::plan_free_slots(std::vector<WorkItem>& out) {
     // Move to the next epoch once this one has handed out its last batch.
     EpochStream* st = planning_.get();
     if (st->last_planned) {
-      planning_ = make_stream(st->epoch + 1);
+      try {
+        planning_ = make_stream(st->epoch + 1);
+      } catch (const std::bad_alloc&) {
+        // The machine is out of memory (the order's size was bounded at load): a fault of the
+        // machine, not of the job. Nothing is planned now; retry_planning() tries again each
+        // turn of the control loop, and the consumers wait meanwhile.
+        if (!plan_failed_) {
+          spdlog::error("job {} rank {}: out of memory planning epoch {} (its order of the rank's samples); "
+                        "retrying each second, consumers wait meanwhile",
+                        cfg_.job_name, cfg_.rank, st->epoch + 1);
+        }
+        plan_failed_ = true;
+        return;
+      }
+      if (plan_failed_) {
+        spdlog::info("job {} rank {}: planned epoch {} after running out of memory", cfg_.job_name, cfg_.rank,
+                     st->epoch + 1);
+      }
+      plan_failed_ = false;
       st = planning_.get();
     }
     std::size_t n = std::min<std::size_t>(B, st->remaining());

@@ -185,6 +185,9 @@ class Ring {
   std::shared_ptr<delivery::DeviceRing> detach(std::uint32_t reader, std::vector<WorkItem>& out,
                                                const std::vector<std::uint32_t>& untaken = {})
       STOKER_EXCLUDES(mu_);
+  // After planning ran out of memory (std::bad_alloc making the next epoch's order): plans
+  // again; nothing otherwise. Called each turn of the control loop (Job::retry_planning).
+  void retry_planning(std::vector<WorkItem>& out) STOKER_EXCLUDES(mu_);
   // The reader's next batch in order, if ready: it becomes LEASED (by this reader too).
   std::optional<proto::BatchMsg> take(std::uint32_t reader) STOKER_EXCLUDES(mu_);
   // Validates untrusted (slot, generation) from the reader; false means a bad release.
@@ -316,6 +319,7 @@ class Ring {
   std::optional<EpochStart> start_ STOKER_GUARDED_BY(mu_);
   std::vector<Reader> readers_ STOKER_GUARDED_BY(mu_);
   bool draining_ STOKER_GUARDED_BY(mu_) = false;
+  bool plan_failed_ STOKER_GUARDED_BY(mu_) = false;  // the next epoch's order could not be allocated
 };
 
 }  // namespace stoker::job

@@ -5,6 +5,8 @@
 // bad releases.
 #include <catch2/catch.hpp>
 
+#include <new>
+
 #include <deque>
 #include <vector>
 
@@ -29,6 +31,10 @@ class FakeJob final : public RingHooks {
   explicit FakeJob(std::uint32_t samples) : samples_(samples) {}
 
   std::vector<std::uint32_t> epoch_ids(std::uint64_t epoch, std::uint64_t /*consumed*/) override {
+    if (out_of_memory_for > 0 && epoch == out_of_memory_epoch) {  // the machine, not the job
+      --out_of_memory_for;
+      throw std::bad_alloc();
+    }
     std::vector<std::uint32_t> ids(samples_);
     for (std::uint32_t i = 0; i < samples_; ++i) ids[i] = static_cast<std::uint32_t>(1000 * epoch) + i;
     return ids;
@@ -53,6 +59,8 @@ class FakeJob final : public RingHooks {
 
   std::vector<std::uint32_t> planned_ids;
   std::vector<std::uint64_t> done_epochs;
+  std::uint64_t out_of_memory_epoch = 0;  // epoch_ids of it throws std::bad_alloc ...
+  int out_of_memory_for = 0;              // ... this many times
   int published_count = 0;
 
  private:
@@ -352,4 +360,31 @@ TEST_CASE("ring: an epoch is reported done once, when the last of its samples is
   CHECK(f.job.done_epochs == std::vector<std::uint64_t>{0});  // epoch 1 planned, its samples not done
   f.work();
   CHECK(f.job.done_epochs == std::vector<std::uint64_t>{0, 1});
+}
+
+TEST_CASE("ring: out of memory planning the next epoch plans nothing, and a retry plans it once memory is back",
+          "[ring]") {
+  Fixture f(2, 1, 4);  // two batches per epoch
+  f.job.out_of_memory_epoch = 1;
+  f.job.out_of_memory_for = 2;
+  f.start();
+  f.work();
+  CHECK(f.attach(0, {0, 0}) == AttachResult::kAttached);
+  const auto a = f.take(0, {0, 0});
+  REQUIRE(f.release(0, a));  // its slot is free: planning epoch 1 fails (no throw out of the ring)
+  CHECK(f.queue.empty());
+  CHECK(f.status().free == 1);
+  f.take(0, {0, 1});
+  CHECK_FALSE(f.ring->take(0).has_value());
+
+  std::vector<WorkItem> items;
+  f.ring->retry_planning(items);  // still out of memory
+  CHECK(items.empty());
+  f.ring->retry_planning(items);  // memory is back
+  CHECK(items.size() == 2);
+  f.add(items);
+  f.work();
+  f.take(0, {1, 0});
+  f.ring->retry_planning(items);  // nothing failed since: nothing to do
+  CHECK(items.empty());
 }
