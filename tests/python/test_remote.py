@@ -183,9 +183,12 @@ def test_remote_batches_equal_a_local_run(tmp_path, demo_root, workers, dtype, l
             assert made > 0, st["remote"]
         else:
             # Every sample went to a worker once one was connected; only the first prefetch
-            # (3 slots of 8, planned as the daemon started, before its links were up) may have
-            # been made by the local pool.
-            assert st["samples_ok"] >= 128 and made >= st["samples_ok"] - 3 * 8, (made, st["samples_ok"])
+            # (3 slots of 8, planned as the daemon started, before its links were up) and the
+            # items hedged (late past the hedge time: made here, the worker's answer dropped;
+            # frequent under ThreadSanitizer's slowdown) may have been made by the local pool.
+            hedged = sum(w["hedged"] for w in st["remote"])
+            assert st["samples_ok"] >= 128 and made + hedged >= st["samples_ok"] - 3 * 8, \
+                (made, hedged, st["samples_ok"])
             assert all(w["samples"] > 0 for w in st["remote"]), st["remote"]
         assert all(w["reissued"] == 0 and w["errors"] == 0 for w in st["remote"]), st["remote"]
     finally:
