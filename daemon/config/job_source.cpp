@@ -3,10 +3,15 @@
 // must exist when the config is read, so a typo is refused with its line rather than found when
 // the job starts (a client's job: when it is loaded, as its user); tar shards are opened (and
 // their braces expanded) when the job indexes them.
+//
+// Object storage (issue #35): a shard pattern may be an s3:// or https:// URL, read by ranged
+// GETs (objstore/fetcher.hpp); `endpoint` names an S3-compatible server for s3:// URLs. A
+// client-defined job is refused a URL: stokerd's credentials would read for whoever asked.
 #include <string>
 #include <system_error>
 
 #include "config/sections.hpp"
+#include "objstore/object_url.hpp"
 
 namespace stoker::config {
 
@@ -14,8 +19,9 @@ namespace fs = std::filesystem;
 
 void parse_source(const Reader& r, const Value& section, const fs::path& base_dir, SourceConfig& out,
                   bool mixture_entry) {
-  const Fields src = mixture_entry ? Fields(r, section, {"type", "root", "list", "file", "shards", "weight", "name"})
-                                   : Fields(r, section, {"type", "root", "list", "file", "shards"});
+  const Fields src = mixture_entry
+                         ? Fields(r, section, {"type", "root", "list", "file", "shards", "endpoint", "weight", "name"})
+                         : Fields(r, section, {"type", "root", "list", "file", "shards", "endpoint"});
   if (auto* v = src.get("type")) out.type = r.choice(*v, {"imagefolder", "filelist", "tar"});
   // A client's working folder means nothing to stokerd (and its job's paths are not looked at
   // here, below): a relative path is refused by name.
@@ -24,13 +30,32 @@ void parse_source(const Reader& r, const Value& section, const fs::path& base_di
       r.fail(v, "a client-defined job's paths must be absolute, got '" + given.string() + "'");
     }
   };
+  // A URL where a path is taken: checked here so a typo is refused with its line; a client's
+  // job may not use one at all. Returns whether `text` is a URL.
+  const auto url = [&](const Value& v, const std::string& text) {
+    if (!objstore::looks_like_url(text)) return false;
+    if (r.client_job()) {
+      r.fail(v, "a client-defined job cannot read from object storage (s3:// or https://): stokerd's credentials "
+                "would read for whoever asked; put the source in stokerd's config");
+    }
+    std::string why;
+    if (!objstore::parse_object_url(text, why)) r.fail(v, "'" + text + "': " + why);
+    return true;
+  };
+  bool any_url = false;
   if (out.type == "tar") {
     // shards: one pattern or a list of them; braces are expanded (and shards opened) when the
     // source is indexed, which names the key on failure through root_mark.
     const Value& shards = src.need("shards");
     auto add = [&](const Value& v) {
-      const fs::path given = r.string(v);
-      if (given.empty()) r.fail(v, "must not be empty");
+      const std::string text = r.string(v);
+      if (text.empty()) r.fail(v, "must not be empty");
+      if (url(v, text)) {
+        any_url = true;
+        out.shards.push_back(text);
+        return;
+      }
+      const fs::path given = text;
       absolute(v, given);
       out.shards.push_back(resolve(given, base_dir).string());
     };
@@ -57,6 +82,10 @@ void parse_source(const Reader& r, const Value& section, const fs::path& base_di
   if (out.type == "filelist") {
     // list: the list; root: what relative paths in it are relative to (default: its folder).
     const Value& file = list_v != nullptr ? *list_v : src.need("list");
+    if (objstore::looks_like_url(r.string(file))) {
+      (void)url(file, r.string(file));
+      r.fail(file, "a file list in object storage is not supported yet (issue #35): only tar shards can be URLs");
+    }
     const fs::path list = r.string(file);
     if (list.empty()) r.fail(file, "must not be empty");
     absolute(file, list);
@@ -70,12 +99,26 @@ void parse_source(const Reader& r, const Value& section, const fs::path& base_di
   } else if (list_v != nullptr && out.type != "tar") {
     r.fail(*list_v, "only for type: filelist");
   }
+  if (const Value* v = src.get("endpoint")) {
+    const std::string e = r.string(*v);
+    if (!any_url) r.fail(*v, "only for a source whose shards are s3:// URLs");
+    if (e.rfind("http://", 0) != 0 && e.rfind("https://", 0) != 0) {
+      r.fail(*v, "expected an http:// or https:// URL (scheme, host and port of an S3-compatible server), got '" + e + "'");
+    }
+    if (e.find('@') != std::string::npos) r.fail(*v, "credentials in a URL are refused (give them through AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)");
+    out.endpoint = e;
+  }
   if (out.type != "tar") {
     const Value* root_v = src.get("root");
     if (root_v == nullptr && out.type == "filelist") {
       out.root = out.file.parent_path();
     } else {
       const Value& root = root_v != nullptr ? *root_v : src.need("root");
+      if (objstore::looks_like_url(r.string(root))) {
+        (void)url(root, r.string(root));
+        r.fail(root, "an ImageFolder or file-list root in object storage is not supported yet (issue #35): only tar "
+                     "shards can be URLs");
+      }
       const fs::path given = r.string(root);
       if (given.empty()) r.fail(root, "must not be empty");
       absolute(root, given);

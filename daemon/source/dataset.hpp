@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "objstore/fetcher.hpp"
 #include "source/read_access.hpp"
 
 namespace stoker::source {
@@ -38,7 +39,15 @@ struct DatasetPart {
   std::size_t classes = 0;  // the classes this source had on its own
 };
 
+// A source in object storage (issue #35): the fetcher its members are read through, shared
+// by the dataset and whoever shows its counters (status `sources`, /metrics).
+struct ObjectSource {
+  std::string name;  // the first shard's URL, or the mixture entry's name
+  std::shared_ptr<objstore::Fetcher> fetcher;
+};
+
 struct Dataset {
+  static constexpr std::uint32_t kLocalShard = 0xffffffffu;
   std::vector<std::string> classes;  // label -> class name
   std::vector<DatasetPart> parts;    // a mixture's sources in id order; empty: one source
   std::vector<Sample> samples;       // id -> sample
@@ -50,6 +59,10 @@ struct Dataset {
   // A client-defined job of another user: every file read for it (SampleReader) is checked
   // against that user's permissions (source/read_access.hpp). Null: stokerd's own reads.
   std::shared_ptr<const ReadAs> read_as;
+  // Object storage: empty when every shard is a local file; else shard_source[i] is the
+  // object_sources entry shards[i] (a URL) is read through, kLocalShard for a local shard.
+  std::vector<ObjectSource> object_sources;
+  std::vector<std::uint32_t> shard_source;
 
   // Appends a sample named `name` (a path below root, or a member of shards[shard]).
   void add(std::string_view name, std::int64_t label, std::uint32_t shard = Sample::kWholeFile,
@@ -113,8 +126,13 @@ Dataset read_file_list(const std::filesystem::path& list, const std::filesystem:
 // missing, compressed, truncated or corrupt shard, or a sample without a label beside
 // labelled ones. `log_name` prefixes the progress and summary lines ("job train").
 // `as`: every shard is checked readable by that user before its index (cached or not) is used.
+// Patterns may be s3:// or https:// URLs (issue #35), read through `fetcher` (required then):
+// each object's size and Last-Modified come from a HEAD (what keys the index cache), an
+// object not in the cache is fetched whole, once, and its headers walked in memory; its
+// samples are then read by one ranged GET each (SampleReader). The dataset keeps `fetcher`.
 Dataset read_tar_shards(const std::vector<std::string>& patterns, const std::filesystem::path& index_cache,
-                        const std::string& log_name = "tar", const ReadAs* as = nullptr);
+                        const std::string& log_name = "tar", const ReadAs* as = nullptr,
+                        std::shared_ptr<objstore::Fetcher> fetcher = nullptr);
 
 // Brace expansion of one shard pattern: `a-{00..11}.tar` gives a-00.tar .. a-11.tar (width as
 // written when a bound has a leading zero), `{a,b}` gives each alternative; several groups

@@ -81,6 +81,19 @@ Dataset combine_datasets(std::vector<Dataset> parts, const std::vector<std::stri
         out.add(full, label, Sample::kWholeFile, s.offset, s.size);
       }
     }
+    if (!p.object_sources.empty() || !out.object_sources.empty()) {
+      // Object storage in some part: every shard gets its source's entry (local: kLocalShard).
+      out.shard_source.resize(out.shards.size(), Dataset::kLocalShard);
+      const auto source_base = static_cast<std::uint32_t>(out.object_sources.size());
+      for (std::size_t k = 0; k < p.shards.size(); ++k) {
+        const bool remote = !p.shard_source.empty() && p.shard_source[k] != Dataset::kLocalShard;
+        out.shard_source.push_back(remote ? source_base + p.shard_source[k] : Dataset::kLocalShard);
+      }
+      for (auto& o : p.object_sources) {
+        o.name = names[i];
+        out.object_sources.push_back(std::move(o));
+      }
+    }
     out.shards.insert(out.shards.end(), p.shards.begin(), p.shards.end());
     out.parts.push_back(std::move(part));
     p = Dataset{};  // free each part as soon as it is copied: peak memory ~ combined + one part
