@@ -39,7 +39,8 @@ void parse_source(const Reader& r, const Value& section, const fs::path& base_di
                 "would read for whoever asked; put the source in stokerd's config");
     }
     std::string why;
-    if (!objstore::parse_object_url(text, why)) r.fail(v, "'" + text + "': " + why);
+    // The URL is not quoted back: a refused one may hold user:password@.
+    if (!objstore::parse_object_url(text, why)) r.fail(v, why);
     return true;
   };
   bool any_url = false;
