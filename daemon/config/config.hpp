@@ -48,6 +48,10 @@ struct SourceConfig {
   // s3:// sources: the S3-compatible endpoint (key `endpoint`, e.g. "http://127.0.0.1:9000");
   // "" takes AWS_ENDPOINT_URL, else AWS's regional endpoint (objstore/credentials.hpp).
   std::string endpoint;
+  // A source in object storage: `cache: {path, bytes}`, a local LRU cache of fetched bytes
+  // (objstore/object_cache.hpp); empty path: none.
+  std::filesystem::path cache_path;
+  std::uint64_t cache_bytes = 0;
   Mark root_mark;              // so a scan failure (no images) can name the key
   std::string root_key = "root";  // the key root_mark points at: root, list, file or shards
 };

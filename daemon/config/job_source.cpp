@@ -20,8 +20,8 @@ namespace fs = std::filesystem;
 void parse_source(const Reader& r, const Value& section, const fs::path& base_dir, SourceConfig& out,
                   bool mixture_entry) {
   const Fields src = mixture_entry
-                         ? Fields(r, section, {"type", "root", "list", "file", "shards", "endpoint", "weight", "name"})
-                         : Fields(r, section, {"type", "root", "list", "file", "shards", "endpoint"});
+                         ? Fields(r, section, {"type", "root", "list", "file", "shards", "endpoint", "cache", "weight", "name"})
+                         : Fields(r, section, {"type", "root", "list", "file", "shards", "endpoint", "cache"});
   if (auto* v = src.get("type")) out.type = r.choice(*v, {"imagefolder", "filelist", "tar"});
   // A client's working folder means nothing to stokerd (and its job's paths are not looked at
   // here, below): a relative path is refused by name.
@@ -100,42 +100,63 @@ void parse_source(const Reader& r, const Value& section, const fs::path& base_di
   } else if (list_v != nullptr && out.type != "tar") {
     r.fail(*list_v, "only for type: filelist");
   }
+  if (out.type != "tar") {
+    const Value* root_v = src.get("root");
+    if (root_v != nullptr && objstore::looks_like_url(r.string(*root_v))) {
+      // An ImageFolder in a bucket: kept as written without trailing '/' (a key prefix), never
+      // resolved or looked at here.
+      const Value& root = *root_v;
+      std::string text = r.string(root);
+      (void)url(root, text);
+      if (out.type != "imagefolder" || text.rfind("s3://", 0) != 0) {
+        r.fail(root, "only an ImageFolder root can be in object storage, as an s3:// URL (an https:// server has "
+                     "no listing; a file list's root in object storage is not supported yet)");
+      }
+      while (text.back() == '/' && text.size() > 5) text.pop_back();
+      out.root = text;
+      out.root_mark = root.at;
+      any_url = true;
+    } else {
+      if (root_v == nullptr && out.type == "filelist") {
+        out.root = out.file.parent_path();
+      } else {
+        const Value& root = root_v != nullptr ? *root_v : src.need("root");
+        const fs::path given = r.string(root);
+        if (given.empty()) r.fail(root, "must not be empty");
+        absolute(root, given);
+        out.root = resolve(given, base_dir);
+        if (out.type != "filelist") out.root_mark = root.at;
+      }
+      const Value& root = root_v != nullptr ? *root_v : *list_v;
+      // A client's job is looked at when it is loaded, with its user's permissions, where a
+      // path missing and one that user may not reach get the same refusal: looked at here, as
+      // stokerd, "not an existing directory" would tell them what folders they cannot list
+      // hold (issue #34, D4).
+      std::error_code ec;
+      if (!r.client_job() && !fs::is_directory(out.root, ec)) {
+        r.fail(root, out.root.string() + " is not an existing directory" +
+                         (ec && ec != std::errc::no_such_file_or_directory ? " (" + ec.message() + ")" : ""));
+      }
+    }
+  }
   if (const Value* v = src.get("endpoint")) {
     const std::string e = r.string(*v);
-    if (!any_url) r.fail(*v, "only for a source whose shards are s3:// URLs");
+    if (!any_url) r.fail(*v, "only for a source in object storage (s3:// shards or root)");
     if (e.rfind("http://", 0) != 0 && e.rfind("https://", 0) != 0) {
       r.fail(*v, "expected an http:// or https:// URL (scheme, host and port of an S3-compatible server), got '" + e + "'");
     }
     if (e.find('@') != std::string::npos) r.fail(*v, "credentials in a URL are refused (give them through AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)");
     out.endpoint = e;
   }
-  if (out.type != "tar") {
-    const Value* root_v = src.get("root");
-    if (root_v == nullptr && out.type == "filelist") {
-      out.root = out.file.parent_path();
-    } else {
-      const Value& root = root_v != nullptr ? *root_v : src.need("root");
-      if (objstore::looks_like_url(r.string(root))) {
-        (void)url(root, r.string(root));
-        r.fail(root, "an ImageFolder or file-list root in object storage is not supported yet (issue #35): only tar "
-                     "shards can be URLs");
-      }
-      const fs::path given = r.string(root);
-      if (given.empty()) r.fail(root, "must not be empty");
-      absolute(root, given);
-      out.root = resolve(given, base_dir);
-      if (out.type != "filelist") out.root_mark = root.at;
-    }
-    const Value& root = root_v != nullptr ? *root_v : *list_v;
-    // A client's job is looked at when it is loaded, with its user's permissions, where a path
-    // missing and one that user may not reach get the same refusal: looked at here, as
-    // stokerd, "not an existing directory" would tell them what folders they cannot list hold
-    // (issue #34, D4).
-    std::error_code ec;
-    if (!r.client_job() && !fs::is_directory(out.root, ec)) {
-      r.fail(root, out.root.string() + " is not an existing directory" +
-                       (ec && ec != std::errc::no_such_file_or_directory ? " (" + ec.message() + ")" : ""));
-    }
+  if (const Value* v = src.get("cache")) {
+    // cache: {path: DIR, bytes: SIZE}; DIR's owner and mode are checked when the job loads.
+    if (!any_url) r.fail(*v, "only for a source in object storage (s3:// or https:// shards, or an s3:// root)");
+    const Fields c(r, *v, {"path", "bytes"});
+    const Value& p = c.need("path");
+    const fs::path dir = r.string(p);
+    if (dir.empty()) r.fail(p, "must name a folder");
+    out.cache_path = resolve(dir, base_dir);
+    out.cache_bytes = r.bytes(c.need("bytes"), std::uint64_t{1} << 20, std::uint64_t{1} << 50);
   }
 }
 

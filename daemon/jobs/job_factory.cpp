@@ -26,7 +26,7 @@ namespace {
 // region and endpoint are resolved now, once per source: a half-given key pair or a missing
 // profile is refused when the job loads, naming the variable or file and never a value.
 std::shared_ptr<objstore::Fetcher> object_fetcher(const config::SourceConfig& src, const std::string& log_name) {
-  bool any = false;
+  bool any = objstore::looks_like_url(src.root.string());
   for (const auto& s : src.shards) any = any || objstore::looks_like_url(s);
   if (!any) return nullptr;
   const objstore::EnvLookup env = objstore::process_env();
@@ -36,6 +36,13 @@ std::shared_ptr<objstore::Fetcher> object_fetcher(const config::SourceConfig& sr
   o.region = objstore::resolve_region(env);
   o.endpoint = objstore::resolve_endpoint(src.endpoint, o.region, env);
   o.credentials = std::move(*creds);
+  if (!src.cache_path.empty()) {
+    base::Result<std::shared_ptr<objstore::ObjectCache>> cache = objstore::ObjectCache::open(src.cache_path, src.cache_bytes);
+    if (!cache) throw source::SourceError(cache.status().message());
+    o.cache = std::move(*cache);
+    spdlog::info("{}: cache {} of at most {} bytes, {} file(s) ({} bytes) kept from before", log_name,
+                 src.cache_path.string(), src.cache_bytes, o.cache->files(), o.cache->bytes());
+  }
   spdlog::info("{}: object storage at {} (region {}, path-style), credentials: {}", log_name, o.endpoint, o.region,
                o.credentials.describe());
   return std::make_shared<objstore::Fetcher>(std::move(o));
@@ -48,6 +55,10 @@ source::Dataset load_one(const config::JobConfig& job, const std::filesystem::pa
     // The index cache sits beside the quarantine, keyed the same way.
     return source::read_tar_shards(job.source.shards, state_dir / (dataset_state_name(job) + ".tarindex"),
                                    "job " + job.name, as, object_fetcher(job.source, "job " + job.name));
+  }
+  if (objstore::looks_like_url(job.source.root.string())) {
+    return source::scan_object_folder(job.source.root.string(), object_fetcher(job.source, "job " + job.name),
+                                      "job " + job.name);
   }
   return source::scan_image_folder(job.source.root, as);
 }

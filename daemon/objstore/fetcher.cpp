@@ -392,16 +392,32 @@ std::string request_url(const Fetcher::Options& o, const ObjectUrl& u) {
 
 }  // namespace
 
-FetchResult Fetcher::get(const ObjectUrl& url) {
+FetchResult Fetcher::get(const ObjectUrl& url, bool use_cache) {
+  const std::string key = url.text();
+  ObjectCache* cache = use_cache ? options_.cache.get() : nullptr;
+  FetchResult hit;
+  if (cache != nullptr && cache->get(key, hit.body)) {
+    stats_.cache_hits.fetch_add(1, std::memory_order_relaxed);
+    return hit;
+  }
   Request r;
   r.url = request_url(options_, url);
   r.name = "GET " + url.text();
   r.sign = url.scheme == Scheme::kS3 && !options_.credentials.empty();
-  return run(std::move(r));
+  FetchResult got = run(std::move(r));
+  if (got.ok() && cache != nullptr) cache->put(key, got.body);
+  return got;
 }
 
 FetchResult Fetcher::get_range(const ObjectUrl& url, std::uint64_t offset, std::uint64_t size) {
   if (size == 0) return FetchResult{};
+  // Keyed by the range too: a shard's members are cached one by one, as they are read.
+  const std::string key = url.text() + "#" + std::to_string(offset) + "+" + std::to_string(size);
+  FetchResult hit;
+  if (options_.cache != nullptr && options_.cache->get(key, hit.body) && hit.body.size() == size) {
+    stats_.cache_hits.fetch_add(1, std::memory_order_relaxed);
+    return hit;
+  }
   Request r;
   r.url = request_url(options_, url);
   r.name = "GET " + url.text() + " bytes " + std::to_string(offset) + "-" + std::to_string(offset + size - 1);
@@ -409,7 +425,9 @@ FetchResult Fetcher::get_range(const ObjectUrl& url, std::uint64_t offset, std::
   r.ranged = true;
   r.offset = offset;
   r.size = size;
-  return run(std::move(r));
+  FetchResult got = run(std::move(r));
+  if (got.ok() && options_.cache != nullptr) options_.cache->put(key, got.body);
+  return got;
 }
 
 FetchResult Fetcher::head(const ObjectUrl& url) {

@@ -27,6 +27,7 @@
 #include "base/status.hpp"
 #include "objstore/credentials.hpp"
 #include "objstore/list_xml.hpp"
+#include "objstore/object_cache.hpp"
 #include "objstore/object_url.hpp"
 
 namespace stoker::objstore {
@@ -68,6 +69,9 @@ class Fetcher {
     std::chrono::milliseconds max_retry_after{30000};  // a longer Retry-After is cut to this
     long connect_timeout_ms = 5000;
     long stall_seconds = 30;  // a transfer moving under 1 byte/s this long is a timeout
+    // A local cache of what get() and get_range() fetch (a source's `cache:`); null: none.
+    // A hit sends no request and counts in cache_hits.
+    std::shared_ptr<ObjectCache> cache;
   };
 
   explicit Fetcher(Options options);
@@ -75,8 +79,9 @@ class Fetcher {
   Fetcher(const Fetcher&) = delete;
   Fetcher& operator=(const Fetcher&) = delete;
 
-  // The whole object, or `size` bytes at `offset` (one ranged GET).
-  FetchResult get(const ObjectUrl& url);
+  // The whole object, or `size` bytes at `offset` (one ranged GET). `use_cache` false: a read
+  // done once (indexing a shard) that the cache would only be filled with.
+  FetchResult get(const ObjectUrl& url, bool use_cache = true);
   FetchResult get_range(const ObjectUrl& url, std::uint64_t offset, std::uint64_t size);
   // Size and Last-Modified, no body.
   FetchResult head(const ObjectUrl& url);

@@ -63,6 +63,9 @@ struct Dataset {
   // object_sources entry shards[i] (a URL) is read through, kLocalShard for a local shard.
   std::vector<ObjectSource> object_sources;
   std::vector<std::uint32_t> shard_source;
+  // Whole files in object storage (an ImageFolder listed from a bucket): root is a URL and
+  // every whole-file sample is fetched through object_sources[root_source]; kLocalShard: files.
+  std::uint32_t root_source = kLocalShard;
 
   // Appends a sample named `name` (a path below root, or a member of shards[shard]).
   void add(std::string_view name, std::int64_t label, std::uint32_t shard = Sample::kWholeFile,
@@ -102,6 +105,18 @@ class SourceError : public std::runtime_error {
 // folder that user cannot list stops the scan with an error naming the folder, never what
 // it holds.
 Dataset scan_image_folder(const std::filesystem::path& root, const ReadAs* as = nullptr);
+
+// ImageFolder semantics over object storage (issue #35): `root` an s3:// URL of a "folder"
+// (a key prefix); classes are the sorted prefixes one level below it (ListObjectsV2 with
+// delimiter '/', every page), samples every key with an image extension below each class, in
+// ImageFolder's order (folders sorted by path, then names). Objects are not fetched here.
+// Throws SourceError naming the URL for a failed listing (the fetcher's message: 403 names
+// where the credentials came from), no class prefix, or no images.
+Dataset scan_object_folder(const std::string& root, std::shared_ptr<objstore::Fetcher> fetcher,
+                           const std::string& log_name);
+
+// torchvision's IMG_EXTENSIONS, matched case-insensitively at the end of the name.
+bool has_image_extension(std::string_view name);
 
 // A text file list, one sample per line in the file's order: `path`, `path,label` or
 // `path<TAB>label` (CSV/TSV); blank lines and lines starting with '#' are skipped; relative

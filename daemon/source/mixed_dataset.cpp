@@ -47,6 +47,14 @@ Dataset combine_datasets(std::vector<Dataset> parts, const std::vector<std::stri
       for (const auto& c : parts[i].classes) relabel[i].push_back(index.at(c));
     }
   }
+  // Whole files in object storage have one fetcher for the dataset (Dataset::root_source):
+  // two such parts, or one beside local whole files, cannot share it yet.
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i].root_source != Dataset::kLocalShard) {
+      throw SourceError("source '" + names[i] + "': an ImageFolder in object storage cannot be part of a mixture yet "
+                        "(tar shards in object storage can)");
+    }
+  }
   // Whole files: one root if all share it, else absolute names.
   std::set<std::string> roots;
   for (const auto& p : parts) {

@@ -34,9 +34,10 @@ SampleReader::SampleReader(const Dataset& dataset, Options options)
   }
 }
 
-ReadResult SampleReader::read_object(const Sample& s, std::vector<std::uint8_t>& out) {
-  objstore::Fetcher& f = *dataset_.object_sources[dataset_.shard_source[s.shard]].fetcher;
-  objstore::FetchResult got = f.get_range(*urls_[s.shard], s.offset, s.size);
+namespace {
+
+// A fetch's verdict as a read's (file_reader.hpp's three kinds).
+ReadResult fetch_verdict(objstore::FetchResult& got, std::vector<std::uint8_t>& out) {
   switch (got.error) {
     case objstore::FetchError::kNone:
       out = std::move(got.body);
@@ -53,6 +54,24 @@ ReadResult SampleReader::read_object(const Sample& s, std::vector<std::uint8_t>&
   // An answer we do not understand (400, a redirect): the object, as far as we can tell, is
   // not readable now; skipped this epoch and asked for again the next, never quarantined.
   return ReadResult{ReadStatus::kMissing, EIO, got.message};
+}
+
+}  // namespace
+
+ReadResult SampleReader::read_object(const Sample& s, std::vector<std::uint8_t>& out) {
+  objstore::Fetcher& f = *dataset_.object_sources[dataset_.shard_source[s.shard]].fetcher;
+  objstore::FetchResult got = f.get_range(*urls_[s.shard], s.offset, s.size);
+  return fetch_verdict(got, out);
+}
+
+ReadResult SampleReader::read_whole_object(std::uint32_t id, std::vector<std::uint8_t>& out) {
+  objstore::Fetcher& f = *dataset_.object_sources[dataset_.root_source].fetcher;
+  const std::string url_text = dataset_.path(id);
+  std::string why;
+  const std::optional<objstore::ObjectUrl> url = objstore::parse_object_url(url_text, why);
+  if (!url) return ReadResult{ReadStatus::kMissing, EINVAL, url_text + ": " + why};
+  objstore::FetchResult got = f.get(*url);
+  return fetch_verdict(got, out);
 }
 
 int SampleReader::open_for_read_as(const std::string& path, ReadResult& failed) const {
@@ -109,6 +128,7 @@ std::shared_ptr<SampleReader::ShardFd> SampleReader::shard_fd(std::uint32_t shar
 ReadResult SampleReader::read(std::uint32_t id, std::vector<std::uint8_t>& out) {
   const Sample& s = dataset_.samples[id];
   if (s.shard == Sample::kWholeFile) {
+    if (dataset_.root_source != Dataset::kLocalShard) return read_whole_object(id, out);
     if (!dataset_.read_as) return read_file(dataset_.path(id), out);
     ReadResult failed;
     const int fd = open_for_read_as(dataset_.path(id), failed);

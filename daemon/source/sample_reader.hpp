@@ -58,6 +58,7 @@ class SampleReader {
   int open_for_read_as(const std::string& path, ReadResult& failed) const;
 
   ReadResult read_object(const Sample& s, std::vector<std::uint8_t>& out);
+  ReadResult read_whole_object(std::uint32_t id, std::vector<std::uint8_t>& out);
 
   const Dataset& dataset_;
   // Parsed once: the URL of each shard in object storage (nullopt for a local shard).

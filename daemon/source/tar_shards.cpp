@@ -427,7 +427,7 @@ namespace {
 // An object's headers walked in memory: fetched whole (one GET, the one pass over its bytes
 // indexing needs) into a memfd, which index_shard reads as it reads a file.
 tar::ShardIndex index_object(const std::string& url_text, const objstore::ObjectUrl& url, objstore::Fetcher& fetcher) {
-  objstore::FetchResult got = fetcher.get(url);
+  objstore::FetchResult got = fetcher.get(url, /*use_cache=*/false);
   if (!got.ok()) throw SourceError(got.message);
   const int fd = ::memfd_create("stoker-tar-index", MFD_CLOEXEC);
   if (fd < 0) throw SourceError(url_text + ": cannot index: memfd_create: " + std::strerror(errno));

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <netinet/in.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <set>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "batch_copy.hpp"
@@ -145,6 +147,113 @@ TEST_CASE("s3: tar shards in a bucket serve the same ids, labels and pixels as t
   CHECK_THAT(d.log(), Catch::Contains("job bucket: 64 sample(s) in 3 shard(s), 4 class(es) from .cls"));
   CHECK_THAT(d.log(), Catch::Contains("credentials: environment (AWS_ACCESS_KEY_ID)"));
   CHECK_THAT(d.log(), !Catch::Contains(std::string("Credential=")));
+}
+
+TEST_CASE("s3: with a cache that holds the dataset, the second epoch fetches 0 bytes", "[integration][s3]") {
+  if (!S3Server::available()) {
+    WARN(S3Server::missing_message());
+    return;
+  }
+  TempDir dir;
+  const auto shards = write_demo_shards(dir.path());
+  S3Server s3(dir.path(), "datasets");
+  for (int i = 0; i < 3; ++i) s3.put("demo/train-0" + std::to_string(i) + ".tar", shards[i]);
+  ScopedEnvironment env;
+  set_credentials(env);
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec local;
+  local.name = "local";
+  local.source = "{type: tar, shards: \"shards/demo-{00..02}.tar\"}";
+  JobSpec bucket = local;
+  bucket.name = "bucket";
+  bucket.source = "{type: tar, shards: \"s3://datasets/demo/train-{00..02}.tar\", endpoint: \"" + s3.endpoint() +
+                  "\", cache: {path: cache, bytes: 64MiB}}";
+  Daemon d(write_config(dir.path(), {local, bucket}, 2, "  metrics: \"127.0.0.1:0\"\n"), socket);
+  stoker::ClientOptions o;
+  o.socket_path = socket;
+  stoker::Client a("local", 0, o), b("bucket", 0, o);
+  const auto counters = [&]() -> Json {
+    const Json st = status_json(socket);
+    for (const auto& job : st["jobs"]) {
+      if (job["name"] == "bucket") return job["sources"][0];
+    }
+    return Json::object();
+  };
+  check_same_epochs(a, b, 1);
+  // Epoch 2's first batches are read ahead while epoch 1 is consumed, some of them before
+  // epoch 1's read of the same sample was kept: counted once nothing is in flight.
+  Json first = counters();
+  for (int i = 0; i < 100 && first["in_flight"] != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    first = counters();
+  }
+  REQUIRE(first["in_flight"] == 0);
+  CHECK(first["requests"].get<std::uint64_t>() >= 6 + 64);
+  check_same_epochs(a, b, 1);  // epoch 2: the same batches, from the cache
+  const Json second = counters();
+  CHECK(second["bytes"] == first["bytes"]);
+  CHECK(second["requests"] == first["requests"]);
+  // Every read of epoch 2 was a hit (some counted in `first` already: read ahead during epoch 1).
+  CHECK(second["cache_hits"].get<std::uint64_t>() >= 64);
+  CHECK(second["cache_hits"].get<std::uint64_t>() > first["cache_hits"].get<std::uint64_t>());
+  struct stat st {};
+  REQUIRE(::stat((dir.path() / "cache").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+  CHECK_THAT(d.log(), Catch::Contains("job bucket: cache " + (dir.path() / "cache").string()));
+  // The same counters in /metrics, labelled by job and source.
+  const std::string url = status_json(socket).at("metrics").get<std::string>();  // http://127.0.0.1:PORT/metrics
+  const int port = std::stoi(url.substr(url.rfind(':') + 1));
+  std::string metrics;
+  for (int i = 0; i < 100 && metrics.find("stoker_source_requests_total") == std::string::npos; ++i) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the text is made every so often
+    metrics = forward(port, "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n");
+  }
+  CHECK_THAT(metrics, Catch::Contains("stoker_source_cache_hits_total{job=\"bucket\",source=\"s3://datasets/demo/"));
+  CHECK_THAT(metrics, Catch::Contains("stoker_source_requests_total{job=\"bucket\""));
+  CHECK_THAT(metrics, Catch::Contains("stoker_source_retries_total{job=\"bucket\""));
+}
+
+TEST_CASE("s3: an ImageFolder listed from a bucket prefix serves the same ids, labels and pixels as the folder on disk",
+          "[integration][s3]") {
+  if (!S3Server::available()) {
+    WARN(S3Server::missing_message());
+    return;
+  }
+  TempDir dir;
+  S3Server s3(dir.path(), "datasets");
+  int uploaded = 0;
+  for (const auto& e : fs::recursive_directory_iterator(data_dir() + "/demo")) {
+    if (!e.is_regular_file()) continue;
+    const auto b = read_bytes(e.path());
+    s3.put("imagenet/train/" + fs::relative(e.path(), data_dir() + "/demo").string(), std::string(b.begin(), b.end()));
+    ++uploaded;
+  }
+  REQUIRE(uploaded >= 64);
+  s3.put("imagenet/train/README.txt", "not an image, not a class");  // a key beside the classes
+  ScopedEnvironment env;
+  set_credentials(env);
+  env.set("AWS_ENDPOINT_URL", s3.endpoint());  // no endpoint: key, the environment's
+
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec local;  // the demo folder, shuffled, random crops and flips
+  local.name = "local";
+  JobSpec bucket = local;
+  bucket.name = "bucket";
+  bucket.source = "{type: imagefolder, root: \"s3://datasets/imagenet/train/\"}";
+  Daemon d(write_config(dir.path(), {local, bucket}, 2), socket);
+  stoker::ClientOptions o;
+  o.socket_path = socket;
+  stoker::Client a("local", 0, o), b("bucket", 0, o);
+  CHECK(b.info().num_classes == 4);
+  check_same_epochs(a, b, 1);
+  const Json st = status_json(socket);
+  for (const auto& job : st["jobs"]) {
+    if (job["name"] != "bucket") continue;
+    CHECK(job["class_names"] == Json({"flower", "insect", "landscape", "texture"}));
+    REQUIRE(job["sources"].size() == 1);
+    CHECK(job["sources"][0]["requests"].get<std::uint64_t>() >= 5 + 64);  // 5 listings, a GET a sample
+  }
+  CHECK_THAT(d.log(), Catch::Contains("job bucket: listed 64 image(s) in 4 class(es)"));
 }
 
 TEST_CASE("s3: 503s, 429 with Retry-After and answers cut mid-body are retried: the same batches, nothing "

@@ -1320,6 +1320,14 @@ TEST_CASE("config: tar shards may be s3:// or https:// URLs, kept as written, wi
   CHECK(cfg.jobs[0].source.endpoint == "http://127.0.0.1:9000");
 }
 
+TEST_CASE("config: an ImageFolder root may be an s3:// prefix, kept without its trailing '/'", "[config]") {
+  std::string j = train_job();
+  replace_all(j, "source: {root: .}", "source: {root: \"s3://bucket/imagenet/train/\"}");
+  const auto cfg = parse(j);
+  CHECK(cfg.jobs[0].source.root.string() == "s3://bucket/imagenet/train");
+  CHECK(cfg.jobs[0].source.type == "imagefolder");
+}
+
 TEST_CASE("config: a malformed URL, an endpoint without a URL source, or a URL root is refused with file:line and "
           "the key",
           "[config]") {
@@ -1332,10 +1340,12 @@ TEST_CASE("config: a malformed URL, an endpoint without a URL source, or a URL r
   CHECK_THAT(with("{type: tar, shards: \"https://me:pw@host/x.tar\"}"),
              Contains("credentials in a URL are refused") && !Contains("pw@"));
   CHECK_THAT(with("{type: tar, shards: \"/data/a.tar\", endpoint: \"http://127.0.0.1:9000\"}"),
-             Contains("endpoint") && Contains("only for a source whose shards are s3:// URLs"));
+             Contains("endpoint") && Contains("only for a source in object storage"));
   CHECK_THAT(with("{type: tar, shards: \"s3://b/a.tar\", endpoint: \"127.0.0.1:9000\"}"),
              Contains("expected an http:// or https:// URL"));
-  CHECK_THAT(with("{type: imagefolder, root: \"s3://b/train/\"}"), Contains("root") && Contains("not supported yet"));
+  CHECK_THAT(with("{type: imagefolder, root: \"https://host/train/\"}"),
+             Contains("root") && Contains("only an ImageFolder root can be in object storage, as an s3:// URL"));
+  CHECK_THAT(with("{type: filelist, list: \"lists/x.txt\", root: \"s3://b/train\"}"), Contains("test.yaml:3"));
   CHECK_THAT(with("{type: filelist, list: \"s3://b/lists/train.txt\"}"), Contains("list") && Contains("not supported yet"));
 }
 

@@ -6,10 +6,12 @@
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <sys/stat.h>
 
 #include "objstore/credentials.hpp"
 #include "objstore/fetcher.hpp"
 #include "objstore/list_xml.hpp"
+#include "objstore/object_cache.hpp"
 #include "objstore/object_url.hpp"
 #include "http_stub.hpp"
 #include "temp_dir.hpp"
@@ -234,4 +236,76 @@ TEST_CASE("fetcher: 404 is not found, 403 denied naming the credentials' source,
   }
   // Keep-alive: the requests to the stub shared connections rather than one each.
   CHECK(stub.connections() < n);
+}
+
+TEST_CASE("object cache: LRU by bytes, files 0600, kept across a reopen; a folder others may write is refused") {
+  TempDir dir;
+  const auto folder = dir.path() / "cache";
+  auto opened = ObjectCache::open(folder, 3 * 1100);  // room for three 1000-byte entries with their headers
+  REQUIRE(opened);
+  std::shared_ptr<ObjectCache> c = *opened;
+  struct stat st {};
+  REQUIRE(::stat(folder.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+  const std::vector<std::uint8_t> a(1000, 'a'), b(1000, 'b'), d(1000, 'd'), e(1000, 'e');
+  c->put("s3://x/a", a);
+  c->put("s3://x/b", b);
+  c->put("s3://x/d", d);
+  std::vector<std::uint8_t> out;
+  REQUIRE(c->get("s3://x/a", out));  // a is now the most recently used
+  CHECK(out == a);
+  c->put("s3://x/e", e);  // evicts b, the least recently used
+  CHECK_FALSE(c->get("s3://x/b", out));
+  CHECK(c->get("s3://x/d", out));
+  CHECK(c->files() == 3);
+  CHECK(c->bytes() <= 3 * 1100);
+  for (const auto& f : std::filesystem::directory_iterator(folder)) {
+    REQUIRE(::stat(f.path().c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0600);
+  }
+  c.reset();
+  auto again = ObjectCache::open(folder, 3 * 1100);
+  REQUIRE(again);
+  CHECK((*again)->files() == 3);
+  REQUIRE((*again)->get("s3://x/e", out));
+  CHECK(out == e);
+
+  // A cache file replaced by a symlink (to a file of any content) is a miss, not followed.
+  std::string victim;
+  for (const auto& f : std::filesystem::directory_iterator(folder)) victim = f.path().string();
+  std::ofstream(dir.path() / "elsewhere") << "secret bytes";
+  std::filesystem::remove(victim);
+  std::filesystem::create_symlink(dir.path() / "elsewhere", victim);
+  int hits = 0;
+  for (const char* k : {"s3://x/a", "s3://x/d", "s3://x/e"}) hits += (*again)->get(k, out) ? 1 : 0;
+  CHECK(hits == 2);
+
+  const auto shared = dir.path() / "shared";
+  std::filesystem::create_directory(shared);
+  REQUIRE(::chmod(shared.c_str(), 0775) == 0);
+  auto refused = ObjectCache::open(shared, 1 << 20);
+  REQUIRE_FALSE(refused);
+  CHECK_THAT(refused.status().message(), Catch::Contains(shared.string()) && Catch::Contains("mode 0775") &&
+                                             Catch::Contains("owned by uid " + std::to_string(::geteuid())));
+}
+
+TEST_CASE("fetcher with a cache: a second read of the same range sends no request") {
+  HttpStub stub([&](const std::string&) {
+    return http_response(206, "Partial Content", "hello", "Content-Range: bytes 10-14/100\r\n");
+  });
+  TempDir dir;
+  Fetcher::Options o = fast_options(stub.base_url());
+  auto cache = ObjectCache::open(dir.path() / "cache", 1 << 20);
+  REQUIRE(cache);
+  o.cache = *cache;
+  Fetcher f(o);
+  std::string why;
+  const auto url = *parse_object_url("s3://b/shard.tar", why);
+  REQUIRE(f.get_range(url, 10, 5).ok());
+  const FetchResult again = f.get_range(url, 10, 5);
+  REQUIRE(again.ok());
+  CHECK(std::string(again.body.begin(), again.body.end()) == "hello");
+  CHECK(f.stats().requests.load() == 1);
+  CHECK(f.stats().cache_hits.load() == 1);
+  CHECK(stub.heads().size() == 1);
 }
