@@ -1349,6 +1349,12 @@ TEST_CASE("config: a malformed URL, an endpoint without a URL source, or a URL r
   CHECK_THAT(with("{type: filelist, list: \"s3://b/lists/train.txt\"}"), Contains("list") && Contains("not supported yet"));
 }
 
+TEST_CASE("config: remote workers are refused for a source in object storage", "[config]") {
+  std::string j = train_job("    remote:\n      workers: [\"10.0.0.1:7000\"]\n");
+  replace_all(j, "source: {root: .}", "source: {type: tar, shards: \"s3://bucket/train.tar\"}");
+  CHECK_THAT(refusal(j), Contains("remote") && Contains("cannot read a source in object storage"));
+}
+
 TEST_CASE("config: a client-defined job is refused an object-storage source", "[config]") {
   const std::string job = "jobs:\n  mine:\n    source: {type: tar, shards: \"s3://bucket/train.tar\"}\n"
                           "    batch_size: 8\n    pipeline:\n      - decode: {}\n"
