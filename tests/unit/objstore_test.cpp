@@ -167,7 +167,7 @@ TEST_CASE("retry delays: exponential, capped, jittered, Retry-After honoured up 
   CHECK(retry_delay(o, 1, 60L, 0.5).count() == 3000);
 }
 
-TEST_CASE("fetcher: 503, 429 with Retry-After and a reset are retried and counted; the range is asked for") {
+TEST_CASE("fetcher: 503, 429 with Retry-After and a reset are retried and counted, the range is asked for") {
   int n = 0;
   HttpStub stub([&](const std::string& head) -> std::string {
     switch (n++) {
@@ -202,7 +202,7 @@ TEST_CASE("fetcher: 503, 429 with Retry-After and a reset are retried and counte
   CHECK(heads[3].find(kSecret) == std::string::npos);
 }
 
-TEST_CASE("fetcher: 404 is not found, 403 denied naming the credentials' source, retries end as transient; no "
+TEST_CASE("fetcher: 404 is not found, 403 denied naming the credentials' source, retries end as transient, no "
           "secret in any message") {
   int n = 0;
   HttpStub stub([&](const std::string& head) -> std::string {
@@ -238,7 +238,7 @@ TEST_CASE("fetcher: 404 is not found, 403 denied naming the credentials' source,
   CHECK(stub.connections() < n);
 }
 
-TEST_CASE("object cache: LRU by bytes, files 0600, kept across a reopen; a folder others may write is refused") {
+TEST_CASE("object cache: LRU by bytes, files 0600, kept across a reopen, a folder others may write is refused") {
   TempDir dir;
   const auto folder = dir.path() / "cache";
   auto opened = ObjectCache::open(folder, 3 * 1100);  // room for three 1000-byte entries with their headers
