@@ -15,6 +15,8 @@
 #include <mutex>
 #include <set>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -147,6 +149,60 @@ TEST_CASE("s3: tar shards in a bucket serve the same ids, labels and pixels as t
   CHECK_THAT(d.log(), Catch::Contains("job bucket: 64 sample(s) in 3 shard(s), 4 class(es) from .cls"));
   CHECK_THAT(d.log(), Catch::Contains("credentials: environment (AWS_ACCESS_KEY_ID)"));
   CHECK_THAT(d.log(), !Catch::Contains(std::string("Credential=")));
+}
+
+TEST_CASE("s3: a mixture of a local folder and tar shards in a bucket serves the batches of the same mixture on disk",
+          "[integration][s3]") {
+  if (!S3Server::available()) {
+    WARN(S3Server::missing_message());
+    return;
+  }
+  TempDir dir;
+  const auto shards = write_demo_shards(dir.path());
+  S3Server s3(dir.path(), "datasets");
+  for (int i = 0; i < 3; ++i) s3.put("demo/train-0" + std::to_string(i) + ".tar", shards[i]);
+  ScopedEnvironment env;
+  set_credentials(env);
+  env.set("AWS_ENDPOINT_URL", s3.endpoint());
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec local;
+  local.name = "local";
+  local.source = "@LOCAL@";
+  JobSpec bucket = local;
+  bucket.name = "bucket";
+  bucket.source = "@BUCKET@";
+  const fs::path cfg = write_config(dir.path(), {local, bucket}, 2);
+  std::string text;
+  {
+    std::ifstream in(cfg);
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const auto mixture = [&](const std::string& shard_pattern) {
+    return "    sources:\n      - {root: \"" + data_dir() + "/demo\", name: folder, weight: 1}\n" +
+           "      - {type: tar, shards: \"" + shard_pattern + "\", name: tars, weight: 1}\n";
+  };
+  text.replace(text.find("    source: @LOCAL@\n"), std::string("    source: @LOCAL@\n").size(), mixture("shards/demo-{00..02}.tar"));
+  text.replace(text.find("    source: @BUCKET@\n"), std::string("    source: @BUCKET@\n").size(),
+               mixture("s3://datasets/demo/train-{00..02}.tar"));
+  std::ofstream(cfg) << text;
+  Daemon d(cfg, socket);
+  stoker::ClientOptions o;
+  o.socket_path = socket;
+  stoker::Client a("local", 0, o), b("bucket", 0, o);
+  for (int batch = 0; batch < 24; ++batch) {  // 128 samples an epoch: one and a half epochs
+    const auto x = take_batch(a), y = take_batch(b);
+    CHECK(x.ids == y.ids);
+    CHECK(x.labels == y.labels);
+    CHECK(x.bytes == y.bytes);
+  }
+  const Json st = status_json(socket);
+  for (const auto& job : st["jobs"]) {
+    if (job["name"] != "bucket") continue;
+    REQUIRE(job["sources"].size() == 2);
+    CHECK_FALSE(job["sources"][0].contains("requests"));  // the local folder
+    CHECK(job["sources"][1]["name"] == "tars");
+    CHECK(job["sources"][1]["requests"].get<std::uint64_t>() >= 6 + 64);
+  }
 }
 
 TEST_CASE("s3: with a cache that holds the dataset, the second epoch fetches 0 bytes", "[integration][s3]") {
