@@ -4,9 +4,10 @@
 // the job starts (a client's job: when it is loaded, as its user); tar shards are opened (and
 // their braces expanded) when the job indexes them.
 //
-// Object storage (issue #35): a shard pattern may be an s3:// or https:// URL, read by ranged
-// GETs (objstore/fetcher.hpp); `endpoint` names an S3-compatible server for s3:// URLs. A
-// client-defined job is refused a URL: stokerd's credentials would read for whoever asked.
+// Object storage (issue #35): a shard pattern, a file list (and its root) may be an s3:// or
+// https:// URL, an ImageFolder root an s3:// URL (objstore/fetcher.hpp); `endpoint` names an
+// S3-compatible server for s3:// URLs, `cache: {path, bytes}` a local cache of what is fetched.
+// A client-defined job is refused a URL: stokerd's credentials would read for whoever asked.
 #include <string>
 #include <system_error>
 
@@ -44,6 +45,7 @@ void parse_source(const Reader& r, const Value& section, const fs::path& base_di
     return true;
   };
   bool any_url = false;
+  bool list_is_url = false;  // a file list in object storage
   if (out.type == "tar") {
     // shards: one pattern or a list of them; braces are expanded (and shards opened) when the
     // source is indexed, which names the key on failure through root_mark.
@@ -83,10 +85,18 @@ void parse_source(const Reader& r, const Value& section, const fs::path& base_di
   if (out.type == "filelist") {
     // list: the list; root: what relative paths in it are relative to (default: its folder).
     const Value& file = list_v != nullptr ? *list_v : src.need("list");
-    if (objstore::looks_like_url(r.string(file))) {
-      (void)url(file, r.string(file));
-      r.fail(file, "a file list in object storage is not supported yet (issue #35): only tar shards can be URLs");
+    if (url(file, r.string(file))) {
+      // A list in object storage: kept as written; its entries are keys below `root` (a URL,
+      // default the list's folder) or URLs, fetched when the job loads.
+      any_url = true;
+      list_is_url = true;
+      out.file = r.string(file);
+      out.root_mark = file.at;
+      out.root_key = src.get("list") != nullptr ? "list" : "file";
     }
+  }
+  if (out.type == "filelist" && !list_is_url) {
+    const Value& file = list_v != nullptr ? *list_v : src.need("list");
     const fs::path list = r.string(file);
     if (list.empty()) r.fail(file, "must not be empty");
     absolute(file, list);
@@ -97,25 +107,37 @@ void parse_source(const Reader& r, const Value& section, const fs::path& base_di
     if (!r.client_job() && !fs::is_regular_file(out.file, fec)) {
       r.fail(file, out.file.string() + " is not an existing file");
     }
-  } else if (list_v != nullptr && out.type != "tar") {
+  } else if (list_v != nullptr && out.type != "tar" && out.type != "filelist") {
     r.fail(*list_v, "only for type: filelist");
   }
   if (out.type != "tar") {
     const Value* root_v = src.get("root");
-    if (root_v != nullptr && objstore::looks_like_url(r.string(*root_v))) {
-      // An ImageFolder in a bucket: kept as written without trailing '/' (a key prefix), never
-      // resolved or looked at here.
+    if (list_is_url && root_v == nullptr) {
+      // The list's folder.
+      std::string why;
+      std::string folder = objstore::parse_object_url(out.file.string(), why)->join("");
+      while (folder.back() == '/') folder.pop_back();
+      out.root = folder;
+    } else if (root_v != nullptr && objstore::looks_like_url(r.string(*root_v))) {
+      // An ImageFolder in a bucket, or the root of a list in object storage: kept as written
+      // without trailing '/' (a key prefix), never resolved or looked at here.
       const Value& root = *root_v;
       std::string text = r.string(root);
       (void)url(root, text);
-      if (out.type != "imagefolder" || text.rfind("s3://", 0) != 0) {
-        r.fail(root, "only an ImageFolder root can be in object storage, as an s3:// URL (an https:// server has "
-                     "no listing; a file list's root in object storage is not supported yet)");
+      if (out.type == "imagefolder" && text.rfind("s3://", 0) != 0) {
+        r.fail(root, "an ImageFolder root in object storage must be an s3:// URL (an https:// server has no listing)");
+      }
+      if (out.type == "filelist" && !list_is_url) {
+        r.fail(root, "a local file list's root must be a local folder (put the list in object storage too, or give "
+                     "its entries as URLs)");
       }
       while (text.back() == '/' && text.size() > 5) text.pop_back();
       out.root = text;
-      out.root_mark = root.at;
+      if (out.type == "imagefolder") out.root_mark = root.at;
       any_url = true;
+    } else if (list_is_url) {
+      r.fail(*root_v, "the root of a file list in object storage must be a URL (s3:// or https://), or left out "
+                      "(the list's folder)");
     } else {
       if (root_v == nullptr && out.type == "filelist") {
         out.root = out.file.parent_path();

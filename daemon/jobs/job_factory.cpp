@@ -50,6 +50,10 @@ std::shared_ptr<objstore::Fetcher> object_fetcher(const config::SourceConfig& sr
 
 source::Dataset load_one(const config::JobConfig& job, const std::filesystem::path& state_dir,
                          const source::ReadAs* as) {
+  if (job.source.type == "filelist" && objstore::looks_like_url(job.source.file.string())) {
+    return source::read_object_file_list(job.source.file.string(), job.source.root.string(),
+                                         object_fetcher(job.source, "job " + job.name));
+  }
   if (job.source.type == "filelist") return source::read_file_list(job.source.file, job.source.root, as);
   if (job.source.type == "tar") {
     // The index cache sits beside the quarantine, keyed the same way.

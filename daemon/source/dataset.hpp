@@ -130,6 +130,12 @@ bool has_image_extension(std::string_view name);
 Dataset read_file_list(const std::filesystem::path& list, const std::filesystem::path& root,
                        const ReadAs* as = nullptr);
 
+// A file list in object storage (issue #35): `list` an s3:// or https:// URL, fetched once;
+// entries are keys relative to `root` (a URL; "" for the list's folder) or whole URLs, with
+// the labels read_file_list takes. Every sample is then one GET through `fetcher`.
+Dataset read_object_file_list(const std::string& list, const std::string& root,
+                              std::shared_ptr<objstore::Fetcher> fetcher);
+
 // WebDataset tar shards (tar_shards.cpp). `patterns`: absolute shard paths, each possibly
 // with brace groups (`train-{000000..001023}.tar`, zero-padded as written; `{a,b}`), expanded
 // in order. Every shard is indexed once (tar headers read directly, a few shards at a time);

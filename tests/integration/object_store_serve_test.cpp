@@ -1,7 +1,8 @@
-// Issue #35, tar shards in object storage, served by a real stokerd from a real S3-compatible
-// server (s3rver on loopback, tests/support/s3_server.hpp): the demo photos packed into shards,
-// once as local files and once uploaded to a bucket, must give identical batches (ids, labels,
-// pixels) with shuffle; with a proxy of ours between stokerd and the server answering 503,
+// Issue #35, sources in object storage, served by a real stokerd from a real S3-compatible
+// server (s3rver on loopback, tests/support/s3_server.hpp): the demo photos as tar shards, as an
+// ImageFolder and through a file list, once on disk and once in a bucket, must give identical
+// batches (ids, labels, pixels) with shuffle, a mixture of a local and a bucket source too; a
+// cache holding the dataset makes the second epoch fetch 0 bytes; with a proxy of ours between stokerd and the server answering 503,
 // 429 + Retry-After and cutting answers mid-body, still the same batches, nothing quarantined,
 // the retries counted in status. Skipped (WARN) when s3rver is not installed.
 #include <catch2/catch.hpp>
@@ -11,6 +12,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <functional>
 #include <atomic>
 #include <mutex>
 #include <set>
@@ -269,7 +271,8 @@ TEST_CASE("s3: with a cache that holds the dataset, the second epoch fetches 0 b
   CHECK_THAT(metrics, Catch::Contains("stoker_source_retries_total{job=\"bucket\""));
 }
 
-TEST_CASE("s3: an ImageFolder listed from a bucket prefix serves the same ids, labels and pixels as the folder on disk",
+TEST_CASE("s3: an ImageFolder listed from a bucket prefix, and a file list in the bucket, serve the same ids, labels "
+          "and pixels as on disk",
           "[integration][s3]") {
   if (!S3Server::available()) {
     WARN(S3Server::missing_message());
@@ -278,12 +281,25 @@ TEST_CASE("s3: an ImageFolder listed from a bucket prefix serves the same ids, l
   TempDir dir;
   S3Server s3(dir.path(), "datasets");
   int uploaded = 0;
+  std::vector<std::string> images;  // "flower/flower_00.jpg", ...
   for (const auto& e : fs::recursive_directory_iterator(data_dir() + "/demo")) {
     if (!e.is_regular_file()) continue;
     const auto b = read_bytes(e.path());
-    s3.put("imagenet/train/" + fs::relative(e.path(), data_dir() + "/demo").string(), std::string(b.begin(), b.end()));
+    const std::string rel = fs::relative(e.path(), data_dir() + "/demo").string();
+    s3.put("imagenet/train/" + rel, std::string(b.begin(), b.end()));
+    if (rel.find('/') != std::string::npos) images.push_back(rel);
     ++uploaded;
   }
+  // The same list twice: on disk with absolute paths, in the bucket with keys relative to the
+  // list's folder (every fifth a whole URL). Classes come from the parent folder's name.
+  std::sort(images.begin(), images.end(), std::greater<>());  // an order of its own, not ImageFolder's
+  std::string on_disk, in_bucket;
+  for (std::size_t i = 0; i < images.size(); ++i) {
+    on_disk += data_dir() + "/demo/" + images[i] + "\n";
+    in_bucket += (i % 5 == 0 ? "s3://datasets/imagenet/train/" : "train/") + images[i] + "\n";
+  }
+  std::ofstream(dir.path() / "local.txt") << on_disk;
+  s3.put("imagenet/train.txt", "# demo photos\n" + in_bucket);
   REQUIRE(uploaded >= 64);
   s3.put("imagenet/train/README.txt", "not an image, not a class");  // a key beside the classes
   ScopedEnvironment env;
@@ -296,12 +312,21 @@ TEST_CASE("s3: an ImageFolder listed from a bucket prefix serves the same ids, l
   JobSpec bucket = local;
   bucket.name = "bucket";
   bucket.source = "{type: imagefolder, root: \"s3://datasets/imagenet/train/\"}";
-  Daemon d(write_config(dir.path(), {local, bucket}, 2), socket);
+  JobSpec local_list = local;
+  local_list.name = "local_list";
+  local_list.source = "{type: filelist, list: \"" + (dir.path() / "local.txt").string() + "\"}";
+  JobSpec bucket_list = local;
+  bucket_list.name = "bucket_list";
+  bucket_list.source = "{type: filelist, list: \"s3://datasets/imagenet/train.txt\"}";
+  Daemon d(write_config(dir.path(), {local, bucket, local_list, bucket_list}, 2), socket);
   stoker::ClientOptions o;
   o.socket_path = socket;
   stoker::Client a("local", 0, o), b("bucket", 0, o);
   CHECK(b.info().num_classes == 4);
   check_same_epochs(a, b, 1);
+  stoker::Client la("local_list", 0, o), lb("bucket_list", 0, o);
+  CHECK(lb.info().num_classes == 4);
+  check_same_epochs(la, lb, 1);
   const Json st = status_json(socket);
   for (const auto& job : st["jobs"]) {
     if (job["name"] != "bucket") continue;

@@ -1328,6 +1328,19 @@ TEST_CASE("config: an ImageFolder root may be an s3:// prefix, kept without its 
   CHECK(cfg.jobs[0].source.type == "imagefolder");
 }
 
+TEST_CASE("config: a file list in object storage, its root the list's folder unless given", "[config]") {
+  std::string j = train_job();
+  replace_all(j, "source: {root: .}", "source: {type: filelist, list: \"s3://bucket/lists/train.txt\"}");
+  auto cfg = parse(j);
+  CHECK(cfg.jobs[0].source.file.string() == "s3://bucket/lists/train.txt");
+  CHECK(cfg.jobs[0].source.root.string() == "s3://bucket/lists");
+  j = train_job();
+  replace_all(j, "source: {root: .}",
+              "source: {type: filelist, list: \"https://h/lists/train.txt\", root: \"https://h/images/\"}");
+  cfg = parse(j);
+  CHECK(cfg.jobs[0].source.root.string() == "https://h/images");
+}
+
 TEST_CASE("config: a malformed URL, an endpoint without a URL source, or a URL root is refused with file:line and "
           "the key",
           "[config]") {
@@ -1344,9 +1357,10 @@ TEST_CASE("config: a malformed URL, an endpoint without a URL source, or a URL r
   CHECK_THAT(with("{type: tar, shards: \"s3://b/a.tar\", endpoint: \"127.0.0.1:9000\"}"),
              Contains("expected an http:// or https:// URL"));
   CHECK_THAT(with("{type: imagefolder, root: \"https://host/train/\"}"),
-             Contains("root") && Contains("only an ImageFolder root can be in object storage, as an s3:// URL"));
+             Contains("root") && Contains("an ImageFolder root in object storage must be an s3:// URL"));
   CHECK_THAT(with("{type: filelist, list: \"lists/x.txt\", root: \"s3://b/train\"}"), Contains("test.yaml:3"));
-  CHECK_THAT(with("{type: filelist, list: \"s3://b/lists/train.txt\"}"), Contains("list") && Contains("not supported yet"));
+  CHECK_THAT(with("{type: filelist, list: \"s3://b/lists/train.txt\", root: /data}"),
+             Contains("root") && Contains("must be a URL"));
 }
 
 TEST_CASE("config: remote workers are refused for a source in object storage", "[config]") {
