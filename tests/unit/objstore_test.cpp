@@ -309,3 +309,21 @@ TEST_CASE("fetcher with a cache: a second read of the same range sends no reques
   CHECK(f.stats().cache_hits.load() == 1);
   CHECK(stub.heads().size() == 1);
 }
+
+TEST_CASE("fetcher: an http(s) URL is fetched as written, unsigned, even with credentials at hand") {
+  HttpStub stub([&](const std::string&) { return http_response(200, "OK", "whole object"); });
+  Fetcher f(fast_options("http://127.0.0.1:1"));  // the endpoint is for s3:// URLs only
+  std::string why;
+  const FetchResult r = f.get(*parse_object_url(stub.base_url() + "/data/a%20b.jpg", why));
+  REQUIRE(r.ok());
+  CHECK(std::string(r.body.begin(), r.body.end()) == "whole object");
+  const auto heads = stub.heads();
+  REQUIRE(heads.size() == 1);
+  CHECK(heads[0].rfind("GET /data/a%20b.jpg HTTP/1.1", 0) == 0);
+  CHECK(heads[0].find("Authorization") == std::string::npos);
+  CHECK(heads[0].find("x-amz-") == std::string::npos);
+  // A server that ignores Range and sends the whole object: the part asked for is kept.
+  const FetchResult part = f.get_range(*parse_object_url(stub.base_url() + "/data/x", why), 6, 6);
+  REQUIRE(part.ok());
+  CHECK(std::string(part.body.begin(), part.body.end()) == "object");
+}
