@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <charconv>
 #include <future>
 #include <mutex>
@@ -84,6 +85,7 @@ struct Fetcher::Request {
   bool sign = false;
   bool ranged = false;
   std::uint64_t offset = 0, size = 0;
+  int sink_fd = -1;  // >= 0: the body goes to this descriptor, not into memory
 };
 
 namespace fetch_detail {
@@ -99,6 +101,9 @@ struct Transfer {
   std::optional<long> retry_after;
   std::optional<std::uint64_t> range_total;  // from Content-Range: bytes a-b/TOTAL
   Clock::time_point due{};
+  std::uint64_t sunk = 0;     // bytes written to req.sink_fd by this attempt
+  bool sink_failed = false;
+  int sink_errno = 0;
   char errbuf[CURL_ERROR_SIZE] = {};
   FetchStats* stats = nullptr;
 
@@ -114,8 +119,24 @@ struct Transfer {
 std::size_t on_body(char* data, std::size_t one, std::size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
   const std::size_t bytes = one * n;
-  t->body.insert(t->body.end(), data, data + bytes);
   t->stats->bytes.fetch_add(bytes, std::memory_order_relaxed);
+  long code = 0;
+  curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &code);
+  if (t->req.sink_fd < 0 || (code != 200 && code != 206)) {
+    t->body.insert(t->body.end(), data, data + bytes);  // an error document stays in memory
+    return bytes;
+  }
+  for (std::size_t at = 0; at < bytes;) {
+    const ssize_t k = ::pwrite(t->req.sink_fd, data + at, bytes - at, static_cast<off_t>(t->sunk));
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      t->sink_failed = true;
+      t->sink_errno = k < 0 ? errno : ENOSPC;
+      return 0;  // libcurl ends the transfer with CURLE_WRITE_ERROR
+    }
+    at += static_cast<std::size_t>(k);
+    t->sunk += static_cast<std::uint64_t>(k);
+  }
   return bytes;
 }
 
@@ -195,6 +216,9 @@ struct Fetcher::Driver {
     t->retry_after.reset();
     t->range_total.reset();
     t->errbuf[0] = 0;
+    t->sunk = 0;
+    t->sink_failed = false;
+    if (t->req.sink_fd >= 0) (void)::ftruncate(t->req.sink_fd, 0);  // a retry starts the object over
     CURL* e = curl_easy_init();
     t->easy = e;
     curl_easy_setopt(e, CURLOPT_URL, t->req.url.c_str());
@@ -246,7 +270,10 @@ struct Fetcher::Driver {
     r.http_status = code;
     bool retry = false;
     std::string what;
-    if (rc != CURLE_OK) {
+    if (rc != CURLE_OK && t->sink_failed) {
+      what = std::string("cannot write what was fetched: ") + std::strerror(t->sink_errno);
+      r.error = FetchError::kOther;
+    } else if (rc != CURLE_OK) {
       retry = retryable_curl(rc);
       what = std::string(curl_easy_strerror(rc)) + (t->errbuf[0] != 0 ? std::string(" (") + t->errbuf + ")" : "");
       r.error = FetchError::kOther;
@@ -257,6 +284,8 @@ struct Fetcher::Driver {
         curl_easy_getinfo(easy, CURLINFO_FILETIME_T, &mtime);
         r.size = len < 0 ? 0 : static_cast<std::uint64_t>(len);
         r.mtime = mtime;
+      } else if (t->req.sink_fd >= 0) {
+        r.size = t->sunk;
       } else if (t->req.ranged) {
         if (code == 200 && t->body.size() >= t->req.offset + t->req.size) {
           // A server that ignores Range sent the whole object: keep the part asked for.
@@ -428,6 +457,15 @@ FetchResult Fetcher::get_range(const ObjectUrl& url, std::uint64_t offset, std::
   FetchResult got = run(std::move(r));
   if (got.ok() && options_.cache != nullptr) options_.cache->put(key, got.body);
   return got;
+}
+
+FetchResult Fetcher::get_to_fd(const ObjectUrl& url, int fd) {
+  Request r;
+  r.url = request_url(options_, url);
+  r.name = "GET " + url.text();
+  r.sign = url.scheme == Scheme::kS3 && !options_.credentials.empty();
+  r.sink_fd = fd;
+  return run(std::move(r));
 }
 
 FetchResult Fetcher::head(const ObjectUrl& url) {

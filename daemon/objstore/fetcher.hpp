@@ -83,6 +83,10 @@ class Fetcher {
   // done once (indexing a shard) that the cache would only be filled with.
   FetchResult get(const ObjectUrl& url, bool use_cache = true);
   FetchResult get_range(const ObjectUrl& url, std::uint64_t offset, std::uint64_t size);
+  // The whole object written to `fd` (from offset 0; truncated and written again when a retry
+  // starts over) instead of into memory: what indexing a large shard streams into. The
+  // result's `size` is the bytes written; a failed write to `fd` is an error (kOther).
+  FetchResult get_to_fd(const ObjectUrl& url, int fd);
   // Size and Last-Modified, no body.
   FetchResult head(const ObjectUrl& url);
   // Every page of ListObjectsV2 for the s3:// URL's key as prefix; with `delimiter` "/" the

@@ -425,23 +425,17 @@ bool compressed_name(const std::string& path) {
 namespace {
 
 // An object's headers walked in memory: fetched whole (one GET, the one pass over its bytes
-// indexing needs) into a memfd, which index_shard reads as it reads a file.
+// indexing needs) straight into a memfd, which index_shard reads as it reads a file; the
+// object is held once, as the memfd's pages, and only while its shard is indexed.
 tar::ShardIndex index_object(const std::string& url_text, const objstore::ObjectUrl& url, objstore::Fetcher& fetcher) {
-  objstore::FetchResult got = fetcher.get(url, /*use_cache=*/false);
-  if (!got.ok()) throw SourceError(got.message);
   const int fd = ::memfd_create("stoker-tar-index", MFD_CLOEXEC);
   if (fd < 0) throw SourceError(url_text + ": cannot index: memfd_create: " + std::strerror(errno));
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
-  for (std::size_t at = 0; at < got.body.size();) {
-    const ssize_t n = ::write(fd, got.body.data() + at, got.body.size() - at);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw SourceError(url_text + ": cannot index: writing the fetched object: " + std::strerror(errno));
-    at += static_cast<std::size_t>(n);
-  }
-  got.body = {};
+  const objstore::FetchResult got = fetcher.get_to_fd(url, fd);
+  if (!got.ok()) throw SourceError(got.message);
   return tar::index_shard(url_text, fd);
 }
 

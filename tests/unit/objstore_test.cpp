@@ -6,7 +6,9 @@
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "objstore/credentials.hpp"
 #include "objstore/fetcher.hpp"
@@ -326,4 +328,31 @@ TEST_CASE("fetcher: an http(s) URL is fetched as written, unsigned, even with cr
   const FetchResult part = f.get_range(*parse_object_url(stub.base_url() + "/data/x", why), 6, 6);
   REQUIRE(part.ok());
   CHECK(std::string(part.body.begin(), part.body.end()) == "object");
+}
+
+TEST_CASE("fetcher: an object streamed to a descriptor is written from its start again after a cut") {
+  int n = 0;
+  const std::string object(300000, 'x');
+  HttpStub stub([&](const std::string&) -> std::string {
+    if (n++ == 0) {
+      const std::string whole = http_response(200, "OK", std::string(300000, 'y'));
+      return "RST:" + whole.substr(0, whole.size() - 100000);  // 200 kB of a wrong first try, then cut
+    }
+    return http_response(200, "OK", object);
+  });
+  Fetcher f(fast_options(stub.base_url()));
+  TempDir dir;
+  const int fd = ::open((dir.path() / "sink").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  REQUIRE(fd >= 0);
+  std::string why;
+  const FetchResult r = f.get_to_fd(*parse_object_url("s3://b/shard.tar", why), fd);
+  REQUIRE(r.ok());
+  CHECK(r.size == object.size());
+  CHECK(r.body.empty());
+  CHECK(f.stats().retries.load() == 1);
+  std::string back(object.size() + 10, '\0');
+  CHECK(::pread(fd, back.data(), back.size(), 0) == static_cast<ssize_t>(object.size()));
+  back.resize(object.size());
+  CHECK(back == object);
+  ::close(fd);
 }
