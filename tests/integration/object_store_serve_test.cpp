@@ -153,6 +153,36 @@ TEST_CASE("s3: tar shards in a bucket serve the same ids, labels and pixels as t
   CHECK_THAT(d.log(), !Catch::Contains(std::string("Credential=")));
 }
 
+TEST_CASE("s3: a key the server refuses (403) stops the job with the URL and the credentials' source, never the secret",
+          "[integration][s3]") {
+  if (!S3Server::available()) {
+    WARN(S3Server::missing_message());
+    return;
+  }
+  TempDir dir;
+  const auto shards = write_demo_shards(dir.path());
+  S3Server s3(dir.path(), "datasets");
+  s3.put("demo/train-00.tar", shards[0]);
+  const std::string secret = "TopSecret-do-not-log-8f3a";
+  ScopedEnvironment env;
+  env.set("AWS_ACCESS_KEY_ID", "NOSUCHKEYID");
+  env.set("AWS_SECRET_ACCESS_KEY", secret);
+  env.set("AWS_SESSION_TOKEN", "session-" + secret);
+  JobSpec bucket;
+  bucket.name = "bucket";
+  bucket.source = "{type: tar, shards: \"s3://datasets/demo/train-00.tar\", endpoint: \"" + s3.endpoint() + "\"}";
+  std::string log;
+  try {
+    Daemon d(write_config(dir.path(), {bucket}, 1), (dir.path() / "s.sock").string());
+    log = d.log();
+  } catch (const std::runtime_error& e) {
+    log = e.what();  // the daemon refused to start: its log
+  }
+  CHECK_THAT(log, Catch::Contains("HEAD s3://datasets/demo/train-00.tar: HTTP 403"));
+  CHECK_THAT(log, Catch::Contains("credentials: environment (AWS_ACCESS_KEY_ID)"));
+  CHECK_THAT(log, !Catch::Contains(secret));
+}
+
 TEST_CASE("s3: a mixture of a local folder and tar shards in a bucket serves the batches of the same mixture on disk",
           "[integration][s3]") {
   if (!S3Server::available()) {
