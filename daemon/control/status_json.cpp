@@ -130,6 +130,7 @@ std::string StatusReport::json(std::uint32_t viewer_uid) const {
                           {"retries", f.retries.load()},
                           {"cache_hits", f.cache_hits.load()},
                           {"in_flight", f.in_flight.load()},
+                          {"latency_ms", {{"p50", f.latency_quantile_ms(0.5)}, {"p99", f.latency_quantile_ms(0.99)}}},
                           {"errors", {{"transient", f.transient.load()},
                                       {"not_found", f.not_found.load()},
                                       {"denied", f.denied.load()},

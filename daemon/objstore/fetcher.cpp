@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <charconv>
+#include <cmath>
 #include <future>
 #include <mutex>
 #include <random>
@@ -68,6 +69,30 @@ std::string s3_error_code(const std::vector<std::uint8_t>& body) {
 
 }  // namespace
 
+void FetchStats::record_latency(std::chrono::microseconds d) {
+  std::uint64_t us = d.count() < 1 ? 1 : static_cast<std::uint64_t>(d.count());
+  int b = 0;
+  while (us > 1 && b < kLatencyBuckets - 1) {
+    us >>= 1;
+    ++b;
+  }
+  latency[static_cast<std::size_t>(b)].fetch_add(1, std::memory_order_relaxed);
+}
+
+double FetchStats::latency_quantile_ms(double q) const {
+  std::array<std::uint64_t, kLatencyBuckets> n{};
+  std::uint64_t total = 0;
+  for (int i = 0; i < kLatencyBuckets; ++i) total += n[i] = latency[static_cast<std::size_t>(i)].load(std::memory_order_relaxed);
+  if (total == 0) return 0;
+  const auto want = static_cast<std::uint64_t>(std::ceil(q * static_cast<double>(total)));
+  std::uint64_t seen = 0;
+  for (int i = 0; i < kLatencyBuckets; ++i) {
+    seen += n[static_cast<std::size_t>(i)];
+    if (seen >= want) return static_cast<double>(std::uint64_t{2} << i) / 1000.0;
+  }
+  return static_cast<double>(std::uint64_t{1} << kLatencyBuckets) / 1000.0;
+}
+
 std::chrono::milliseconds retry_delay(const Fetcher::Options& o, int attempt, std::optional<long> retry_after_s,
                                       double unit) {
   if (retry_after_s && *retry_after_s >= 0) {
@@ -101,6 +126,7 @@ struct Transfer {
   std::optional<long> retry_after;
   std::optional<std::uint64_t> range_total;  // from Content-Range: bytes a-b/TOTAL
   Clock::time_point due{};
+  Clock::time_point started{};  // this attempt's
   std::uint64_t sunk = 0;     // bytes written to req.sink_fd by this attempt
   bool sink_failed = false;
   int sink_errno = 0;
@@ -254,6 +280,7 @@ struct Fetcher::Driver {
       curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->headers);
     }
     ++t->attempt;
+    t->started = Clock::now();
     owner.stats_.requests.fetch_add(1, std::memory_order_relaxed);
     curl_multi_add_handle(multi, e);
     active.emplace(e, std::move(t));
@@ -263,6 +290,7 @@ struct Fetcher::Driver {
     auto node = active.extract(easy);
     std::unique_ptr<Transfer> t = std::move(node.mapped());
     curl_multi_remove_handle(multi, easy);
+    owner.stats_.record_latency(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t->started));
     const Options& o = owner.options_;
     long code = 0;
     curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &code);

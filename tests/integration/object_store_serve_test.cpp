@@ -146,6 +146,8 @@ TEST_CASE("s3: tar shards in a bucket serve the same ids, labels and pixels as t
     CHECK(src["bytes"].get<std::uint64_t>() >= shards[0].size() + shards[1].size() + shards[2].size());
     CHECK(src["retries"] == 0);
     CHECK(src["cache_hits"] == 0);
+    CHECK(src["latency_ms"]["p50"].get<double>() > 0);
+    CHECK(src["latency_ms"]["p99"].get<double>() >= src["latency_ms"]["p50"].get<double>());
     CHECK(job["quarantined"] == 0);
   }
   CHECK_THAT(d.log(), Catch::Contains("job bucket: 64 sample(s) in 3 shard(s), 4 class(es) from .cls"));

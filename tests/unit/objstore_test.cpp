@@ -356,3 +356,14 @@ TEST_CASE("fetcher: an object streamed to a descriptor is written from its start
   CHECK(back == object);
   ::close(fd);
 }
+
+TEST_CASE("fetch latency quantiles: power-of-two buckets, the bucket's upper bound reported") {
+  FetchStats s;
+  CHECK(s.latency_quantile_ms(0.5) == 0);
+  for (int i = 0; i < 98; ++i) s.record_latency(std::chrono::microseconds(3000));  // bucket [2048, 4096) us
+  s.record_latency(std::chrono::microseconds(100000));                            // [65536, 131072)
+  s.record_latency(std::chrono::microseconds(100000));
+  CHECK(s.latency_quantile_ms(0.5) == Approx(4.096));
+  CHECK(s.latency_quantile_ms(0.98) == Approx(4.096));
+  CHECK(s.latency_quantile_ms(0.99) == Approx(131.072));
+}
