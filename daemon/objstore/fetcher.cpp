@@ -1,6 +1,8 @@
 #include "objstore/fetcher.hpp"
 
 #include <curl/curl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -214,7 +216,14 @@ struct Fetcher::Driver {
     multi = curl_multi_init();
     // Bounded: a burst of reads queues in libcurl rather than opening a connection each.
     curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, 32L);
+    // The driver takes no signal: stokerd's control loop takes them through a signalfd, and a
+    // thread that left SIGTERM unblocked would let it kill the process (this one may be made
+    // while a job loads, on a thread whatever its mask). Blocked here, inherited by the thread.
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
     thread = std::thread([this] { loop(); });
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
   }
 
   ~Driver() {

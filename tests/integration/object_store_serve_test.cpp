@@ -153,6 +153,22 @@ TEST_CASE("s3: tar shards in a bucket serve the same ids, labels and pixels as t
   CHECK_THAT(d.log(), Catch::Contains("job bucket: 64 sample(s) in 3 shard(s), 4 class(es) from .cls"));
   CHECK_THAT(d.log(), Catch::Contains("credentials: environment (AWS_ACCESS_KEY_ID)"));
   CHECK_THAT(d.log(), !Catch::Contains(std::string("Credential=")));
+  const int stopped = d.stop();
+  INFO(d.log());
+  CHECK(stopped == 0);
+
+  // A restart: the index comes from the state folder (keyed by each object's size and
+  // Last-Modified, from a HEAD each), no shard is fetched again; the batches are the same.
+  Daemon again(write_config(dir.path(), {local, bucket}, 2), socket);
+  CHECK_THAT(again.log(), Catch::Contains("job bucket: index of 3 shard(s) loaded from cache"));
+  stoker::Client a2("local", 0, o), b2("bucket", 0, o);
+  check_same_epochs(a2, b2, 1);
+  const Json st2 = status_json(socket);
+  for (const auto& job : st2["jobs"]) {
+    if (job["name"] != "bucket") continue;
+    // 3 HEADs, then the ranged GETs of one epoch (and what is read ahead): no whole shard.
+    CHECK(job["sources"][0]["bytes"].get<std::uint64_t>() < shards[0].size() + shards[1].size() + shards[2].size());
+  }
 }
 
 TEST_CASE("s3: a key the server refuses (403) stops the job with the URL and the credentials' source, never the secret",
