@@ -40,6 +40,7 @@ run config tests/fuzz/config.dict tests/data/configs-malformed configs
 run control tests/fuzz/control.dict tests/data/control-messages
 run metrics_http tests/fuzz/http.dict tests/data/http-requests
 run segment_check tests/fuzz/segment.dict tests/data/segment-headers
+run list_xml tests/fuzz/list_xml.dict tests/data/list-xml
 if ((remote)); then
   STOKER_FUZZ_STATS=1 run remote_worker tests/fuzz/remote.dict tests/data/remote-messages
 else

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what Stoker needs from Debian 12's own packages.
 #   scripts/setup.sh          build + run dependencies
-#   scripts/setup.sh --test   also the test dependencies (Catch2, Python, PyTorch, pytest)
+#   scripts/setup.sh --test   also the test dependencies (Catch2, Python, PyTorch, pytest), and
+#                             s3rver (an S3-compatible server, from npm's default registry) into
+#                             .deps/node/ of the clone, git-ignored: the s3:// sources' tests
 #   scripts/setup.sh --list [--test]   prints the packages, one a line, and installs nothing
 # Idempotent: packages already installed are not fetched again. The lists below are the source
 # of the README's (tests/first_hour/test_first_hour.py keeps the two equal).
@@ -13,7 +15,7 @@
 set -euo pipefail
 
 build_pkgs=(build-essential cmake pkg-config libboost-dev libjpeg62-turbo-dev libpng-dev libwebp-dev libtiff-dev
-            nlohmann-json3-dev libcli11-dev
+            nlohmann-json3-dev libcli11-dev libcurl4-openssl-dev
             libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libzstd-dev
             libspdlog-dev libyaml-cpp-dev pybind11-dev python3-dev python3-numpy)
 test_pkgs=(catch2 python3-pytest python3-torch python3-torchvision python3-pil
@@ -39,8 +41,27 @@ missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# s3rver for the object-store tests (tests/support/s3_server.hpp finds it here), with npm,
+# into the clone: nothing global, and `rm -rf .deps` undoes it.
+install_s3rver() {
+  ((with_tests)) || return 0
+  local root
+  root="$(cd "$(dirname "$0")/.." && pwd)"
+  if [[ -x "$root/.deps/node/node_modules/.bin/s3rver" ]]; then
+    return 0
+  fi
+  if ! command -v npm >/dev/null; then
+    echo "setup: npm not found; the s3:// tests will be skipped (install Node.js with npm, then run this again)" >&2
+    return 0
+  fi
+  echo "setup: installing s3rver 3.7.1 into $root/.deps/node (npm)"
+  npm install --no-audit --no-fund --prefix "$root/.deps/node" s3rver@3.7.1 ||
+    echo "setup: npm could not install s3rver; the s3:// tests will be skipped" >&2
+}
+
 if ((${#missing[@]} == 0)); then
   echo "setup: all ${#pkgs[@]} packages already installed"
+  install_s3rver
   exit 0
 fi
 
@@ -95,3 +116,4 @@ fi
 wait_for_apt
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o "DPkg::Lock::Timeout=$lock_timeout" install -y -q \
   --no-install-recommends "${missing[@]}"
+install_s3rver

@@ -44,7 +44,14 @@ struct SourceConfig {
   std::string type = "imagefolder";  // or "filelist", "tar"
   std::filesystem::path root;  // absolute or relative to the config file's folder (tar: unused)
   std::filesystem::path file;  // filelist: the list, key `list` (alias `file`); root defaults to its folder
-  std::vector<std::string> shards;  // tar: absolute shard patterns, braces not yet expanded
+  std::vector<std::string> shards;  // tar: absolute shard patterns or s3:// / https:// URLs, braces not yet expanded
+  // s3:// sources: the S3-compatible endpoint (key `endpoint`, e.g. "http://127.0.0.1:9000");
+  // "" takes AWS_ENDPOINT_URL, else AWS's regional endpoint (objstore/credentials.hpp).
+  std::string endpoint;
+  // A source in object storage: `cache: {path, bytes}`, a local LRU cache of fetched bytes
+  // (objstore/object_cache.hpp); empty path: none.
+  std::filesystem::path cache_path;
+  std::uint64_t cache_bytes = 0;
   Mark root_mark;              // so a scan failure (no images) can name the key
   std::string root_key = "root";  // the key root_mark points at: root, list, file or shards
 };

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "config/sections.hpp"
+#include "objstore/object_url.hpp"
 
 namespace stoker::config {
 
@@ -292,7 +293,19 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
   if (auto* v = f.get("read_ahead")) parse_read_ahead(r, *v, job);
   if (auto* v = f.get("decoded_store")) parse_decoded_store(r, *v, base_dir, job);
   parse_mix(r, f, job);
-  if (auto* v = f.get("remote")) parse_remote(r, *v, j, base_dir, job);
+  if (auto* v = f.get("remote")) {
+    parse_remote(r, *v, j, base_dir, job);
+    // A remote worker opens the files it is sent by path; a URL is no path it can open, and
+    // stokerd's object-store credentials are not for sending to it.
+    const auto in_object_storage = [](const SourceConfig& s) {
+      bool any = objstore::looks_like_url(s.root.string());
+      for (const auto& sh : s.shards) any = any || objstore::looks_like_url(sh);
+      return any;
+    };
+    bool any = in_object_storage(job.source);
+    for (const auto& m : job.sources) any = any || in_object_storage(m.source);
+    if (any) r.fail(*v, "remote workers cannot read a source in object storage (s3:// or https://) yet");
+  }
   const std::uint64_t slot_bytes = job.pipeline.sample_bytes() * job.batch_size;
   if (slot_bytes > kMaxSlotBytes) {
     r.fail(name_at, j.path, "one batch would take " + std::to_string(slot_bytes >> 20) +

@@ -94,6 +94,30 @@ std::string Telemetry::metrics_text() const {
           [](std::size_t, const JobStats& s) { return s.bytes_read; });
   per_job("stoker_job_quarantined_total", "counter", "Samples quarantined as undecodable.",
           [](std::size_t, const JobStats& s) { return s.quarantined; });
+  // Object storage (issue #35): each bucket source's fetcher counters, by job and source; the
+  // families appear only when some job has such a source.
+  bool object_sources = false;
+  for (const Job* j : jobs) object_sources = object_sources || !j->dataset().object_sources.empty();
+  auto per_object_source = [&](const char* name, const char* help, auto value) {
+    m.family(name, "counter", help);
+    for (const Job* j : jobs) {
+      for (const source::ObjectSource& os : j->dataset().object_sources) {
+        m.sample(name, {{"job", j->name()}, {"source", os.name}}, static_cast<double>(value(os.fetcher->stats())));
+      }
+    }
+  };
+  if (object_sources) {
+    per_object_source("stoker_source_requests_total", "Object storage requests sent (retries included).",
+               [](const objstore::FetchStats& f) { return f.requests.load(); });
+    per_object_source("stoker_source_bytes_total", "Object storage bytes received.",
+               [](const objstore::FetchStats& f) { return f.bytes.load(); });
+    per_object_source("stoker_source_retries_total", "Object storage requests retried after a transient fault.",
+               [](const objstore::FetchStats& f) { return f.retries.load(); });
+    per_object_source("stoker_source_cache_hits_total", "Object reads answered by the local cache.",
+               [](const objstore::FetchStats& f) { return f.cache_hits.load(); });
+    per_object_source("stoker_source_transient_errors_total", "Object storage requests failed after every retry.",
+               [](const objstore::FetchStats& f) { return f.transient.load(); });
+  }
   per_job("stoker_job_substituted_total", "counter", "Bad samples replaced by a good one of the batch.",
           [](std::size_t, const JobStats& s) { return s.substituted; });
   per_job("stoker_job_transient_read_errors_total", "counter", "Transient read failures (retried).",

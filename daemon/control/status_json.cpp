@@ -121,6 +121,29 @@ std::string StatusReport::json(std::uint32_t viewer_uid) const {
       }
       job["sources"] = std::move(sources);
     }
+    // Object storage (issue #35): each bucket source's request counters, in its `sources`
+    // entry (a mixture's by name; else the job's one source gets an entry of its own).
+    for (const source::ObjectSource& os : j.dataset().object_sources) {
+      const objstore::FetchStats& f = os.fetcher->stats();
+      const Json counters{{"requests", f.requests.load()},
+                          {"bytes", f.bytes.load()},
+                          {"retries", f.retries.load()},
+                          {"cache_hits", f.cache_hits.load()},
+                          {"in_flight", f.in_flight.load()},
+                          {"latency_ms", {{"p50", f.latency_quantile_ms(0.5)}, {"p99", f.latency_quantile_ms(0.99)}}},
+                          {"errors", {{"transient", f.transient.load()},
+                                      {"not_found", f.not_found.load()},
+                                      {"denied", f.denied.load()},
+                                      {"other", f.other_errors.load()}}}};
+      if (!job.contains("sources")) {
+        Json one{{"name", os.name}, {"type", j.config().source.type}};
+        if (j.config().source.type == "tar") one["shards"] = j.config().source.shards;
+        job["sources"] = Json::array({std::move(one)});
+      }
+      for (Json& entry : job["sources"]) {
+        if (entry["name"] == os.name) entry.update(counters);
+      }
+    }
     job["shuffle"] = j.config().shuffle;
     job["seed"] = j.config().seed;
     job["augment_seed"] = j.config().pixel_seed();

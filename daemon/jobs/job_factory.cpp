@@ -9,6 +9,8 @@
 #include <spdlog/spdlog.h>
 
 #include "job/job.hpp"
+#include "objstore/credentials.hpp"
+#include "objstore/fetcher.hpp"
 #include "sched/work_queue.hpp"
 #include "source/mixed_dataset.hpp"
 #include "stoker/proto/names.hpp"
@@ -20,13 +22,47 @@ using sched::WorkQueue;
 using sched::JobShare;
 namespace {
 
+// The fetcher of a source whose shards are URLs (issue #35); null when none is. Credentials,
+// region and endpoint are resolved now, once per source: a half-given key pair or a missing
+// profile is refused when the job loads, naming the variable or file and never a value.
+std::shared_ptr<objstore::Fetcher> object_fetcher(const config::SourceConfig& src, const std::string& log_name) {
+  bool any = objstore::looks_like_url(src.root.string());
+  for (const auto& s : src.shards) any = any || objstore::looks_like_url(s);
+  if (!any) return nullptr;
+  const objstore::EnvLookup env = objstore::process_env();
+  base::Result<objstore::Credentials> creds = objstore::resolve_credentials(env);
+  if (!creds) throw source::SourceError("object storage credentials: " + creds.status().message());
+  objstore::Fetcher::Options o;
+  o.region = objstore::resolve_region(env);
+  o.endpoint = objstore::resolve_endpoint(src.endpoint, o.region, env);
+  o.credentials = std::move(*creds);
+  if (!src.cache_path.empty()) {
+    base::Result<std::shared_ptr<objstore::ObjectCache>> cache = objstore::ObjectCache::open(src.cache_path, src.cache_bytes);
+    if (!cache) throw source::SourceError(cache.status().message());
+    o.cache = std::move(*cache);
+    spdlog::info("{}: cache {} of at most {} bytes, {} file(s) ({} bytes) kept from before", log_name,
+                 src.cache_path.string(), src.cache_bytes, o.cache->files(), o.cache->bytes());
+  }
+  spdlog::info("{}: object storage at {} (region {}, path-style), credentials: {}", log_name, o.endpoint, o.region,
+               o.credentials.describe());
+  return std::make_shared<objstore::Fetcher>(std::move(o));
+}
+
 source::Dataset load_one(const config::JobConfig& job, const std::filesystem::path& state_dir,
                          const source::ReadAs* as) {
+  if (job.source.type == "filelist" && objstore::looks_like_url(job.source.file.string())) {
+    return source::read_object_file_list(job.source.file.string(), job.source.root.string(),
+                                         object_fetcher(job.source, "job " + job.name));
+  }
   if (job.source.type == "filelist") return source::read_file_list(job.source.file, job.source.root, as);
   if (job.source.type == "tar") {
     // The index cache sits beside the quarantine, keyed the same way.
     return source::read_tar_shards(job.source.shards, state_dir / (dataset_state_name(job) + ".tarindex"),
-                                   "job " + job.name, as);
+                                   "job " + job.name, as, object_fetcher(job.source, "job " + job.name));
+  }
+  if (objstore::looks_like_url(job.source.root.string())) {
+    return source::scan_object_folder(job.source.root.string(), object_fetcher(job.source, "job " + job.name),
+                                      "job " + job.name);
   }
   return source::scan_image_folder(job.source.root, as);
 }
@@ -103,6 +139,7 @@ std::string dataset_state_name(const config::JobConfig& jc) {
   std::string identity = jc.source.type + ":" + jc.source.root.lexically_normal().string() + ":" +
                          jc.source.file.lexically_normal().string();
   for (const auto& s : jc.source.shards) identity += ":" + s;  // none unless tar: old names unchanged
+  if (!jc.source.endpoint.empty()) identity += "@" + jc.source.endpoint;  // one bucket name, another server
   for (const auto& m : jc.sources) {  // a mixture: every source (none for one source: unchanged)
     identity += "|" + m.name + ":" + m.source.type + ":" + m.source.root.lexically_normal().string() + ":" +
                 m.source.file.lexically_normal().string();

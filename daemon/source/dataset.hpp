@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "objstore/fetcher.hpp"
 #include "source/read_access.hpp"
 
 namespace stoker::source {
@@ -38,7 +39,15 @@ struct DatasetPart {
   std::size_t classes = 0;  // the classes this source had on its own
 };
 
+// A source in object storage (issue #35): the fetcher its members are read through, shared
+// by the dataset and whoever shows its counters (status `sources`, /metrics).
+struct ObjectSource {
+  std::string name;  // the first shard's URL, or the mixture entry's name
+  std::shared_ptr<objstore::Fetcher> fetcher;
+};
+
 struct Dataset {
+  static constexpr std::uint32_t kLocalShard = 0xffffffffu;
   std::vector<std::string> classes;  // label -> class name
   std::vector<DatasetPart> parts;    // a mixture's sources in id order; empty: one source
   std::vector<Sample> samples;       // id -> sample
@@ -50,6 +59,13 @@ struct Dataset {
   // A client-defined job of another user: every file read for it (SampleReader) is checked
   // against that user's permissions (source/read_access.hpp). Null: stokerd's own reads.
   std::shared_ptr<const ReadAs> read_as;
+  // Object storage: empty when every shard is a local file; else shard_source[i] is the
+  // object_sources entry shards[i] (a URL) is read through, kLocalShard for a local shard.
+  std::vector<ObjectSource> object_sources;
+  std::vector<std::uint32_t> shard_source;
+  // Whole files in object storage (an ImageFolder listed from a bucket): root is a URL and
+  // every whole-file sample is fetched through object_sources[root_source]; kLocalShard: files.
+  std::uint32_t root_source = kLocalShard;
 
   // Appends a sample named `name` (a path below root, or a member of shards[shard]).
   void add(std::string_view name, std::int64_t label, std::uint32_t shard = Sample::kWholeFile,
@@ -90,6 +106,18 @@ class SourceError : public std::runtime_error {
 // it holds.
 Dataset scan_image_folder(const std::filesystem::path& root, const ReadAs* as = nullptr);
 
+// ImageFolder semantics over object storage (issue #35): `root` an s3:// URL of a "folder"
+// (a key prefix); classes are the sorted prefixes one level below it (ListObjectsV2 with
+// delimiter '/', every page), samples every key with an image extension below each class, in
+// ImageFolder's order (folders sorted by path, then names). Objects are not fetched here.
+// Throws SourceError naming the URL for a failed listing (the fetcher's message: 403 names
+// where the credentials came from), no class prefix, or no images.
+Dataset scan_object_folder(const std::string& root, std::shared_ptr<objstore::Fetcher> fetcher,
+                           const std::string& log_name);
+
+// torchvision's IMG_EXTENSIONS, matched case-insensitively at the end of the name.
+bool has_image_extension(std::string_view name);
+
 // A text file list, one sample per line in the file's order: `path`, `path,label` or
 // `path<TAB>label` (CSV/TSV); blank lines and lines starting with '#' are skipped; relative
 // paths are relative to `root`. Labels are given on every line or on none: integers are used
@@ -102,6 +130,12 @@ Dataset scan_image_folder(const std::filesystem::path& root, const ReadAs* as = 
 Dataset read_file_list(const std::filesystem::path& list, const std::filesystem::path& root,
                        const ReadAs* as = nullptr);
 
+// A file list in object storage (issue #35): `list` an s3:// or https:// URL, fetched once;
+// entries are keys relative to `root` (a URL; "" for the list's folder) or whole URLs, with
+// the labels read_file_list takes. Every sample is then one GET through `fetcher`.
+Dataset read_object_file_list(const std::string& list, const std::string& root,
+                              std::shared_ptr<objstore::Fetcher> fetcher);
+
 // WebDataset tar shards (tar_shards.cpp). `patterns`: absolute shard paths, each possibly
 // with brace groups (`train-{000000..001023}.tar`, zero-padded as written; `{a,b}`), expanded
 // in order. Every shard is indexed once (tar headers read directly, a few shards at a time);
@@ -113,8 +147,13 @@ Dataset read_file_list(const std::filesystem::path& list, const std::filesystem:
 // missing, compressed, truncated or corrupt shard, or a sample without a label beside
 // labelled ones. `log_name` prefixes the progress and summary lines ("job train").
 // `as`: every shard is checked readable by that user before its index (cached or not) is used.
+// Patterns may be s3:// or https:// URLs (issue #35), read through `fetcher` (required then):
+// each object's size and Last-Modified come from a HEAD (what keys the index cache), an
+// object not in the cache is fetched whole, once, and its headers walked in memory; its
+// samples are then read by one ranged GET each (SampleReader). The dataset keeps `fetcher`.
 Dataset read_tar_shards(const std::vector<std::string>& patterns, const std::filesystem::path& index_cache,
-                        const std::string& log_name = "tar", const ReadAs* as = nullptr);
+                        const std::string& log_name = "tar", const ReadAs* as = nullptr,
+                        std::shared_ptr<objstore::Fetcher> fetcher = nullptr);
 
 // Brace expansion of one shard pattern: `a-{00..11}.tar` gives a-00.tar .. a-11.tar (width as
 // written when a bound has a leading zero), `{a,b}` gives each alternative; several groups

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <unistd.h>
 
+#include "objstore/object_url.hpp"
 #include "source/dataset.hpp"
 
 namespace stoker::source {
@@ -58,6 +59,12 @@ std::string read_list_as(const std::filesystem::path& list, const ReadAs& as) {
   return text;
 }
 
+// The list's text as a dataset. `list_name` names it in errors ("FILE:LINE: ..."). `url_root`
+// (a list in object storage, issue #35): `root` is a URL; an entry is a URL, or a plain
+// relative key below root (no '.', '..' or empty part: keys are not normalized as paths are).
+Dataset parse_file_list(const std::string& text, const std::string& list_name, const std::filesystem::path& root,
+                        bool url_root);
+
 Dataset read_file_list_unsettled(const std::filesystem::path& list, const std::filesystem::path& root,
                                  const ReadAs* as) {
   // The whole list at once (a 1.28M-line list is ~50 MB), lines as views into it.
@@ -75,13 +82,18 @@ Dataset read_file_list_unsettled(const std::filesystem::path& list, const std::f
       throw SourceError(list.string() + ": cannot read the file list");
     }
   }
+  return parse_file_list(text, list.string(), root, /*url_root=*/false);
+}
+
+Dataset parse_file_list(const std::string& text, const std::string& list_name, const std::filesystem::path& root,
+                        bool url_root) {
   struct Line {
     std::string_view path, label;
     std::size_t number;
   };
   std::vector<Line> lines;
   std::size_t number = 0, labelled = 0;
-  auto where = [&](std::size_t n) { return list.string() + ":" + std::to_string(n) + ": "; };
+  auto where = [&](std::size_t n) { return list_name + ":" + std::to_string(n) + ": "; };
   for (std::size_t at = 0; at < text.size();) {
     const std::size_t nl = std::min(text.find('\n', at), text.size());
     const std::string_view raw(text.data() + at, nl - at);
@@ -92,6 +104,10 @@ Dataset read_file_list_unsettled(const std::filesystem::path& list, const std::f
     const auto sep = t.find_first_of(",\t");
     Line l{trim(t.substr(0, sep)), sep == std::string_view::npos ? std::string_view() : trim(t.substr(sep + 1)), number};
     if (l.path.empty()) throw SourceError(where(number) + "empty path");
+    if (url_root && !plain_relative(l.path) && !objstore::looks_like_url(l.path)) {
+      throw SourceError(where(number) + "an entry of a list in object storage is a key relative to the root (no '.', "
+                                        "'..' or empty part) or a URL");
+    }
     if (sep != std::string_view::npos) {
       if (l.label.empty()) throw SourceError(where(number) + "empty label after the separator");
       if (l.label.find_first_of(",\t") != std::string_view::npos) {
@@ -105,14 +121,15 @@ Dataset read_file_list_unsettled(const std::filesystem::path& list, const std::f
     }
     lines.push_back(l);
   }
-  if (lines.empty()) throw SourceError(list.string() + ": the file list holds no samples");
+  if (lines.empty()) throw SourceError(list_name + ": the file list holds no samples");
 
   Dataset d;
   d.samples.reserve(lines.size());
   // Names are kept relative to the root when every path is below it, else absolute.
-  std::string root_s = root.lexically_normal().string();
+  std::string root_s = url_root ? root.string() : root.lexically_normal().string();
   while (root_s.size() > 1 && root_s.back() == '/') root_s.pop_back();
   auto normal = [&](std::string_view p) {
+    if (url_root) return objstore::looks_like_url(p) ? std::string(p) : root_s + "/" + std::string(p);
     const std::filesystem::path path(p);
     return (path.is_absolute() ? path : root / path).lexically_normal().string();
   };
@@ -148,7 +165,7 @@ Dataset read_file_list_unsettled(const std::filesystem::path& list, const std::f
     max_label = std::max(max_label, v);
   }
   if (given && numeric) {
-    if (max_label > 1000000) throw SourceError(list.string() + ": labels above 1,000,000 (use class names instead)");
+    if (max_label > 1000000) throw SourceError(list_name + ": labels above 1,000,000 (use class names instead)");
     for (std::int64_t c = 0; c <= max_label; ++c) d.classes.push_back(std::to_string(c));
     for (const auto& l : lines) {
       std::int64_t v = 0;
@@ -196,6 +213,26 @@ Dataset read_file_list_unsettled(const std::filesystem::path& list, const std::f
 }
 
 }  // namespace
+
+Dataset read_object_file_list(const std::string& list, const std::string& root,
+                              std::shared_ptr<objstore::Fetcher> fetcher) {
+  std::string why;
+  const std::optional<objstore::ObjectUrl> url = objstore::parse_object_url(list, why);
+  if (!url) throw SourceError(list + ": " + why);
+  std::string root_url = root;
+  if (root_url.empty()) {
+    root_url = url->join("");  // the list's folder
+    while (!root_url.empty() && root_url.back() == '/') root_url.pop_back();
+  }
+  objstore::FetchResult got = fetcher->get(*url, /*use_cache=*/false);
+  if (!got.ok()) throw SourceError(got.message);
+  const std::string text(got.body.begin(), got.body.end());
+  Dataset d = parse_file_list(text, list, root_url, /*url_root=*/true);
+  d.object_sources.push_back(ObjectSource{list, std::move(fetcher)});
+  d.root_source = 0;
+  settle(d);
+  return d;
+}
 
 Dataset read_file_list(const std::filesystem::path& list, const std::filesystem::path& root, const ReadAs* as) {
   Dataset d = read_file_list_unsettled(list, root, as);

@@ -22,8 +22,6 @@
 namespace stoker::source {
 namespace fs = std::filesystem;
 
-namespace {
-
 // torchvision's IMG_EXTENSIONS, matched as it does: the lowercased name ends with one (so a
 // file named ".jpg" counts too). The content decides the format later; the extension only
 // decides what counts as a sample.
@@ -43,6 +41,8 @@ bool has_image_extension(std::string_view name) {
   }
   return false;
 }
+
+namespace {
 
 constexpr std::size_t kScanThreads = 8;  // class folders listed at once
 

@@ -47,6 +47,14 @@ Dataset combine_datasets(std::vector<Dataset> parts, const std::vector<std::stri
       for (const auto& c : parts[i].classes) relabel[i].push_back(index.at(c));
     }
   }
+  // Whole files in object storage have one fetcher for the dataset (Dataset::root_source):
+  // two such parts, or one beside local whole files, cannot share it yet.
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i].root_source != Dataset::kLocalShard) {
+      throw SourceError("source '" + names[i] + "': an ImageFolder in object storage cannot be part of a mixture yet "
+                        "(tar shards in object storage can)");
+    }
+  }
   // Whole files: one root if all share it, else absolute names.
   std::set<std::string> roots;
   for (const auto& p : parts) {
@@ -79,6 +87,19 @@ Dataset combine_datasets(std::vector<Dataset> parts, const std::vector<std::stri
       } else {
         full.assign(p.root).append("/").append(p.name(id));
         out.add(full, label, Sample::kWholeFile, s.offset, s.size);
+      }
+    }
+    if (!p.object_sources.empty() || !out.object_sources.empty()) {
+      // Object storage in some part: every shard gets its source's entry (local: kLocalShard).
+      out.shard_source.resize(out.shards.size(), Dataset::kLocalShard);
+      const auto source_base = static_cast<std::uint32_t>(out.object_sources.size());
+      for (std::size_t k = 0; k < p.shards.size(); ++k) {
+        const bool remote = !p.shard_source.empty() && p.shard_source[k] != Dataset::kLocalShard;
+        out.shard_source.push_back(remote ? source_base + p.shard_source[k] : Dataset::kLocalShard);
+      }
+      for (auto& o : p.object_sources) {
+        o.name = names[i];
+        out.object_sources.push_back(std::move(o));
       }
     }
     out.shards.insert(out.shards.end(), p.shards.begin(), p.shards.end());

@@ -24,6 +24,54 @@ SampleReader::SampleReader(const Dataset& dataset, Options options)
     max_open_ = std::min<std::size_t>(max_open_, static_cast<std::size_t>(lim.rlim_cur / 8));
   }
   if (dataset_.shards.empty()) max_open_ = 0;
+  if (!dataset_.shard_source.empty()) {
+    urls_.resize(dataset_.shards.size());
+    for (std::size_t i = 0; i < dataset_.shards.size(); ++i) {
+      if (dataset_.shard_source[i] == Dataset::kLocalShard) continue;
+      std::string why;
+      urls_[i] = objstore::parse_object_url(dataset_.shards[i], why);  // parsed when indexed: cannot fail
+    }
+  }
+}
+
+namespace {
+
+// A fetch's verdict as a read's (file_reader.hpp's three kinds).
+ReadResult fetch_verdict(objstore::FetchResult& got, std::vector<std::uint8_t>& out) {
+  switch (got.error) {
+    case objstore::FetchError::kNone:
+      out = std::move(got.body);
+      return {};
+    case objstore::FetchError::kTransient:
+      return ReadResult{ReadStatus::kTransient, EAGAIN, got.message};
+    case objstore::FetchError::kNotFound:
+      return ReadResult{ReadStatus::kMissing, ENOENT, got.message};
+    case objstore::FetchError::kDenied:
+      return ReadResult{ReadStatus::kMissing, EACCES, got.message};
+    case objstore::FetchError::kOther:
+      break;
+  }
+  // An answer we do not understand (400, a redirect): the object, as far as we can tell, is
+  // not readable now; skipped this epoch and asked for again the next, never quarantined.
+  return ReadResult{ReadStatus::kMissing, EIO, got.message};
+}
+
+}  // namespace
+
+ReadResult SampleReader::read_object(const Sample& s, std::vector<std::uint8_t>& out) {
+  objstore::Fetcher& f = *dataset_.object_sources[dataset_.shard_source[s.shard]].fetcher;
+  objstore::FetchResult got = f.get_range(*urls_[s.shard], s.offset, s.size);
+  return fetch_verdict(got, out);
+}
+
+ReadResult SampleReader::read_whole_object(std::uint32_t id, std::vector<std::uint8_t>& out) {
+  objstore::Fetcher& f = *dataset_.object_sources[dataset_.root_source].fetcher;
+  const std::string url_text = dataset_.path(id);
+  std::string why;
+  const std::optional<objstore::ObjectUrl> url = objstore::parse_object_url(url_text, why);
+  if (!url) return ReadResult{ReadStatus::kMissing, EINVAL, url_text + ": " + why};
+  objstore::FetchResult got = f.get(*url);
+  return fetch_verdict(got, out);
 }
 
 int SampleReader::open_for_read_as(const std::string& path, ReadResult& failed) const {
@@ -80,6 +128,7 @@ std::shared_ptr<SampleReader::ShardFd> SampleReader::shard_fd(std::uint32_t shar
 ReadResult SampleReader::read(std::uint32_t id, std::vector<std::uint8_t>& out) {
   const Sample& s = dataset_.samples[id];
   if (s.shard == Sample::kWholeFile) {
+    if (dataset_.root_source != Dataset::kLocalShard) return read_whole_object(id, out);
     if (!dataset_.read_as) return read_file(dataset_.path(id), out);
     ReadResult failed;
     const int fd = open_for_read_as(dataset_.path(id), failed);
@@ -89,6 +138,7 @@ ReadResult SampleReader::read(std::uint32_t id, std::vector<std::uint8_t>& out) 
     if (::fstat(fd, &st) != 0) return read_range_at(fd, 0, 0, out);  // gives fstat's verdict
     return read_range_at(fd, 0, static_cast<std::uint64_t>(st.st_size), out);
   }
+  if (!urls_.empty() && urls_[s.shard]) return read_object(s, out);
   ReadResult failed;
   const std::shared_ptr<ShardFd> fd = shard_fd(s.shard, failed);
   if (!fd) return failed;

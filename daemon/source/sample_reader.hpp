@@ -12,12 +12,16 @@
 // needs; a descriptor is closed only when no read uses it (shared ownership). Verdicts are
 // file_reader's: transient, missing, or bytes. A dataset with `read_as` (a client-defined job
 // of another user) reads only what that user could: every open is checked (read_access.hpp).
+// A shard in object storage (Dataset::shard_source) is read by one ranged GET a member through
+// its source's fetcher: a fault left after the fetcher's retries is transient, an object
+// gone (404, or now shorter than indexed) or refused (403) is missing, as a file would be.
 // Threads: read() may be called from any number of threads at once.
 #pragma once
 
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -53,7 +57,12 @@ class SampleReader {
   // a file that user may not read is missing.
   int open_for_read_as(const std::string& path, ReadResult& failed) const;
 
+  ReadResult read_object(const Sample& s, std::vector<std::uint8_t>& out);
+  ReadResult read_whole_object(std::uint32_t id, std::vector<std::uint8_t>& out);
+
   const Dataset& dataset_;
+  // Parsed once: the URL of each shard in object storage (nullopt for a local shard).
+  std::vector<std::optional<objstore::ObjectUrl>> urls_;
   const bool sequential_;
   std::size_t max_open_;
   mutable base::Mutex mu_;

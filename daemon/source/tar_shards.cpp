@@ -22,6 +22,9 @@
 #include <thread>
 #include <unordered_set>
 
+#include <sys/mman.h>
+
+#include "objstore/object_url.hpp"
 #include "source/dataset.hpp"
 #include "source/tar_shards.hpp"
 #include "base/mutex.hpp"
@@ -421,8 +424,23 @@ bool compressed_name(const std::string& path) {
 
 namespace {
 
+// An object's headers walked in memory: fetched whole (one GET, the one pass over its bytes
+// indexing needs) straight into a memfd, which index_shard reads as it reads a file; the
+// object is held once, as the memfd's pages, and only while its shard is indexed.
+tar::ShardIndex index_object(const std::string& url_text, const objstore::ObjectUrl& url, objstore::Fetcher& fetcher) {
+  const int fd = ::memfd_create("stoker-tar-index", MFD_CLOEXEC);
+  if (fd < 0) throw SourceError(url_text + ": cannot index: memfd_create: " + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  const objstore::FetchResult got = fetcher.get_to_fd(url, fd);
+  if (!got.ok()) throw SourceError(got.message);
+  return tar::index_shard(url_text, fd);
+}
+
 Dataset read_tar_shards_unsettled(const std::vector<std::string>& patterns, const std::filesystem::path& index_cache,
-                                  const ReadAs* as, const std::string& log_name) {
+                                  const ReadAs* as, const std::string& log_name, objstore::Fetcher* fetcher) {
   std::vector<std::string> shards;
   for (const auto& p : patterns) {
     for (auto& s : expand_braces(p)) shards.push_back(std::move(s));
@@ -452,6 +470,34 @@ Dataset read_tar_shards_unsettled(const std::vector<std::string>& patterns, cons
   auto work = [&] {
     for (std::size_t i; (i = next.fetch_add(1)) < shards.size();) {
       try {
+        if (objstore::looks_like_url(shards[i])) {
+          // An object: keyed in the cache by its size and Last-Modified, as a file by size and mtime.
+          std::string why;
+          const auto url = objstore::parse_object_url(shards[i], why);
+          if (!url) throw SourceError(shards[i] + ": " + why);
+          if (fetcher == nullptr) throw SourceError(shards[i] + ": object storage is not set up for this source");
+          const objstore::FetchResult head = fetcher->head(*url);
+          if (!head.ok()) throw SourceError(head.message);
+          const std::int64_t mtime = head.mtime < 0 ? -1 : head.mtime * 1000000000LL;
+          const auto it = cached.find(shards[i]);
+          if (it != cached.end() && it->second.file_size == head.size && it->second.mtime_ns == mtime && mtime >= 0) {
+            indexes[i] = &it->second;
+          } else {
+            fresh[i] = index_object(shards[i], *url, *fetcher);
+            if (fresh[i].file_size != head.size) {
+              throw SourceError(shards[i] + ": changed while it was indexed (" + std::to_string(head.size) + " then " +
+                                std::to_string(fresh[i].file_size) + " bytes); start the job again");
+            }
+            fresh[i].mtime_ns = mtime;
+            indexes[i] = &fresh[i];
+            walked.fetch_add(1);
+          }
+          if (done.fetch_add(1) + 1 == shards.size()) {
+            base::MutexLock lock(mu);
+            cv.notify_all();
+          }
+          continue;
+        }
         struct stat st {};
         // For a client's user (`as`): checked on a descriptor, which is then what is stat'ed
         // and indexed, so the index (cached or walked) is of a shard that user could read.
@@ -513,6 +559,12 @@ Dataset read_tar_shards_unsettled(const std::vector<std::string>& patterns, cons
 
   Dataset ds;
   ds.shards = shards;
+  if (fetcher != nullptr) {
+    ds.shard_source.assign(shards.size(), Dataset::kLocalShard);
+    for (std::size_t i = 0; i < shards.size(); ++i) {
+      if (objstore::looks_like_url(shards[i])) ds.shard_source[i] = 0;
+    }
+  }
   std::size_t total = 0, labelled = 0;
   std::int64_t max_label = -1;
   std::array<std::uint64_t, tar::kSkipKinds> skipped{};
@@ -587,8 +639,9 @@ Dataset read_tar_shards_unsettled(const std::vector<std::string>& patterns, cons
 }  // namespace
 
 Dataset read_tar_shards(const std::vector<std::string>& patterns, const std::filesystem::path& index_cache,
-                        const std::string& log_name, const ReadAs* as) {
-  Dataset d = read_tar_shards_unsettled(patterns, index_cache, as, log_name);
+                        const std::string& log_name, const ReadAs* as, std::shared_ptr<objstore::Fetcher> fetcher) {
+  Dataset d = read_tar_shards_unsettled(patterns, index_cache, as, log_name, fetcher.get());
+  if (fetcher != nullptr) d.object_sources.push_back(ObjectSource{patterns.front(), std::move(fetcher)});
   settle(d);
   return d;
 }

@@ -11,6 +11,7 @@ set(_seed_control ${CMAKE_CURRENT_SOURCE_DIR}/data/control-messages)
 set(_seed_http ${CMAKE_CURRENT_SOURCE_DIR}/data/http-requests)
 set(_seed_remote ${CMAKE_CURRENT_SOURCE_DIR}/data/remote-messages)
 set(_seed_segment ${CMAKE_CURRENT_SOURCE_DIR}/data/segment-headers)
+set(_seed_list_xml ${CMAKE_CURRENT_SOURCE_DIR}/data/list-xml)
 
 # The client's segment check alone (client/src/segment_check.cpp): a pure function of three
 # records, without the rest of libstoker.
@@ -18,7 +19,7 @@ add_library(stoker_segment_check STATIC ${PROJECT_SOURCE_DIR}/client/src/segment
 target_include_directories(stoker_segment_check PUBLIC ${PROJECT_SOURCE_DIR}/client/src)
 target_link_libraries(stoker_segment_check PUBLIC stoker::proto stoker_base)
 
-set(_harnesses sample_processor config control metrics_http segment_check)
+set(_harnesses sample_processor config control metrics_http segment_check list_xml)
 if(STOKER_HAVE_REMOTE)  # remote workers (#27): the worker's stream handling
   list(APPEND _harnesses remote_worker)
 endif()
@@ -32,6 +33,9 @@ foreach(h ${_harnesses})
   elseif(h STREQUAL "segment_check")
     set(_lib stoker_segment_check)
     set(_seeds ${_seed_segment})
+  elseif(h STREQUAL "list_xml")  # issue #35: object-store listings
+    set(_lib stoker_objstore)
+    set(_seeds ${_seed_list_xml})
   elseif(h STREQUAL "config")
     set(_lib stoker_config)
     set(_seeds ${_seed_configs})

@@ -86,3 +86,9 @@ stoker_add_test(store_trust_serve_test LABEL integration
   SOURCES integration/store_trust_serve_test.cpp
   LIBS stoker_daemon_fixture stoker::client stoker::proto)
 add_dependencies(store_trust_serve_test stokerd stokerctl)
+
+# Issue #35: tar shards in object storage (s3rver on loopback; skipped without it), ~10 s.
+stoker_add_test(object_store_serve_test LABEL integration
+  SOURCES integration/object_store_serve_test.cpp
+  LIBS stoker_daemon_fixture stoker::client PkgConfig::CURL)
+add_dependencies(object_store_serve_test stokerd)

@@ -1304,3 +1304,79 @@ TEST_CASE("config: a size past what the machine can hold is refused at its line 
   CHECK_THAT(refusal(ranks),
              StartsWith("test.yaml:4:17: jobs.train.batch_size: the rings would take ") && Contains("1024 rank(s)"));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Object storage (issue #35)
+
+TEST_CASE("config: tar shards may be s3:// or https:// URLs, kept as written, with an endpoint", "[config]") {
+  std::string j = train_job();
+  replace_all(j, "source: {root: .}",
+              "source: {type: tar, shards: [\"s3://bucket/train-{00..03}.tar\", \"https://host:8443/x/v.tar\"], "
+              "endpoint: \"http://127.0.0.1:9000\"}");
+  const auto cfg = parse(j);
+  REQUIRE(cfg.jobs[0].source.shards.size() == 2);
+  CHECK(cfg.jobs[0].source.shards[0] == "s3://bucket/train-{00..03}.tar");
+  CHECK(cfg.jobs[0].source.shards[1] == "https://host:8443/x/v.tar");
+  CHECK(cfg.jobs[0].source.endpoint == "http://127.0.0.1:9000");
+}
+
+TEST_CASE("config: an ImageFolder root may be an s3:// prefix, kept without its trailing '/'", "[config]") {
+  std::string j = train_job();
+  replace_all(j, "source: {root: .}", "source: {root: \"s3://bucket/imagenet/train/\"}");
+  const auto cfg = parse(j);
+  CHECK(cfg.jobs[0].source.root.string() == "s3://bucket/imagenet/train");
+  CHECK(cfg.jobs[0].source.type == "imagefolder");
+}
+
+TEST_CASE("config: a file list in object storage, its root the list's folder unless given", "[config]") {
+  std::string j = train_job();
+  replace_all(j, "source: {root: .}", "source: {type: filelist, list: \"s3://bucket/lists/train.txt\"}");
+  auto cfg = parse(j);
+  CHECK(cfg.jobs[0].source.file.string() == "s3://bucket/lists/train.txt");
+  CHECK(cfg.jobs[0].source.root.string() == "s3://bucket/lists");
+  j = train_job();
+  replace_all(j, "source: {root: .}",
+              "source: {type: filelist, list: \"https://h/lists/train.txt\", root: \"https://h/images/\"}");
+  cfg = parse(j);
+  CHECK(cfg.jobs[0].source.root.string() == "https://h/images");
+}
+
+TEST_CASE("config: a malformed URL, an endpoint without a URL source, or a URL root is refused with file:line and "
+          "the key",
+          "[config]") {
+  const auto with = [](const std::string& source) {
+    std::string j = train_job();
+    replace_all(j, "source: {root: .}", "source: " + source);
+    return refusal(j);
+  };
+  CHECK_THAT(with("{type: tar, shards: \"s3:///train.tar\"}"), Contains("test.yaml:3") && Contains("no bucket"));
+  CHECK_THAT(with("{type: tar, shards: \"https://me:pw@host/x.tar\"}"),
+             Contains("credentials in a URL are refused") && !Contains("pw@"));
+  CHECK_THAT(with("{type: tar, shards: \"/data/a.tar\", endpoint: \"http://127.0.0.1:9000\"}"),
+             Contains("endpoint") && Contains("only for a source in object storage"));
+  CHECK_THAT(with("{type: tar, shards: \"s3://b/a.tar\", endpoint: \"127.0.0.1:9000\"}"),
+             Contains("expected an http:// or https:// URL"));
+  CHECK_THAT(with("{type: imagefolder, root: \"https://host/train/\"}"),
+             Contains("root") && Contains("an ImageFolder root in object storage must be an s3:// URL"));
+  CHECK_THAT(with("{type: filelist, list: \"lists/x.txt\", root: \"s3://b/train\"}"), Contains("test.yaml:3"));
+  CHECK_THAT(with("{type: filelist, list: \"s3://b/lists/train.txt\", root: /data}"),
+             Contains("root") && Contains("must be a URL"));
+}
+
+TEST_CASE("config: remote workers are refused for a source in object storage", "[config]") {
+  std::string j = train_job("    remote:\n      workers: [\"10.0.0.1:7000\"]\n");
+  replace_all(j, "source: {root: .}", "source: {type: tar, shards: \"s3://bucket/train.tar\"}");
+  CHECK_THAT(refusal(j), Contains("remote") && Contains("cannot read a source in object storage"));
+}
+
+TEST_CASE("config: a client-defined job is refused an object-storage source", "[config]") {
+  const std::string job = "jobs:\n  mine:\n    source: {type: tar, shards: \"s3://bucket/train.tar\"}\n"
+                          "    batch_size: 8\n    pipeline:\n      - decode: {}\n"
+                          "      - random_resized_crop: {size: 32}\n    output: {dtype: uint8, layout: NCHW}\n";
+  try {
+    (void)stoker::config::parse_client_job(job, "<client>");
+    FAIL("accepted");
+  } catch (const ConfigError& e) {
+    CHECK_THAT(e.what(), Contains("<client>:3") && Contains("cannot read from object storage"));
+  }
+}

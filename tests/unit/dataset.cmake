@@ -26,3 +26,8 @@ stoker_add_test(confined_open_test LABEL unit
 stoker_add_test(read_access_race_test LABEL unit
   SOURCES unit/read_access_race_test.cpp
   LIBS stoker_source)
+
+# Issue #35: URLs, credentials, ListObjectsV2 pages and the libcurl fetcher (loopback stub).
+stoker_add_test(objstore_test LABEL unit
+  SOURCES unit/objstore_test.cpp
+  LIBS stoker_objstore)

@@ -1,0 +1,72 @@
+// ImageFolder over object storage: two levels of ListObjectsV2 (the class prefixes, then every
+// key below each class) instead of a directory walk. See scan_object_folder in dataset.hpp.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string_view>
+
+#include "objstore/object_url.hpp"
+#include "source/dataset.hpp"
+
+namespace stoker::source {
+
+Dataset scan_object_folder(const std::string& root, std::shared_ptr<objstore::Fetcher> fetcher,
+                           const std::string& log_name) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string why;
+  std::optional<objstore::ObjectUrl> url = objstore::parse_object_url(root, why);
+  if (!url) throw SourceError(root + ": " + why);
+  if (url->scheme != objstore::Scheme::kS3) throw SourceError(root + ": only an s3:// root can be listed");
+  // The folder is the key prefix with one trailing '/': "train/" (or "" for the bucket).
+  std::string prefix = url->key;
+  while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
+  if (!prefix.empty()) prefix += '/';
+  objstore::ObjectUrl at = *url;
+  at.key = prefix;
+
+  base::Result<objstore::ListPage> top = fetcher->list(at, "/");
+  if (!top) throw SourceError(top.status().message());
+  std::vector<std::string> classes;
+  for (const std::string& p : top->prefixes) {
+    if (p.size() <= prefix.size() + 1 || p.compare(0, prefix.size(), prefix) != 0) continue;
+    classes.push_back(p.substr(prefix.size(), p.size() - prefix.size() - 1));
+  }
+  std::sort(classes.begin(), classes.end());
+  if (classes.empty()) throw SourceError(root + ": no class folders (key prefixes ending in '/') below it");
+
+  Dataset d;
+  for (std::size_t c = 0; c < classes.size(); ++c) {
+    objstore::ObjectUrl cls = at;
+    cls.key = prefix + classes[c] + "/";
+    base::Result<objstore::ListPage> all = fetcher->list(cls, "");
+    if (!all) throw SourceError(all.status().message());
+    std::vector<std::string_view> names;
+    for (const auto& o : all->objects) {
+      if (o.key.size() > prefix.size() && o.key.back() != '/' && has_image_extension(o.key)) {
+        names.push_back(std::string_view(o.key).substr(prefix.size()));
+      }
+    }
+    // ImageFolder's order: folders sorted by path, files by name within each (a key's folder
+    // is everything up to its last '/').
+    std::sort(names.begin(), names.end(), [](std::string_view a, std::string_view b) {
+      const std::string_view fa = a.substr(0, a.rfind('/')), fb = b.substr(0, b.rfind('/'));
+      if (fa != fb) return fa < fb;
+      return a.substr(a.rfind('/') + 1) < b.substr(b.rfind('/') + 1);
+    });
+    for (std::string_view n : names) d.add(n, static_cast<std::int64_t>(c));
+    d.classes.push_back(classes[c]);
+  }
+  if (d.samples.empty()) throw SourceError(root + ": no images (no key with an image extension) below its classes");
+  d.root = url->scheme == objstore::Scheme::kS3 ? "s3://" + url->bucket + (prefix.empty() ? "" : "/" + prefix.substr(0, prefix.size() - 1))
+                                                : root;
+  d.object_sources.push_back(ObjectSource{root, std::move(fetcher)});
+  d.root_source = 0;
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  spdlog::info("{}: listed {} image(s) in {} class(es) below {} ({:.2f} s)", log_name, d.samples.size(),
+               d.classes.size(), root, secs);
+  settle(d);
+  return d;
+}
+
+}  // namespace stoker::source
