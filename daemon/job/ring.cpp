@@ -77,8 +77,9 @@ void Ring::plan_free_slots(std::vector<WorkItem>& out) {
     // Move to the next epoch once this one has handed out its last batch.
     EpochStream* st = planning_.get();
     if (st->last_planned) {
+      const std::uint64_t next_epoch = st->epoch + 1;  // `st` may be freed once planning_ moves on
       try {
-        planning_ = make_stream(st->epoch + 1);
+        planning_ = make_stream(next_epoch);
       } catch (const std::bad_alloc&) {
         // The machine is out of memory (the order's size was bounded at load): a fault of the
         // machine, not of the job. Nothing is planned now; retry_planning() tries again each
@@ -86,14 +87,14 @@ void Ring::plan_free_slots(std::vector<WorkItem>& out) {
         if (!plan_failed_) {
           spdlog::error("job {} rank {}: out of memory planning epoch {} (its order of the rank's samples); "
                         "retrying each second, consumers wait meanwhile",
-                        cfg_.job_name, cfg_.rank, st->epoch + 1);
+                        cfg_.job_name, cfg_.rank, next_epoch);
         }
         plan_failed_ = true;
         return;
       }
       if (plan_failed_) {
         spdlog::info("job {} rank {}: planned epoch {} after running out of memory", cfg_.job_name, cfg_.rank,
-                     st->epoch + 1);
+                     next_epoch);
       }
       plan_failed_ = false;
       st = planning_.get();
