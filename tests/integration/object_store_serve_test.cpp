@@ -105,6 +105,19 @@ std::string forward(int port, std::string head) {
   return out;
 }
 
+// The 64 demo photos as three tar shards on disk (dir/shards, write_demo_shards) and in the
+// bucket "datasets" as demo/train-0{0,1,2}.tar, with the test's credentials in the environment.
+struct DemoShardBucket {
+  TempDir dir;
+  std::vector<std::string> shards = write_demo_shards(dir.path());
+  S3Server s3{dir.path(), "datasets"};
+  ScopedEnvironment env;
+  DemoShardBucket() {
+    for (int i = 0; i < 3; ++i) s3.put("demo/train-0" + std::to_string(i) + ".tar", shards[i]);
+    set_credentials(env);
+  }
+};
+
 }  // namespace
 
 TEST_CASE("s3: tar shards in a bucket serve the same ids, labels and pixels as the same shards on disk",
@@ -113,12 +126,11 @@ TEST_CASE("s3: tar shards in a bucket serve the same ids, labels and pixels as t
     WARN(S3Server::missing_message());
     return;
   }
-  TempDir dir;
-  const auto shards = write_demo_shards(dir.path());
-  S3Server s3(dir.path(), "datasets");
-  for (int i = 0; i < 3; ++i) s3.put("demo/train-0" + std::to_string(i) + ".tar", shards[i]);
-  ScopedEnvironment env;
-  set_credentials(env);
+  DemoShardBucket data;
+  TempDir& dir = data.dir;
+  const std::vector<std::string>& shards = data.shards;
+  S3Server& s3 = data.s3;
+  ScopedEnvironment& env = data.env;
   env.set("AWS_ENDPOINT_URL", "http://127.0.0.1:1");  // the source's endpoint: key wins over it
 
   const auto socket = (dir.path() / "s.sock").string();
@@ -204,12 +216,10 @@ TEST_CASE("s3: a mixture of a local folder and tar shards in a bucket serves the
     WARN(S3Server::missing_message());
     return;
   }
-  TempDir dir;
-  const auto shards = write_demo_shards(dir.path());
-  S3Server s3(dir.path(), "datasets");
-  for (int i = 0; i < 3; ++i) s3.put("demo/train-0" + std::to_string(i) + ".tar", shards[i]);
-  ScopedEnvironment env;
-  set_credentials(env);
+  DemoShardBucket data;
+  TempDir& dir = data.dir;
+  S3Server& s3 = data.s3;
+  ScopedEnvironment& env = data.env;
   env.set("AWS_ENDPOINT_URL", s3.endpoint());
   const auto socket = (dir.path() / "s.sock").string();
   JobSpec local;
@@ -257,12 +267,9 @@ TEST_CASE("s3: with a cache that holds the dataset, the second epoch fetches 0 b
     WARN(S3Server::missing_message());
     return;
   }
-  TempDir dir;
-  const auto shards = write_demo_shards(dir.path());
-  S3Server s3(dir.path(), "datasets");
-  for (int i = 0; i < 3; ++i) s3.put("demo/train-0" + std::to_string(i) + ".tar", shards[i]);
-  ScopedEnvironment env;
-  set_credentials(env);
+  DemoShardBucket data;
+  TempDir& dir = data.dir;
+  S3Server& s3 = data.s3;
   const auto socket = (dir.path() / "s.sock").string();
   JobSpec local;
   local.name = "local";
@@ -389,12 +396,9 @@ TEST_CASE("s3: 503s, 429 with Retry-After and answers cut mid-body are retried: 
     WARN(S3Server::missing_message());
     return;
   }
-  TempDir dir;
-  const auto shards = write_demo_shards(dir.path());
-  S3Server s3(dir.path(), "datasets");
-  for (int i = 0; i < 3; ++i) s3.put("demo/train-0" + std::to_string(i) + ".tar", shards[i]);
-  ScopedEnvironment env;
-  set_credentials(env);
+  DemoShardBucket data;
+  TempDir& dir = data.dir;
+  S3Server& s3 = data.s3;
 
   // Between stokerd and s3rver: the first time a request (its request line and Range) is
   // seen, one in three is a 503 SlowDown, one a 429 (asking for a 1 s wait the first time, none
