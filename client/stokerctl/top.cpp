@@ -29,6 +29,8 @@ int run_top(const TopArgs& a) {
   const double interval_s = a.interval_s;
   const long iterations = a.iterations;
   const bool clear = a.clear_given->count() != 0 ? a.clear : ::isatty(STDOUT_FILENO) != 0;
+  nlohmann::json previous;  // the last frame's status: rates are differences of its counters
+  std::chrono::steady_clock::time_point previous_at;
   for (long frame = 0; iterations == 0 || frame < iterations; ++frame) {
     if (frame != 0) std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));
     char* text = nullptr;
@@ -44,7 +46,11 @@ int run_top(const TopArgs& a) {
     }
     // ANSI: cursor home + clear screen, as top does; frames are separated by a blank line
     // when the output is not a terminal (scripts, tests).
-    const std::string frame_text = render_top_frame(st);
+    const auto now = std::chrono::steady_clock::now();
+    const std::string frame_text =
+        render_top_frame(st, frame != 0 ? &previous : nullptr, std::chrono::duration<double>(now - previous_at).count());
+    previous = std::move(st);
+    previous_at = now;
     std::fputs(clear ? "\x1b[H\x1b[2J" : (frame != 0 ? "\n" : ""), stdout);
     std::fputs(frame_text.c_str(), stdout);
     std::fflush(stdout);

@@ -27,9 +27,55 @@ double num(const Json& j, const char* key) {
   return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
 }
 
+// The entry of `parent[key]` (an array of objects) whose "name" is `name`; null when none.
+// (A pointer into `parent`, never into a copy: value() would return one.)
+const Json* named(const Json& parent, const char* key, const std::string& name) {
+  const auto list = parent.find(key);
+  if (list == parent.end() || !list->is_array()) return nullptr;
+  for (const Json& e : *list) {
+    if (e.is_object() && e.value("name", std::string()) == name) return &e;
+  }
+  return nullptr;
+}
+
+// Object storage (issue #35): one line per source with request counters, its fetch rate
+// (from the previous frame's counters) and latency. Local sources have no counters: no line.
+void render_sources(const Json& job, const Json* prev_job, double seconds, std::string& out) {
+  const auto sources = job.find("sources");
+  if (sources == job.end() || !sources->is_array()) return;
+  char line[256];
+  bool header = false;
+  for (const Json& s : *sources) {
+    if (!s.is_object() || !s.contains("requests")) continue;
+    if (!header) {
+      std::snprintf(line, sizeof line, "  %-16s %9s %8s %7s %7s %8s %6s %7s", "SOURCE", "MB/S", "REQ/S", "P50_MS",
+                    "P99_MS", "RETRIES", "INFLT", "C_HITS");
+      out += line;
+      out += "\n";
+      header = true;
+    }
+    const std::string name = s.value("name", std::string("?"));
+    char rate[32] = "-", reqs[32] = "-";
+    const Json* before = prev_job != nullptr ? named(*prev_job, "sources", name) : nullptr;
+    if (before != nullptr && seconds > 0) {
+      const double bytes = std::max(0.0, num(s, "bytes") - num(*before, "bytes")) / seconds;
+      std::snprintf(rate, sizeof rate, "%.1f", std::min(bytes / 1e6, 99999.9));
+      std::snprintf(reqs, sizeof reqs, "%.0f",
+                    std::min(std::max(0.0, num(s, "requests") - num(*before, "requests")) / seconds, 9999999.0));
+    }
+    const Json lat = s.value("latency_ms", Json::object());
+    std::snprintf(line, sizeof line, "  %-16s %9s %8s %7.1f %7.1f %8.0f %6.0f %7.0f", fit(name, 16).c_str(), rate, reqs,
+                  std::min(num(lat, "p50"), 99999.9), std::min(num(lat, "p99"), 99999.9),
+                  std::min(num(s, "retries"), 99999999.0), std::min(num(s, "in_flight"), 999999.0),
+                  std::min(num(s, "cache_hits"), 9999999.0));
+    out += line;
+    out += "\n";
+  }
+}
+
 }  // namespace
 
-std::string render_top_frame(const Json& st) {
+std::string render_top_frame(const Json& st, const Json* previous, double seconds) {
   std::string out;
   char line[256];
   const auto busy = st.find("worker_busy_fraction");
@@ -66,6 +112,13 @@ std::string render_top_frame(const Json& st) {
                   failed ? "FAILED" : fit(job.value("state", "serving"), 10).c_str());
     out += line;
     out += "\n";
+    // A job waiting for an unreachable object store says so under its row (issue #35).
+    if (const auto paused = job.find("paused"); paused != job.end() && paused->is_string()) {
+      out += fit("  PAUSED: " + paused->get<std::string>(), 80) + "\n";
+    }
+    const Json* prev_job = previous != nullptr ? named(*previous, "jobs", job.value("name", "?"))
+                                               : nullptr;
+    render_sources(job, prev_job, seconds, out);
     std::snprintf(line, sizeof line, "  %5s %4s %-4s %7s %6s %10s %7s %9s %6s", "RANK", "RDR", "CONN", "READY",
                   "LEASED", "RELEASED", "WAIT%", "WAIT_S", "STUCK");
     out += line;

@@ -9,6 +9,10 @@
 namespace stoker::ctl {
 
 // One frame; every line is at most 80 columns, whatever the figures and names in `status`.
-std::string render_top_frame(const nlohmann::json& status);
+// `previous`: the frame before's status, taken `seconds` earlier (null on the first frame):
+// rates that status gives as counters (an object source's bytes and requests) are the
+// difference between the two, shown as "-" without one.
+std::string render_top_frame(const nlohmann::json& status, const nlohmann::json* previous = nullptr,
+                             double seconds = 0);
 
 }  // namespace stoker::ctl

@@ -198,7 +198,12 @@ int run_daemon(const DaemonOptions& options) {
           hooks.turn = std::chrono::duration_cast<std::chrono::milliseconds>(systemd.interval() / 4);
         }
         hooks.each_turn = [&systemd] { systemd.keepalive(); };
-        hooks.at_stop = [&systemd] { systemd.send("STOPPING=1"); };
+        hooks.at_stop = [&systemd, &table] {
+          systemd.send("STOPPING=1");
+          // Workers waiting out an unreachable object store give their samples up: the pool's
+          // threads are joined next, and a store that never returns must not hang the stop.
+          for (Job* j : table.jobs()) j->stop_waiting();
+        };
         server.run(hooks);
       }  // workers joined: nothing writes the segments any more
       server_ptr.store(nullptr);

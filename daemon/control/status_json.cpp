@@ -166,6 +166,12 @@ std::string StatusReport::json(std::uint32_t viewer_uid) const {
     job["substituted"] = st.substituted;
     job["quarantined"] = st.quarantined;
     job["transient_read_errors"] = st.transient_read_errors;
+    // Why no batches come, when the job waits for an unreachable object store; null otherwise.
+    if (std::string paused = j.paused_reason(); !paused.empty()) {
+      job["paused"] = std::move(paused);
+    } else {
+      job["paused"] = nullptr;
+    }
     job["missing"] = st.missing;
     job["read_wait_s"] = j.read_wait_s();  // workers waiting for sample bytes, all threads summed
     job["bytes_read"] = st.bytes_read;

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -180,6 +181,13 @@ class Job final : public sched::Task {
   double read_wait_s() const { return static_cast<double>(read_wait_ns_.load()) * 1e-9; }
   // Samples by image format, by content (format_counts.hpp).
   const FormatCounts& formats() const { return formats_; }
+  // Why the job is waiting instead of making batches: the object store its samples come from
+  // is unreachable (every read of it failing transiently), e.g. "waiting 12 s for the object
+  // store: <URL>: HTTP 503"; "" while it is not.
+  std::string paused_reason() const;
+  // Stops workers waiting out an unreachable object store (they give their sample up for the
+  // epoch): the daemon is stopping and must not hang on a store that never returns.
+  void stop_waiting();
 
   // --- worker threads ---
   void run(const WorkItem& item, image::SampleProcessor& processor,
@@ -315,6 +323,15 @@ class Job final : public sched::Task {
   };
   std::vector<ResumePoint> starts_;
   std::atomic<std::uint32_t> transient_burst_{0};  // workers inside a transient-error burst
+  std::atomic<bool> stop_waiting_{false};
+  // A worker starts (+1), goes on (0) or stops (-1) waiting out the object store; `reason`: its
+  // read's last failure. Logs when the first starts and the last stops.
+  void note_store_wait(int change, const std::string& reason);
+  // Workers now waiting out an unreachable object store, since when, and the last failure
+  // (paused_reason()). Guarded by stats_mu_.
+  std::uint32_t store_waiters_ STOKER_GUARDED_BY(stats_mu_) = 0;
+  std::chrono::steady_clock::time_point store_wait_since_ STOKER_GUARDED_BY(stats_mu_);
+  std::string store_wait_reason_ STOKER_GUARDED_BY(stats_mu_);
   std::unique_ptr<source::SampleReader> reader_;   // before read_ahead_, whose threads use it
   std::unique_ptr<source::ReadAhead> read_ahead_;          // null with read-ahead off
   std::atomic<std::uint64_t> read_wait_ns_{0};

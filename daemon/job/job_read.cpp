@@ -86,16 +86,26 @@ bool Job::read_sample(const WorkItem& item, std::uint32_t id, std::uint64_t epoc
       spdlog::warn("job {}: transient read failure ({}) on {}; retrying with backoff, not blaming the file",
                    cfg_.name, r.reason, path);
     }
+    // A sample in object storage whose reads keep failing transiently (each already retried
+    // by the fetcher) means the store is away: the job waits for it, however long, with
+    // paused_reason() saying why, rather than skip samples it would lose for the epoch. A
+    // local file's fault is the machine's (descriptors, memory, a mount): given up after
+    // kRetryBudget so one stuck disk cannot stall the job forever.
+    // (Once stokerd is stopping, a failed read is what its stop made: no wait, no log of one.)
+    const bool wait_for_store = reader_->from_object_store(id) && !stop_waiting_.load();
+    if (wait_for_store) note_store_wait(+1, r.reason);
     const auto give_up = std::chrono::steady_clock::now() + kRetryBudget;
     auto delay = std::chrono::duration_cast<std::chrono::milliseconds>(kFirstDelay);
     std::uint64_t failures = 0;
-    while (r.status == source::ReadStatus::kTransient && !failed_.load() &&
-           std::chrono::steady_clock::now() < give_up) {
+    while (r.status == source::ReadStatus::kTransient && !failed_.load() && !draining_.load() &&
+           !stop_waiting_.load() && (wait_for_store || std::chrono::steady_clock::now() < give_up)) {
       ++failures;
       std::this_thread::sleep_for(delay);
       delay = std::min(delay * 2, std::chrono::duration_cast<std::chrono::milliseconds>(kMaxDelay));
       r = read();
+      if (wait_for_store && r.status == source::ReadStatus::kTransient) note_store_wait(0, r.reason);
     }
+    if (wait_for_store) note_store_wait(-1, {});
     {
       base::MutexLock lock(stats_mu_);
       stats_.transient_read_errors += failures;
@@ -104,8 +114,8 @@ bool Job::read_sample(const WorkItem& item, std::uint32_t id, std::uint64_t epoc
       spdlog::info("job {}: reads recovered", cfg_.name);
     }
     if (r.status == source::ReadStatus::kTransient) {
-      spdlog::warn("job {}: {}: still failing after {} s of retries ({}); skipped this epoch, not quarantined",
-                   cfg_.name, path, kRetryBudget.count(), r.reason);
+      spdlog::warn("job {}: {}: still failing ({}) after {}; skipped this epoch, not quarantined", cfg_.name, path,
+                   r.reason, wait_for_store ? "the job stopped waiting" : "30 s of retries");
     }
   }
   if (r.ok()) {
@@ -129,6 +139,37 @@ bool Job::read_sample(const WorkItem& item, std::uint32_t id, std::uint64_t epoc
   result.error = image::SampleErrorKind::kIo;
   result.reason = r.reason;
   return false;
+}
+
+void Job::note_store_wait(int change, const std::string& reason) {
+  base::MutexLock lock(stats_mu_);
+  if (change > 0 && store_waiters_++ == 0) {
+    store_wait_since_ = std::chrono::steady_clock::now();
+    spdlog::warn("job {}: the object store is not answering ({}); the job waits for it (no sample is skipped)",
+                 cfg_.name, reason);
+  }
+  if (change < 0 && --store_waiters_ == 0) {
+    store_wait_reason_.clear();
+    if (stop_waiting_.load()) return;  // not the store's return: stokerd is stopping
+    const auto waited = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() -
+                                                                        store_wait_since_);
+    spdlog::info("job {}: the object store answers again after {} s; the job goes on", cfg_.name, waited.count());
+    return;
+  }
+  if (!reason.empty()) store_wait_reason_ = reason;
+}
+
+void Job::stop_waiting() {
+  stop_waiting_.store(true);
+  for (const source::ObjectSource& os : dataset_.object_sources) os.fetcher->give_up_retries();
+}
+
+std::string Job::paused_reason() const {
+  base::MutexLock lock(stats_mu_);
+  if (store_waiters_ == 0) return {};
+  const auto waited =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - store_wait_since_);
+  return "waiting " + std::to_string(waited.count()) + " s for the object store: " + store_wait_reason_;
 }
 
 void Job::epoch_done(std::uint64_t epoch) {

@@ -205,6 +205,9 @@ struct Fetcher::Driver {
   base::Mutex mu;
   std::vector<std::unique_ptr<Transfer>> incoming STOKER_GUARDED_BY(mu);
   bool stop STOKER_GUARDED_BY(mu) = false;
+  // Fetcher::give_up_retries(): no attempt is repeated any more, and those waiting for a
+  // retry's time are answered at once.
+  std::atomic<bool> no_retries{false};
   // The driver thread's own: transfers waiting for their (re)try's time, and those running.
   std::vector<std::unique_ptr<Transfer>> waiting;
   std::unordered_map<CURL*, std::unique_ptr<Transfer>> active;
@@ -360,7 +363,7 @@ struct Fetcher::Driver {
     if (!what.empty()) {
       if (const std::string c = s3_error_code(t->body); !c.empty() && rc == CURLE_OK) what += " " + c;
     }
-    if (retry && t->attempt < o.max_attempts) {
+    if (retry && t->attempt < o.max_attempts && !no_retries.load()) {
       owner.stats_.retries.fetch_add(1, std::memory_order_relaxed);
       const double unit = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
       t->due = Clock::now() + retry_delay(o, t->attempt, t->retry_after, unit);
@@ -393,6 +396,25 @@ struct Fetcher::Driver {
         fresh.swap(incoming);
       }
       for (auto& t : fresh) start(std::move(t));
+      if (no_retries.load()) {
+        // Those waiting to be tried again and those running (a store that accepted the
+        // connection and went silent holds one up to stall_seconds) are answered now.
+        auto give_up = [this](Transfer& t) {
+          FetchResult r;
+          r.error = FetchError::kTransient;
+          r.message = t.req.name + ": given up (stokerd is stopping)";
+          owner.stats_.transient.fetch_add(1, std::memory_order_relaxed);
+          t.release();
+          t.done.set_value(std::move(r));
+        };
+        for (auto& t : waiting) give_up(*t);
+        waiting.clear();
+        for (auto& [easy, t] : active) {
+          curl_multi_remove_handle(multi, easy);
+          give_up(*t);
+        }
+        active.clear();
+      }
       const auto now = Clock::now();
       auto due_end = std::partition(waiting.begin(), waiting.end(), [&](const auto& t) { return t->due > now; });
       std::vector<std::unique_ptr<Transfer>> ready;
@@ -436,6 +458,11 @@ struct Fetcher::Driver {
 Fetcher::Fetcher(Options options) : options_(std::move(options)), driver_(std::make_unique<Driver>(*this)) {}
 
 Fetcher::~Fetcher() = default;
+
+void Fetcher::give_up_retries() {
+  driver_->no_retries.store(true);
+  curl_multi_wakeup(driver_->multi);
+}
 
 FetchResult Fetcher::run(Request request) {
   auto t = std::make_unique<Transfer>();

@@ -102,6 +102,11 @@ class Fetcher {
   // keys one level down and the prefixes ("folders") below it.
   base::Result<ListPage> list(const ObjectUrl& prefix, const std::string& delimiter);
 
+  // From now on a failed attempt is not repeated, and requests waiting to be tried again are
+  // answered transient at once: stokerd is stopping and must not wait out backoffs (up to
+  // max_attempts of them, or a 30 s Retry-After) for a store that is away.
+  void give_up_retries();
+
   FetchStats& stats() { return stats_; }
   const Options& options() const { return options_; }
 

@@ -125,6 +125,12 @@ std::shared_ptr<SampleReader::ShardFd> SampleReader::shard_fd(std::uint32_t shar
   return shared;
 }
 
+bool SampleReader::from_object_store(std::uint32_t id) const {
+  const Sample& s = dataset_.samples[id];
+  if (s.shard == Sample::kWholeFile) return dataset_.root_source != Dataset::kLocalShard;
+  return !urls_.empty() && urls_[s.shard].has_value();
+}
+
 ReadResult SampleReader::read(std::uint32_t id, std::vector<std::uint8_t>& out) {
   const Sample& s = dataset_.samples[id];
   if (s.shard == Sample::kWholeFile) {

@@ -46,6 +46,9 @@ class SampleReader {
   SampleReader& operator=(const SampleReader&) = delete;
 
   ReadResult read(std::uint32_t id, std::vector<std::uint8_t>& out);
+  // Whether sample `id` is read from object storage (a URL), not a local file: a transient
+  // failure of such a read means the store is away, which a job waits out (job_read.cpp).
+  bool from_object_store(std::uint32_t id) const;
 
   std::size_t open_shards() const;
   std::size_t max_open_shards() const { return max_open_; }

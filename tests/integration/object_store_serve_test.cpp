@@ -459,3 +459,77 @@ TEST_CASE("s3: 503s, 429 with Retry-After and answers cut mid-body are retried: 
   }
   CHECK(quarantine_files(dir.path(), "bucket").empty());
 }
+
+TEST_CASE("s3: a store that stops answering pauses the job (status says why), which goes on when it returns; "
+          "nothing skipped, and stopping stokerd does not wait for it",
+          "[integration][s3]") {
+  if (!S3Server::available()) {
+    WARN(S3Server::missing_message());
+    return;
+  }
+  DemoShardBucket data;
+  TempDir& dir = data.dir;
+  S3Server& s3 = data.s3;
+  // The store "down": every request answered 503 while `down`, longer than the fetcher's own
+  // retries last (8 attempts, about 3-6 s), so the job sees reads fail after them.
+  std::atomic<bool> down{false};
+  std::atomic<int> refused{0};
+  HttpStub proxy([&](const std::string& head) -> std::string {
+    if (down.load()) {
+      ++refused;
+      return http_response(503, "Service Unavailable", "<Error><Code>ServiceUnavailable</Code></Error>");
+    }
+    return forward(s3.port(), head);
+  });
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec local;
+  local.name = "local";
+  local.source = "{type: tar, shards: \"shards/demo-{00..02}.tar\"}";
+  JobSpec bucket = local;
+  bucket.name = "bucket";
+  bucket.source = "{type: tar, shards: \"s3://datasets/demo/train-{00..02}.tar\", endpoint: \"" + proxy.base_url() + "\"}";
+  Daemon d(write_config(dir.path(), {local, bucket}, 2), socket);
+  down = true;  // the shards are indexed (stokerd is up); most samples are not fetched yet
+  auto paused_reason = [&]() -> std::string {
+    const Json st = status_json(socket);  // (not iterated as a temporary: it would be gone)
+    for (const auto& job : st["jobs"]) {
+      if (job["name"] == "bucket" && job["paused"].is_string()) return job["paused"].get<std::string>();
+    }
+    return {};
+  };
+  std::string paused;
+  for (int i = 0; i < 300 && paused.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    paused = paused_reason();
+  }
+  INFO(d.log());
+  REQUIRE_THAT(paused, Catch::Contains("for the object store") && Catch::Contains("s3://datasets/demo/train-0"));
+  CHECK_THAT(d.log(), Catch::Contains("the object store is not answering") && !Catch::Contains(S3Server::kSecretKey));
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  CHECK(!paused_reason().empty());  // still waiting: no give-up while the store is away
+  down = false;
+  stoker::ClientOptions o;
+  o.socket_path = socket;
+  stoker::Client a("local", 0, o), b("bucket", 0, o);
+  check_same_epochs(a, b, 1);  // every sample of the epoch, none skipped
+  CHECK(paused_reason().empty());
+  CHECK_THAT(d.log(), Catch::Contains("the object store answers again"));
+  const Json st = status_json(socket);
+  for (const auto& job : st["jobs"]) {
+    if (job["name"] != "bucket") continue;
+    CHECK(job["quarantined"] == 0);
+    CHECK(job["missing"] == 0);
+    CHECK(job["transient_read_errors"].get<int>() > 0);
+  }
+  CHECK(quarantine_files(dir.path(), "bucket").empty());
+  CHECK(refused.load() > 0);
+
+  // Down again with workers fetching the next epoch: SIGTERM is not held up by the wait.
+  down = true;
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rc = d.stop();
+  INFO(d.log());
+  CHECK(rc == 0);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(15));
+}

@@ -63,3 +63,35 @@ TEST_CASE("top's header on a small daemon: the usual figures, clock at the right
   CHECK(first[74] == ':');
   CHECK_THAT(frame, Catch::Contains("\nworkers 2 (0% busy)  rss 25 MiB\n"));
 }
+
+TEST_CASE("top shows an object source's fetch rate from two frames, and why a job is paused", "[unit][top]") {
+  auto status = [](double bytes, double requests, const char* paused) {
+    nlohmann::json src = {{"name", "imagenet-bucket-with-a-long-name"}, {"type", "tar"}, {"requests", requests},
+                          {"bytes", bytes}, {"retries", 99999999999.0}, {"cache_hits", 7},
+                          {"in_flight", 12}, {"latency_ms", {{"p50", 32.0}, {"p99", 999999.0}}}};
+    nlohmann::json local = {{"name", "local"}, {"type", "imagefolder"}, {"root", "/data"}};
+    nlohmann::json job = {{"name", "train"}, {"images_per_s", 10.0}, {"samples_ok", 1}, {"quarantined", 0},
+                          {"sources", nlohmann::json::array({local, src})},
+                          {"paused", paused != nullptr ? nlohmann::json(paused) : nlohmann::json(nullptr)}};
+    return nlohmann::json{{"pid", 1}, {"uptime_s", 1}, {"workers", 2}, {"jobs", nlohmann::json::array({job})}};
+  };
+  const std::string first = stoker::ctl::render_top_frame(status(1e6, 10, nullptr));
+  INFO(first);
+  // No previous frame: no rate yet; local sources have no line of their own.
+  CHECK_THAT(first, Catch::Contains("SOURCE") && Catch::Contains("imagenet-bucket~         -        -    32.0"));
+  CHECK_THAT(first, !Catch::Contains("PAUSED") && !Catch::Contains("  local "));
+  const nlohmann::json before = status(1e6, 10, nullptr);
+  const std::string second = stoker::ctl::render_top_frame(
+      status(1e6 + 50e6, 10 + 400, "waiting 12 s for the object store: s3://bucket/train-000001.tar: HTTP 503, "
+                                   "and a reason far longer than the eighty columns of the frame"),
+      &before, 2.0);
+  INFO(second);
+  // 50 MB and 400 requests in 2 s: 25.0 MB/s and 200 requests a second.
+  CHECK_THAT(second, Catch::Contains("imagenet-bucket~      25.0      200    32.0 99999.9 99999999     12       7"));
+  CHECK_THAT(second, Catch::Contains("\n  PAUSED: waiting 12 s for the object store: s3://bucket/train-000001.tar"));
+  std::istringstream in(second);
+  for (std::string line; std::getline(in, line);) {
+    INFO(line);
+    CHECK(line.size() <= 80);
+  }
+}
