@@ -168,6 +168,7 @@ int run_daemon(const DaemonOptions& options) {
       sources.client_jobs_for_group = cfg.server.client_jobs_for_group;
       sources.client_jobs_per_user = cfg.server.client_jobs_per_user;
       sources.client_job_linger_s = cfg.server.client_job_linger_s;
+      sources.client_job_buckets = cfg.server.client_job_buckets;
       sources.drain_timeout_s = cfg.server.drain_timeout_s;
       limits.access.owner = ::geteuid();  // who may connect: peer_access.hpp
       if (!cfg.server.group.empty()) {

@@ -68,8 +68,8 @@ std::size_t second_document(const std::string& text) {
 }
 
 Config parse_config_as(const std::string& yaml_text, const std::string& file_name, const fs::path& base_dir,
-                       bool client_job) {
-  const Reader r(file_name, client_job);
+                       bool client_job, const std::vector<std::string>& client_buckets = {}) {
+  const Reader r(file_name, client_job, client_buckets);
   // One document, read with YAML::Load: yaml-cpp 0.7's LoadAll never returns on some inputs
   // (",a", "---\n---\n,,": it loops allocating ~1 GB/s), which would wedge a daemon reloading
   // its config. A second document is found by its marker instead (second_document()).
@@ -133,10 +133,12 @@ Config parse_config(const std::string& yaml_text, const std::string& file_name, 
   return parse_config_as(yaml_text, file_name, base_dir, /*client_job=*/false);
 }
 
-JobConfig parse_client_job(const std::string& yaml_text, const std::string& origin) {
+JobConfig parse_client_job(const std::string& yaml_text, const std::string& origin,
+                           const std::vector<std::string>& client_buckets) {
   // Relative paths would resolve from "/", which is never what the client meant: refuse them
   // by resolving from a folder that cannot exist.
-  Config cfg = parse_config_as(yaml_text, origin, "/nonexistent-relative-path-in-a-client-job", /*client_job=*/true);
+  Config cfg = parse_config_as(yaml_text, origin, "/nonexistent-relative-path-in-a-client-job", /*client_job=*/true,
+                               client_buckets);
   try {
     const YAML::Node doc = YAML::Load(yaml_text);  // parsed once already: it is valid YAML
     if (doc.IsMap() && doc["server"]) {

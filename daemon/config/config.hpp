@@ -190,6 +190,9 @@ struct ServerConfig {
   // Client-defined jobs one uid may have serving or loading at once (of the 16 in all).
   std::uint32_t client_jobs_per_user = 8;
   double client_job_linger_s = 30;
+  // Buckets a client-defined job may read with stokerd's credentials (s3://BUCKET/... sources,
+  // through stokerd's endpoint); empty: none, a client job's URL source is refused.
+  std::vector<std::string> client_job_buckets;
   double drain_timeout_s = 60;
   std::filesystem::path state_dir;  // quarantine files; default: next to the socket
   // Operations (daemon/control/metrics*): Prometheus text on http://metrics_host:metrics_port/metrics
@@ -242,6 +245,8 @@ Config parse_config(const std::string& yaml_text, const std::string& file_name,
 // A job a client defines (stoker.Loader.from_folder): a config text holding exactly one job
 // and no `server` section, validated as a config file is (errors name `origin`:line). Paths
 // must be absolute (a client's working folder means nothing to the daemon).
-JobConfig parse_client_job(const std::string& yaml_text, const std::string& origin);
+// `client_buckets`: server.client_job_buckets, the buckets such a job may read from.
+JobConfig parse_client_job(const std::string& yaml_text, const std::string& origin,
+                           const std::vector<std::string>& client_buckets = {});
 
 }  // namespace stoker::config

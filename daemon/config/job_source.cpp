@@ -7,7 +7,10 @@
 // Object storage (issue #35): a shard pattern, a file list (and its root) may be an s3:// or
 // https:// URL, an ImageFolder root an s3:// URL (objstore/fetcher.hpp); `endpoint` names an
 // S3-compatible server for s3:// URLs, `cache: {path, bytes}` a local cache of what is fetched.
-// A client-defined job is refused a URL: stokerd's credentials would read for whoever asked.
+// A client-defined job is refused a URL unless it names a bucket of server.client_job_buckets
+// (stokerd's credentials would read for whoever asked), and may not set endpoint or cache.
+#include <algorithm>
+#include <optional>
 #include <string>
 #include <system_error>
 
@@ -35,13 +38,24 @@ void parse_source(const Reader& r, const Value& section, const fs::path& base_di
   // job may not use one at all. Returns whether `text` is a URL.
   const auto url = [&](const Value& v, const std::string& text) {
     if (!objstore::looks_like_url(text)) return false;
-    if (r.client_job()) {
-      r.fail(v, "a client-defined job cannot read from object storage (s3:// or https://): stokerd's credentials "
-                "would read for whoever asked; put the source in stokerd's config");
-    }
     std::string why;
     // The URL is not quoted back: a refused one may hold user:password@.
-    if (!objstore::parse_object_url(text, why)) r.fail(v, why);
+    const std::optional<objstore::ObjectUrl> parsed = objstore::parse_object_url(text, why);
+    if (!parsed) r.fail(v, why);
+    if (r.client_job()) {
+      // stokerd's credentials would read for whoever asked: only buckets its config names, and
+      // never an https:// URL (stokerd would fetch any address a user gives it).
+      const auto& allowed = r.client_buckets();
+      const bool listed = parsed->scheme == objstore::Scheme::kS3 &&
+                          std::find(allowed.begin(), allowed.end(), parsed->bucket) != allowed.end();
+      if (!listed) {
+        r.fail(v, parsed->scheme == objstore::Scheme::kS3
+                      ? "a client-defined job may read only the buckets stokerd's server.client_job_buckets names; "
+                        "bucket '" + parsed->bucket + "' is not one (stokerd's credentials would read it for whoever asked)"
+                      : "a client-defined job cannot read from http(s):// URLs (stokerd would fetch any address for "
+                        "whoever asked); put the source in stokerd's config");
+      }
+    }
     return true;
   };
   bool any_url = false;
@@ -164,6 +178,10 @@ void parse_source(const Reader& r, const Value& section, const fs::path& base_di
   if (const Value* v = src.get("endpoint")) {
     const std::string e = r.string(*v);
     if (!any_url) r.fail(*v, "only for a source in object storage (s3:// shards or root)");
+    if (r.client_job()) {
+      r.fail(*v, "a client-defined job reads its buckets through stokerd's own endpoint (AWS_ENDPOINT_URL); it "
+                 "cannot name another server for stokerd's credentials");
+    }
     if (e.rfind("http://", 0) != 0 && e.rfind("https://", 0) != 0) {
       r.fail(*v, "expected an http:// or https:// URL (scheme, host and port of an S3-compatible server), got '" + e + "'");
     }
@@ -173,6 +191,7 @@ void parse_source(const Reader& r, const Value& section, const fs::path& base_di
   if (const Value* v = src.get("cache")) {
     // cache: {path: DIR, bytes: SIZE}; DIR's owner and mode are checked when the job loads.
     if (!any_url) r.fail(*v, "only for a source in object storage (s3:// or https:// shards, or an s3:// root)");
+    if (r.client_job()) r.fail(*v, "a client-defined job cannot choose where stokerd writes (a cache is for stokerd's config)");
     const Fields c(r, *v, {"path", "bytes"});
     const Value& p = c.need("path");
     const fs::path dir = r.string(p);

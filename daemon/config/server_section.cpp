@@ -80,7 +80,7 @@ void parse_server(const Reader& r, const Value& s, const fs::path& base_dir, Ser
   const Fields f(r, s, {"workers", "socket", "log_level", "state_dir", "shm_mode", "handshake_timeout_s",
                         "idle_timeout_s", "max_connections", "client_jobs", "client_job_linger_s", "drain_timeout_s",
                         "metrics", "metrics_allow_remote", "metrics_textfile", "log_interval_s", "group",
-                        "client_jobs_for_group", "client_jobs_per_user"});
+                        "client_jobs_for_group", "client_jobs_per_user", "client_job_buckets"});
   if (auto* v = f.get("workers")) out.workers = static_cast<std::uint32_t>(r.integer(*v, 0, 1024));
   if (auto* v = f.get("socket")) {
     out.socket = r.string(*v);
@@ -120,6 +120,19 @@ void parse_server(const Reader& r, const Value& s, const fs::path& base_dir, Ser
   if (auto* v = f.get("client_jobs_for_group")) out.client_jobs_for_group = r.boolean(*v);
   if (auto* v = f.get("client_jobs_per_user")) {
     out.client_jobs_per_user = static_cast<std::uint32_t>(r.integer(*v, 1, 16));  // 16: all client jobs
+  }
+  if (auto* v = f.get("client_job_buckets")) {
+    // S3's rules for a bucket's name (3-63 of a-z 0-9 . -), so a typo or a URL is refused here.
+    auto add = [&](const Value& e) {
+      const std::string b = r.string(e);
+      const bool ok = b.size() >= 3 && b.size() <= 63 && std::all_of(b.begin(), b.end(), [](char c) {
+                        return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '-';
+                      });
+      if (!ok) r.fail(e, "expected a bucket's name (3-63 characters of a-z, 0-9, '.', '-'), got '" + b + "'");
+      out.client_job_buckets.push_back(b);
+    };
+    if (!v->node.IsSequence()) r.fail(*v, "expected a list of bucket names, e.g. [datasets, imagenet-public]");
+    for (std::size_t i = 0; i < v->node.size(); ++i) add(r.element(*v, i));
   }
   if (auto* v = f.get("client_job_linger_s")) {
     out.client_job_linger_s = r.number(*v);

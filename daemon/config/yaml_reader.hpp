@@ -72,8 +72,11 @@ class Reader {
  public:
   // `client_job`: the text came from a client (parse_client_job): no value is taken from
   // stokerd's environment and no key may choose where stokerd writes.
-  explicit Reader(std::string file, bool client_job = false) : file_(std::move(file)), client_job_(client_job) {}
+  // `client_buckets`: the buckets stokerd lets a client's job read (server.client_job_buckets).
+  explicit Reader(std::string file, bool client_job = false, std::vector<std::string> client_buckets = {})
+      : file_(std::move(file)), client_job_(client_job), client_buckets_(std::move(client_buckets)) {}
   bool client_job() const { return client_job_; }
+  const std::vector<std::string>& client_buckets() const { return client_buckets_; }
   const std::string& file() const { return file_; }
 
   [[noreturn]] void fail(Mark at, const std::string& path, const std::string& msg) const {
@@ -103,6 +106,7 @@ class Reader {
  private:
   std::string file_;
   bool client_job_ = false;
+  std::vector<std::string> client_buckets_;
 };
 
 // A mapping whose keys have been checked against those allowed (unknown and repeated keys

@@ -45,7 +45,7 @@ bool JobDefinitions::define(Session& s, const std::string& config, const std::st
   const std::string origin = "<job defined by client " + who + ">";
   config::JobConfig jc;
   try {
-    jc = config::parse_client_job(config, origin);
+    jc = config::parse_client_job(config, origin, sources_.client_job_buckets);
   } catch (const config::ConfigError& e) {
     return sessions_.send_json(s, reply_error(e.what()), proto::MsgType::kStatusReply);
   }

@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "control/peer_access.hpp"
 
@@ -33,6 +35,7 @@ struct JobSources {
   bool client_jobs = true;
   bool client_jobs_for_group = false;  // users other than stokerd's and root may define jobs too
   double client_job_linger_s = 30;
+  std::vector<std::string> client_job_buckets;  // server.client_job_buckets
   // Client-defined jobs serving or loading at once: all users, and each uid (a load counts
   // from the moment it is started, so concurrent definitions cannot overshoot).
   std::size_t max_client_jobs = 16;

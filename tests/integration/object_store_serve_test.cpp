@@ -31,6 +31,7 @@
 #include "status_json.hpp"
 #include "stoker/stoker.hpp"
 #include "tar_writer.hpp"
+#include "stoker/stoker.h"
 
 namespace fs = std::filesystem;
 using namespace stoker::test;
@@ -532,4 +533,51 @@ TEST_CASE("s3: a store that stops answering pauses the job (status says why), wh
   INFO(d.log());
   CHECK(rc == 0);
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(15));
+}
+
+TEST_CASE("s3: a client-defined job reads a bucket server.client_job_buckets names, with stokerd's endpoint and "
+          "credentials, and the same batches as stokerd's own job; other buckets are refused",
+          "[integration][s3]") {
+  if (!S3Server::available()) {
+    WARN(S3Server::missing_message());
+    return;
+  }
+  DemoShardBucket data;
+  TempDir& dir = data.dir;
+  data.env.set("AWS_ENDPOINT_URL", data.s3.endpoint());  // stokerd's endpoint, which client jobs use
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec own;
+  own.name = "own";
+  own.source = "{type: tar, shards: \"s3://datasets/demo/train-{00..02}.tar\"}";
+  Daemon d(write_config(dir.path(), {own}, 2, "  client_job_buckets: [datasets]\n"), socket);
+  auto define = [&](const std::string& shards) {
+    const Json request = {{"op", "define_job"},
+                          {"config", "jobs:\n  mine:\n    source: {type: tar, shards: \"" + shards +
+                                         "\"}\n    batch_size: 8\n    seed: 7\n    pipeline:\n      - decode: {}\n"
+                                         "      - random_resized_crop: {size: 32}\n      - horizontal_flip\n"
+                                         "    output: {dtype: uint8, layout: NCHW}\n"}};
+    char* reply = nullptr;
+    REQUIRE(stoker_daemon_command(socket.c_str(), request.dump().c_str(), 60000, &reply) == STOKER_OK);
+    Json out = Json::parse(reply);
+    stoker_free(reply);
+    return out;
+  };
+  const Json refused = define("s3://elsewhere/demo/train-{00..02}.tar");
+  CHECK(refused.value("ok", true) == false);
+  CHECK_THAT(refused.value("error", ""), Catch::Contains("bucket 'elsewhere' is not one") &&
+                                             Catch::Contains("server.client_job_buckets"));
+  const Json made = define("s3://datasets/demo/train-{00..02}.tar");
+  INFO(made.dump());
+  REQUIRE(made.value("ok", false));
+  stoker::ClientOptions o;
+  o.socket_path = socket;
+  stoker::Client a("own", 0, o), b(made["job"].get<std::string>(), 0, o);
+  check_same_epochs(a, b, 1);
+  const Json st = status_json(socket);
+  for (const auto& job : st["jobs"]) {
+    if (!job.value("defined_by_client", false)) continue;
+    CHECK(job["sources"][0]["requests"].get<int>() > 0);  // fetched by the client's job itself
+    CHECK(job["quarantined"] == 0);
+  }
+  CHECK_THAT(d.log(), !Catch::Contains(S3Server::kSecretKey));
 }

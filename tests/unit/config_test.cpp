@@ -1369,14 +1369,62 @@ TEST_CASE("config: remote workers are refused for a source in object storage", "
   CHECK_THAT(refusal(j), Contains("remote") && Contains("cannot read a source in object storage"));
 }
 
-TEST_CASE("config: a client-defined job is refused an object-storage source", "[config]") {
-  const std::string job = "jobs:\n  mine:\n    source: {type: tar, shards: \"s3://bucket/train.tar\"}\n"
-                          "    batch_size: 8\n    pipeline:\n      - decode: {}\n"
-                          "      - random_resized_crop: {size: 32}\n    output: {dtype: uint8, layout: NCHW}\n";
-  try {
-    (void)stoker::config::parse_client_job(job, "<client>");
-    FAIL("accepted");
-  } catch (const ConfigError& e) {
-    CHECK_THAT(e.what(), Contains("<client>:3") && Contains("cannot read from object storage"));
+TEST_CASE("config: a client-defined job reads only the buckets server.client_job_buckets names, never https://, "
+          "and sets no endpoint or cache",
+          "[config]") {
+  auto job = [](const std::string& source) {
+    return "jobs:\n  mine:\n    source: " + source + "\n    batch_size: 8\n    pipeline:\n      - decode: {}\n"
+           "      - random_resized_crop: {size: 32}\n    output: {dtype: uint8, layout: NCHW}\n";
+  };
+  auto refusal = [](const std::string& text, const std::vector<std::string>& buckets) -> std::string {
+    try {
+      (void)stoker::config::parse_client_job(text, "<client>", buckets);
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  const std::string tar = job("{type: tar, shards: \"s3://datasets/train-{0..3}.tar\"}");
+  // No bucket allowed (the default): refused at the source's line, naming the key to set.
+  CHECK_THAT(refusal(tar, {}), Contains("<client>:3") && Contains("server.client_job_buckets") &&
+                                   Contains("bucket 'datasets' is not one"));
+  CHECK_THAT(refusal(tar, {"other"}), Contains("bucket 'datasets' is not one"));
+  // Allowed: the job parses, its shards are the URL as given.
+  CHECK(refusal(tar, {"other", "datasets"}) == "accepted");
+  const stoker::config::JobConfig jc = stoker::config::parse_client_job(tar, "<client>", {"datasets"});
+  REQUIRE(jc.source.shards.size() == 1);
+  CHECK(jc.source.shards[0] == "s3://datasets/train-{0..3}.tar");
+  // An ImageFolder under an allowed bucket's prefix too.
+  CHECK(refusal(job("{type: imagefolder, root: \"s3://datasets/imagenet/train/\"}"), {"datasets"}) == "accepted");
+  // https:// never: stokerd would fetch any address a user gives it.
+  CHECK_THAT(refusal(job("{type: tar, shards: \"https://datasets/train.tar\"}"), {"datasets"}),
+             Contains("<client>:3") && Contains("cannot read from http(s):// URLs"));
+  // No endpoint of the client's choosing for stokerd's credentials, no cache (stokerd would write there).
+  CHECK_THAT(refusal(job("{type: tar, shards: \"s3://datasets/t.tar\", endpoint: \"http://10.0.0.9:9000\"}"),
+                     {"datasets"}),
+             Contains("<client>:3") && Contains("stokerd's own endpoint"));
+  CHECK_THAT(refusal(job("{type: tar, shards: \"s3://datasets/t.tar\", cache: {path: /tmp/c, bytes: 1GiB}}"),
+                     {"datasets"}),
+             Contains("<client>:3") && Contains("cannot choose where stokerd writes"));
+}
+
+TEST_CASE("config: server.client_job_buckets takes a list of bucket names, refused at file:line otherwise",
+          "[config]") {
+  const std::string jobs = "jobs: {}\n";
+  const auto cfg = stoker::config::parse_config("server:\n  client_job_buckets: [datasets, imagenet.public-1]\n" + jobs,
+                                                "s.yaml", "/");
+  CHECK(cfg.server.client_job_buckets == std::vector<std::string>{"datasets", "imagenet.public-1"});
+  for (const auto& [value, why] : std::vector<std::pair<std::string, std::string>>{
+           {"datasets", "expected a list of bucket names"},
+           {"[s3://datasets]", "expected a bucket's name"},
+           {"[Datasets]", "expected a bucket's name"},
+           {"[ab]", "expected a bucket's name"}}) {
+    INFO(value);
+    try {
+      (void)stoker::config::parse_config("server:\n  client_job_buckets: " + value + "\n" + jobs, "s.yaml", "/");
+      FAIL("accepted");
+    } catch (const ConfigError& e) {
+      CHECK_THAT(e.what(), Contains("s.yaml:2") && Contains("client_job_buckets") && Contains(why));
+    }
   }
 }
