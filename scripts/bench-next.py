@@ -8,15 +8,21 @@ training step) so the ring stays ahead: what is timed is the hand-over, not the 
 
     scripts/bench-next.py [BUILD_DIR] [IMAGES_DIR] [--batches N] [--step-ms S]
 
+Then the same from C: `stokerctl consume --hold-ms S` (its summary's next_us, median and p99
+of each next()) against a Unix-socket round trip in C (build/bin/stoker_bench_socket_rtt), both
+paths, printed as `stokerctl next median_us M p99_us P c_socket_rtt_us RTT ratio R`.
+
 Prints, last, `next median_us M p99_us P socket_rtt_us RTT ratio R` (R = M / RTT; the goal is
-R <= 0.5) for the announced path.
+R <= 0.5) for the announced path from Python.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -91,6 +97,27 @@ def socket_rtt(rounds: int, step_s: float):
     return out
 
 
+def consume_next(build: str, sock: str, batches: int, step_ms: float, acquire: bool):
+    """stokerctl consume's own timing of next(): (median, p99) in microseconds."""
+    env = dict(os.environ)
+    env.pop("STOKER_ACQUIRE", None)
+    if acquire:
+        env["STOKER_ACQUIRE"] = "1"
+    out = subprocess.run([os.path.join(build, "bin", "stokerctl"), "consume", "--socket", sock, "--job", "tiny",
+                          "--batches", str(batches), "--hold-ms", str(max(1, int(round(step_ms))))],
+                         env=env, capture_output=True, text=True, timeout=600, check=True).stdout
+    summary = json.loads(out.strip().splitlines()[-1])
+    return summary["next_us"]["median"], summary["next_us"]["p99"]
+
+
+def c_socket_rtt(build: str, rounds: int, step_ms: float):
+    """(median, p99) microseconds of a C round trip over a SOCK_SEQPACKET pair."""
+    out = subprocess.run([os.path.join(build, "bin", "stoker_bench_socket_rtt"), str(rounds),
+                          str(int(step_ms * 1000))], capture_output=True, text=True, timeout=600, check=True).stdout
+    f = out.split()
+    return float(f[2]), float(f[4])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("build", nargs="?", default="build")
@@ -103,16 +130,27 @@ def main() -> int:
 
     step = a.step_ms / 1000
     d = benchlib.Daemon(a.build, JOB.format(images=os.path.abspath(a.images)))
+    build = os.path.abspath(a.build)
     try:
         print(f"machine: {benchlib.machine()}; {a.batches} batches, a {a.step_ms} ms step after each")
         # Interleaved so that the machine's noise falls on all three alike.
         ann, acq, rtt = [], [], []
+        c_ann, c_acq, c_rtt = [], [], []
         for _ in range(3):
             acq += time_next(native, d.socket, a.batches // 3, step, acquire=True)
             ann += time_next(native, d.socket, a.batches // 3, step, acquire=False)
             rtt += socket_rtt(a.batches // 3, step)
+            c_acq.append(consume_next(build, d.socket, a.batches // 3, a.step_ms, acquire=True))
+            c_ann.append(consume_next(build, d.socket, a.batches // 3, a.step_ms, acquire=False))
+            c_rtt.append(c_socket_rtt(build, a.batches // 3, a.step_ms))
     finally:
         d.close()
+    # The C figures: each run's median and p99, then the median over the three runs.
+    cm, cp = statistics.median(x[0] for x in c_ann), statistics.median(x[1] for x in c_ann)
+    cam, cap = statistics.median(x[0] for x in c_acq), statistics.median(x[1] for x in c_acq)
+    cr = statistics.median(x[0] for x in c_rtt)
+    print(f"stokerctl acquire round trip (STOKER_ACQUIRE=1): next median_us {cam:.1f} p99_us {cap:.1f} ratio {cam / cr:.2f}")
+    print(f"stokerctl next median_us {cm:.1f} p99_us {cp:.1f} c_socket_rtt_us {cr:.1f} ratio {cm / cr:.2f}")
     m_acq, p_acq = statistics.median(acq), percentile(acq, 0.99)
     m, p, r = statistics.median(ann), percentile(ann, 0.99), statistics.median(rtt)
     print(f"acquire round trip (protocol 2.4 path, STOKER_ACQUIRE=1): next median_us {m_acq:.1f} p99_us {p_acq:.1f} "

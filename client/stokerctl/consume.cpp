@@ -1,4 +1,5 @@
 // `stokerctl consume` and `stokerctl status`.
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -136,14 +137,21 @@ int run_consume(ConsumeArgs& a) {
   const std::uint64_t prefetched = info.slot_count;
   std::chrono::steady_clock::time_point steady_from{};
   std::uint64_t steady_samples = 0;
+  std::vector<double> next_us;  // each next() after the first, microseconds
   int rc = 0;
   const auto elapsed = [&t0] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   while ((a.batches == 0 || batches < a.batches) && (a.epochs == 0 || epochs_done < a.epochs) &&
          (a.seconds == 0 || batches == 0 || elapsed() < a.seconds)) {
     stoker_batch* b = nullptr;
+    const auto asked = std::chrono::steady_clock::now();
     if (stoker_client_next(c, a.timeout_ms, &b) != STOKER_OK) {
       rc = fail_with("next batch");
       break;
+    }
+    // What next() cost (waiting included): the summary's next_us (bench-next.py compares it
+    // with a socket round trip). The first batch pays for the ring filling after connect.
+    if (batches > 0) {
+      next_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - asked).count());
     }
     const std::uint32_t n = stoker_batch_count(b);
     if (batches == prefetched) steady_from = std::chrono::steady_clock::now();
@@ -243,12 +251,18 @@ int run_consume(ConsumeArgs& a) {
                : "\"too short to measure a steady rate: " + std::to_string(steady_batches) + " batch(es) after the " +
                      std::to_string(prefetched) + " prefetched at connect, at least " +
                      std::to_string(kMinSteadyBatches) + " needed (consume more: --epochs, --batches or --seconds)\"";
+  char next_text[96] = "null";  // median and p99 of next()'s time, batches after the first
+  if (!next_us.empty()) {
+    std::sort(next_us.begin(), next_us.end());
+    std::snprintf(next_text, sizeof next_text, "{\"median\":%.1f,\"p99\":%.1f}", next_us[next_us.size() / 2],
+                  next_us[std::min(next_us.size() - 1, next_us.size() * 99 / 100)]);
+  }
   std::printf("{\"summary\":true,\"batches\":%llu,\"samples\":%llu,\"epochs\":%llu,\"seconds\":%.3f,"
               "\"images_per_s\":%s,\"steady_seconds\":%s,\"note\":%s,\"prefetched_batches_excluded\":%llu,"
-              "\"images_per_s_with_prefetched\":%.1f}\n",
+              "\"images_per_s_with_prefetched\":%.1f,\"next_us\":%s}\n",
               static_cast<unsigned long long>(batches), static_cast<unsigned long long>(samples),
               static_cast<unsigned long long>(epochs_done), s, rate, steady_span, note.c_str(),
-              static_cast<unsigned long long>(prefetched), s > 0 ? samples / s : 0.0);
+              static_cast<unsigned long long>(prefetched), s > 0 ? samples / s : 0.0, next_text);
   stoker_client_close(c);
   return rc;
 }
