@@ -46,13 +46,17 @@ std::optional<ObjectUrl> parse_object_url(std::string_view s, std::string& why) 
     why = "not an s3://, https:// or http:// URL";
     return std::nullopt;
   }
+  // An s3:// key is opaque (it is percent-encoded when sent): a space, '#' or '?' is part of
+  // the key, as ListObjectsV2 gives keys of any ImageFolder ("cat photos/IMG 1.jpg"). An
+  // http(s):// URL is sent as written, so it must be one already.
+  const bool web = u.scheme != Scheme::kS3;
   for (const char c : s) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == ' ' || c == 0x7f) {
-      why = "a URL must not hold spaces or control characters";
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f || (web && c == ' ')) {
+      why = web ? "a URL must not hold spaces or control characters" : "an s3:// URL must not hold control characters";
       return std::nullopt;
     }
   }
-  if (s.find('#') != std::string_view::npos) {
+  if (web && s.find('#') != std::string_view::npos) {
     why = "a URL must not hold a fragment ('#')";
     return std::nullopt;
   }

@@ -31,3 +31,8 @@ stoker_add_test(read_access_race_test LABEL unit
 stoker_add_test(objstore_test LABEL unit
   SOURCES unit/objstore_test.cpp
   LIBS stoker_objstore)
+# Signatures checked against AWS's specification (tests/support/sigv4_check.hpp, libcrypto).
+find_package(OpenSSL REQUIRED COMPONENTS Crypto)
+stoker_add_test(objstore_sigv4_test LABEL unit
+  SOURCES unit/objstore_sigv4_test.cpp
+  LIBS stoker_objstore OpenSSL::Crypto)

@@ -77,6 +77,14 @@ TEST_CASE("object URLs: s3 and https parse, malformed ones are refused by reason
   CHECK(looks_like_url("s3://b/k"));
   CHECK(looks_like_url("https://h/p"));
   CHECK_FALSE(looks_like_url("/data/s3://x"));
+  // An s3:// key is opaque: spaces, '#' and '?' are part of it (keys listed from a bucket
+  // hold them); an http(s):// URL must be one already.
+  auto spaced = parse_object_url("s3://b/cat photos/IMG #1?.jpg", why);
+  REQUIRE(spaced);
+  CHECK(spaced->key == "cat photos/IMG #1?.jpg");
+  CHECK_FALSE(parse_object_url("https://h/a b.jpg", why));
+  CHECK_FALSE(parse_object_url("https://h/a.jpg#frag", why));
+  CHECK_FALSE(parse_object_url("s3://b/a\nb.jpg", why));
   CHECK(uri_encode("a b/c+d~", true) == "a%20b/c%2Bd~");
   CHECK(uri_encode("a/b", false) == "a%2Fb");
 }
