@@ -174,6 +174,18 @@ std::string StatusReport::json(std::uint32_t viewer_uid) const {
     }
     job["missing"] = st.missing;
     job["read_wait_s"] = j.read_wait_s();  // workers waiting for sample bytes, all threads summed
+    // Read-ahead: items whose bytes were ready when a worker took them, or it waited for
+    // them, or read them itself (the readers were behind); the reads allowed in flight (grown
+    // while workers wait, for a source in object storage); bytes read ahead and not taken.
+    if (const auto ra = j.read_ahead_stats()) {
+      job["read_ahead"] = {{"ready", ra->ready},
+                           {"waited", ra->waited},
+                           {"withdrawn", ra->withdrawn},
+                           {"in_flight_limit", ra->in_flight_limit},
+                           {"held_bytes", ra->held_bytes}};
+    } else {
+      job["read_ahead"] = nullptr;
+    }
     job["bytes_read"] = st.bytes_read;
     // What preview (and people) need to turn float output back into pixels.
     job["mix"] = {{"mixup_alpha", j.config().mix.mixup_alpha},

@@ -185,6 +185,10 @@ class Job final : public sched::Task {
   // is unreachable (every read of it failing transiently), e.g. "waiting 12 s for the object
   // store: <URL>: HTTP 503"; "" while it is not.
   std::string paused_reason() const;
+  // Read-ahead's figures (source/read_ahead.hpp), when the job has it on.
+  std::optional<source::ReadAheadStats> read_ahead_stats() const {
+    return read_ahead_ ? std::optional<source::ReadAheadStats>(read_ahead_->stats()) : std::nullopt;
+  }
   // Stops workers waiting out an unreachable object store (they give their sample up for the
   // epoch): the daemon is stopping and must not hang on a store that never returns.
   void stop_waiting();

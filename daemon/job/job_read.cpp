@@ -19,6 +19,9 @@ namespace {
 constexpr auto kFirstDelay = std::chrono::milliseconds(1);
 constexpr auto kMaxDelay = std::chrono::milliseconds(1000);
 constexpr auto kRetryBudget = std::chrono::seconds(30);
+// Most reads in flight for a job reading object storage: ~1,600 samples/s at an 80 ms round
+// trip; the fetcher keeps as many connections (fetcher.cpp).
+constexpr std::uint32_t kObjectReadsInFlight = 128;
 
 }  // namespace
 
@@ -40,10 +43,15 @@ void Job::start_reading() {
       requests = cap;
     }
   }
+  // Samples in object storage: each read is a round trip, so the reads in flight grow from
+  // `requests` while workers wait for bytes, up to kObjectReadsInFlight (read_ahead.hpp). A
+  // ranged GET holds no descriptor of its own (the fetcher's connections are its own), so the
+  // descriptor cap above does not bound the growth.
+  const std::uint32_t most = dataset_.object_sources.empty() ? requests : std::max(requests, kObjectReadsInFlight);
   read_ahead_ = std::make_unique<source::ReadAhead>(
       cfg_.name, cfg_.read_ahead_bytes, requests,
       [this](std::uint32_t id, std::vector<std::uint8_t>& out) { return reader_->read(id, out); },
-      [this](std::uint32_t id) { return dataset_.samples[id].size; });
+      [this](std::uint32_t id) { return dataset_.samples[id].size; }, most);
 }
 
 std::uint64_t Job::read_key(const WorkItem& item) const {

@@ -217,8 +217,10 @@ struct Fetcher::Driver {
   explicit Driver(Fetcher& f) : owner(f) {
     global_init();
     multi = curl_multi_init();
-    // Bounded: a burst of reads queues in libcurl rather than opening a connection each.
-    curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, 32L);
+    // Bounded: a burst of reads queues in libcurl rather than opening a connection each. As
+    // many as a job's read-ahead may have in flight over a slow link (job_read.cpp's
+    // kObjectReadsInFlight): HTTP/1.1 carries one request at a time per connection.
+    curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, 128L);
     // The driver takes no signal: stokerd's control loop takes them through a signalfd, and a
     // thread that left SIGTERM unblocked would let it kill the process (this one may be made
     // while a job loads, on a thread whatever its mask). Blocked here, inherited by the thread.

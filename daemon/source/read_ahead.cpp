@@ -10,13 +10,31 @@ namespace stoker::source {
 namespace {
 
 constexpr std::uint64_t kFirstGuess = 128 << 10;  // expected file size before any was read
+// Growth at most this often: a read started by the last growth has had time to help.
+constexpr auto kGrowEvery = std::chrono::milliseconds(20);
 
 }  // namespace
 
 ReadAhead::ReadAhead(std::string name, std::uint64_t budget_bytes, std::uint32_t requests, ReadFn read,
-                     SizeFn size_hint)
+                     SizeFn size_hint, std::uint32_t max_requests)
     : name_(std::move(name)), budget_(budget_bytes), read_(std::move(read)), size_hint_(std::move(size_hint)) {
-  for (std::uint32_t i = 0; i < requests; ++i) threads_.emplace_back([this] { run(); });
+  const std::uint32_t threads = std::max(requests, max_requests);
+  {
+    base::MutexLock lock(mu_);
+    limit_ = requests;
+  }
+  for (std::uint32_t i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
+}
+
+void ReadAhead::grow() {
+  const auto now = std::chrono::steady_clock::now();
+  const auto most = static_cast<std::uint32_t>(threads_.size());
+  if (limit_ >= most || now - last_grow_ < kGrowEvery) return;
+  last_grow_ = now;
+  const std::uint32_t before = limit_;
+  limit_ = std::min(most, limit_ + std::max<std::uint32_t>(1, limit_ / 2));
+  spdlog::debug("{}: read-ahead behind: reads in flight {} -> {}", name_, before, limit_);
+  work_cv_.notify_all();
 }
 
 ReadAhead::~ReadAhead() {
@@ -29,7 +47,7 @@ ReadAhead::~ReadAhead() {
 }
 
 bool ReadAhead::may_start() const {
-  return !pending_.empty() && (held_ + reserved_ < budget_ || held_ + reserved_ == 0);
+  return !pending_.empty() && running_ < limit_ && (held_ + reserved_ < budget_ || held_ + reserved_ == 0);
 }
 
 void ReadAhead::want(std::uint64_t key, std::uint32_t generation, std::uint32_t id) {
@@ -59,10 +77,13 @@ std::optional<source::ReadResult> ReadAhead::take(std::uint64_t key, std::uint32
   if (it->second.state == State::kQueued) {
     entries_.erase(it);  // its place in pending_ is skipped when a reader reaches it
     stats_.withdrawn++;
+    // Not started: the readers are behind, unless the budget held them (more would not help).
+    if (held_ + reserved_ < budget_) grow();
     return std::nullopt;
   }
   if (it->second.state == State::kReading) {
     stats_.waited++;
+    grow();
     // Rehashing while unlocked may move the entry: look it up again after every wake.
     for (;;) {
       done_cv_.wait(lock);
@@ -102,6 +123,7 @@ ReadAheadStats ReadAhead::stats() const {
   base::MutexLock lock(mu_);
   ReadAheadStats s = stats_;
   s.held_bytes = held_;
+  s.in_flight_limit = limit_;
   return s;
 }
 
@@ -123,6 +145,7 @@ void ReadAhead::run() {
     // Budget held while reading: the member's size, else the mean file size read so far.
     const std::uint64_t reserved = hint > 0 ? hint : read_count_ > 0 ? read_bytes_ / read_count_ : kFirstGuess;
     reserved_ += reserved;
+    ++running_;
     const std::uint32_t id = e.id;
     lock.unlock();
 
@@ -138,6 +161,8 @@ void ReadAhead::run() {
 
     lock.lock();
     reserved_ -= reserved;
+    --running_;
+    if (!pending_.empty()) work_cv_.notify_one();  // a place under the limit is free
     // Entries may rehash while unlocked; an entry being read is never erased by another thread
     // (take waits for it, drop and want mark it dropped), so the key is still ours.
     it = entries_.find(p.key);

@@ -19,6 +19,15 @@
 // budget is still read. Verdicts (transient, missing) are handed over as they are: the job
 // retries a transient one itself, exactly as when it reads the file.
 //
+// Reads in flight over a link with latency (object storage, issue #35): a read there takes a
+// round trip (20-100 ms) instead of ~50 us, so the `requests` a local disk needs cannot keep
+// the workers fed. With `max_requests` above `requests`, the number of reads in flight starts
+// at `requests` and grows by half whenever a worker had to wait for its bytes (its read was
+// still running, or not started: the readers are behind), at most every kGrowEvery, up to
+// `max_requests`: it settles where rate x latency of reads are in flight, what the job's rate
+// needs at the latency the link has. It never shrinks (the byte budget bounds what idle
+// readers could hold).
+//
 // Exactness: read-ahead changes who reads a sample and when, never which sample a position
 // gets, so batches and resume are the same with or without it.
 // Threads: want/take/drop from any thread (want is called under a ring's lock: it never
@@ -26,6 +35,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -45,6 +55,7 @@ struct ReadAheadStats {
   std::uint64_t waited = 0;     // taken while being read (the worker waited for it)
   std::uint64_t withdrawn = 0;  // not started when taken: read by the worker
   std::uint64_t held_bytes = 0; // read ahead, not yet taken
+  std::uint32_t in_flight_limit = 0;  // reads allowed in flight now (grows toward max_requests)
 };
 
 class ReadAhead {
@@ -54,7 +65,9 @@ class ReadAhead {
   // size_hint(id): the bytes a read of `id` will hold when known (tar members), else 0.
   using SizeFn = std::function<std::uint64_t(std::uint32_t id)>;
 
-  ReadAhead(std::string name, std::uint64_t budget_bytes, std::uint32_t requests, ReadFn read, SizeFn size_hint);
+  // `max_requests` (0: the same as `requests`): the most reads in flight the limit may grow to.
+  ReadAhead(std::string name, std::uint64_t budget_bytes, std::uint32_t requests, ReadFn read, SizeFn size_hint,
+            std::uint32_t max_requests = 0);
   ~ReadAhead();  // stops the readers (after their reads in flight) and frees what they held
   ReadAhead(const ReadAhead&) = delete;
   ReadAhead& operator=(const ReadAhead&) = delete;
@@ -104,6 +117,12 @@ class ReadAhead {
   std::uint64_t read_bytes_ STOKER_GUARDED_BY(mu_) = 0, read_count_ STOKER_GUARDED_BY(mu_) = 0;
   ReadAheadStats stats_ STOKER_GUARDED_BY(mu_);
   bool stop_ STOKER_GUARDED_BY(mu_) = false;
+  // Reads allowed in flight (<= threads_.size()), and those running.
+  std::uint32_t limit_ STOKER_GUARDED_BY(mu_) = 0;
+  std::uint32_t running_ STOKER_GUARDED_BY(mu_) = 0;
+  std::chrono::steady_clock::time_point last_grow_ STOKER_GUARDED_BY(mu_){};
+  // A worker waited for its bytes: more reads in flight (at most every kGrowEvery).
+  void grow() STOKER_REQUIRES(mu_);
   std::vector<std::thread> threads_;
 };
 
