@@ -141,39 +141,7 @@ void invert(std::uint8_t* rgb, std::size_t pixels) {
   for (std::size_t i = 0; i < pixels * 3; ++i) rgb[i] = static_cast<std::uint8_t>(255 - rgb[i]);
 }
 
-void adjust_sharpness(std::uint8_t* rgb, int width, int height, double factor) {
-  if (width <= 2 || height <= 2) return;  // torchvision: nothing inside the border to blur
-  // The degenerate image: the 3x3 kernel [1 1 1; 1 5 1; 1 1 1] / 13 in float32, rounded to
-  // uint8 inside the border; the border keeps the original pixels. Each value sums its nine
-  // taps row by row, left to right (dy, then dx), as before; the loops run along a row of
-  // values so they vectorise.
-  const std::size_t row = std::size_t(width) * 3;
-  const std::size_t total = row * height;
-  thread_local std::vector<std::uint8_t> blurred;
-  thread_local std::vector<float> acc, as_float;
-  blurred.assign(rgb, rgb + total);
-  acc.resize(row);
-  as_float.resize(total);
-  for (std::size_t i = 0; i < total; ++i) as_float[i] = static_cast<float>(rgb[i]);  // converted once, not 9 times
-  const float k_side = 1.0f / 13.0f, k_mid = 5.0f / 13.0f;
-  const std::size_t n = row - 6;  // the values of columns 1 .. width - 2
-  for (int y = 1; y < height - 1; ++y) {
-    float* __restrict a = acc.data();
-    std::fill(a, a + n, 0.0f);
-    for (int dy = -1; dy <= 1; ++dy) {
-      const float* src = as_float.data() + row * (y + dy);  // column x - 1 + dx at value i
-      for (int dx = 0; dx < 3; ++dx) {
-        const float k = dy == 0 && dx == 1 ? k_mid : k_side;
-        const float* __restrict p = src + 3 * dx;
-        for (std::size_t i = 0; i < n; ++i) a[i] += p[i] * k;
-      }
-    }
-    std::uint8_t* out = blurred.data() + row * y + 3;
-    for (std::size_t i = 0; i < n; ++i) out[i] = augment::round_to_u8(a[i]);
-  }
-  const float r = static_cast<float>(factor), s = static_cast<float>(1.0 - factor);
-  for (std::size_t i = 0; i < total; ++i) rgb[i] = blend(rgb[i], blurred[i], r, s);
-}
+// adjust_sharpness: sharpness.cpp.
 
 void apply_policy_op(std::uint8_t* rgb, int width, int height, const augment::PolicyDraw& d,
                      augment::Interpolation mode) {

@@ -116,3 +116,42 @@ TEST_CASE("bilinear_row_avx2: blocks with a neighbour outside, NaN or huge coord
     }
   }
 }
+
+// The sharpness of issue #17: the degenerate image as a whole copy, nine passes of taps.
+std::vector<std::uint8_t> sharpness_reference(std::vector<std::uint8_t> rgb, int w, int h, double factor) {
+  if (w <= 2 || h <= 2) return rgb;
+  const std::size_t row = static_cast<std::size_t>(w) * 3;
+  std::vector<std::uint8_t> degenerate = rgb;
+  const float k_side = 1.0f / 13.0f, k_mid = 5.0f / 13.0f;
+  for (int y = 1; y < h - 1; ++y) {
+    for (std::size_t i = 3; i < row - 3; ++i) {
+      float a = 0.0f;
+      for (int dy = -1; dy <= 1; ++dy) {
+        for (int dx = -1; dx <= 1; ++dx) {
+          a += static_cast<float>(rgb[row * (y + dy) + i + 3 * dx]) * (dy == 0 && dx == 0 ? k_mid : k_side);
+        }
+      }
+      degenerate[row * y + i] = static_cast<std::uint8_t>(std::clamp(std::nearbyint(a), 0.0f, 255.0f));
+    }
+  }
+  const float r = static_cast<float>(factor), s = static_cast<float>(1.0 - factor);
+  for (std::size_t i = 0; i < rgb.size(); ++i) {
+    const float x = r * static_cast<float>(rgb[i]);
+    const float y = s * static_cast<float>(degenerate[i]);
+    rgb[i] = static_cast<std::uint8_t>(static_cast<std::int32_t>(std::clamp(x + y, 0.0f, 255.0f)));
+  }
+  return rgb;
+}
+
+TEST_CASE("sharpness: the fused row pass equals the two-pass reference on both paths", "[augment][simd]") {
+  for (auto [w, h] : {std::pair{3, 3}, std::pair{4, 9}, std::pair{13, 5}, std::pair{37, 11}, std::pair{2, 8}}) {
+    const auto image = noisy_image(w, h, static_cast<std::uint64_t>(w * 31 + h));
+    for (const double factor : {0.0, 0.01, 0.5, 1.0, 1.37, 1.99, -0.5}) {
+      const auto expected = sharpness_reference(image, w, h, factor);
+      auto [wide, scalar] = both_paths(image, [&](std::uint8_t* p) { augment::adjust_sharpness(p, w, h, factor); });
+      INFO(w << "x" << h << " factor " << factor);
+      REQUIRE(wide == expected);
+      REQUIRE(scalar == expected);
+    }
+  }
+}
