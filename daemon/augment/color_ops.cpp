@@ -81,8 +81,13 @@ void to_grayscale(std::uint8_t* rgb, std::size_t pixels) {
 }
 
 void solarize(std::uint8_t* rgb, std::size_t pixels, int threshold) {
+  if (threshold > 255) return;  // no value reaches it
+  // A select rather than a conditional store, in uint8, so the loop vectorises (16 values an
+  // SSE2 instruction): `v >= t` with t clamped to 0..255 is the same test as in int.
+  const auto t = static_cast<std::uint8_t>(std::max(0, threshold));
   for (std::size_t i = 0; i < pixels * 3; ++i) {
-    if (rgb[i] >= threshold) rgb[i] = static_cast<std::uint8_t>(255 - rgb[i]);
+    const std::uint8_t v = rgb[i];
+    rgb[i] = v >= t ? static_cast<std::uint8_t>(255 - v) : v;
   }
 }
 

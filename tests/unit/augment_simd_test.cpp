@@ -155,3 +155,60 @@ TEST_CASE("sharpness: the fused row pass equals the two-pass reference on both p
     }
   }
 }
+
+TEST_CASE("solarize: the vectorised select equals the per-value test at every threshold", "[augment][simd]") {
+  std::vector<std::uint8_t> all(256 * 3 + 5);  // every value, an odd length
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::uint8_t>(i * 7);
+  for (const int t : {-5, 0, 1, 127, 128, 255, 256, 300}) {
+    std::vector<std::uint8_t> got = all, expected = all;
+    augment::solarize(got.data(), (all.size() - 2) / 3, t);  // the 2 values past the last pixel stay
+    for (std::size_t i = 0; i + 2 < expected.size(); ++i) {
+      if (expected[i] >= t) expected[i] = static_cast<std::uint8_t>(255 - expected[i]);
+    }
+    INFO("threshold " << t);
+    REQUIRE(got == expected);
+  }
+}
+
+TEST_CASE("random_erasing on float output: row fills equal the element-by-element definition", "[augment][simd]") {
+  const int w = 13, h = 9;
+  const std::size_t n = static_cast<std::size_t>(w) * h * 3;
+  augment::EraseBox box;
+  box.top = 2, box.left = 3, box.height = 5, box.width = 7;
+  for (const bool planar : {true, false}) {
+    for (const bool random : {false, true}) {
+      for (const auto kind : {augment::FloatKind::kFloat32, augment::FloatKind::kFloat16}) {
+        augment::ErasingParams e;
+        e.value = {-1.5f, 0.25f, 3.0f};
+        e.random = random;
+        std::vector<float> got32(n, 9.0f), want32(n, 9.0f);
+        std::vector<std::uint16_t> got16(n, 7), want16(n, 7);
+        CounterRng rng_got(3, 1, 4, kStreamErasing), rng_want(3, 1, 4, kStreamErasing);
+        augment::erase_float(kind == augment::FloatKind::kFloat32 ? static_cast<void*>(got32.data()) : got16.data(),
+                             kind, planar, w, h, box, e, rng_got);
+        // torchvision's order: channel, row, column; one standard normal per value.
+        for (int c = 0; c < 3; ++c) {
+          for (int y = box.top; y < box.top + box.height; ++y) {
+            for (int x = box.left; x < box.left + box.width; ++x) {
+              float v = e.value[c];
+              if (random) {
+                const double u1 = 1.0 - rng_want.uniform(), u2 = rng_want.uniform();
+                v = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+              }
+              const std::size_t px = static_cast<std::size_t>(y) * w + x;
+              const std::size_t at = planar ? c * static_cast<std::size_t>(w) * h + px : px * 3 + c;
+              want32[at] = v;
+              want16[at] = float_to_half(v);
+            }
+          }
+        }
+        INFO("planar " << planar << " random " << random);
+        if (kind == augment::FloatKind::kFloat32) {
+          REQUIRE(got32 == want32);
+        } else {
+          REQUIRE(got16 == want16);
+        }
+      }
+    }
+  }
+}
