@@ -5,6 +5,7 @@
 
 #include "augment/blur.hpp"
 #include "augment/geometric.hpp"
+#include "augment/gray.hpp"
 #include "augment/hue.hpp"
 #include "augment/pixel_math.hpp"
 
@@ -17,12 +18,8 @@ inline std::uint8_t to_u8(float v) {
   return static_cast<std::uint8_t>(static_cast<std::int32_t>(std::min(255.0f, std::max(0.0f, v))));
 }
 
-// rgb_to_grayscale for uint8: (0.2989 r + 0.587 g + 0.114 b) in float32, in that order,
-// truncated to uint8.
-inline std::uint8_t gray_of(const std::uint8_t* p) {
-  const float g = 0.2989f * static_cast<float>(p[0]) + 0.587f * static_cast<float>(p[1]);
-  return static_cast<std::uint8_t>(g + 0.114f * static_cast<float>(p[2]));
-}
+// Gray values are computed in blocks of this many pixels (a buffer on the stack).
+constexpr std::size_t kGrayBlock = 256;
 
 // _blend(img1, img2, ratio): ratio * img1 + (1 - ratio) * img2, both products in float32
 // (the Python float ratio and 1.0 - ratio each rounded to float32 once). Each product is
@@ -50,9 +47,15 @@ void adjust_brightness(std::uint8_t* rgb, std::size_t pixels, double factor) {
 
 void adjust_contrast(std::uint8_t* rgb, std::size_t pixels, double factor) {
   // The blend target is the mean of the grayscale image (uint8 values, averaged as float).
-  double sum = 0;
-  for (std::size_t i = 0; i < pixels; ++i) sum += gray_of(rgb + 3 * i);
-  const float mean = static_cast<float>(sum / static_cast<double>(pixels));
+  // An integer sum: exact, as the double sum of the same integers was (below 2^53).
+  std::uint64_t sum = 0;
+  std::uint8_t gray[kGrayBlock];
+  for (std::size_t start = 0; start < pixels; start += kGrayBlock) {
+    const std::size_t n = std::min(kGrayBlock, pixels - start);
+    gray_values(rgb + 3 * start, n, gray);
+    for (std::size_t k = 0; k < n; ++k) sum += gray[k];
+  }
+  const float mean = static_cast<float>(static_cast<double>(sum) / static_cast<double>(pixels));
   const float r = static_cast<float>(factor), s = static_cast<float>(1.0 - factor);
   std::uint8_t lut[256];
   for (int v = 0; v < 256; ++v) lut[v] = blend(static_cast<std::uint8_t>(v), mean, r, s);
@@ -63,20 +66,24 @@ void adjust_saturation(std::uint8_t* rgb, std::size_t pixels, double factor) {
   const float r = static_cast<float>(factor), s = static_cast<float>(1.0 - factor);
   // In blocks: each pixel's gray repeated for its three values, then one blend loop along the
   // values, which vectorises (the same blend of the same value and gray as pixel by pixel).
-  constexpr std::size_t kBlock = 256;
-  float gray3[3 * kBlock];
-  for (std::size_t start = 0; start < pixels; start += kBlock) {
-    const std::size_t n = std::min(kBlock, pixels - start);
+  float gray3[3 * kGrayBlock];
+  std::uint8_t gray[kGrayBlock];
+  for (std::size_t start = 0; start < pixels; start += kGrayBlock) {
+    const std::size_t n = std::min(kGrayBlock, pixels - start);
     std::uint8_t* p = rgb + 3 * start;
-    for (std::size_t k = 0; k < n; ++k) gray3[3 * k] = gray3[3 * k + 1] = gray3[3 * k + 2] = gray_of(p + 3 * k);
+    gray_values(p, n, gray);
+    for (std::size_t k = 0; k < n; ++k) gray3[3 * k] = gray3[3 * k + 1] = gray3[3 * k + 2] = gray[k];
     for (std::size_t i = 0; i < 3 * n; ++i) p[i] = blend(p[i], gray3[i], r, s);
   }
 }
 
 void to_grayscale(std::uint8_t* rgb, std::size_t pixels) {
-  for (std::size_t i = 0; i < pixels; ++i) {
-    std::uint8_t* p = rgb + 3 * i;
-    p[0] = p[1] = p[2] = gray_of(p);
+  std::uint8_t gray[kGrayBlock];
+  for (std::size_t start = 0; start < pixels; start += kGrayBlock) {
+    const std::size_t n = std::min(kGrayBlock, pixels - start);
+    std::uint8_t* p = rgb + 3 * start;
+    gray_values(p, n, gray);  // the block's grays before any of its pixels is overwritten
+    for (std::size_t k = 0; k < n; ++k) p[3 * k] = p[3 * k + 1] = p[3 * k + 2] = gray[k];
   }
 }
 

@@ -16,6 +16,7 @@
 #include "augment/color_ops.hpp"
 #include "augment/erasing.hpp"
 #include "augment/geometric.hpp"
+#include "augment/gray.hpp"
 #include "augment/simd_level.hpp"
 #include "augment/warp_avx2.hpp"
 #include "core/half.hpp"
@@ -210,5 +211,39 @@ TEST_CASE("random_erasing on float output: row fills equal the element-by-elemen
         }
       }
     }
+  }
+}
+
+TEST_CASE("gray values: the AVX2 deinterleave equals gray_of at every length up to two blocks and more",
+          "[augment][simd]") {
+  const auto image = noisy_image(67, 1, 11);
+  for (std::size_t n = 0; n <= 67; ++n) {
+    std::vector<std::uint8_t> got(n + 1, 0xCD);
+    augment::gray_values(image.data(), n, got.data());
+    for (std::size_t i = 0; i < n; ++i) {
+      INFO("length " << n << " pixel " << i);
+      REQUIRE(got[i] == augment::gray_of(image.data() + 3 * i));
+    }
+    REQUIRE(got[n] == 0xCD);  // nothing written past the last pixel
+  }
+  // White, whose weights' sum (0.9999) keeps it at 254, and black.
+  std::vector<std::uint8_t> flat(3 * 16, 255), gray(16);
+  augment::gray_values(flat.data(), 16, gray.data());
+  CHECK(gray[0] == augment::gray_of(flat.data()));
+  CHECK(gray[15] == gray[0]);
+}
+
+TEST_CASE("contrast, saturation and grayscale: the same bytes on both paths, odd sizes", "[augment][simd]") {
+  for (const std::size_t pixels : {std::size_t{1}, std::size_t{7}, std::size_t{255}, std::size_t{257}, std::size_t{1001}}) {
+    const auto image = noisy_image(static_cast<int>(pixels), 1, pixels);
+    for (const double factor : {0.0, 0.6, 1.3, 1.99}) {
+      auto [c_wide, c_scalar] = both_paths(image, [&](std::uint8_t* p) { augment::adjust_contrast(p, pixels, factor); });
+      auto [s_wide, s_scalar] = both_paths(image, [&](std::uint8_t* p) { augment::adjust_saturation(p, pixels, factor); });
+      INFO(pixels << " pixels, factor " << factor);
+      REQUIRE(c_wide == c_scalar);
+      REQUIRE(s_wide == s_scalar);
+    }
+    auto [g_wide, g_scalar] = both_paths(image, [&](std::uint8_t* p) { augment::to_grayscale(p, pixels); });
+    REQUIRE(g_wide == g_scalar);
   }
 }
