@@ -247,3 +247,61 @@ TEST_CASE("contrast, saturation and grayscale: the same bytes on both paths, odd
     REQUIRE(g_wide == g_scalar);
   }
 }
+
+// Issue #17's autocontrast and equalize, channel by channel: the references the one-pass
+// versions must equal.
+std::vector<std::uint8_t> autocontrast_reference(std::vector<std::uint8_t> rgb) {
+  const std::size_t pixels = rgb.size() / 3;
+  for (int c = 0; c < 3; ++c) {
+    std::uint8_t lo = 255, hi = 0;
+    for (std::size_t i = 0; i < pixels; ++i) lo = std::min(lo, rgb[3 * i + c]), hi = std::max(hi, rgb[3 * i + c]);
+    const float reciprocal = 1.0f / (static_cast<float>(hi) - static_cast<float>(lo));
+    float minimum = lo, scale = reciprocal * 255.0f;
+    if (!std::isfinite(scale)) minimum = 0, scale = 1;
+    for (std::size_t i = 0; i < pixels; ++i) {
+      const float v = (static_cast<float>(rgb[3 * i + c]) - minimum) * scale;
+      rgb[3 * i + c] = static_cast<std::uint8_t>(static_cast<std::int32_t>(std::clamp(v, 0.0f, 255.0f)));
+    }
+  }
+  return rgb;
+}
+
+std::vector<std::uint8_t> equalize_reference(std::vector<std::uint8_t> rgb) {
+  const std::size_t pixels = rgb.size() / 3;
+  for (int c = 0; c < 3; ++c) {
+    std::int64_t hist[256] = {};
+    for (std::size_t i = 0; i < pixels; ++i) ++hist[rgb[3 * i + c]];
+    int last = 255;
+    while (last > 0 && hist[last] == 0) --last;
+    std::int64_t sum = 0;
+    for (int v = 0; v < last; ++v) sum += hist[v];
+    const std::int64_t step = sum / 255;
+    if (step == 0) continue;
+    std::uint8_t lut[256];
+    std::int64_t cum = 0;
+    lut[0] = 0;
+    for (int v = 0; v < 255; ++v) {
+      cum += hist[v];
+      lut[v + 1] = static_cast<std::uint8_t>(std::min<std::int64_t>(255, (cum + step / 2) / step));
+    }
+    for (std::size_t i = 0; i < pixels; ++i) rgb[3 * i + c] = lut[rgb[3 * i + c]];
+  }
+  return rgb;
+}
+
+TEST_CASE("autocontrast and equalize: the one-pass versions equal the per-channel definitions", "[augment][simd]") {
+  for (const std::size_t pixels : {std::size_t{1}, std::size_t{15}, std::size_t{16}, std::size_t{17}, std::size_t{1000},
+                                   std::size_t{4099}}) {
+    auto image = noisy_image(static_cast<int>(pixels), 1, pixels + 5);
+    // A narrow green channel (its extremes in the tail, after the last whole block) and a flat blue one.
+    for (std::size_t i = 0; i < pixels; ++i) image[3 * i + 1] = static_cast<std::uint8_t>(100 + i % 7), image[3 * i + 2] = 42;
+    image[3 * (pixels - 1) + 1] = 3;
+    INFO(pixels << " pixels");
+    auto got = image;
+    augment::autocontrast(got.data(), pixels);
+    REQUIRE(got == autocontrast_reference(image));
+    got = image;
+    augment::equalize(got.data(), pixels);
+    REQUIRE(got == equalize_reference(image));
+  }
+}
