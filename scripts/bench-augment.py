@@ -190,6 +190,26 @@ def torchvision_op_us(iterations: int, images: str):
                 op(crops[i % len(crops)])
             rounds.append((time.thread_time() - t0) / iterations * 1e6)
         out[name] = sorted(rounds)[1]
+    # The recipe's float steps (issue #36): RandomErasing on a normalized float crop (p 1), and
+    # BatchMix's collate + MixUp or CutMix of 64 float crops, per sample.
+    import torchvision.transforms as T
+    floats = [F.normalize(c.float() / 255.0, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]) for c in crops]
+    erase = T.RandomErasing(p=1.0)
+    batch = [(floats[i % len(floats)].clone(), i % 10) for i in range(64)]
+    mix = BatchMix(10)
+    # (RandomErasing copies the image first, inplace=False, as the references run it.)
+    mix_ops = {"random_erasing_f32": (lambda i: erase(floats[i % len(floats)]), 1),
+               "mixup_f32_per_sample": (lambda i: (torch.manual_seed(0), mix(batch)), 64),
+               "cutmix_f32_per_sample": (lambda i: (torch.manual_seed(1), mix(batch)), 64)}
+    for name, (op, per_call) in mix_ops.items():
+        rounds = []
+        for _ in range(3):
+            t0 = time.thread_time()
+            calls = max(1, iterations // per_call)
+            for i in range(calls):
+                op(i)
+            rounds.append((time.thread_time() - t0) / (calls * per_call) * 1e6)
+        out[name] = sorted(rounds)[1]
     return out
 
 
