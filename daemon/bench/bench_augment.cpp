@@ -2,8 +2,11 @@
 // core, on 224x224 crops of real photos (Resize 256 + CenterCrop 224 of DIR's JPEGs, decoded
 // once, in memory). Each op runs on a fresh copy of a crop; the copy's own cost is measured
 // apart and subtracted. Time is the thread's CPU time (CLOCK_THREAD_CPUTIME_ID), so a machine
-// shared with other work inflates the figures less than wall time would. Prints "<op> <us per sample>" lines (scripts/bench-augment.py reads
-// them and sets torchvision's figures beside them).
+// shared with other work inflates the figures less than wall time would. Prints "<op> <us per
+// sample>" lines (scripts/bench-augment.py reads them and sets torchvision's figures beside
+// them). The recipe's steps after the augment ops (issue #36) are here too: random erasing on a
+// float32 sample, and MixUp/CutMix of a float32 batch of 64, whose per-batch cost is spread
+// over its samples (they ignore the crop they are handed).
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
