@@ -111,6 +111,8 @@ void warp_affine(std::uint8_t* rgb, int width, int height, const std::array<doub
     const bool wide = wide_bilinear && mode == Interpolation::kBilinear;
     if (wide) bilinear_row_avx2(src, width, height, ix_row, iy_row, width, fill, out_row, done.data());
     for (int j = 0; j < width; ++j) {
+      // j is a block's first pixel whenever its block is done: the loop enters block b either
+      // by the jump out of a done block b - 1 or by finishing b - 1 pixel by pixel.
       if (wide && (j >> 3) < full_blocks && done[static_cast<std::size_t>(j >> 3)]) {
         j += 7;
         continue;
