@@ -54,7 +54,8 @@ std::pair<std::vector<std::uint8_t>, std::vector<std::uint8_t>> both_paths(const
 TEST_CASE("warp bilinear: the AVX2 rows equal the scalar path, odd widths, with and without fill", "[augment][simd]") {
   const std::array<float, 3> fill{12.5f, 200.0f, 255.0f};
   std::vector<std::uint8_t> scratch;
-  for (auto [w, h] : {std::pair{9, 7}, std::pair{17, 5}, std::pair{31, 33}, std::pair{67, 45}, std::pair{8, 8}}) {
+  for (const auto& size : {std::pair{9, 7}, std::pair{17, 5}, std::pair{31, 33}, std::pair{67, 45}, std::pair{8, 8}}) {
+    const int w = size.first, h = size.second;  // locals, not a structured binding: lambdas capture them (clang 14)
     const auto image = noisy_image(w, h, static_cast<std::uint64_t>(w * 100 + h));
     for (const double angle : {0.0, 3.7, -45.0, 90.0, 135.0}) {
       for (const bool with_fill : {false, true}) {
@@ -145,7 +146,8 @@ std::vector<std::uint8_t> sharpness_reference(std::vector<std::uint8_t> rgb, int
 }
 
 TEST_CASE("sharpness: the fused row pass equals the two-pass reference on both paths", "[augment][simd]") {
-  for (auto [w, h] : {std::pair{3, 3}, std::pair{4, 9}, std::pair{13, 5}, std::pair{37, 11}, std::pair{2, 8}}) {
+  for (const auto& size : {std::pair{3, 3}, std::pair{4, 9}, std::pair{13, 5}, std::pair{37, 11}, std::pair{2, 8}}) {
+    const int w = size.first, h = size.second;
     const auto image = noisy_image(w, h, static_cast<std::uint64_t>(w * 31 + h));
     for (const double factor : {0.0, 0.01, 0.5, 1.0, 1.37, 1.99, -0.5}) {
       const auto expected = sharpness_reference(image, w, h, factor);
