@@ -15,6 +15,16 @@
 
     scripts/bench-augment.py [BUILD_DIR] [IMAGES_DIR] [--workers W] [--epochs E]
                              [--interpolation nearest|bilinear] [--skip-ops] [--skip-loader]
+                             [--recipe ta|full] [--repeats R]
+
+--recipe full (issue #36) measures the whole TrivialAugment training recipe of torchvision's
+classification references (--auto-augment ta_wide --random-erase 0.1 --mixup-alpha 0.2
+--cutmix-alpha 1.0): RandomResizedCrop(224) + flip + TrivialAugmentWide(bilinear) +
+ToTensor-as-float + Normalize + RandomErasing(p 0.1), float32 NCHW, batch 64, then MixUp or
+CutMix (one of the two, chosen per batch with probability 1/2) on the collated batch inside
+the loader's workers, as the references' collate_fn does. stokerd runs the same steps
+(normalize, random_erasing after it, `mixup`/`cutmix`/`mix_switch_prob`); both sides hand the
+trainer float32 images and soft labels. --repeats runs the loader pair R times, alternating.
 """
 from __future__ import annotations
 
@@ -39,7 +49,17 @@ jobs:
       - random_resized_crop: {{size: 224}}
       - horizontal_flip
 {steps}
-    output: {{dtype: uint8, layout: NCHW}}
+    output: {{dtype: {dtype}, layout: NCHW}}
+{job_extra}"""
+
+# The references' ImageNet mean and std, and their recipe's mixing (issue #36's "full" recipe).
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+FULL_STEPS = """      - trivial_augment_wide: {{interpolation: {interpolation}}}
+      - normalize: {{mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}}
+      - random_erasing: {{p: 0.1}}"""
+FULL_MIX = """    mixup: {alpha: 0.2}
+    cutmix: {alpha: 1.0}
+    mix_switch_prob: 0.5
 """
 
 
@@ -48,9 +68,11 @@ def children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def stoker_rate(build: str, images: str, workers: int, epochs: int, steps: str):
+def stoker_rate(build: str, images: str, workers: int, epochs: int, steps: str, dtype: str = "uint8",
+                job_extra: str = ""):
     """(images/s, images per CPU-second of stokerd + its consumer)."""
-    d = benchlib.Daemon(build, CONFIG.format(workers=workers, images=images, steps=steps))
+    d = benchlib.Daemon(build, CONFIG.format(workers=workers, images=images, steps=steps, dtype=dtype,
+                                             job_extra=job_extra))
     try:
         t0, cpu0, child0 = time.monotonic(), d.cpu(), children_cpu()
         s = benchlib.summary(d.consume(["--job", "train", "--epochs", str(epochs)]))  # reaps the consumer
@@ -60,17 +82,56 @@ def stoker_rate(build: str, images: str, workers: int, epochs: int, steps: str):
         d.close()
 
 
-def torchvision_rate(images: str, workers: int, epochs: int, augment):
-    """(images/s, images per CPU-second of the worker processes + this process)."""
+class BatchMix:
+    """MixUp(alpha 0.2) or CutMix(alpha 1.0), one of them per batch with probability 1/2, on a
+    collated float batch with one-hot targets: what the classification references' collate_fn
+    does (torchvision 0.14 has no transforms.v2.MixUp/CutMix; its references define their own
+    RandomMixup/RandomCutmix). Written here from their definition (roll the batch by one, blend
+    in place with lambda ~ Beta(alpha, alpha); CutMix pastes a box of area (1 - lambda) and
+    corrects lambda to the box's clipped area), with the same in-place tensor operations, so
+    the work per batch is theirs."""
+
+    def __init__(self, num_classes: int, mixup_alpha: float = 0.2, cutmix_alpha: float = 1.0):
+        self.num_classes, self.mixup_alpha, self.cutmix_alpha = num_classes, mixup_alpha, cutmix_alpha
+
+    def __call__(self, samples):
+        import torch
+        from torch.utils.data.dataloader import default_collate
+        images, labels = default_collate(samples)
+        target = torch.nn.functional.one_hot(labels, num_classes=self.num_classes).to(dtype=images.dtype)
+        rolled_images, rolled_target = images.roll(1, 0), target.roll(1, 0)
+        if torch.rand(1).item() < 0.5:
+            lam = float(torch._sample_dirichlet(torch.tensor([self.mixup_alpha, self.mixup_alpha]))[0])
+            images.mul_(lam).add_(rolled_images.mul_(1.0 - lam))
+        else:
+            lam = float(torch._sample_dirichlet(torch.tensor([self.cutmix_alpha, self.cutmix_alpha]))[0])
+            h, w = images.shape[-2:]
+            cx, cy = int(torch.randint(w, (1,))), int(torch.randint(h, (1,)))
+            r = 0.5 * (1.0 - lam) ** 0.5
+            rw, rh = int(r * w), int(r * h)
+            x1, y1, x2, y2 = max(cx - rw, 0), max(cy - rh, 0), min(cx + rw, w), min(cy + rh, h)
+            images[:, :, y1:y2, x1:x2] = rolled_images[:, :, y1:y2, x1:x2]
+            lam = 1.0 - float((x2 - x1) * (y2 - y1)) / (w * h)
+        target.mul_(lam).add_(rolled_target.mul_(1.0 - lam))
+        return images, target
+
+
+def torchvision_rate(images: str, workers: int, epochs: int, augment, full: bool = False):
+    """(images/s, images per CPU-second of the worker processes + this process). `full`: the
+    references' float steps after `augment` (ConvertImageDtype, Normalize, RandomErasing 0.1)
+    and BatchMix as the collate_fn, run in the workers."""
     import torch
     import torchvision.datasets as D
     import torchvision.transforms as T
-    tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip()] + ([augment] if augment else []) +
-                   [T.PILToTensor()])
+    tail = [T.PILToTensor()]
+    if full:
+        tail += [T.ConvertImageDtype(torch.float), T.Normalize(MEAN, STD), T.RandomErasing(p=0.1)]
+    tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip()] + ([augment] if augment else []) + tail)
     ds = D.ImageFolder(images, transform=tf)
     dl = torch.utils.data.DataLoader(ds, batch_size=64, shuffle=True, num_workers=workers,
                                      worker_init_fn=lambda _: torch.set_num_threads(1),
-                                     persistent_workers=workers > 0)
+                                     persistent_workers=workers > 0,
+                                     collate_fn=BatchMix(len(ds.classes)) if full else None)
 
     def cpu() -> float:
         pids = [w.pid for w in getattr(dl._iterator, "_workers", [])] if dl._iterator is not None else []
@@ -129,6 +190,26 @@ def torchvision_op_us(iterations: int, images: str):
                 op(crops[i % len(crops)])
             rounds.append((time.thread_time() - t0) / iterations * 1e6)
         out[name] = sorted(rounds)[1]
+    # The recipe's float steps (issue #36): RandomErasing on a normalized float crop (p 1), and
+    # BatchMix's collate + MixUp or CutMix of 64 float crops, per sample.
+    import torchvision.transforms as T
+    floats = [F.normalize(c.float() / 255.0, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]) for c in crops]
+    erase = T.RandomErasing(p=1.0)
+    batch = [(floats[i % len(floats)].clone(), i % 10) for i in range(64)]
+    mix = BatchMix(10)
+    # (RandomErasing copies the image first, inplace=False, as the references run it.)
+    mix_ops = {"random_erasing_f32": (lambda i: erase(floats[i % len(floats)]), 1),
+               "mixup_f32_per_sample": (lambda i: (torch.manual_seed(0), mix(batch)), 64),
+               "cutmix_f32_per_sample": (lambda i: (torch.manual_seed(1), mix(batch)), 64)}
+    for name, (op, per_call) in mix_ops.items():
+        rounds = []
+        for _ in range(3):
+            t0 = time.thread_time()
+            calls = max(1, iterations // per_call)
+            for i in range(calls):
+                op(i)
+            rounds.append((time.thread_time() - t0) / (calls * per_call) * 1e6)
+        out[name] = sorted(rounds)[1]
     return out
 
 
@@ -143,6 +224,10 @@ def main() -> int:
     ap.add_argument("--iterations", type=int, default=100, help="per op and round, for the op figures")
     ap.add_argument("--skip-ops", action="store_true")
     ap.add_argument("--skip-loader", action="store_true")
+    ap.add_argument("--recipe", default="ta", choices=["ta", "full"],
+                    help="ta: RRC + flip + TrivialAugmentWide, uint8 (issue #17); full: + normalize, "
+                         "RandomErasing 0.1, MixUp/CutMix, float32 (issue #36)")
+    ap.add_argument("--repeats", type=int, default=1, help="loader runs, each side by side")
     a = ap.parse_args()
     if not os.path.isdir(a.images):
         subprocess.run([os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench-images.sh"), a.images], check=True)
@@ -156,11 +241,24 @@ def main() -> int:
         print(f"load average before: {os.getloadavg()[0]:.1f}")
         print(f"{'pipeline':<34} {'stoker img/s':>12} {'torchvision img/s':>18} {'ratio':>7} | "
               f"{'stoker img/CPU-s':>16} {'torchvision img/CPU-s':>22} {'ratio':>7}")
-        for label, steps, aug in (("RRC + flip + TrivialAugmentWide", ta_steps, ta), ("RRC + flip", "", None)):
-            s, sc = stoker_rate(a.build, a.images, a.workers, a.epochs, steps)
-            t, tc = torchvision_rate(a.images, a.workers, a.epochs, aug)
-            print(f"{label:<34} {s:>12.0f} {t:>18.0f} {s / t:>6.2f}x | {sc:>16.0f} {tc:>22.0f} {sc / tc:>6.2f}x",
-                  flush=True)
+        if a.recipe == "full":
+            full_steps = FULL_STEPS.format(interpolation=a.interpolation)
+            cases = [("TA + erasing + MixUp/CutMix f32", dict(steps=full_steps, dtype="float32", job_extra=FULL_MIX),
+                      dict(augment=ta, full=True))]
+        else:
+            cases = [("RRC + flip + TrivialAugmentWide", dict(steps=ta_steps), dict(augment=ta)),
+                     ("RRC + flip", dict(steps=""), dict(augment=None))]
+        for r in range(a.repeats):
+            for label, ours, theirs in cases:
+                # Alternate which side goes first, so neither always meets the same load.
+                if r % 2 == 0:
+                    s, sc = stoker_rate(a.build, a.images, a.workers, a.epochs, **ours)
+                    t, tc = torchvision_rate(a.images, a.workers, a.epochs, **theirs)
+                else:
+                    t, tc = torchvision_rate(a.images, a.workers, a.epochs, **theirs)
+                    s, sc = stoker_rate(a.build, a.images, a.workers, a.epochs, **ours)
+                print(f"{label:<34} {s:>12.0f} {t:>18.0f} {s / t:>6.2f}x | {sc:>16.0f} {tc:>22.0f} {sc / tc:>6.2f}x",
+                      flush=True)
         print(f"load average after: {os.getloadavg()[0]:.1f}")
     if not a.skip_ops:
         ours = {}

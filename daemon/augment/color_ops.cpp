@@ -3,8 +3,13 @@
 #include <algorithm>
 #include <cmath>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "augment/blur.hpp"
 #include "augment/geometric.hpp"
+#include "augment/gray.hpp"
 #include "augment/hue.hpp"
 #include "augment/pixel_math.hpp"
 
@@ -17,12 +22,8 @@ inline std::uint8_t to_u8(float v) {
   return static_cast<std::uint8_t>(static_cast<std::int32_t>(std::min(255.0f, std::max(0.0f, v))));
 }
 
-// rgb_to_grayscale for uint8: (0.2989 r + 0.587 g + 0.114 b) in float32, in that order,
-// truncated to uint8.
-inline std::uint8_t gray_of(const std::uint8_t* p) {
-  const float g = 0.2989f * static_cast<float>(p[0]) + 0.587f * static_cast<float>(p[1]);
-  return static_cast<std::uint8_t>(g + 0.114f * static_cast<float>(p[2]));
-}
+// Gray values are computed in blocks of this many pixels (a buffer on the stack).
+constexpr std::size_t kGrayBlock = 256;
 
 // _blend(img1, img2, ratio): ratio * img1 + (1 - ratio) * img2, both products in float32
 // (the Python float ratio and 1.0 - ratio each rounded to float32 once). Each product is
@@ -50,9 +51,15 @@ void adjust_brightness(std::uint8_t* rgb, std::size_t pixels, double factor) {
 
 void adjust_contrast(std::uint8_t* rgb, std::size_t pixels, double factor) {
   // The blend target is the mean of the grayscale image (uint8 values, averaged as float).
-  double sum = 0;
-  for (std::size_t i = 0; i < pixels; ++i) sum += gray_of(rgb + 3 * i);
-  const float mean = static_cast<float>(sum / static_cast<double>(pixels));
+  // An integer sum: exact, as the double sum of the same integers was (below 2^53).
+  std::uint64_t sum = 0;
+  std::uint8_t gray[kGrayBlock];
+  for (std::size_t start = 0; start < pixels; start += kGrayBlock) {
+    const std::size_t n = std::min(kGrayBlock, pixels - start);
+    gray_values(rgb + 3 * start, n, gray);
+    for (std::size_t k = 0; k < n; ++k) sum += gray[k];
+  }
+  const float mean = static_cast<float>(static_cast<double>(sum) / static_cast<double>(pixels));
   const float r = static_cast<float>(factor), s = static_cast<float>(1.0 - factor);
   std::uint8_t lut[256];
   for (int v = 0; v < 256; ++v) lut[v] = blend(static_cast<std::uint8_t>(v), mean, r, s);
@@ -63,26 +70,35 @@ void adjust_saturation(std::uint8_t* rgb, std::size_t pixels, double factor) {
   const float r = static_cast<float>(factor), s = static_cast<float>(1.0 - factor);
   // In blocks: each pixel's gray repeated for its three values, then one blend loop along the
   // values, which vectorises (the same blend of the same value and gray as pixel by pixel).
-  constexpr std::size_t kBlock = 256;
-  float gray3[3 * kBlock];
-  for (std::size_t start = 0; start < pixels; start += kBlock) {
-    const std::size_t n = std::min(kBlock, pixels - start);
+  float gray3[3 * kGrayBlock];
+  std::uint8_t gray[kGrayBlock];
+  for (std::size_t start = 0; start < pixels; start += kGrayBlock) {
+    const std::size_t n = std::min(kGrayBlock, pixels - start);
     std::uint8_t* p = rgb + 3 * start;
-    for (std::size_t k = 0; k < n; ++k) gray3[3 * k] = gray3[3 * k + 1] = gray3[3 * k + 2] = gray_of(p + 3 * k);
+    gray_values(p, n, gray);
+    for (std::size_t k = 0; k < n; ++k) gray3[3 * k] = gray3[3 * k + 1] = gray3[3 * k + 2] = gray[k];
     for (std::size_t i = 0; i < 3 * n; ++i) p[i] = blend(p[i], gray3[i], r, s);
   }
 }
 
 void to_grayscale(std::uint8_t* rgb, std::size_t pixels) {
-  for (std::size_t i = 0; i < pixels; ++i) {
-    std::uint8_t* p = rgb + 3 * i;
-    p[0] = p[1] = p[2] = gray_of(p);
+  std::uint8_t gray[kGrayBlock];
+  for (std::size_t start = 0; start < pixels; start += kGrayBlock) {
+    const std::size_t n = std::min(kGrayBlock, pixels - start);
+    std::uint8_t* p = rgb + 3 * start;
+    gray_values(p, n, gray);  // the block's grays before any of its pixels is overwritten
+    for (std::size_t k = 0; k < n; ++k) p[3 * k] = p[3 * k + 1] = p[3 * k + 2] = gray[k];
   }
 }
 
 void solarize(std::uint8_t* rgb, std::size_t pixels, int threshold) {
+  if (threshold > 255) return;  // no value reaches it
+  // A select rather than a conditional store, in uint8, so the loop vectorises (16 values an
+  // SSE2 instruction): `v >= t` with t clamped to 0..255 is the same test as in int.
+  const auto t = static_cast<std::uint8_t>(std::max(0, threshold));
   for (std::size_t i = 0; i < pixels * 3; ++i) {
-    if (rgb[i] >= threshold) rgb[i] = static_cast<std::uint8_t>(255 - rgb[i]);
+    const std::uint8_t v = rgb[i];
+    rgb[i] = v >= t ? static_cast<std::uint8_t>(255 - v) : v;
   }
 }
 
@@ -93,7 +109,32 @@ void posterize(std::uint8_t* rgb, std::size_t pixels, int bits) {
 
 void autocontrast(std::uint8_t* rgb, std::size_t pixels) {
   std::uint8_t lo[3] = {255, 255, 255}, hi[3] = {0, 0, 0};
-  for (std::size_t i = 0; i < pixels; ++i) {
+  std::size_t i = 0;
+#if defined(__SSE2__)
+  // 16 pixels (48 bytes, three registers) at a time: byte k of register j always holds channel
+  // (16 j + k) % 3, so per-byte minima and maxima over the blocks reduce to the channels' at the end.
+  if (pixels >= 16) {
+    __m128i mn[3], mx[3];
+    for (int j = 0; j < 3; ++j) mn[j] = _mm_set1_epi8(-1), mx[j] = _mm_setzero_si128();
+    for (; i + 16 <= pixels; i += 16) {
+      for (int j = 0; j < 3; ++j) {
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rgb + 3 * i + 16 * j));
+        mn[j] = _mm_min_epu8(mn[j], v);
+        mx[j] = _mm_max_epu8(mx[j], v);
+      }
+    }
+    alignas(16) std::uint8_t bytes_min[48], bytes_max[48];
+    for (int j = 0; j < 3; ++j) {
+      _mm_store_si128(reinterpret_cast<__m128i*>(bytes_min + 16 * j), mn[j]);
+      _mm_store_si128(reinterpret_cast<__m128i*>(bytes_max + 16 * j), mx[j]);
+    }
+    for (int k = 0; k < 48; ++k) {
+      lo[k % 3] = std::min(lo[k % 3], bytes_min[k]);
+      hi[k % 3] = std::max(hi[k % 3], bytes_max[k]);
+    }
+  }
+#endif
+  for (; i < pixels; ++i) {
     for (int c = 0; c < 3; ++c) {
       lo[c] = std::min(lo[c], rgb[3 * i + c]);
       hi[c] = std::max(hi[c], rgb[3 * i + c]);
@@ -115,25 +156,46 @@ void autocontrast(std::uint8_t* rgb, std::size_t pixels) {
 }
 
 void equalize(std::uint8_t* rgb, std::size_t pixels) {
-  // torchvision's _scale_channel: integer histogram arithmetic, exactly.
+  // torchvision's _scale_channel: integer histogram arithmetic, exactly. The three histograms
+  // in one pass over the pixels, and the three tables in one more.
+  // Even and odd pixels count into separate tables, summed after: neighbouring pixels often
+  // share a value, and two increments of one counter in a row wait on each other's store.
+  // uint32: an image has far fewer than 2^32 pixels.
+  std::uint32_t halves[2][3][256] = {};
+  std::size_t i = 0;
+  for (; i + 2 <= pixels; i += 2) {
+    const std::uint8_t* p = rgb + 3 * i;
+    ++halves[0][0][p[0]], ++halves[0][1][p[1]], ++halves[0][2][p[2]];
+    ++halves[1][0][p[3]], ++halves[1][1][p[4]], ++halves[1][2][p[5]];
+  }
+  if (i < pixels) ++halves[0][0][rgb[3 * i]], ++halves[0][1][rgb[3 * i + 1]], ++halves[0][2][rgb[3 * i + 2]];
+  std::uint32_t hist[3][256];
   for (int c = 0; c < 3; ++c) {
-    std::int64_t hist[256] = {};
-    for (std::size_t i = 0; i < pixels; ++i) ++hist[rgb[3 * i + c]];
+    for (int v = 0; v < 256; ++v) hist[c][v] = halves[0][c][v] + halves[1][c][v];
+  }
+  std::uint8_t lut[3][256];
+  bool any = false;
+  for (int c = 0; c < 3; ++c) {
+    for (int v = 0; v < 256; ++v) lut[c][v] = static_cast<std::uint8_t>(v);  // step 0: unchanged
     // step = sum of the non-zero bins but the last non-zero one, // 255
     int last = 255;
-    while (last > 0 && hist[last] == 0) --last;
+    while (last > 0 && hist[c][last] == 0) --last;
     std::int64_t sum = 0;
-    for (int v = 0; v < last; ++v) sum += hist[v];
+    for (int v = 0; v < last; ++v) sum += hist[c][v];
     const std::int64_t step = sum / 255;
     if (step == 0) continue;
-    std::uint8_t lut[256];
+    any = true;
     std::int64_t cum = 0;
-    lut[0] = 0;
+    lut[c][0] = 0;
     for (int v = 0; v < 255; ++v) {  // lut shifted by one: lut[v + 1] from the cumsum up to v
-      cum += hist[v];
-      lut[v + 1] = static_cast<std::uint8_t>(std::min<std::int64_t>(255, (cum + step / 2) / step));
+      cum += hist[c][v];
+      lut[c][v + 1] = static_cast<std::uint8_t>(std::min<std::int64_t>(255, (cum + step / 2) / step));
     }
-    for (std::size_t i = 0; i < pixels; ++i) rgb[3 * i + c] = lut[rgb[3 * i + c]];
+  }
+  if (!any) return;
+  for (std::size_t i = 0; i < pixels; ++i) {
+    std::uint8_t* p = rgb + 3 * i;
+    p[0] = lut[0][p[0]], p[1] = lut[1][p[1]], p[2] = lut[2][p[2]];
   }
 }
 
@@ -141,39 +203,7 @@ void invert(std::uint8_t* rgb, std::size_t pixels) {
   for (std::size_t i = 0; i < pixels * 3; ++i) rgb[i] = static_cast<std::uint8_t>(255 - rgb[i]);
 }
 
-void adjust_sharpness(std::uint8_t* rgb, int width, int height, double factor) {
-  if (width <= 2 || height <= 2) return;  // torchvision: nothing inside the border to blur
-  // The degenerate image: the 3x3 kernel [1 1 1; 1 5 1; 1 1 1] / 13 in float32, rounded to
-  // uint8 inside the border; the border keeps the original pixels. Each value sums its nine
-  // taps row by row, left to right (dy, then dx), as before; the loops run along a row of
-  // values so they vectorise.
-  const std::size_t row = std::size_t(width) * 3;
-  const std::size_t total = row * height;
-  thread_local std::vector<std::uint8_t> blurred;
-  thread_local std::vector<float> acc, as_float;
-  blurred.assign(rgb, rgb + total);
-  acc.resize(row);
-  as_float.resize(total);
-  for (std::size_t i = 0; i < total; ++i) as_float[i] = static_cast<float>(rgb[i]);  // converted once, not 9 times
-  const float k_side = 1.0f / 13.0f, k_mid = 5.0f / 13.0f;
-  const std::size_t n = row - 6;  // the values of columns 1 .. width - 2
-  for (int y = 1; y < height - 1; ++y) {
-    float* __restrict a = acc.data();
-    std::fill(a, a + n, 0.0f);
-    for (int dy = -1; dy <= 1; ++dy) {
-      const float* src = as_float.data() + row * (y + dy);  // column x - 1 + dx at value i
-      for (int dx = 0; dx < 3; ++dx) {
-        const float k = dy == 0 && dx == 1 ? k_mid : k_side;
-        const float* __restrict p = src + 3 * dx;
-        for (std::size_t i = 0; i < n; ++i) a[i] += p[i] * k;
-      }
-    }
-    std::uint8_t* out = blurred.data() + row * y + 3;
-    for (std::size_t i = 0; i < n; ++i) out[i] = augment::round_to_u8(a[i]);
-  }
-  const float r = static_cast<float>(factor), s = static_cast<float>(1.0 - factor);
-  for (std::size_t i = 0; i < total; ++i) rgb[i] = blend(rgb[i], blurred[i], r, s);
-}
+// adjust_sharpness: sharpness.cpp.
 
 void apply_policy_op(std::uint8_t* rgb, int width, int height, const augment::PolicyDraw& d,
                      augment::Interpolation mode) {

@@ -50,26 +50,48 @@ void erase_rgb8(std::uint8_t* rgb, int width, const EraseBox& box, const Erasing
   }
 }
 
+namespace {
+
+// Fills the box of one channel, row by row: `at(y)` is the element index of (c, y, box.left),
+// consecutive columns `stride` elements apart (1 planar, 3 packed). Values come from `next()`
+// in row-major order, which is torchvision's order within a channel.
+template <class T, class At, class Next>
+void fill_channel(T* out, const EraseBox& box, std::size_t stride, At at, Next next) {
+  for (int y = box.top; y < box.top + box.height; ++y) {
+    T* p = out + at(y);
+    for (int x = 0; x < box.width; ++x, p += stride) *p = next();
+  }
+}
+
+template <class T, class Convert>
+void erase_typed(T* out, bool planar, int width, int height, const EraseBox& box, const ErasingParams& e,
+                 CounterRng& rng, Convert convert) {
+  const std::size_t plane = static_cast<std::size_t>(width) * height;
+  const std::size_t stride = planar ? 1 : 3;
+  for (int c = 0; c < 3; ++c) {
+    auto at = [&](int y) {
+      const std::size_t pixel = static_cast<std::size_t>(y) * width + box.left;
+      return planar ? c * plane + pixel : pixel * 3 + c;
+    };
+    if (e.random) {
+      fill_channel(out, box, stride, at, [&] { return convert(standard_normal(rng)); });
+    } else {
+      const T v = convert(e.value[c]);  // one conversion per channel, not per value
+      fill_channel(out, box, stride, at, [v] { return v; });
+    }
+  }
+}
+
+}  // namespace
+
 void erase_float(void* out, FloatKind kind, bool planar, int width, int height, const EraseBox& box,
                  const ErasingParams& e, CounterRng& rng) {
   if (box.empty()) return;
-  const std::size_t plane = static_cast<std::size_t>(width) * height;
-  // Element index of (c, y, x) in either layout.
-  auto at = [&](int c, int y, int x) {
-    const std::size_t pixel = static_cast<std::size_t>(y) * width + x;
-    return planar ? c * plane + pixel : pixel * 3 + c;
-  };
-  for (int c = 0; c < 3; ++c) {
-    for (int y = box.top; y < box.top + box.height; ++y) {
-      for (int x = box.left; x < box.left + box.width; ++x) {
-        const float v = e.random ? standard_normal(rng) : e.value[c];
-        if (kind == FloatKind::kFloat32) {
-          static_cast<float*>(out)[at(c, y, x)] = v;
-        } else {
-          static_cast<std::uint16_t*>(out)[at(c, y, x)] = float_to_half(v);
-        }
-      }
-    }
+  if (kind == FloatKind::kFloat32) {
+    erase_typed(static_cast<float*>(out), planar, width, height, box, e, rng, [](float v) { return v; });
+  } else {
+    erase_typed(static_cast<std::uint16_t*>(out), planar, width, height, box, e, rng,
+                [](float v) { return float_to_half(v); });
   }
 }
 

@@ -9,6 +9,8 @@
 
 #include "augment/linspace.hpp"
 #include "augment/pixel_math.hpp"
+#include "augment/simd_level.hpp"
+#include "augment/warp_avx2.hpp"
 
 namespace stoker::augment {
 namespace {
@@ -84,6 +86,11 @@ void warp_affine(std::uint8_t* rgb, int width, int height, const std::array<doub
   ixs.resize(static_cast<std::size_t>(width));
   iys.resize(static_cast<std::size_t>(width));
   const float half_w = fw / 2.0f, half_h = fh / 2.0f;
+  // The AVX2 bilinear rows address the source with int32 offsets (warp_avx2.hpp).
+  const bool wide_bilinear = use_avx2() && scratch.size() < (std::size_t{1} << 31);
+  const int full_blocks = width / 8;
+  thread_local std::vector<std::uint8_t> done;
+  done.resize(static_cast<std::size_t>(full_blocks) + 1);
   for (int i = 0; i < height; ++i) {
     const float y = linspace_at(-fh * 0.5f + 0.5f, fh * 0.5f + 0.5f - 1.0f, height, i);
     const float y01 = y * r01, y11 = y * r11;
@@ -98,8 +105,19 @@ void warp_affine(std::uint8_t* rgb, int width, int height, const std::array<doub
       ix_row[j] = (gx + 1.0f) * half_w - 0.5f;
       iy_row[j] = (gy + 1.0f) * half_h - 0.5f;
     }
-    std::uint8_t* out = rgb + row * i;
-    for (int j = 0; j < width; ++j, out += 3) {
+    std::uint8_t* const out_row = rgb + row * i;
+    // AVX2 first, for the blocks of 8 pixels that lie wholly inside; the scalar loop below
+    // does the rest (done[j / 8] == 0, and the row's tail).
+    const bool wide = wide_bilinear && mode == Interpolation::kBilinear;
+    if (wide) bilinear_row_avx2(src, width, height, ix_row, iy_row, width, fill, out_row, done.data());
+    for (int j = 0; j < width; ++j) {
+      // j is a block's first pixel whenever its block is done: the loop enters block b either
+      // by the jump out of a done block b - 1 or by finishing b - 1 pixel by pixel.
+      if (wide && (j >> 3) < full_blocks && done[static_cast<std::size_t>(j >> 3)]) {
+        j += 7;
+        continue;
+      }
+      std::uint8_t* const out = out_row + 3 * static_cast<std::size_t>(j);
       const float ix = ix_row[j], iy = iy_row[j];
       if (mode == Interpolation::kNearest) {
         const float rx = round_half_even(ix), ry = round_half_even(iy);

@@ -2,8 +2,11 @@
 // core, on 224x224 crops of real photos (Resize 256 + CenterCrop 224 of DIR's JPEGs, decoded
 // once, in memory). Each op runs on a fresh copy of a crop; the copy's own cost is measured
 // apart and subtracted. Time is the thread's CPU time (CLOCK_THREAD_CPUTIME_ID), so a machine
-// shared with other work inflates the figures less than wall time would. Prints "<op> <us per sample>" lines (scripts/bench-augment.py reads
-// them and sets torchvision's figures beside them).
+// shared with other work inflates the figures less than wall time would. Prints "<op> <us per
+// sample>" lines (scripts/bench-augment.py reads them and sets torchvision's figures beside
+// them). The recipe's steps after the augment ops (issue #36) are here too: random erasing on a
+// float32 sample, and MixUp/CutMix of a float32 batch of 64, whose per-batch cost is spread
+// over its samples (they ignore the crop they are handed).
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -26,6 +29,7 @@
 #include "bench/bench_common.hpp"
 #include "core/rng.hpp"
 #include "image/sample_processor.hpp"
+#include "job/batch_mix.hpp"
 
 namespace fs = std::filesystem;
 using namespace stoker;
@@ -127,6 +131,36 @@ int main(int argc, char** argv) {
     CounterRng rng(1, 0, id, kStreamColor);
     augment::erase_rgb8(p, kSide, augment::erase_box(ep, kSide, kSide, rng), ep);
   });
+  // RandomErasing after normalize (the references' place): the float32 NCHW sample, p 1.
+  std::vector<float> as_f32(kBytes);
+  report("random_erasing_f32", [&](std::uint8_t*, std::uint64_t id) {
+    CounterRng rng(1, 0, id, kStreamErasing);
+    augment::erase_float(as_f32.data(), augment::FloatKind::kFloat32, true, kSide, kSide,
+                         augment::erase_box(ep, kSide, kSide, rng), ep, rng);
+  });
+  // MixUp and CutMix of a float32 batch of 64 (10 classes, as the bench photos), per sample:
+  // what the worker that finishes a batch runs (job/batch_mix.cpp), one batch per 64 calls.
+  // Its 38 MB batch is made only when these ops run (its page faults would otherwise show in a
+  // `perf record` of any one op).
+  const bool mix_wanted = only.empty() || only == "mixup_f32_per_sample" || only == "cutmix_f32_per_sample";
+  constexpr std::uint32_t kMixBatch = 64;
+  std::vector<float> mix_images(mix_wanted ? kBytes * kMixBatch : 0);
+  for (std::size_t k = 0; k < mix_images.size(); ++k) mix_images[k] = static_cast<float>(k % 251) / 251.0f;
+  std::vector<std::int64_t> mix_labels(kMixBatch);  // (report() skips the ops when !mix_wanted)
+  for (std::uint32_t i = 0; i < kMixBatch; ++i) mix_labels[i] = i % 10;
+  std::vector<float> soft(kMixBatch * 10);
+  const proto::BatchGeometry mix_geometry{kMixBatch, 3, kSide, kSide, proto::DType::kFloat32, proto::Layout::kNCHW,
+                                          kBytes * sizeof(float)};
+  for (auto [name, cutmix] : {std::pair{"mixup_f32_per_sample", false}, std::pair{"cutmix_f32_per_sample", true}}) {
+    config::MixConfig mix;
+    (cutmix ? mix.cutmix_alpha : mix.mixup_alpha) = cutmix ? 1.0 : 0.2;
+    report(name, [&](std::uint8_t*, std::uint64_t id) {
+      if (id % kMixBatch != 0) return;
+      const auto d = job::draw_mix(mix, 1, 0, id / kMixBatch, 0, kSide, kSide);
+      job::apply_mix(d, {mix_images.data(), kMixBatch, mix_geometry, mix_labels.data(), soft.data(), 10,
+                         proto::DType::kFloat32});
+    });
+  }
   augment::AugmentStep jitter;
   jitter.kind = augment::AugmentStep::Kind::kColorJitter;
   jitter.brightness = jitter.contrast = jitter.saturation = {0.6, 1.4};
