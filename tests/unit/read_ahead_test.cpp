@@ -182,3 +182,69 @@ TEST_CASE("read-ahead passes transient and missing verdicts through and frees dr
   CHECK(out.size() == 1000);
   CHECK(ra.stats().held_bytes == 0);
 }
+
+TEST_CASE("read-ahead over a slow link: reads in flight grow while the worker waits, up to max_requests, and "
+          "the items come out as fast as latency allows",
+          "[server][read_ahead]") {
+  // Every read takes 20 ms (a round trip to object storage), the worker's own read of an item
+  // not started too. The worker takes 400 items in order as fast as they come. With the 4
+  // reads in flight it starts with, at most 4 items per 20 ms: 2 s or more. Growing toward 64
+  // the limit must reach well past 4 and the whole run take a fraction of that.
+  std::atomic<int> in_flight{0}, most{0};
+  ReadAhead ra(
+      "t", 1 << 30, /*requests=*/4,
+      [&](std::uint32_t id, std::vector<std::uint8_t>& out) {
+        const int now = ++in_flight;
+        int m = most.load();
+        while (now > m && !most.compare_exchange_weak(m, now)) {
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        out.assign(1, static_cast<std::uint8_t>(id & 0xff));
+        --in_flight;
+        return ReadResult{};
+      },
+      nullptr, /*max_requests=*/64);
+  CHECK(ra.stats().in_flight_limit == 4);
+  constexpr std::uint32_t kItems = 400;
+  for (std::uint32_t k = 0; k < kItems; ++k) ra.want(k, 1, k);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::uint8_t> out;
+  for (std::uint32_t k = 0; k < kItems; ++k) {
+    auto r = ra.take(k, 1, out);
+    if (!r) {  // withdrawn (not started): the worker reads it itself, a round trip
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    CHECK(out.at(0) == static_cast<std::uint8_t>(k & 0xff));
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto st = ra.stats();
+  INFO("seconds " << s << ", limit " << st.in_flight_limit << ", most in flight " << most.load());
+  CHECK(st.in_flight_limit > 16);
+  CHECK(st.in_flight_limit <= 64);
+  CHECK(most.load() > 16);
+  CHECK(most.load() <= 64);
+  CHECK(s < 1.0);  // fixed at 4 in flight: >= 2 s
+}
+
+TEST_CASE("read-ahead without max_requests keeps its reads in flight where they are", "[server][read_ahead]") {
+  std::atomic<int> in_flight{0}, most{0};
+  ReadAhead ra(
+      "t", 1 << 30, /*requests=*/3,
+      [&](std::uint32_t, std::vector<std::uint8_t>& out) {
+        const int now = ++in_flight;
+        int m = most.load();
+        while (now > m && !most.compare_exchange_weak(m, now)) {
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        out.assign(1, 0);
+        --in_flight;
+        return ReadResult{};
+      },
+      nullptr);
+  for (std::uint32_t k = 0; k < 60; ++k) ra.want(k, 1, k);
+  std::vector<std::uint8_t> out;
+  for (std::uint32_t k = 0; k < 60; ++k) (void)ra.take(k, 1, out);
+  CHECK(ra.stats().in_flight_limit == 3);
+  CHECK(most.load() <= 3);
+}
