@@ -6,11 +6,11 @@ no CPU per request: what is measured is stokerd), or with `--server s3rver` the 
 tests use (`scripts/setup.sh --test`; on 2 cores its milliseconds of CPU per request are the
 limit, not the link).
 
-The link: a network namespace of the benchmark's own (`unshare -n`, so root is needed) whose
-loopback has a `tbf` rate limit, and a TCP proxy of this script between stokerd and s3rver
-that holds every chunk half the round trip in each direction (order kept; the kernel here has
-no netem). s3rver, stokerd and the consumer all run inside the namespace; only the bucket
-job's requests cross the link (Unix sockets do not).
+The link: a network namespace of the benchmark's own (root is needed) joined to the host's by
+a veth pair whose namespace end has a `tbf` rate limit (the server-to-stokerd direction), and
+in the namespace the server behind a TCP proxy of this script that holds every chunk half the
+round trip in each direction (order kept; this kernel has no netem). stokerd and its
+consumers run outside; only the bucket job's requests cross the link.
 
 For each round trip (--rtt-ms) and rate (--rates): stokerd serves two jobs with the same
 pipeline (RandomResizedCrop 224 + flip, uint8, batches of 64), one on the local shards and one
@@ -100,8 +100,8 @@ def upload(endpoint: str, path: str, key: str) -> None:
                    check=True)
 
 
-def delay_proxy(target_port: int, delay_s: float) -> int:
-    """A TCP proxy on 127.0.0.1 (its port returned) to target_port that forwards each chunk
+def delay_proxy(target_port: int, delay_s: float, listen_ip: str) -> int:
+    """A TCP proxy on listen_ip (its port returned) to 127.0.0.1:target_port that forwards each chunk
     `delay_s` after it arrived, in each direction, in order: a link with that one-way delay."""
     import asyncio
     import threading
@@ -144,7 +144,7 @@ def delay_proxy(target_port: int, delay_s: float) -> int:
         await asyncio.gather(pipe(cr, sw), pipe(sr, cw), return_exceptions=True)
 
     async def serve():
-        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        server = await asyncio.start_server(handle, listen_ip, 0)
         port.append(server.sockets[0].getsockname()[1])
         ready.set()
         async with server:
@@ -155,27 +155,81 @@ def delay_proxy(target_port: int, delay_s: float) -> int:
     return port[0]
 
 
-def inner(a) -> int:
-    """Inside the namespace: the link, the server, stokerd, and the consumers."""
-    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
-    if a.rate:
-        # Both directions leave through lo: the requests' few bytes share the rate.
-        subprocess.run(["tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate", a.rate, "burst", "256kb",
-                        "latency", "200ms"], check=True)
+NS, HOST_IF, NS_IF = "stoker-objbench", "skbench0", "skbench1"
+HOST_IP, NS_IP = "10.213.0.1", "10.213.0.2"
+
+
+def ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True)
+
+
+def make_link() -> None:
+    subprocess.run(["ip", "netns", "del", NS], capture_output=True)  # a run killed before
+    subprocess.run(["ip", "link", "del", HOST_IF], capture_output=True)
+    ip("netns", "add", NS)
+    ip("link", "add", HOST_IF, "type", "veth", "peer", "name", NS_IF)
+    ip("link", "set", NS_IF, "netns", NS)
+    ip("addr", "add", HOST_IP + "/30", "dev", HOST_IF)
+    ip("link", "set", HOST_IF, "up")
+    ip("netns", "exec", NS, "ip", "addr", "add", NS_IP + "/30", "dev", NS_IF)
+    ip("netns", "exec", NS, "ip", "link", "set", NS_IF, "up")
+    ip("netns", "exec", NS, "ip", "link", "set", "lo", "up")
+
+
+def set_rate(rate: str) -> None:
+    ip("netns", "exec", NS, "tc", "qdisc", "replace", "dev", NS_IF, "root", "tbf", "rate", rate, "burst", "256kb",
+       "latency", "400ms")
+
+
+def drop_link() -> None:
+    subprocess.run(["ip", "link", "del", HOST_IF], capture_output=True)
+    subprocess.run(["ip", "netns", "del", NS], capture_output=True)
+
+
+def serve(a) -> int:
+    """Inside the namespace: the object server on its loopback and the delaying proxy on the
+    veth address; prints the proxy's port, then serves until killed."""
     work = tempfile.mkdtemp(prefix="stoker-objbench-")
     if a.server == "s3rver":
-        s3, direct = start_s3rver(os.path.join(work, "s3"), os.path.join(work, "s3rver.log"))
+        srv, direct = start_s3rver(os.path.join(work, "s3"), os.path.join(work, "s3rver.log"))
+        for p in sorted(glob.glob(os.path.join(a.shards, "*.tar"))):
+            upload(direct, p, os.path.basename(p))
     else:
-        s3 = subprocess.Popen([os.path.join(a.build, "bin", "stoker_bench_range_server"), a.shards],
-                              stdout=subprocess.PIPE, text=True)
-        direct = "http://" + s3.stdout.readline().split()[-1]
-    endpoint = f"http://127.0.0.1:{delay_proxy(int(direct.rsplit(':', 1)[1]), a.rtt / 2000)}"
+        srv = subprocess.Popen([os.path.join(a.build, "bin", "stoker_bench_range_server"), a.shards],
+                               stdout=subprocess.PIPE, text=True)
+        direct = "http://" + srv.stdout.readline().split()[-1]
+    port = delay_proxy(int(direct.rsplit(":", 1)[1]), a.rtt / 2000, NS_IP)
+    print(port, flush=True)
     try:
-        shards = sorted(glob.glob(os.path.join(a.shards, "*.tar")))
-        if a.server == "s3rver":
-            for p in shards:
-                upload(direct, p, os.path.basename(p))
-        n = len(shards)
+        srv.wait()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of `pid` and its descendants (the server and the proxy)."""
+    total = 0.0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            total += benchlib.cpu_seconds(p)
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                todo += [int(x) for x in f.read().split()]
+        except OSError:
+            pass
+    return total
+
+
+def measure(a, rtt: float):
+    """One round trip: the server in the namespace, stokerd here; both jobs' images/s."""
+    srv = subprocess.Popen(["ip", "netns", "exec", NS, sys.executable, os.path.abspath(__file__), a.build, "--serve",
+                            "--shards", a.shards, "--rtt", str(rtt), "--server", a.server],
+                           stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        endpoint = f"http://{NS_IP}:{int(srv.stdout.readline())}"
+        n = len(glob.glob(os.path.join(a.shards, "*.tar")))
         jobs = JOB.format(name="local", source=f'{{type: tar, shards: "{a.shards}/train-{{00..{n - 1:02d}}}.tar"}}')
         jobs += JOB.format(name="bucket", source=f'{{type: tar, shards: "s3://bench/train-{{00..{n - 1:02d}}}.tar", '
                                                  f'endpoint: "{endpoint}"}}')
@@ -183,22 +237,25 @@ def inner(a) -> int:
         d = benchlib.Daemon(a.build, CONFIG.format(workers=a.workers, jobs=jobs))
         try:
             rates = {"local": [], "bucket": []}
+            cpu = {"local": 0.0, "bucket": 0.0, "link": 0.0}  # seconds over all runs of each job
+            images = {"local": 0, "bucket": 0}
             for _ in range(3):
                 for job in ("local", "bucket"):
+                    c0, l0 = d.cpu(), tree_cpu(srv.pid)
                     s = benchlib.summary(d.consume(["--job", job, "--batches", str(a.batches)]))
+                    cpu[job] += d.cpu() - c0
+                    if job == "bucket":
+                        cpu["link"] += tree_cpu(srv.pid) - l0
+                    images[job] += s["samples"]
                     rates[job].append(s["images_per_s"] or s["images_per_s_with_prefetched"])
-            st = d.status()
-            src = next(j for j in st["jobs"] if j["name"] == "bucket")["sources"][0]
-            print(json.dumps({"local": rates["local"], "bucket": rates["bucket"],
-                              "latency_ms": src.get("latency_ms"), "requests": src.get("requests"),
-                              "retries": src.get("retries")}))
+            job = next(j for j in d.status()["jobs"] if j["name"] == "bucket")
+            per_image = {k: 1000 * cpu[k] / images["bucket" if k == "link" else k] for k in cpu}
+            return rates, job["sources"][0], job.get("read_ahead") or {}, per_image
         finally:
             d.close()
     finally:
-        s3.terminate()
-        s3.wait(timeout=10)
-        shutil.rmtree(work, ignore_errors=True)
-    return 0
+        os.killpg(srv.pid, 15)
+        srv.wait(timeout=10)
 
 
 def rate_bytes(rate: str) -> float:
@@ -217,14 +274,13 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--batches", type=int, default=30)
     ap.add_argument("--server", choices=["range", "s3rver"], default="range")
-    ap.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--shards", help=argparse.SUPPRESS)
     ap.add_argument("--rtt", type=float, default=0, help=argparse.SUPPRESS)
-    ap.add_argument("--rate", default="", help=argparse.SUPPRESS)
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)
-    if a.inner:
-        return inner(a)
+    if a.serve:
+        return serve(a)
     if a.server == "s3rver" and not os.access(S3RVER, os.X_OK):
         print(f"s3rver is not installed ({S3RVER}): run scripts/setup.sh --test", file=sys.stderr)
         return 2
@@ -232,28 +288,28 @@ def main() -> int:
         print("needs root: the link is a network namespace with netem on its loopback", file=sys.stderr)
         return 2
     shards = tempfile.mkdtemp(prefix="stoker-objbench-shards-")
+    a.shards = shards
     try:
         mean = make_shards(os.path.abspath(a.images), shards, 8)
+        make_link()
         print(f"machine: {benchlib.machine()}; {a.images}: mean image {mean / 1024:.1f} KiB; "
               f"{a.workers} worker(s), {a.batches} batches of 64 per run, 3 runs per job; server: {a.server}")
+        print("cpu_ms: stokerd's CPU per image, local / bucket job, and the link's (server + delaying proxy, on "
+              "the same cores) per bucket image")
         print(f"{'rtt_ms':>6} {'rate':>8} {'local img/s':>12} {'bucket img/s':>13} {'bucket/local':>12} "
-              f"{'link img/s':>10} {'bucket/link':>11} {'p50_ms':>6}")
+              f"{'link img/s':>10} {'bucket/link':>11} {'p50_ms':>6} {'inflight':>8} {'cpu_ms':>16}")
         for rate in a.rates.split(","):
+            set_rate(rate)
             for rtt in (float(x) for x in a.rtt_ms.split(",")):
-                out = subprocess.run(["unshare", "-n", sys.executable, os.path.abspath(__file__), a.build,
-                                      "--inner", "--shards", shards, "--rtt", str(rtt), "--rate", rate,
-                                      "--workers", str(a.workers), "--batches", str(a.batches),
-                                      "--server", a.server],
-                                     capture_output=True, text=True, timeout=3600)
-                if out.returncode != 0:
-                    print(out.stdout, out.stderr, file=sys.stderr)
-                    return 1
-                r = json.loads(out.stdout.strip().splitlines()[-1])
+                r, src, ra, cpu = measure(a, rtt)
                 loc, buc = statistics.median(r["local"]), statistics.median(r["bucket"])
                 link = rate_bytes(rate) / mean
                 print(f"{rtt:6.0f} {rate:>8} {loc:12.1f} {buc:13.1f} {buc / loc:12.2f} {link:10.0f} "
-                      f"{min(buc / link, 9.99):11.2f} {r['latency_ms']['p50']:6.1f}", flush=True)
+                      f"{min(buc / link, 9.99):11.2f} {src['latency_ms']['p50']:6.1f} "
+                      f"{ra.get('in_flight_limit', 0):8} "
+                      f"{cpu['local']:4.2f}/{cpu['bucket']:4.2f}/{cpu['link']:4.2f}", flush=True)
     finally:
+        drop_link()
         shutil.rmtree(shards, ignore_errors=True)
     return 0
 
