@@ -3,13 +3,23 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <mutex>
 #include <string_view>
+#include <thread>
+#include <vector>
 
 #include "objstore/object_url.hpp"
 #include "source/dataset.hpp"
 
 namespace stoker::source {
+namespace {
+
+constexpr std::size_t kListers = 16;  // class listings in flight at once
+constexpr auto kProgressEvery = std::chrono::seconds(2);
+
+}  // namespace
 
 Dataset scan_object_folder(const std::string& root, std::shared_ptr<objstore::Fetcher> fetcher,
                            const std::string& log_name) {
@@ -35,26 +45,60 @@ Dataset scan_object_folder(const std::string& root, std::shared_ptr<objstore::Fe
   std::sort(classes.begin(), classes.end());
   if (classes.empty()) throw SourceError(root + ": no class folders (key prefixes ending in '/') below it");
 
+  // Each class is one listing (1,000 keys a page), made kListers at a time: ImageNet's 1,000
+  // classes are ~2,600 requests, which one after another would cost ~50 s at a 20 ms round
+  // trip. A progress line every kProgressEvery says how far it has got.
+  std::vector<std::vector<std::string>> names(classes.size());
+  std::atomic<std::size_t> next{0}, listed{0}, keys{0};
+  std::atomic<bool> failed{false};
+  std::mutex failed_mu;
+  std::string failure;  // the first failure; read once the listers are joined
+  auto list_classes = [&] {
+    for (std::size_t c; (c = next.fetch_add(1)) < classes.size();) {
+      objstore::ObjectUrl cls = at;
+      cls.key = prefix + classes[c] + "/";
+      base::Result<objstore::ListPage> all = fetcher->list(cls, "");
+      if (!all) {
+        std::lock_guard lock(failed_mu);
+        if (failure.empty()) failure = all.status().message();
+        failed.store(true);
+        next.store(classes.size());  // the others stop after their current class
+        return;
+      }
+      for (const auto& o : all->objects) {
+        if (o.key.size() > prefix.size() && o.key.back() != '/' && has_image_extension(o.key)) {
+          names[c].push_back(o.key.substr(prefix.size()));
+        }
+      }
+      keys += all->objects.size();
+      listed++;
+    }
+  };
+  std::vector<std::thread> listers;
+  for (std::size_t i = 0; i < std::min(kListers, classes.size()); ++i) listers.emplace_back(list_classes);
+  auto last = std::chrono::steady_clock::now();
+  while (listed.load() < classes.size() && !failed.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (std::chrono::steady_clock::now() - last >= kProgressEvery) {
+      last = std::chrono::steady_clock::now();
+      spdlog::info("{}: listing {}: {} of {} class(es), {} key(s) so far ({:.0f} s)", log_name, root, listed.load(),
+                   classes.size(), keys.load(), std::chrono::duration<double>(last - t0).count());
+    }
+  }
+  for (auto& t : listers) t.join();
+  if (!failure.empty()) throw SourceError(failure);
+
   Dataset d;
   for (std::size_t c = 0; c < classes.size(); ++c) {
-    objstore::ObjectUrl cls = at;
-    cls.key = prefix + classes[c] + "/";
-    base::Result<objstore::ListPage> all = fetcher->list(cls, "");
-    if (!all) throw SourceError(all.status().message());
-    std::vector<std::string_view> names;
-    for (const auto& o : all->objects) {
-      if (o.key.size() > prefix.size() && o.key.back() != '/' && has_image_extension(o.key)) {
-        names.push_back(std::string_view(o.key).substr(prefix.size()));
-      }
-    }
     // ImageFolder's order: folders sorted by path, files by name within each (a key's folder
     // is everything up to its last '/').
-    std::sort(names.begin(), names.end(), [](std::string_view a, std::string_view b) {
+    std::sort(names[c].begin(), names[c].end(), [](std::string_view a, std::string_view b) {
       const std::string_view fa = a.substr(0, a.rfind('/')), fb = b.substr(0, b.rfind('/'));
       if (fa != fb) return fa < fb;
       return a.substr(a.rfind('/') + 1) < b.substr(b.rfind('/') + 1);
     });
-    for (std::string_view n : names) d.add(n, static_cast<std::int64_t>(c));
+    for (const std::string& n : names[c]) d.add(n, static_cast<std::int64_t>(c));
+    std::vector<std::string>().swap(names[c]);  // freed as it goes: the index holds them now
     d.classes.push_back(classes[c]);
   }
   if (d.samples.empty()) throw SourceError(root + ": no images (no key with an image extension) below its classes");
