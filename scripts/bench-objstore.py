@@ -195,7 +195,8 @@ def serve(a) -> int:
         for p in sorted(glob.glob(os.path.join(a.shards, "*.tar"))):
             upload(direct, p, os.path.basename(p))
     else:
-        srv = subprocess.Popen([os.path.join(a.build, "bin", "stoker_bench_range_server"), a.shards],
+        extra = ["--synthetic", *a.synthetic.split(",")] if a.synthetic else []
+        srv = subprocess.Popen([os.path.join(a.build, "bin", "stoker_bench_range_server"), a.shards, *extra],
                                stdout=subprocess.PIPE, text=True)
         direct = "http://" + srv.stdout.readline().split()[-1]
     port = delay_proxy(int(direct.rsplit(":", 1)[1]), a.rtt / 2000, NS_IP)
@@ -220,6 +221,38 @@ def tree_cpu(pid: int) -> float:
         except OSError:
             pass
     return total
+
+
+def measure_listing(a, rtt: float, classes: int, per_class: int, jpeg: str):
+    """An ImageFolder of classes x per_class keys listed from the (synthetic) bucket: seconds to
+    stokerd ready, its peak memory, its progress lines, and seconds to the first batch."""
+    srv = subprocess.Popen(["ip", "netns", "exec", NS, sys.executable, os.path.abspath(__file__), a.build, "--serve",
+                            "--shards", a.shards, "--rtt", str(rtt), "--server", "range",
+                            "--synthetic", f"{classes},{per_class},{jpeg}"],
+                           stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        endpoint = f"http://{NS_IP}:{int(srv.stdout.readline())}"
+        jobs = JOB.format(name="listed", source=f'{{type: imagefolder, root: "s3://bench/train/", endpoint: "{endpoint}"}}')
+        os.environ.update(AWS_ACCESS_KEY_ID=KEY, AWS_SECRET_ACCESS_KEY=KEY, AWS_REGION="us-east-1")
+        t0 = time.monotonic()
+        d = benchlib.Daemon(a.build, CONFIG.format(workers=a.workers, jobs=jobs).replace("log_level: warn",
+                                                                                       "log_level: info"))
+        ready = time.monotonic() - t0
+        try:
+            with open(f"/proc/{d.proc.pid}/status") as f:
+                peak = next(int(l.split()[1]) for l in f if l.startswith("VmHWM")) / 1024
+            c = d.consume(["--job", "listed", "--batches", "1"])
+            benchlib.summary(c)
+            first = time.monotonic() - t0
+            with open(d.log.name) as f:
+                progress = [l.strip() for l in f if "listing s3://" in l]
+            samples = next(j for j in d.status()["jobs"] if j["name"] == "listed")["samples"]
+            return ready, first, peak, progress, samples
+        finally:
+            d.close()
+    finally:
+        os.killpg(srv.pid, 15)
+        srv.wait(timeout=10)
 
 
 def measure(a, rtt: float):
@@ -274,7 +307,11 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--batches", type=int, default=30)
     ap.add_argument("--server", choices=["range", "s3rver"], default="range")
+    ap.add_argument("--listing", metavar="CLASSES,PER_CLASS",
+                    help="instead: list a synthetic ImageFolder bucket of CLASSES x PER_CLASS keys (1000,1281 is "
+                         "ImageNet's size) at each --rtt-ms: time to ready and to the first batch, peak memory")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--synthetic", default="", help=argparse.SUPPRESS)
     ap.add_argument("--shards", help=argparse.SUPPRESS)
     ap.add_argument("--rtt", type=float, default=0, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -292,6 +329,18 @@ def main() -> int:
     try:
         mean = make_shards(os.path.abspath(a.images), shards, 8)
         make_link()
+        if a.listing:
+            classes, per_class = (int(x) for x in a.listing.split(","))
+            jpeg = sorted(glob.glob(os.path.join(os.path.abspath(a.images), "*", "*.jpg")))[0]
+            print(f"machine: {benchlib.machine()}; listing {classes} x {per_class} = {classes * per_class} keys "
+                  f"(ListObjectsV2, 1000 a page) from a synthetic bucket; each object {jpeg}")
+            for rtt in (float(x) for x in a.rtt_ms.split(",")):
+                ready, first, peak, progress, samples = measure_listing(a, rtt, classes, per_class, jpeg)
+                print(f"rtt_ms {rtt:.0f}: {samples} samples; stokerd ready {ready:.1f} s, first batch {first:.1f} s, "
+                      f"peak memory {peak:.0f} MiB, {len(progress)} progress line(s)", flush=True)
+                for line in progress[:3]:
+                    print("  " + line)
+            return 0
         print(f"machine: {benchlib.machine()}; {a.images}: mean image {mean / 1024:.1f} KiB; "
               f"{a.workers} worker(s), {a.batches} batches of 64 per run, 3 runs per job; server: {a.server}")
         print("cpu_ms: stokerd's CPU per image, local / bucket job, and the link's (server + delaying proxy, on "
