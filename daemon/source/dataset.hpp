@@ -37,6 +37,9 @@ struct DatasetPart {
   std::uint32_t offset = 0;
   std::uint32_t size = 0;
   std::size_t classes = 0;  // the classes this source had on its own
+  // Its whole files' object source (an ImageFolder or file list in a bucket): an index into
+  // Dataset::object_sources; 0xffffffff (Dataset::kLocalShard) for files on disk.
+  std::uint32_t whole_source = 0xffffffffu;
 };
 
 // A source in object storage (issue #35): the fetcher its members are read through, shared

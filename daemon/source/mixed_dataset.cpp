@@ -47,15 +47,8 @@ Dataset combine_datasets(std::vector<Dataset> parts, const std::vector<std::stri
       for (const auto& c : parts[i].classes) relabel[i].push_back(index.at(c));
     }
   }
-  // Whole files in object storage have one fetcher for the dataset (Dataset::root_source):
-  // two such parts, or one beside local whole files, cannot share it yet.
-  for (std::size_t i = 0; i < parts.size(); ++i) {
-    if (parts[i].root_source != Dataset::kLocalShard) {
-      throw SourceError("source '" + names[i] + "': an ImageFolder in object storage cannot be part of a mixture yet "
-                        "(tar shards in object storage can)");
-    }
-  }
-  // Whole files: one root if all share it, else absolute names.
+  // Whole files: one root if all share it, else absolute names (a part in object storage:
+  // its URL, which names its object; DatasetPart::whole_source says which fetcher reads it).
   std::set<std::string> roots;
   for (const auto& p : parts) {
     if (p.shards.empty()) roots.insert(p.root);  // a tar source's samples are all members
@@ -97,6 +90,7 @@ Dataset combine_datasets(std::vector<Dataset> parts, const std::vector<std::stri
         const bool remote = !p.shard_source.empty() && p.shard_source[k] != Dataset::kLocalShard;
         out.shard_source.push_back(remote ? source_base + p.shard_source[k] : Dataset::kLocalShard);
       }
+      if (p.root_source != Dataset::kLocalShard) part.whole_source = source_base + p.root_source;
       for (auto& o : p.object_sources) {
         o.name = names[i];
         out.object_sources.push_back(std::move(o));

@@ -64,8 +64,16 @@ ReadResult SampleReader::read_object(const Sample& s, std::vector<std::uint8_t>&
   return fetch_verdict(got, out);
 }
 
-ReadResult SampleReader::read_whole_object(std::uint32_t id, std::vector<std::uint8_t>& out) {
-  objstore::Fetcher& f = *dataset_.object_sources[dataset_.root_source].fetcher;
+std::uint32_t SampleReader::whole_source(std::uint32_t id) const {
+  if (dataset_.parts.empty()) return dataset_.root_source;
+  // A mixture: the part holding `id` (parts are in id order, each `size` ids from `offset`).
+  const auto it = std::upper_bound(dataset_.parts.begin(), dataset_.parts.end(), id,
+                                   [](std::uint32_t v, const DatasetPart& p) { return v < p.offset; });
+  return it == dataset_.parts.begin() ? Dataset::kLocalShard : std::prev(it)->whole_source;
+}
+
+ReadResult SampleReader::read_whole_object(std::uint32_t id, std::uint32_t source, std::vector<std::uint8_t>& out) {
+  objstore::Fetcher& f = *dataset_.object_sources[source].fetcher;
   const std::string url_text = dataset_.path(id);
   std::string why;
   const std::optional<objstore::ObjectUrl> url = objstore::parse_object_url(url_text, why);
@@ -127,14 +135,16 @@ std::shared_ptr<SampleReader::ShardFd> SampleReader::shard_fd(std::uint32_t shar
 
 bool SampleReader::from_object_store(std::uint32_t id) const {
   const Sample& s = dataset_.samples[id];
-  if (s.shard == Sample::kWholeFile) return dataset_.root_source != Dataset::kLocalShard;
+  if (s.shard == Sample::kWholeFile) return whole_source(id) != Dataset::kLocalShard;
   return !urls_.empty() && urls_[s.shard].has_value();
 }
 
 ReadResult SampleReader::read(std::uint32_t id, std::vector<std::uint8_t>& out) {
   const Sample& s = dataset_.samples[id];
   if (s.shard == Sample::kWholeFile) {
-    if (dataset_.root_source != Dataset::kLocalShard) return read_whole_object(id, out);
+    if (const std::uint32_t source = whole_source(id); source != Dataset::kLocalShard) {
+      return read_whole_object(id, source, out);
+    }
     if (!dataset_.read_as) return read_file(dataset_.path(id), out);
     ReadResult failed;
     const int fd = open_for_read_as(dataset_.path(id), failed);

@@ -61,7 +61,9 @@ class SampleReader {
   int open_for_read_as(const std::string& path, ReadResult& failed) const;
 
   ReadResult read_object(const Sample& s, std::vector<std::uint8_t>& out);
-  ReadResult read_whole_object(std::uint32_t id, std::vector<std::uint8_t>& out);
+  ReadResult read_whole_object(std::uint32_t id, std::uint32_t source, std::vector<std::uint8_t>& out);
+  // The object source sample `id`'s whole file is read through; kLocalShard: a file on disk.
+  std::uint32_t whole_source(std::uint32_t id) const;
 
   const Dataset& dataset_;
   // Parsed once: the URL of each shard in object storage (nullopt for a local shard).

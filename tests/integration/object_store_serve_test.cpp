@@ -211,7 +211,8 @@ TEST_CASE("s3: a key the server refuses (403) stops the job with the URL and the
   CHECK_THAT(log, !Catch::Contains(secret));
 }
 
-TEST_CASE("s3: a mixture of a local folder and tar shards in a bucket serves the batches of the same mixture on disk",
+TEST_CASE("s3: a mixture of a local folder, tar shards in a bucket and an ImageFolder in a bucket serves the batches "
+          "of the same mixture on disk",
           "[integration][s3]") {
   if (!S3Server::available()) {
     WARN(S3Server::missing_message());
@@ -222,6 +223,11 @@ TEST_CASE("s3: a mixture of a local folder and tar shards in a bucket serves the
   S3Server& s3 = data.s3;
   ScopedEnvironment& env = data.env;
   env.set("AWS_ENDPOINT_URL", s3.endpoint());
+  for (const auto& e : fs::recursive_directory_iterator(data_dir() + "/demo")) {  // the ImageFolder part
+    if (!e.is_regular_file() || e.path().extension() != ".jpg") continue;
+    const auto b = read_bytes(e.path());
+    s3.put("folder/" + fs::relative(e.path(), data_dir() + "/demo").string(), std::string(b.begin(), b.end()));
+  }
   const auto socket = (dir.path() / "s.sock").string();
   JobSpec local;
   local.name = "local";
@@ -235,19 +241,21 @@ TEST_CASE("s3: a mixture of a local folder and tar shards in a bucket serves the
     std::ifstream in(cfg);
     text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
-  const auto mixture = [&](const std::string& shard_pattern) {
+  const auto mixture = [&](const std::string& shard_pattern, const std::string& folder) {
     return "    sources:\n      - {root: \"" + data_dir() + "/demo\", name: folder, weight: 1}\n" +
-           "      - {type: tar, shards: \"" + shard_pattern + "\", name: tars, weight: 1}\n";
+           "      - {type: tar, shards: \"" + shard_pattern + "\", name: tars, weight: 1}\n" +
+           "      - {root: \"" + folder + "\", name: listed, weight: 1}\n";
   };
-  text.replace(text.find("    source: @LOCAL@\n"), std::string("    source: @LOCAL@\n").size(), mixture("shards/demo-{00..02}.tar"));
+  text.replace(text.find("    source: @LOCAL@\n"), std::string("    source: @LOCAL@\n").size(),
+               mixture("shards/demo-{00..02}.tar", data_dir() + "/demo"));
   text.replace(text.find("    source: @BUCKET@\n"), std::string("    source: @BUCKET@\n").size(),
-               mixture("s3://datasets/demo/train-{00..02}.tar"));
+               mixture("s3://datasets/demo/train-{00..02}.tar", "s3://datasets/folder/"));
   std::ofstream(cfg) << text;
   Daemon d(cfg, socket);
   stoker::ClientOptions o;
   o.socket_path = socket;
   stoker::Client a("local", 0, o), b("bucket", 0, o);
-  for (int batch = 0; batch < 24; ++batch) {  // 128 samples an epoch: one and a half epochs
+  for (int batch = 0; batch < 36; ++batch) {  // 192 samples an epoch: one and a half epochs
     const auto x = take_batch(a), y = take_batch(b);
     CHECK(x.ids == y.ids);
     CHECK(x.labels == y.labels);
@@ -256,10 +264,12 @@ TEST_CASE("s3: a mixture of a local folder and tar shards in a bucket serves the
   const Json st = status_json(socket);
   for (const auto& job : st["jobs"]) {
     if (job["name"] != "bucket") continue;
-    REQUIRE(job["sources"].size() == 2);
+    REQUIRE(job["sources"].size() == 3);
     CHECK_FALSE(job["sources"][0].contains("requests"));  // the local folder
     CHECK(job["sources"][1]["name"] == "tars");
     CHECK(job["sources"][1]["requests"].get<std::uint64_t>() >= 6 + 64);
+    CHECK(job["sources"][2]["name"] == "listed");
+    CHECK(job["sources"][2]["requests"].get<std::uint64_t>() >= 64);  // each photo once (and the listings)
   }
 }
 
