@@ -481,13 +481,14 @@ TEST_CASE("s3: a store that stops answering pauses the job (status says why), wh
   DemoShardBucket data;
   TempDir& dir = data.dir;
   S3Server& s3 = data.s3;
-  // The store "down": every request answered 503 while `down`, longer than the fetcher's own
+  // The store "down": while `down`, every request is answered 503 or its connection reset
+  // with no answer (a server killed mid-request), in turn, longer than the fetcher's own
   // retries last (8 attempts, about 3-6 s), so the job sees reads fail after them.
   std::atomic<bool> down{false};
   std::atomic<int> refused{0};
   HttpStub proxy([&](const std::string& head) -> std::string {
     if (down.load()) {
-      ++refused;
+      if (++refused % 2 == 0) return "";  // HttpStub: reset the connection, no answer
       return http_response(503, "Service Unavailable", "<Error><Code>ServiceUnavailable</Code></Error>");
     }
     return forward(s3.port(), head);
