@@ -5,6 +5,11 @@ if(STOKER_HAVE_REMOTE)
   stoker_add_test(remote_session_test LABEL unit
     SOURCES unit/remote_session_test.cpp
     LIBS stoker_remote_worker)
+  # Issue #36: the GPU node's hand parser of a worker's Reply (daemon/remote/reply_view.hpp)
+  # against protobuf's, and against malformed and mutated messages.
+  stoker_add_test(remote_reply_view_test LABEL unit
+    SOURCES unit/remote_reply_view_test.cpp
+    LIBS stoker_remote_worker)
   stoker_add_test(remote_config_test LABEL unit
     SOURCES unit/remote_config_test.cpp
     LIBS stoker_config)
