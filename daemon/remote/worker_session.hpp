@@ -40,6 +40,10 @@ struct WorkerSettings {
   // (`--max-streams`; a waiting stream holds no thread, worker_stream.hpp).
   std::chrono::milliseconds open_timeout{10'000};
   unsigned max_streams = 64;
+  // How long a finished result may wait for others to leave with it in one ResultBatch (issue
+  // #36; worker_stream.hpp): each message is a wake-up of the GPU node, most of what a remote
+  // sample costs it. Zero: each result leaves as soon as no write is outstanding.
+  std::chrono::microseconds result_linger{2'000};
 };
 
 // The Open's protocol major and token, the checks a stream passes before the worker allocates

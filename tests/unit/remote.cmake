@@ -24,7 +24,8 @@ if(STOKER_HAVE_REMOTE)
       LIBS stoker_daemon_fixture stoker::client stoker_remote_worker)
     add_dependencies(remote_lying_worker_test stokerd stokerctl)
     # Issue #34, A4: streams without an Open, or with a wrong token, against the product's
-    # WorkerServer in this process (its thread count read from /proc/self/status).
+    # WorkerServer in this process (its thread count read from /proc/self/status); issue #36:
+    # its results linger into few messages.
     stoker_add_test(remote_worker_limits_test LABEL integration
       SOURCES integration/remote_worker_limits_test.cpp
       LIBS stoker_remote_worker)
