@@ -431,6 +431,14 @@ class Dispatcher::Link {
             break;
           }
         }
+        // The sender refills at half the window: woken once for the whole message (a wake-up
+        // per result, once below half, cost the node a context switch for each).
+        bool refill = false;
+        {
+          base::MutexLock lock(mu_);
+          refill = outstanding_.size() <= window_ / 2;
+        }
+        if (refill) cv_.notify_all();
       } else if (kind == ReplyView::Kind::kMalformed) {
         why = "sent " + reply.why();
         base::MutexLock lock(mu_);
@@ -572,8 +580,7 @@ class Dispatcher::Link {
     const double at_worker = 
         (static_cast<double>(r.busy_ns) + static_cast<double>(r.queued_ns)) * 1e-9;
     link_rtt_min_ = std::min(link_rtt_min_, std::max(0.0, rtt - at_worker));
-    if (outstanding_.size() <= window_ / 2) cv_.notify_all();  // the sender refills at half
-    return {};
+    return {};  // the sender is woken once per message (read_loop), not per result
   }
 
   void reissue_all() {
