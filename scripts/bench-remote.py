@@ -25,6 +25,7 @@ import argparse
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -198,7 +199,7 @@ def main() -> int:
             print(f"  {rate} img/s needs {rate * raw * 8 / 1e9:.2f} Gbit/s raw, {rate * packed * 8 / 1e9:.2f} Gbit/s with zstd")
     if len(ratios) > 1:
         print("rounds' ratios: " + ", ".join(f"{r:.3f}" for r in ratios))
-    print(f"node cpu per remote sample / local: {sorted(ratios)[len(ratios) // 2]:.3f}")
+    print(f"node cpu per remote sample / local: {statistics.median(ratios):.3f}")
     return 0
 
 
