@@ -18,6 +18,7 @@
 #include "sched/work_queue.hpp"
 #include "remote/endpoints.hpp"
 #include "remote/protocol.hpp"
+#include "remote/receive_memory.hpp"
 #include "remote/reply_view.hpp"
 #include "remote/worker_server.hpp"  // read_secret_file
 #include "stoker/remote/worker.grpc.pb.h"
@@ -628,6 +629,8 @@ class Dispatcher::Link {
 
 Dispatcher::Dispatcher(job::Job& job, sched::WorkQueue& queue, const config::RemoteConfig& cfg)
     : job_(job), queue_(queue), cfg_(cfg), verify_key_((std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()) {
+  // Results arrive in malloc'd slices: keep their pages mapped between messages (issue #36).
+  keep_receive_memory_mapped();
   // Names are resolved on the resolver thread, never here: this runs on the control thread,
   // and a lookup can take seconds.
   resolver_ = std::thread([this] { resolve_loop(); });
