@@ -347,7 +347,7 @@ Answered ask(int port, int items) {
 // Issue #36: a worker's results linger (worker_stream.hpp) so that several leave in one
 // message, each message being a wake-up of the GPU node; but never for an item the worker
 // does not hold.
-TEST_CASE("a 1-thread worker's results linger into few messages; a lone item is not held", "[integration][remote]") {
+TEST_CASE("a 1-thread worker's results linger into few messages, and a lone item is not held", "[integration][remote]") {
   stoker::remote::WorkerSettings settings = limits_settings();
   settings.allow_roots = {fs::canonical(fs::path(STOKER_TEST_DATA_DIR) / "demo")};
   settings.threads = 1;
