@@ -9,16 +9,23 @@
 
 Prints images/s of each (and the ratio to 0 workers), the GPU node's daemon CPU per sample
 (remote: what is left on the GPU node; 0 workers: decoding it locally) and their ratio (the
-goal: <= 5%), the bytes on the wire per sample, and what link a given images/s needs. Every
-figure comes from one run on this machine; run it twice to see the noise.
+goal: <= 5%), the daemon's context switches per sample (its threads' voluntary and
+involuntary switches, /proc/PID/task/*/status), the bytes on the wire per sample, and what
+link a given images/s needs. The line `node cpu per remote sample / local: R` gives the ratio
+for "1 worker" against "0 workers" (with --rounds N, the median of the rounds' ratios, each
+from one round's own pair of runs). Every figure comes from runs on this machine, one after
+another; the machine is noisy: compare figures of one invocation.
 
-    scripts/bench-remote.py [BUILD_DIR] [IMAGES_DIR] [--batches N] [--cores A,B]
+    scripts/bench-remote.py [BUILD_DIR] [IMAGES_DIR] [--batches N] [--cores A,B] [--rounds N]
+                            [--cases 0,1,2,z]
 """
 from __future__ import annotations
 
 import argparse
 import os
 import re
+import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -67,8 +74,46 @@ class Worker:
         self.proc.wait(30)
 
 
+def switches(pid):
+    """Context switches (voluntary + involuntary) of all of a process's live threads so far."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                for line in f:
+                    if "ctxt_switches:" in line:  # voluntary_... and nonvoluntary_...
+                        total += int(line.split()[-1])
+        except OSError:  # a thread that ended meanwhile
+            pass
+    return total
+
+
+PERF = None  # --perf: the events `perf stat` counts on the daemon over each measured window
+
+
+def perf_start(pid):
+    if not PERF:
+        return None
+    return subprocess.Popen(["perf", "stat", "-x", ",", "-e", PERF, "-p", str(pid)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def perf_stop(proc, samples):
+    """`perf stat`'s counts per sample, as text ("" without --perf)."""
+    if proc is None:
+        return ""
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    out = []
+    for line in err.splitlines():
+        f = line.split(",")
+        if len(f) > 2 and f[0].replace(".", "", 1).isdigit():
+            out.append(f"{f[2]} {float(f[0]) / samples:.3g}")
+    return "perf stat per sample: " + ", ".join(out)
+
+
 def run(build, images, batches, cores, n_workers, zstd, tmp):
-    """(images/s, daemon CPU s per sample, wire bytes per sample or None)."""
+    """(images/s, daemon CPU s per sample, wire bytes per sample or None, daemon switches per sample)."""
     workers = [Worker(build, images, cores[1 - (i % 2)], tmp, f"w{i}") for i in range(n_workers)]
     try:
         remote = ""
@@ -86,16 +131,19 @@ def run(build, images, batches, cores, n_workers, zstd, tmp):
                     time.sleep(0.1)
             benchlib.summary(d.consume(["--job", "train", "--batches", "4"]))  # warm: page cache, links
             st0 = d.status()["jobs"][0]
-            cpu0, t0 = d.cpu(), time.monotonic()
+            perf = perf_start(d.proc.pid)
+            cpu0, sw0, t0 = d.cpu(), switches(d.proc.pid), time.monotonic()
             s = benchlib.summary(d.consume(["--job", "train", "--start-batch", "4", "--batches", str(batches)]))
-            wall, cpu = time.monotonic() - t0, d.cpu() - cpu0
+            wall, cpu, sw = time.monotonic() - t0, d.cpu() - cpu0, switches(d.proc.pid) - sw0
+            if perf:
+                print(f"  {n_workers} worker(s){' + zstd' if zstd else ''}: " + perf_stop(perf, s["samples"]))
             st = d.status()["jobs"][0]
             wire = None
             if workers:
                 got = sum(w["bytes_received"] for w in st["remote"]) - sum(w["bytes_received"] for w in st0["remote"])
                 made = sum(w["samples"] for w in st["remote"]) - sum(w["samples"] for w in st0["remote"])
                 wire = got / max(1, made)
-            return s["samples"] / wall, cpu / s["samples"], wire
+            return s["samples"] / wall, cpu / s["samples"], wire, sw / s["samples"]
         finally:
             d.close()
     finally:
@@ -109,27 +157,49 @@ def main() -> int:
     ap.add_argument("images", nargs="?", default="/tmp/stoker-bench-images")
     ap.add_argument("--batches", type=int, default=12, help="measured batches of 64 per case")
     ap.add_argument("--cores", default="0,1", help="the two cores to split (daemon, first worker)")
+    ap.add_argument("--rounds", type=int, default=1, help="run the cases this many times, one round after another")
+    ap.add_argument("--cases", default="0,1,2,z", help="which cases: 0, 1, 2 workers, z (1 worker + zstd)")
+    ap.add_argument("--perf", nargs="?", const="task-clock,context-switches,page-faults", default=None,
+                    help="also count these events on the daemon with `perf stat` (default: task-clock, "
+                         "context-switches, page-faults)")
     a = ap.parse_args()
     if not os.path.isdir(a.images):
         subprocess.run([os.path.join(os.path.dirname(__file__), "bench-images.sh"), a.images], check=True)
     cores = [int(c) for c in a.cores.split(",")]
+    global PERF
+    PERF = a.perf
     files = sum(len(f) for _, _, f in os.walk(a.images))
     print(f"bench-remote: {files} photos in {a.images}; {benchlib.machine()}; RandomResizedCrop 224 + flip + "
           f"TrivialAugmentWide, uint8, batches of 64, {a.batches} measured per case; cores {cores}")
-    with tempfile.TemporaryDirectory(prefix="stoker-bench-remote-") as tmp:
-        cases = [("0 workers (local pool, 1 thread)", 0, False), ("1 worker", 1, False), ("2 workers", 2, False),
-                 ("1 worker + zstd", 1, True)]
-        res = {name: run(a.build, a.images, a.batches, cores, n, z, tmp) for name, n, z in cases}
-    base_rate, base_cpu, _ = res[cases[0][0]]
-    print(f"{'':>34} {'img/s':>8} {'vs 0':>6} {'daemon CPU ms/img':>18} {'vs local decode':>16} {'wire KiB/img':>13}")
-    for name, (rate, cpu, wire) in res.items():
-        print(f"{name:>34} {rate:>8.1f} {rate / base_rate:>5.2f}x {cpu * 1e3:>18.3f} {cpu / base_cpu:>15.1%} "
-              f"{'-' if wire is None else f'{wire / 1024:.1f}':>13}")
-    raw = res["1 worker"][2]
-    packed = res["1 worker + zstd"][2]
-    print(f"wire: {raw / 1024:.1f} KiB/sample raw, {packed / 1024:.1f} KiB zstd ({raw / packed:.2f}x smaller)")
-    for rate in (1000, 5000, 20000):
-        print(f"  {rate} img/s needs {rate * raw * 8 / 1e9:.2f} Gbit/s raw, {rate * packed * 8 / 1e9:.2f} Gbit/s with zstd")
+    every = {"0": ("0 workers (local pool, 1 thread)", 0, False), "1": ("1 worker", 1, False),
+             "2": ("2 workers", 2, False), "z": ("1 worker + zstd", 1, True)}
+    wanted = set(a.cases.split(",")) | {"0", "1"}  # the ratio needs both
+    cases = [every[k] for k in ("0", "1", "2", "z") if k in wanted]
+    ratios = []
+    raw = packed = None
+    for rnd in range(a.rounds):
+        with tempfile.TemporaryDirectory(prefix="stoker-bench-remote-") as tmp:
+            res = {name: run(a.build, a.images, a.batches, cores, n, z, tmp) for name, n, z in cases}
+        base_rate, base_cpu, _, _ = res[cases[0][0]]
+        if a.rounds > 1:
+            print(f"round {rnd + 1} of {a.rounds}")
+        print(f"{'':>34} {'img/s':>8} {'vs 0':>6} {'daemon CPU ms/img':>18} {'vs local decode':>16} {'switches/img':>13} "
+              f"{'wire KiB/img':>13}")
+        for name, (rate, cpu, wire, sw) in res.items():
+            print(f"{name:>34} {rate:>8.1f} {rate / base_rate:>5.2f}x {cpu * 1e3:>18.3f} {cpu / base_cpu:>15.1%} "
+                  f"{sw:>13.2f} {'-' if wire is None else f'{wire / 1024:.1f}':>13}")
+        ratios.append(res["1 worker"][1] / base_cpu)
+        raw = res["1 worker"][2]
+        if "1 worker + zstd" in res:
+            packed = res["1 worker + zstd"][2]
+    print(f"wire bytes per remote sample: {raw:.0f} raw" + ("" if packed is None else f", {packed:.0f} zstd"))
+    if packed:
+        print(f"wire: {raw / 1024:.1f} KiB/sample raw, {packed / 1024:.1f} KiB zstd ({raw / packed:.2f}x smaller)")
+        for rate in (1000, 5000, 20000):
+            print(f"  {rate} img/s needs {rate * raw * 8 / 1e9:.2f} Gbit/s raw, {rate * packed * 8 / 1e9:.2f} Gbit/s with zstd")
+    if len(ratios) > 1:
+        print("rounds' ratios: " + ", ".join(f"{r:.3f}" for r in ratios))
+    print(f"node cpu per remote sample / local: {statistics.median(ratios):.3f}")
     return 0
 
 

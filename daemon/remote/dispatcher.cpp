@@ -18,6 +18,8 @@
 #include "sched/work_queue.hpp"
 #include "remote/endpoints.hpp"
 #include "remote/protocol.hpp"
+#include "remote/receive_memory.hpp"
+#include "remote/reply_view.hpp"
 #include "remote/worker_server.hpp"  // read_secret_file
 #include "stoker/remote/worker.grpc.pb.h"
 
@@ -44,6 +46,12 @@ std::uint64_t mix64(std::uint64_t x) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
+}
+
+// The worker service's one method, as gRPC names it on the wire.
+const std::string& work_method() {
+  static const std::string name = std::string("/") + v1::Worker::service_full_name() + "/Work";
+  return name;
 }
 
 }  // namespace
@@ -162,14 +170,18 @@ class Dispatcher::Link {
       fail("cannot connect (retrying; the local pool serves meanwhile)");
       return false;
     }
-    auto stub = v1::Worker::NewStub(channel);
     auto ctx = std::make_shared<grpc::ClientContext>();
     {
       base::MutexLock lock(mu_);
       if (stop_) return false;
       ctx_ = ctx;
     }
-    std::unique_ptr<grpc::ClientReaderWriter<v1::Request, v1::Reply>> stream = stub->Work(ctx.get());
+    // The stream reads each Reply as a ReplyView (reply_view.hpp: parsed in gRPC's slices, the
+    // pixels copied once, into the slot) rather than protobuf's v1::Reply, which the generated
+    // stub would fix; the same method and wire format, typed by gRPC's own stream factory.
+    const grpc::internal::RpcMethod method(work_method().c_str(), grpc::internal::RpcMethod::BIDI_STREAMING, channel);
+    std::unique_ptr<grpc::ClientReaderWriter<v1::Request, ReplyView>> stream(
+        grpc::internal::ClientReaderWriterFactory<v1::Request, ReplyView>::Create(channel.get(), method, ctx.get()));
     const bool accepted = open(*stream, *ctx);
     if (accepted) {
       d_.link_connected(true);
@@ -190,7 +202,7 @@ class Dispatcher::Link {
   }
 
   // Sends the Open and reads the answer (the stream is cancelled if none comes in 10 s).
-  bool open(grpc::ClientReaderWriter<v1::Request, v1::Reply>& stream, grpc::ClientContext& ctx) {
+  bool open(grpc::ClientReaderWriter<v1::Request, ReplyView>& stream, grpc::ClientContext& ctx) {
     const job::Job& job = d_.job_;
     const config::RemoteConfig& c = d_.cfg_;
     v1::Request req;
@@ -216,13 +228,15 @@ class Dispatcher::Link {
       while (!answered.load() && !stop_ && Clock::now() < until) cv_.wait_for(lock, std::chrono::milliseconds(50));
       if (!answered.load()) ctx.TryCancel();
     });
-    v1::Reply reply;
+    ReplyView reply;
     const bool got = stream.Read(&reply);
     answered = true;
     cv_.notify_all();
     watchdog.join();
-    if (!got || !reply.has_open()) {
-      fail(got ? "the worker's first answer is not an OpenReply" : "no answer to the Open (closed, or 10 s passed)");
+    if (!got || reply.kind() != ReplyView::Kind::kOpen) {
+      fail(!got                                             ? "no answer to the Open (closed, or 10 s passed)"
+           : reply.kind() == ReplyView::Kind::kMalformed ? "the worker's first answer is " + reply.why()
+                                                           : std::string("the worker's first answer is not an OpenReply"));
       return false;
     }
     const v1::OpenReply& r = reply.open();
@@ -257,7 +271,7 @@ class Dispatcher::Link {
     return true;
   }
 
-  void send_loop(grpc::ClientReaderWriter<v1::Request, v1::Reply>& stream, grpc::ClientContext& ctx) {
+  void send_loop(grpc::ClientReaderWriter<v1::Request, ReplyView>& stream, grpc::ClientContext& ctx) {
     job::Job& job = d_.job_;
     const double deadline = d_.cfg_.deadline_s;
     for (;;) {
@@ -405,19 +419,31 @@ class Dispatcher::Link {
     window_ = static_cast<std::uint32_t>(std::clamp<double>(want, floor_window(), kWindowMax));
   }
 
-  void read_loop(grpc::ClientReaderWriter<v1::Request, v1::Reply>& stream) {
-    v1::Reply reply;
+  void read_loop(grpc::ClientReaderWriter<v1::Request, ReplyView>& stream) {
+    // One ReplyView for the stream's life: its vectors keep their capacity between messages.
+    ReplyView reply;
     std::string why;
     while (why.empty() && stream.Read(&reply)) {
-      if (reply.has_result()) {
-        if (base::Status s = take(reply.result()); !s) why = s.message();
-      } else if (reply.has_results() && static_cast<std::size_t>(reply.results().results_size()) <= kMaxBatch) {
-        for (const v1::Result& r : reply.results().results()) {
-          if (base::Status s = take(r); !s) {
+      const ReplyView::Kind kind = reply.kind();
+      if (kind == ReplyView::Kind::kResult || kind == ReplyView::Kind::kResults) {
+        for (const ResultView& r : reply.results()) {  // at most kMaxBatch (the parser's bound)
+          if (base::Status s = take(r, reply); !s) {
             why = s.message();
             break;
           }
         }
+        // The sender refills at half the window: woken once for the whole message (a wake-up
+        // per result, once below half, cost the node a context switch for each).
+        bool refill = false;
+        {
+          base::MutexLock lock(mu_);
+          refill = outstanding_.size() <= window_ / 2;
+        }
+        if (refill) cv_.notify_all();
+      } else if (kind == ReplyView::Kind::kMalformed) {
+        why = "sent " + reply.why();
+        base::MutexLock lock(mu_);
+        misbehaved_ = true;
       } else {
         why = "answered something other than results";
       }
@@ -438,7 +464,8 @@ class Dispatcher::Link {
   // here first. false with `why` when the worker misbehaved or its answer differs from this
   // node's (the item is re-issued, or served from this node's pixels; the caller ends the
   // stream).
-  base::Status take(const v1::Result& r) {
+  // `r` is one of `msg`'s results; its pixels are copied from msg's slices straight into the slot.
+  base::Status take(const ResultView& r, const ReplyView& msg) {
     std::string why;
     job::Job& job = d_.job_;
     const std::uint64_t n = job.pipeline().sample_bytes();
@@ -446,49 +473,49 @@ class Dispatcher::Link {
     bool echo_ok = true;
     {
       base::MutexLock lock(mu_);
-      auto at = outstanding_.find(r.id());
+      auto at = outstanding_.find(r.id);
       if (at == outstanding_.end()) {
-        if (hedged_.erase(r.id()) != 0) {
+        if (hedged_.erase(r.id) != 0) {
           // The late answer of an item made here meanwhile (hedged): discarded, the item ended.
           cv_.notify_all();  // the sender may take items again once none is due
           return {};
         }
         misbehaved_ = true;
-        return base::Status::error("answered item " + std::to_string(r.id()) + ", which it does not hold");
+        return base::Status::error("answered item " + std::to_string(r.id) + ", which it does not hold");
       }
       o = std::move(at->second);
       outstanding_.erase(at);
       // A 1.1 worker echoes the item's epoch and draw: an answer must name exactly the item
       // sent under its id (a worker that swaps ids is refused here; one that swaps pixels is
       // found by remote.verify).
-      echo_ok = worker_minor_ < 1 || (r.epoch() == o.sample.epoch && r.draw() == o.sample.draw);
+      echo_ok = worker_minor_ < 1 || (r.epoch == o.sample.epoch && r.draw == o.sample.draw);
     }
     image::SampleResult result;
-    result.error = static_cast<image::SampleErrorKind>(r.error());
-    result.reason = r.reason().substr(0, 1024);
-    result.warnings = r.warnings();
-    result.format = r.format() < static_cast<std::uint32_t>(image::kImageFormats) ? static_cast<image::ImageFormat>(r.format())
+    result.error = static_cast<image::SampleErrorKind>(r.error);
+    result.reason = r.reason;  // at most ReplyView::kMaxReasonBytes
+    result.warnings = r.warnings;
+    result.format = r.format < static_cast<std::uint32_t>(image::kImageFormats) ? static_cast<image::ImageFormat>(r.format)
                                                                                  : image::ImageFormat::kUnknown;
-    bool good = r.error() <= static_cast<std::uint32_t>(image::SampleErrorKind::kTooLarge);
+    bool good = r.error <= static_cast<std::uint32_t>(image::SampleErrorKind::kTooLarge);
     std::uint8_t* out = job.sample_out(o.item);
     if (!echo_ok) {
       good = false;
-      why = "answered item " + std::to_string(r.id()) + " as epoch " + std::to_string(r.epoch()) + " draw " +
-            std::to_string(r.draw()) + ", sent as epoch " + std::to_string(o.sample.epoch) + " draw " +
+      why = "answered item " + std::to_string(r.id) + " as epoch " + std::to_string(r.epoch) + " draw " +
+            std::to_string(r.draw) + ", sent as epoch " + std::to_string(o.sample.epoch) + " draw " +
             std::to_string(o.sample.draw);
     } else if (good && result.ok()) {
-      if (r.compressed()) {
-        const base::Status s = decompress(r.pixels(), std::span<std::uint8_t>(out, n));
+      if (r.compressed) {
+        const base::Status s = decompress(msg.contiguous(r.pixels, zstd_scratch_), std::span<std::uint8_t>(out, n));
         good = s.ok();
         if (!good) why = "sent a bad compressed sample: " + s.message();
-      } else if (r.pixels().size() == n) {
-        std::memcpy(out, r.pixels().data(), n);
+      } else if (r.pixels.size == n) {
+        msg.copy(r.pixels, out);
       } else {
         good = false;
-        why = "sent " + std::to_string(r.pixels().size()) + " bytes for a sample of " + std::to_string(n);
+        why = "sent " + std::to_string(r.pixels.size) + " bytes for a sample of " + std::to_string(n);
       }
     } else if (!good) {
-      why = "sent an unknown error kind " + std::to_string(r.error());
+      why = "sent an unknown error kind " + std::to_string(r.error);
     }
     if (!good) {
       d_.queue_.push_front(job.index(), {o.item});  // made again elsewhere
@@ -546,16 +573,15 @@ class Dispatcher::Link {
       return base::Status::error(why + ": dropped, its items re-issued");
     }
     stats_.samples++;
-    stats_.bytes_received += r.pixels().size();
+    stats_.bytes_received += r.pixels.size;
     const double rtt = std::chrono::duration<double>(Clock::now() - o.sent).count();
     stats_.rtt_s = stats_.rtt_s == 0 ? rtt : 0.9 * stats_.rtt_s + 0.1 * rtt;
     // The link's share: the round trip less the item's wait and work at the worker (both
     // reported by it, bounded by the round trip: a peer's figures are not trusted further).
     const double at_worker = 
-        (static_cast<double>(r.busy_ns()) + static_cast<double>(r.queued_ns())) * 1e-9;
+        (static_cast<double>(r.busy_ns) + static_cast<double>(r.queued_ns)) * 1e-9;
     link_rtt_min_ = std::min(link_rtt_min_, std::max(0.0, rtt - at_worker));
-    if (outstanding_.size() <= window_ / 2) cv_.notify_all();  // the sender refills at half
-    return {};
+    return {};  // the sender is woken once per message (read_loop), not per result
   }
 
   void reissue_all() {
@@ -597,11 +623,14 @@ class Dispatcher::Link {
   // The reading thread's: worker read failures, "bad file" verdicts and remote.verify picks.
   std::unique_ptr<image::SampleProcessor> local_;
   std::vector<std::uint8_t> buffer_, check_;
+  std::string zstd_scratch_;  // a compressed sample split over slices, gathered (reused)
   std::thread thread_;
 };
 
 Dispatcher::Dispatcher(job::Job& job, sched::WorkQueue& queue, const config::RemoteConfig& cfg)
     : job_(job), queue_(queue), cfg_(cfg), verify_key_((std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()) {
+  // Results arrive in malloc'd slices: keep their pages mapped between messages (issue #36).
+  keep_receive_memory_mapped();
   // Names are resolved on the resolver thread, never here: this runs on the control thread,
   // and a lookup can take seconds.
   resolver_ = std::thread([this] { resolve_loop(); });

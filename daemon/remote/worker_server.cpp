@@ -86,6 +86,17 @@ class WorkerServer::Impl final : public v1::Worker::CallbackService, public Stre
     return waiting_open_.erase(ctx) == 1;
   }
 
+  void wake_at(std::shared_ptr<WorkerStream> stream, std::chrono::steady_clock::time_point when) override {
+    bool sooner = false;
+    {
+      base::MutexLock lock(watch_mu_);
+      if (watch_stop_) return;  // shutting down: the stream's results go with it
+      sooner = lingers_.empty() || when < lingers_.begin()->first;
+      lingers_.emplace(when, std::move(stream));
+    }
+    if (sooner) watch_cv_.notify_all();
+  }
+
   // Whether this is the first time `peer`'s host ("ipv4:10.0.0.7:51234" less its port) is
   // named for `why` (a log line once per peer; forgets all past 4096 hosts). The set is picked
   // under the lock, so the thread-safety analysis sees every access guarded.
@@ -123,6 +134,11 @@ class WorkerServer::Impl final : public v1::Worker::CallbackService, public Stre
     }
     watch_cv_.notify_all();
     if (open_watchdog_.joinable()) open_watchdog_.join();
+    std::multimap<std::chrono::steady_clock::time_point, std::shared_ptr<WorkerStream>> lingers;
+    {
+      base::MutexLock lock(watch_mu_);
+      lingers.swap(lingers_);
+    }
   }
 
   WorkerStats stats() const {
@@ -142,12 +158,27 @@ class WorkerServer::Impl final : public v1::Worker::CallbackService, public Stre
  private:
   // One thread for every stream's Open deadline: cancels (TryCancel) those past it; their
   // outstanding read then completes and the stream ends. Under watch_mu_, so a stream whose
-  // first read completes (unwatch) is never cancelled after it has moved on.
+  // first read completes (unwatch) is never cancelled after it has moved on. The same thread
+  // ends the streams' lingers (wake_at), calling them outside watch_mu_ (a stream's mutex is
+  // taken before watch_mu_ when it asks for a timer, never after).
   void cancel_late_opens() {
     base::MutexLock lock(watch_mu_);
     while (!watch_stop_) {
-      const auto now = std::chrono::steady_clock::now();
+      auto now = std::chrono::steady_clock::now();
+      if (!lingers_.empty() && lingers_.begin()->first <= now) {
+        std::vector<std::shared_ptr<WorkerStream>> due;
+        while (!lingers_.empty() && lingers_.begin()->first <= now) {
+          due.push_back(std::move(lingers_.begin()->second));
+          lingers_.erase(lingers_.begin());
+        }
+        lock.unlock();
+        for (const std::shared_ptr<WorkerStream>& st : due) st->linger_due();
+        due.clear();  // a stream may end here, outside watch_mu_
+        lock.lock();
+        continue;
+      }
       auto next = now + std::chrono::seconds(1);
+      if (!lingers_.empty()) next = std::min(next, lingers_.begin()->first);
       for (auto it = waiting_open_.begin(); it != waiting_open_.end();) {
         if (it->second <= now) {
           // Counted before the cancel, so a peer that sees its stream end sees the count too.
@@ -226,6 +257,9 @@ class WorkerServer::Impl final : public v1::Worker::CallbackService, public Stre
   std::map<grpc::CallbackServerContext*, std::chrono::steady_clock::time_point> waiting_open_
       STOKER_GUARDED_BY(watch_mu_);
   bool watch_stop_ STOKER_GUARDED_BY(watch_mu_) = false;
+  // Streams whose results linger, by when their linger ends (worker_stream.hpp).
+  std::multimap<std::chrono::steady_clock::time_point, std::shared_ptr<WorkerStream>> lingers_
+      STOKER_GUARDED_BY(watch_mu_);
   std::thread open_watchdog_;
   base::Mutex peers_mu_;
   std::set<std::string> busy_peers_ STOKER_GUARDED_BY(peers_mu_), timeout_peers_ STOKER_GUARDED_BY(peers_mu_),

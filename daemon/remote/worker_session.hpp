@@ -40,6 +40,13 @@ struct WorkerSettings {
   // (`--max-streams`; a waiting stream holds no thread, worker_stream.hpp).
   std::chrono::milliseconds open_timeout{10'000};
   unsigned max_streams = 64;
+  // How long a finished result may wait for others to leave with it in one ResultBatch (issue
+  // #36; worker_stream.hpp): each message is a wake-up of the GPU node, most of what a remote
+  // sample costs it. 5 ms: a 1-thread worker (~1 ms a sample) sends ~5 a message; on the
+  // 2-core bench, 2 ms left 1.15 switches per sample on the node, 5 ms 0.8 (docs/PERFORMANCE.md).
+  // The node's window and hedging see it as link time (1% of the 0.5 s hedge floor). Zero: each
+  // result leaves as soon as no write is outstanding.
+  std::chrono::microseconds result_linger{5'000};
 };
 
 // The Open's protocol major and token, the checks a stream passes before the worker allocates

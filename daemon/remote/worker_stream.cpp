@@ -173,6 +173,7 @@ void WorkerStream::deliver(v1::Result&& result) {
   base::MutexLock lock(mu_);
   --making_;
   if (!broken_) {
+    if (outbox_.empty()) oldest_ = std::chrono::steady_clock::now();
     outbox_bytes_ += result.pixels().size();
     outbox_.push_back(std::move(result));
   }
@@ -195,6 +196,15 @@ void WorkerStream::OnWriteDone(bool ok) {
   const bool fin = want_finish_locked();
   lock.unlock();
   act(write, queue, fin);
+}
+
+void WorkerStream::linger_due() {
+  base::MutexLock lock(mu_);
+  timer_set_ = false;
+  const bool write = next_write_locked();  // or a later linger asks for the timer again
+  const bool fin = want_finish_locked();
+  lock.unlock();
+  act(write, false, fin);
 }
 
 void WorkerStream::OnCancel() {
@@ -242,8 +252,19 @@ bool WorkerStream::want_queue_locked() {
   return true;
 }
 
+bool WorkerStream::lingering_locked(std::chrono::steady_clock::time_point now) const {
+  const auto linger = host_.settings().result_linger;
+  if (linger.count() <= 0) return false;
+  const bool more_coming = making_ > 0 || (!todo_.empty() && has_room_locked());
+  return more_coming && outbox_.size() < kMaxBatch && outbox_bytes_ < kBatchBytes && now < oldest_ + linger;
+}
+
 bool WorkerStream::next_write_locked() {
   if (writing_ || finished_ || broken_ || outbox_.empty()) return false;
+  if (lingering_locked(std::chrono::steady_clock::now())) {
+    if (!timer_set_) timer_set_ = timer_wanted_ = true;
+    return false;
+  }
   // Results that finished while the previous reply was written leave together, as one
   // ResultBatch (one message and one wake-up on the GPU node for many samples).
   write_.Clear();
@@ -272,6 +293,13 @@ bool WorkerStream::want_finish_locked() {
 }
 
 void WorkerStream::act(bool write, bool queue, bool finish) {
+  std::optional<std::chrono::steady_clock::time_point> timer;
+  {
+    base::MutexLock lock(mu_);
+    if (timer_wanted_) timer = oldest_ + host_.settings().result_linger;
+    timer_wanted_ = false;
+  }
+  if (timer) host_.wake_at(shared_from_this(), *timer);
   if (write) StartWrite(&write_);
   if (queue) host_.schedule(shared_from_this());
   if (finish) {

@@ -9,6 +9,14 @@
 // reads its stream therefore costs the worker at most about kStreamBufferBytes, a gRPC window,
 // and its queued Items (at most kMaxInFlight), and blocks no decode thread.
 //
+// Linger (issue #36): a result that finds no write outstanding still waits, up to
+// settings().result_linger after the oldest waiting result was made, for others to leave with
+// it — but only while more are coming (an item of the stream is being made, or one waits with
+// room to be made), and only until kMaxBatch results or kBatchBytes are waiting. A result
+// therefore waits at most the linger, and never for an item that is not in the worker's hands;
+// the host's timer (StreamHost::wake_at) writes what a linger ended with. Parking is unaffected:
+// kBatchBytes is below every stream's park threshold.
+//
 // Life: created by the server for each call, kept alive by its own `self_` until gRPC's OnDone
 // and by the decode threads' references while they make its items. Invariant: no gRPC
 // operation (StartRead, StartWrite, Finish) is started after `finished_` is set, and Finish is
@@ -54,6 +62,9 @@ class StreamHost {
   virtual void watch(grpc::CallbackServerContext* ctx, std::chrono::steady_clock::time_point until) = 0;
   virtual bool unwatch(grpc::CallbackServerContext* ctx) = 0;
   virtual bool first_from(const std::string& peer, PeerLog why) = 0;
+  // Calls stream->linger_due() at `when` or soon after (once per call), from a thread of the
+  // host's, outside every lock of the host's.
+  virtual void wake_at(std::shared_ptr<WorkerStream> stream, std::chrono::steady_clock::time_point when) = 0;
 };
 
 class WorkerStream final : public grpc::ServerBidiReactor<v1::Request, v1::Reply>,
@@ -78,6 +89,8 @@ class WorkerStream final : public grpc::ServerBidiReactor<v1::Request, v1::Reply
   // A result made from an item take() gave (exactly one per item).
   void deliver(v1::Result&& result);
   const WorkerSession& session() const { return *session_; }
+  // The host's timer: a linger may have ended; writes what waited for it.
+  void linger_due();
   std::uint64_t serial() const { return serial_; }
 
   void OnReadDone(bool ok) override;
@@ -94,11 +107,14 @@ class WorkerStream final : public grpc::ServerBidiReactor<v1::Request, v1::Reply
   bool has_room_locked() const STOKER_REQUIRES(mu_);
   // Marks the stream queued when it should be and is not; the caller then schedules it.
   bool want_queue_locked() STOKER_REQUIRES(mu_);
-  // Moves a batch of the outbox into write_ when no write is outstanding (the caller writes it).
+  // Moves a batch of the outbox into write_ when no write is outstanding and no linger holds
+  // it (the caller writes it); a linger that holds it asks act() for the timer.
   bool next_write_locked() STOKER_REQUIRES(mu_);
+  bool lingering_locked(std::chrono::steady_clock::time_point now) const STOKER_REQUIRES(mu_);
   // Marks the stream finished when nothing is outstanding (the caller calls Finish(end_)).
   bool want_finish_locked() STOKER_REQUIRES(mu_);
-  // Acts on the decisions taken under mu_, after releasing it.
+  // Acts on the decisions taken under mu_ (and on a timer next_write_locked asked for), after
+  // releasing it.
   void act(bool write, bool queue, bool finish);
 
   StreamHost& host_;
@@ -118,6 +134,10 @@ class WorkerStream final : public grpc::ServerBidiReactor<v1::Request, v1::Reply
   std::deque<v1::Result> outbox_ STOKER_GUARDED_BY(mu_);  // made, not in a write yet
   std::size_t outbox_bytes_ STOKER_GUARDED_BY(mu_) = 0;
   std::size_t in_write_ STOKER_GUARDED_BY(mu_) = 0;      // results in write_ while writing_
+  // When the outbox's oldest result was delivered (meaningful while the outbox is not empty).
+  std::chrono::steady_clock::time_point oldest_ STOKER_GUARDED_BY(mu_);
+  bool timer_set_ STOKER_GUARDED_BY(mu_) = false;     // a wake_at is pending (at most one)
+  bool timer_wanted_ STOKER_GUARDED_BY(mu_) = false;  // act() is to ask for one, at oldest_ + linger
   bool reading_ STOKER_GUARDED_BY(mu_) = false;
   bool writing_ STOKER_GUARDED_BY(mu_) = false;
   bool queued_ STOKER_GUARDED_BY(mu_) = false;    // in the host's ready list

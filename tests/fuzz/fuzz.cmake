@@ -10,6 +10,7 @@ set(_seed_configs ${CMAKE_CURRENT_SOURCE_DIR}/data/configs-malformed ${PROJECT_S
 set(_seed_control ${CMAKE_CURRENT_SOURCE_DIR}/data/control-messages)
 set(_seed_http ${CMAKE_CURRENT_SOURCE_DIR}/data/http-requests)
 set(_seed_remote ${CMAKE_CURRENT_SOURCE_DIR}/data/remote-messages)
+set(_seed_remote_reply ${CMAKE_CURRENT_SOURCE_DIR}/data/remote-replies)
 set(_seed_segment ${CMAKE_CURRENT_SOURCE_DIR}/data/segment-headers)
 set(_seed_list_xml ${CMAKE_CURRENT_SOURCE_DIR}/data/list-xml)
 
@@ -20,13 +21,16 @@ target_include_directories(stoker_segment_check PUBLIC ${PROJECT_SOURCE_DIR}/cli
 target_link_libraries(stoker_segment_check PUBLIC stoker::proto stoker_base)
 
 set(_harnesses sample_processor config control metrics_http segment_check list_xml)
-if(STOKER_HAVE_REMOTE)  # remote workers (#27): the worker's stream handling
-  list(APPEND _harnesses remote_worker)
+if(STOKER_HAVE_REMOTE)  # remote workers (#27): the worker's stream handling; the node's Reply parser (#36)
+  list(APPEND _harnesses remote_worker remote_reply)
 endif()
 foreach(h ${_harnesses})
   if(h STREQUAL "remote_worker")
     set(_lib stoker_remote_worker)
     set(_seeds ${_seed_remote})
+  elseif(h STREQUAL "remote_reply")
+    set(_lib stoker_remote_worker)
+    set(_seeds ${_seed_remote_reply})
   elseif(h STREQUAL "sample_processor")
     set(_lib stoker_image)
     set(_seeds ${_seed_images})

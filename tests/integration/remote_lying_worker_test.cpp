@@ -43,7 +43,30 @@ enum class Lie {
   kFlipPixels,  // one byte of every sample flipped (A6: remote.verify)
   kLate,        // every answer 2.5 s late (A7: hedging)
   kOtherDecoders,  // honest answers, but its Open names other decoder library versions
+  kTruncatedPixels,  // a Reply whose Result's pixel field claims the whole sample, holds half (#36)
 };
+
+std::string varint(std::uint64_t v) {
+  std::string s;
+  do {
+    s.push_back(static_cast<char>((v & 0x7f) | (v > 0x7f ? 0x80 : 0)));
+    v >>= 7;
+  } while (v != 0);
+  return s;
+}
+
+// The batch's first result written by hand, its pixel field claiming all of the sample's bytes
+// but carrying half: the Reply's own framing holds (protobuf sends the batch as an unknown
+// field 3, which is the ResultBatch field on the wire), the Result inside it does not.
+v1::Reply truncated_pixels(const v1::ResultBatch& rs) {
+  v1::Reply reply;
+  if (rs.results_size() == 0) return reply;
+  const v1::Result& r = rs.results(0);
+  const std::string result = "\x08" + varint(r.id()) + "\x50" + varint(r.epoch()) + "\x58" + varint(r.draw()) + "\x32" +
+                             varint(r.pixels().size()) + r.pixels().substr(0, r.pixels().size() / 2);
+  reply.GetReflection()->MutableUnknownFields(&reply)->AddLengthDelimited(3, "\x0a" + varint(result.size()) + result);
+  return reply;
+}
 
 // A worker on 127.0.0.1 (any port) that answers every item, then lies as `lie` says.
 class LyingWorker final : public v1::Worker::Service {
@@ -106,6 +129,7 @@ class LyingWorker final : public v1::Worker::Service {
       v1::ResultBatch& rs = *reply.mutable_results();
       for (const v1::Item* it : items) session.process(*it, processor, bytes, *rs.add_results());
       spoil(rs);
+      if (lie_ == Lie::kTruncatedPixels) reply = truncated_pixels(rs);
       if (lie_ == Lie::kLate) {
         std::lock_guard lock(mu);
         due.emplace_back(LieClock::now() + std::chrono::milliseconds(2500), std::move(reply));
@@ -156,6 +180,7 @@ class LyingWorker final : public v1::Worker::Service {
         break;
       case Lie::kLate:
       case Lie::kOtherDecoders:
+      case Lie::kTruncatedPixels:
         break;
     }
   }
@@ -243,6 +268,18 @@ TEST_CASE("a worker answering under swapped ids is dropped and its items made ag
   CHECK(job["remote"][0]["errors"].get<std::uint64_t>() > 0);
   CHECK(job["remote"][0]["reissued"].get<std::uint64_t>() > 0);
   CHECK(after.log.find("sent as epoch") != std::string::npos);
+}
+
+// Issue #36: the node parses a Reply by hand in gRPC's slices (reply_view.hpp); a message
+// whose pixel field runs past its Result is refused before a byte of it is used.
+TEST_CASE("a worker sending a pixel field longer than its Result is dropped as malformed and its items made again",
+          "[integration][remote][security]") {
+  const AfterLie after = serve_beside_a_lie(Lie::kTruncatedPixels, "local: false, verify: 0");
+  const Json& job = after.job;
+  INFO(job.dump());
+  CHECK(job["remote"][0]["errors"].get<std::uint64_t>() > 0);
+  CHECK(job["remote"][0]["samples"].get<std::uint64_t>() == 0);
+  CHECK(after.log.find("sent a malformed Reply: Result field 6 longer than its message") != std::string::npos);
 }
 
 TEST_CASE("remote.verify finds a worker's swapped or flipped pixels and serves this node's",

@@ -278,3 +278,93 @@ TEST_CASE("a node that never reads its results parks its stream: no decode threa
   while (server.stats().streams != 0 && LimitsClock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   CHECK(server.stats().streams == 0);
 }
+
+namespace {
+
+// Messages and results of one stream at `server` for `items` items of a 224x224 uint8 job.
+struct Answered {
+  int messages = 0;
+  std::set<std::uint64_t> ids;
+  double first_s = 0;  // from the items' write to the first message
+};
+
+Answered ask(int port, int items) {
+  const fs::path demo = fs::canonical(fs::path(STOKER_TEST_DATA_DIR) / "demo");
+  stoker::test::TempDir dir;
+  const std::string yaml = "jobs:\n"
+                           "  small:\n"
+                           "    source: {root: \"" + demo.string() + "\"}\n"
+                           "    batch_size: 4\n"
+                           "    remote: {workers: [\"127.0.0.1:1\"]}\n"
+                           "    pipeline:\n"
+                           "      - decode: {}\n"
+                           "      - random_resized_crop: {size: 224}\n"
+                           "    output: {dtype: uint8}\n";
+  const stoker::config::Config cfg = stoker::config::parse_config(yaml, "node.yaml", dir.path());
+  std::vector<std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(demo)) {
+    if (e.is_regular_file() && e.path().extension() == ".jpg") files.push_back(e.path().string());
+  }
+  REQUIRE(!files.empty());
+  grpc::ChannelArguments own;
+  own.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  own.SetMaxReceiveMessageSize(-1);
+  auto channel = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials(), own);
+  auto stub = v1::Worker::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto rw = stub->Work(&ctx);
+  v1::Request open;
+  *open.mutable_open() = stoker::test::node_open(cfg.jobs.at(0));
+  open.mutable_open()->set_token("the right token");
+  REQUIRE(rw->Write(open));
+  v1::Reply reply;
+  REQUIRE(rw->Read(&reply));
+  INFO(reply.open().error());
+  REQUIRE(reply.open().accepted());
+  v1::Request req;
+  for (int i = 0; i < items; ++i) {
+    v1::Item* it = req.mutable_items()->add_items();
+    it->set_id(static_cast<std::uint64_t>(i) + 1);
+    it->set_path(files[static_cast<std::size_t>(i) % files.size()]);
+    it->set_draw(static_cast<std::uint32_t>(i));
+  }
+  const auto t0 = LimitsClock::now();
+  REQUIRE(rw->Write(req));
+  Answered a;
+  while (static_cast<int>(a.ids.size()) < items && rw->Read(&reply)) {
+    if (a.messages++ == 0) a.first_s = std::chrono::duration<double>(LimitsClock::now() - t0).count();
+    if (reply.has_result()) a.ids.insert(reply.result().id());
+    for (const v1::Result& r : reply.results().results()) a.ids.insert(r.id());
+  }
+  rw->WritesDone();
+  CHECK(rw->Finish().ok());
+  return a;
+}
+
+}  // namespace
+
+// Issue #36: a worker's results linger (worker_stream.hpp) so that several leave in one
+// message, each message being a wake-up of the GPU node; but never for an item the worker
+// does not hold.
+TEST_CASE("a 1-thread worker's results linger into few messages, and a lone item is not held", "[integration][remote]") {
+  stoker::remote::WorkerSettings settings = limits_settings();
+  settings.allow_roots = {fs::canonical(fs::path(STOKER_TEST_DATA_DIR) / "demo")};
+  settings.threads = 1;
+  settings.result_linger = std::chrono::milliseconds(1000);
+  stoker::remote::WorkerServer server(settings, "127.0.0.1:0", {});
+
+  const Answered many = ask(server.port(), 16);
+  std::printf("linger 1 s: 16 results in %d message(s)\n", many.messages);
+  CHECK(many.ids.size() == 16);
+  // Without the linger, a result that finds no write outstanding leaves alone: ~16 messages on
+  // an idle machine. With it, only a decode slower than the linger splits them.
+  CHECK(many.messages <= 4);
+
+  // One item: nothing else is coming, so it leaves as soon as it is made (a few ms), not
+  // after the linger's 1 s (0.5 s allows for a loaded machine).
+  const Answered lone = ask(server.port(), 1);
+  std::printf("a lone item answered in %.1f ms\n", lone.first_s * 1e3);
+  CHECK(lone.ids.size() == 1);
+  CHECK(lone.first_s < 0.5);
+}
