@@ -216,7 +216,11 @@ def test_remote_tar_shards_with_compression_equal_a_local_run(tmp_path, demo_roo
         all_connected(rem)
         assert_same_batches(want, consume(rem, tmp_path / "b", 6))
         st = status(rem)
-        assert remote_samples(st) >= st["samples_ok"] - 3 * 8 and st["samples_ok"] >= 48
+        # As above: the first prefetch and hedged items (late under load or ThreadSanitizer)
+        # may be made locally.
+        hedged = sum(w["hedged"] for w in st["remote"])
+        assert remote_samples(st) + hedged >= st["samples_ok"] - 3 * 8 and st["samples_ok"] >= 48, \
+            (remote_samples(st), hedged, st["samples_ok"])
         # zstd: fewer bytes on the wire than the samples' raw size (3x32x32 uint8 each).
         assert 0 < st["remote"][0]["bytes_received"] < remote_samples(st) * 3 * 32 * 32
     finally:
@@ -464,7 +468,9 @@ def test_a_reload_that_adds_a_worker_restarts_the_job_with_both(tmp_path, demo_r
         all_connected(rem)
         got = consume(rem, tmp_path / "b1", 8)
         assert len(got) == 8
-        assert all(w["samples"] > 0 for w in status(rem)["remote"])
+        # Both workers were given items: made there, or (late under load or ThreadSanitizer)
+        # hedged, made here with the worker's answer dropped.
+        assert all(w["samples"] + w["hedged"] > 0 for w in status(rem)["remote"]), status(rem)["remote"]
     finally:
         t0 = time.monotonic()
         rem.stop()
