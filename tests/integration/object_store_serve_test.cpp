@@ -471,7 +471,7 @@ TEST_CASE("s3: 503s, 429 with Retry-After and answers cut mid-body are retried: 
   CHECK(quarantine_files(dir.path(), "bucket").empty());
 }
 
-TEST_CASE("s3: a store that stops answering pauses the job (status says why), which goes on when it returns; "
+TEST_CASE("s3: a store that stops answering pauses the job (status says why), which goes on when it returns, "
           "nothing skipped, and stopping stokerd does not wait for it",
           "[integration][s3]") {
   if (!S3Server::available()) {
@@ -547,7 +547,7 @@ TEST_CASE("s3: a store that stops answering pauses the job (status says why), wh
 }
 
 TEST_CASE("s3: a client-defined job reads a bucket server.client_job_buckets names, with stokerd's endpoint and "
-          "credentials, and the same batches as stokerd's own job; other buckets are refused",
+          "credentials, and the same batches as stokerd's own job, other buckets refused",
           "[integration][s3]") {
   if (!S3Server::available()) {
     WARN(S3Server::missing_message());
