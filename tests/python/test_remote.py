@@ -440,7 +440,10 @@ def test_a_worker_answering_garbage_is_dropped_and_its_items_made_elsewhere(tmp_
         assert_same_batches(want, consume(rem, tmp_path / "b", 24))
         st = status(rem)
         wa, wb = st["remote"]
-        assert wa["errors"] > 0 and wa["reissued"] > 0, wa
+        # A is dropped at its first spoiled result. What it held then is re-issued, but its
+        # results now come several to a message (a worker lingers for them): the spoiled one
+        # may arrive with all it held, leaving nothing to re-issue (seen under ThreadSanitizer).
+        assert wa["errors"] > 0, wa
         expect = {"wrong-size": "bytes for a sample of", "unknown-id": "which it does not hold",
                   "corrupt-frame": "bad compressed sample"}[fault]
         assert expect in open(rem.log).read()
