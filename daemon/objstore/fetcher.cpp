@@ -113,6 +113,7 @@ struct Fetcher::Request {
   bool ranged = false;
   std::uint64_t offset = 0, size = 0;
   int sink_fd = -1;  // >= 0: the body goes to this descriptor, not into memory
+  SinkWatch* watch = nullptr;  // with sink_fd: told of each write and restart; may cancel
 };
 
 namespace fetch_detail {
@@ -164,6 +165,14 @@ std::size_t on_body(char* data, std::size_t one, std::size_t n, void* user) {
     }
     at += static_cast<std::size_t>(k);
     t->sunk += static_cast<std::uint64_t>(k);
+  }
+  if (t->req.watch != nullptr) {
+    if (t->req.watch->cancelled()) {
+      t->sink_failed = true;
+      t->sink_errno = ECANCELED;
+      return 0;  // the reader needs no more of it
+    }
+    t->req.watch->wrote(t->sunk);
   }
   return bytes;
 }
@@ -259,6 +268,7 @@ struct Fetcher::Driver {
     t->sunk = 0;
     t->sink_failed = false;
     if (t->req.sink_fd >= 0) (void)::ftruncate(t->req.sink_fd, 0);  // a retry starts the object over
+    if (t->req.watch != nullptr) t->req.watch->restarted();
     CURL* e = curl_easy_init();
     t->easy = e;
     curl_easy_setopt(e, CURLOPT_URL, t->req.url.c_str());
@@ -525,8 +535,9 @@ FetchResult Fetcher::get_range(const ObjectUrl& url, std::uint64_t offset, std::
   return got;
 }
 
-FetchResult Fetcher::get_to_fd(const ObjectUrl& url, int fd) {
+FetchResult Fetcher::get_to_fd(const ObjectUrl& url, int fd, SinkWatch* watch) {
   Request r;
+  r.watch = watch;
   r.url = request_url(options_, url);
   r.name = "GET " + url.text();
   r.sign = url.scheme == Scheme::kS3 && !options_.credentials.empty();

@@ -30,6 +30,7 @@
 #include "objstore/list_xml.hpp"
 #include "objstore/object_cache.hpp"
 #include "objstore/object_url.hpp"
+#include "objstore/sink_watch.hpp"
 
 namespace stoker::objstore {
 
@@ -95,7 +96,10 @@ class Fetcher {
   // The whole object written to `fd` (from offset 0; truncated and written again when a retry
   // starts over) instead of into memory: what indexing a large shard streams into. The
   // result's `size` is the bytes written; a failed write to `fd` is an error (kOther).
-  FetchResult get_to_fd(const ObjectUrl& url, int fd);
+  // `watch`: told how far the body has come as it is written, so a reader can start on it
+  // before the end (the caller calls watch->finished() when this returns); watch->cancel()
+  // ends the transfer at its next write, as a failed write (kOther).
+  FetchResult get_to_fd(const ObjectUrl& url, int fd, SinkWatch* watch = nullptr);
   // Size and Last-Modified, no body.
   FetchResult head(const ObjectUrl& url);
   // Every page of ListObjectsV2 for the s3:// URL's key as prefix; with `delimiter` "/" the

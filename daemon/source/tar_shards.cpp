@@ -181,7 +181,7 @@ struct Group {
 
 }  // namespace
 
-ShardIndex index_shard(const std::string& path, int fd) {
+ShardIndex index_shard(const std::string& path, int fd, const Arriving* arriving) {
   Fd f;
   if (fd >= 0) {
     f.fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
@@ -196,15 +196,35 @@ ShardIndex index_shard(const std::string& path, int fd) {
   if (!S_ISREG(st.st_mode)) throw SourceError(path + ": not a regular file");
   // The walk goes forward through the shard: let the kernel read ahead in large requests
   // (headers of small members share pages, so most of a shard is read either way).
-  (void)::posix_fadvise(f.fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  if (arriving == nullptr) (void)::posix_fadvise(f.fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   ShardIndex ix;
-  ix.file_size = static_cast<std::uint64_t>(st.st_size);
+  ix.file_size = arriving != nullptr ? arriving->size : static_cast<std::uint64_t>(st.st_size);
   ix.mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec;
   const std::uint64_t file_size = ix.file_size;
 
+  // Every read of the walk: a shard still arriving is waited for first, and what lies well
+  // behind the walk is given back (punched out of the memfd) every kGiveBackStep bytes.
+  constexpr std::uint64_t kGiveBackStep = 8u << 20;
+  std::uint64_t given_back = 0;
+  auto read_at = [&](std::uint64_t offset, void* out, std::size_t n) {
+    if (arriving != nullptr) {
+      if (!arriving->watch->wait_for(offset + n)) {
+        throw SourceError(at(path, offset) + "the object ended early (its transfer failed, or it changed while "
+                                             "being indexed)");
+      }
+      const std::uint64_t behind = offset & ~std::uint64_t{4095};
+      if (behind >= given_back + kGiveBackStep) {
+        // From 0 each time: a retry of the transfer writes the start again (holes cost nothing).
+        (void)::fallocate(f.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(behind));
+        given_back = behind;
+      }
+    }
+    read_exact(f.fd, path, offset, out, n);
+  };
+
   unsigned char h[kBlock];
   if (file_size >= 2) {
-    read_exact(f.fd, path, 0, h, 2);
+    read_at(0, h, 2);
     if (h[0] == 0x1f && h[1] == 0x8b) {
       throw SourceError(path + ": gzip-compressed; tar shards must be uncompressed (members are read by offset): "
                                "gunzip it, or re-write the shards without compression");
@@ -232,7 +252,7 @@ ShardIndex index_shard(const std::string& path, int fd) {
   };
   auto small_member = [&](std::uint64_t offset, std::uint64_t size) {
     std::string s(size, '\0');
-    read_exact(f.fd, path, offset, s.data(), size);
+    read_at(offset, s.data(), size);
     return s;
   };
 
@@ -247,7 +267,7 @@ ShardIndex index_shard(const std::string& path, int fd) {
       throw SourceError(at(path, pos) + "truncated tar header (" + std::to_string(file_size - pos) +
                         " of 512 bytes before the end of the file)");
     }
-    read_exact(f.fd, path, pos, h, kBlock);
+    read_at(pos, h, kBlock);
     if (std::all_of(h, h + kBlock, [](unsigned char c) { return c == 0; })) break;  // end-of-archive block
     if (!checksum_ok(h)) {
       throw SourceError(at(path, pos) + "corrupt tar header (checksum mismatch; not a tar file, or damaged)");
@@ -424,19 +444,47 @@ bool compressed_name(const std::string& path) {
 
 namespace {
 
-// An object's headers walked in memory: fetched whole (one GET, the one pass over its bytes
-// indexing needs) straight into a memfd, which index_shard reads as it reads a file; the
-// object is held once, as the memfd's pages, and only while its shard is indexed.
-tar::ShardIndex index_object(const std::string& url_text, const objstore::ObjectUrl& url, objstore::Fetcher& fetcher) {
+// An object's headers walked as its body arrives: one GET (the one pass over its bytes that
+// indexing needs) streams into a memfd, and index_shard walks the headers behind the download,
+// giving back the pages it has passed. So the index is ready about when the last byte is, and
+// an indexing thread holds about what the download is ahead of its walk, not the shard.
+// `size` is the object's size as HEAD gave it; a body of another size is refused (changed).
+tar::ShardIndex index_object(const std::string& url_text, const objstore::ObjectUrl& url, objstore::Fetcher& fetcher,
+                             std::uint64_t size) {
   const int fd = ::memfd_create("stoker-tar-index", MFD_CLOEXEC);
   if (fd < 0) throw SourceError(url_text + ": cannot index: memfd_create: " + std::strerror(errno));
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
-  const objstore::FetchResult got = fetcher.get_to_fd(url, fd);
+  objstore::SinkWatch watch;
+  objstore::FetchResult got;
+  std::thread transfer([&] {
+    got = fetcher.get_to_fd(url, fd, &watch);
+    watch.finished();
+  });
+  const tar::Arriving arriving{size, &watch};
+  tar::ShardIndex ix;
+  try {
+    ix = tar::index_shard(url_text, fd, &arriving);
+  } catch (...) {
+    // The transfer ended before the walk needed its next bytes: its own error is the one to
+    // report (a store that failed is no corrupt shard), or a body shorter than HEAD said.
+    const bool transfer_ended = watch.has_finished();
+    watch.cancel();  // else the shard is corrupt: fetch no more of it
+    transfer.join();
+    if (transfer_ended && !got.ok()) throw SourceError(got.message);
+    if (transfer_ended && got.size != size) {
+      throw SourceError(url_text + ": changed while it was indexed (" + std::to_string(size) + " then " +
+                        std::to_string(got.size) + " bytes); start the job again");
+    }
+    throw;
+  }
+  // The walk stops at the end-of-archive block; the padding after it is still arriving.
+  transfer.join();
   if (!got.ok()) throw SourceError(got.message);
-  return tar::index_shard(url_text, fd);
+  ix.file_size = got.size;
+  return ix;
 }
 
 Dataset read_tar_shards_unsettled(const std::vector<std::string>& patterns, const std::filesystem::path& index_cache,
@@ -483,7 +531,7 @@ Dataset read_tar_shards_unsettled(const std::vector<std::string>& patterns, cons
           if (it != cached.end() && it->second.file_size == head.size && it->second.mtime_ns == mtime && mtime >= 0) {
             indexes[i] = &it->second;
           } else {
-            fresh[i] = index_object(shards[i], *url, *fetcher);
+            fresh[i] = index_object(shards[i], *url, *fetcher, head.size);
             if (fresh[i].file_size != head.size) {
               throw SourceError(shards[i] + ": changed while it was indexed (" + std::to_string(head.size) + " then " +
                                 std::to_string(fresh[i].file_size) + " bytes); start the job again");

@@ -12,6 +12,10 @@
 
 #include "source/mapped_allocator.hpp"
 
+namespace stoker::objstore {
+class SinkWatch;
+}
+
 namespace stoker::source::tar {
 
 // One sample of a shard: its image member's bytes are [offset, offset + size) of the file; its
@@ -56,7 +60,17 @@ struct ShardIndex {
 // has a truncated or corrupt header or member.
 // `fd` >= 0: the shard is read through that descriptor (one already checked for a client's
 // user), which stays the caller's; `path` then only names it in messages.
-ShardIndex index_shard(const std::string& path, int fd = -1);
+// `arriving`: the shard is still being fetched into `fd` (an object in a bucket): its size is
+// `size` (HEAD's), and each read first waits until `watch` says its bytes are in; the pages
+// walked past are given back as the walk goes (fd must be a memfd or tmpfs file), so memory
+// holds about what the download is ahead of the walk, not the shard. Throws the reader's
+// SourceError "ended early" when the transfer ends first: the caller then reports the
+// transfer's own error.
+struct Arriving {
+  std::uint64_t size = 0;
+  objstore::SinkWatch* watch = nullptr;
+};
+ShardIndex index_shard(const std::string& path, int fd = -1, const Arriving* arriving = nullptr);
 
 // The index cache, one file per job: a ShardIndex per shard path. load gives an empty map
 // for a missing, unreadable or malformed file (the shards are then indexed again);

@@ -4,12 +4,14 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "source/dataset.hpp"
@@ -18,6 +20,7 @@
 #include "source/sample_reader.hpp"
 
 #include <sys/resource.h>
+#include "objstore/sink_watch.hpp"
 #include "source/tar_shards.hpp"
 #include "tar_writer.hpp"
 
@@ -360,6 +363,77 @@ TEST_CASE("tar: out of descriptors (EMFILE) is transient and the shard cache giv
   CHECK(open_after == 0);  // the two cached descriptors were closed for the machine's sake
   CHECK(read_with(reader, 2) == "m2");  // and reads work again once descriptors are back
   CHECK(read_with(reader, 0) == "m0");
+}
+
+TEST_CASE("tar: a shard indexed as it arrives gives the whole file's index, gives back the pages walked past, and "
+          "stops where the transfer ended", "[source][tar]") {
+  // A 40 MiB shard of 100 KiB images, written into a memfd in 256 KiB steps as a download
+  // would be, while index_shard walks behind it.
+  Dir d;
+  TarWriter w;
+  for (int i = 0; i < 400; ++i) {
+    const std::string key = "s/" + std::to_string(1000 + i);
+    w.file(key + ".jpg", std::string(100 * 1024, static_cast<char>('a' + i % 26))).file(key + ".cls", std::to_string(i % 7));
+  }
+  w.save(d / "whole.tar");
+  const auto whole = tar::index_shard(d / "whole.tar");
+  std::string bytes = w.bytes() + std::string(1024, '\0');
+  REQUIRE(whole.entries.size() == 400);
+
+  // Feeds `upto` bytes of the shard into a memfd; the peak of its allocated bytes is kept.
+  struct Feed {
+    int fd = ::memfd_create("tar-test", MFD_CLOEXEC);
+    stoker::objstore::SinkWatch watch;
+    std::uint64_t peak = 0;
+    std::thread t;
+    void start(const std::string& b, std::size_t upto) {
+      t = std::thread([this, &b, upto] {
+        for (std::size_t at = 0; at < upto;) {
+          const std::size_t n = std::min<std::size_t>(256 * 1024, upto - at);
+          REQUIRE(::pwrite(fd, b.data() + at, n, static_cast<off_t>(at)) == static_cast<ssize_t>(n));
+          at += n;
+          watch.wrote(at);
+          struct stat st {};
+          ::fstat(fd, &st);
+          peak = std::max<std::uint64_t>(peak, static_cast<std::uint64_t>(st.st_blocks) * 512);
+          std::this_thread::sleep_for(std::chrono::microseconds(300));
+        }
+        watch.finished();
+      });
+    }
+    ~Feed() {
+      if (t.joinable()) t.join();
+      ::close(fd);
+    }
+  };
+
+  SECTION("the whole body: the same entries, and never the whole shard in memory") {
+    Feed f;
+    f.start(bytes, bytes.size());
+    const tar::Arriving arriving{bytes.size(), &f.watch};
+    const auto ix = tar::index_shard("s3://b/whole.tar", f.fd, &arriving);
+    f.t.join();
+    REQUIRE(ix.entries.size() == whole.entries.size());
+    for (std::size_t i = 0; i < ix.entries.size(); ++i) {
+      CHECK(ix.entries[i].offset == whole.entries[i].offset);
+      CHECK(ix.entries[i].size == whole.entries[i].size);
+      CHECK(ix.entries[i].label == whole.entries[i].label);
+      CHECK(ix.member(ix.entries[i]) == whole.member(whole.entries[i]));
+    }
+    // The walk gives back what lies 8 MiB behind it, so a 40 MiB body never lies whole in memory.
+    CHECK(f.peak < bytes.size() / 2);
+  }
+  SECTION("a transfer that ends at half: the walk stops there, naming the offset") {
+    Feed f;
+    f.start(bytes, bytes.size() / 2);
+    const tar::Arriving arriving{bytes.size(), &f.watch};
+    try {
+      (void)tar::index_shard("s3://b/half.tar", f.fd, &arriving);
+      FAIL("indexed a shard that ended at half");
+    } catch (const SourceError& e) {
+      CHECK_THAT(e.what(), Contains("s3://b/half.tar: at offset") && Contains("ended early"));
+    }
+  }
 }
 
 TEST_CASE("mapped allocator: big blocks mapped and unmapped, small ones and those past the mapping cap from "
