@@ -6,9 +6,11 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "app/tar_index_tool.hpp"
 #include "augment/op_schema.hpp"
 #include "stoker/proto/control.hpp"  // kProtoMajor/Minor
 #include "stoker/proto/layout.hpp"   // kLayoutMajor/Minor
@@ -113,6 +115,14 @@ bool parse_daemon_args(int argc, char** argv, DaemonOptions& out, int& exit_code
       ->check(CLI::Validator(check_log_level, "", "log_level"))
       ->option_text("LEVEL");
 
+  std::vector<std::string> index_shards;
+  app.add_option("--write-tar-index", index_shards,
+                 "write each local tar shard's index beside it (x.tar -> x.idx) and exit;\n"
+                 "upload the .idx files beside the shards in a bucket, and a job reads them\n"
+                 "instead of reading every shard once at start (docs/OBJECT_STORAGE.md)")
+      ->option_text("SHARD...")
+      ->expected(1, -1);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -122,6 +132,10 @@ bool parse_daemon_args(int argc, char** argv, DaemonOptions& out, int& exit_code
     }
     std::fprintf(stderr, "stokerd: %s\nRun 'stokerd --help' for the options.\n", e.what());
     exit_code = kUsageError;
+    return false;
+  }
+  if (!index_shards.empty()) {
+    exit_code = write_tar_indexes(index_shards);
     return false;
   }
   if (out.config_path.empty()) {

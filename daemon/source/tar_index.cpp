@@ -9,7 +9,11 @@
 //   OFFSET SIZE LABEL MEMBER             (ENTRIES of them)
 //
 // Anything unexpected makes the whole file count as absent: the cost is one re-index.
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <charconv>
 #include <cstdio>
@@ -43,6 +47,10 @@ bool take_word(std::string_view& line, std::string_view word) {
 std::map<std::string, ShardIndex> load_index_cache(const std::filesystem::path& file) {
   std::ifstream in(file);
   if (!in) return {};
+  return parse_index(in);
+}
+
+std::map<std::string, ShardIndex> parse_index(std::istream& in) {
   std::map<std::string, ShardIndex> out;
   std::string text;
   if (!std::getline(in, text) || text != kMagic) return {};
@@ -80,32 +88,43 @@ std::map<std::string, ShardIndex> load_index_cache(const std::filesystem::path& 
   return out;
 }
 
-std::string save_index_cache(const std::filesystem::path& file, const std::vector<std::string>& shards,
-                             const std::vector<const ShardIndex*>& indexes) {
-  std::error_code ec;
-  if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path(), ec);
+std::string format_index(const std::vector<std::string>& shards, const std::vector<const ShardIndex*>& indexes) {
+  std::ostringstream out;
+  out << kMagic << "\n";
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    if (shards[i].find('\n') != std::string::npos) continue;  // cannot be written as a line; indexed each start
+    const ShardIndex& ix = *indexes[i];
+    std::size_t skip_lines = 0;
+    for (auto n : ix.skipped) skip_lines += n != 0 ? 1 : 0;
+    out << "shard " << ix.file_size << ' ' << ix.mtime_ns << ' ' << ix.entries.size() << ' ' << skip_lines << ' '
+        << shards[i] << '\n';
+    for (std::size_t k = 0; k < kSkipKinds; ++k) {
+      if (ix.skipped[k] != 0) out << "skip " << k << ' ' << ix.skipped[k] << ' ' << ix.first_skipped[k] << '\n';
+    }
+    for (const auto& e : ix.entries) out << e.offset << ' ' << e.size << ' ' << e.label << ' ' << ix.member(e) << '\n';
+  }
+  return std::move(out).str();
+}
+
+std::string write_new_file(const std::filesystem::path& file, const std::string& text) {
+  // Created anew (O_EXCL: never an existing file, nor one a symlink planted at the temporary
+  // name points to; O_NOFOLLOW), then renamed over `file`: a reader never sees half of it.
   const std::filesystem::path tmp = file.string() + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) return "cannot create " + tmp.string();
-    out << kMagic << "\n";
-    for (std::size_t i = 0; i < shards.size(); ++i) {
-      if (shards[i].find('\n') != std::string::npos) continue;  // cannot be written as a line; indexed each start
-      const ShardIndex& ix = *indexes[i];
-      std::size_t skip_lines = 0;
-      for (auto n : ix.skipped) skip_lines += n != 0 ? 1 : 0;
-      out << "shard " << ix.file_size << ' ' << ix.mtime_ns << ' ' << ix.entries.size() << ' ' << skip_lines << ' '
-          << shards[i] << '\n';
-      for (std::size_t k = 0; k < kSkipKinds; ++k) {
-        if (ix.skipped[k] != 0) out << "skip " << k << ' ' << ix.skipped[k] << ' ' << ix.first_skipped[k] << '\n';
-      }
-      for (const auto& e : ix.entries) out << e.offset << ' ' << e.size << ' ' << e.label << ' ' << ix.member(e) << '\n';
-    }
-    out.flush();
-    if (!out) {
-      std::filesystem::remove(tmp, ec);
-      return "cannot write " + tmp.string();
-    }
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return "cannot create " + tmp.string() + ": " + std::strerror(errno);
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const ssize_t k = ::write(fd, text.data() + at, text.size() - at);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    at += static_cast<std::size_t>(k);
+  }
+  const int saved = errno;
+  ::close(fd);
+  std::error_code ec;
+  if (at != text.size()) {
+    std::filesystem::remove(tmp, ec);
+    return "cannot write " + tmp.string() + ": " + std::strerror(saved);
   }
   std::filesystem::rename(tmp, file, ec);
   if (ec) {
@@ -113,6 +132,13 @@ std::string save_index_cache(const std::filesystem::path& file, const std::vecto
     return "cannot rename to " + file.string() + ": " + ec.message();
   }
   return {};
+}
+
+std::string save_index_cache(const std::filesystem::path& file, const std::vector<std::string>& shards,
+                             const std::vector<const ShardIndex*>& indexes) {
+  std::error_code ec;
+  if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path(), ec);
+  return write_new_file(file, format_index(shards, indexes));
 }
 
 }  // namespace stoker::source::tar

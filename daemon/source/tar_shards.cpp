@@ -137,6 +137,8 @@ void parse_pax(const std::string& data, const std::string& path, std::uint64_t o
   }
 }
 
+}  // namespace
+
 bool unsafe_name(std::string_view name) {
   if (name.empty() || name.front() == '/' || name.find('\n') != std::string_view::npos) return true;
   std::size_t pos = 0;
@@ -154,6 +156,8 @@ bool image_extension(std::string_view ext) {
   }
   return false;
 }
+
+namespace {
 
 std::optional<std::int64_t> decimal(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n' || s.front() == '\r')) s.remove_prefix(1);
@@ -487,6 +491,29 @@ tar::ShardIndex index_object(const std::string& url_text, const objstore::Object
   return ix;
 }
 
+// The shard's sidecar index (tar::sidecar_url), when there is one that can be used; else the
+// shard is indexed by reading it. A sidecar that is there but cannot be used is logged once
+// per job with the reason (its first), not refused: the walk gives the same index, slower.
+std::optional<tar::ShardIndex> sidecar_index(const std::string& shard, objstore::Fetcher& fetcher, std::uint64_t size,
+                                             const std::string& log_name, std::atomic<bool>& told) {
+  std::string why;
+  const std::string idx = tar::sidecar_url(shard);
+  const auto url = objstore::parse_object_url(idx, why);
+  if (!url) return std::nullopt;
+  const objstore::FetchResult got = fetcher.get(*url, /*use_cache=*/false);
+  if (got.error == objstore::FetchError::kNotFound) return std::nullopt;  // none: the usual case
+  if (!got.ok()) {
+    why = got.message;
+  } else if (auto ix = tar::parse_sidecar(
+                 std::string_view(reinterpret_cast<const char*>(got.body.data()), got.body.size()), size, why)) {
+    return ix;
+  }
+  if (!told.exchange(true)) {
+    spdlog::info("{}: not using the sidecar index {} ({}); indexing such shards by reading them", log_name, idx, why);
+  }
+  return std::nullopt;
+}
+
 Dataset read_tar_shards_unsettled(const std::vector<std::string>& patterns, const std::filesystem::path& index_cache,
                                   const ReadAs* as, const std::string& log_name, objstore::Fetcher* fetcher) {
   std::vector<std::string> shards;
@@ -507,7 +534,8 @@ Dataset read_tar_shards_unsettled(const std::vector<std::string>& patterns, cons
   std::vector<tar::ShardIndex> fresh(shards.size());
   std::vector<const tar::ShardIndex*> indexes(shards.size(), nullptr);
   std::vector<std::exception_ptr> errors(shards.size());
-  std::atomic<std::size_t> next{0}, done{0}, walked{0};
+  std::atomic<std::size_t> next{0}, done{0}, walked{0}, from_sidecar{0};
+  std::atomic<bool> sidecar_told{false};
   // Wakes the reporting thread when the last shard is done; `done` is atomic, the mutex only
   // orders that last notify after the reporter's check (no lost wake-up).
   base::Mutex mu;
@@ -530,6 +558,11 @@ Dataset read_tar_shards_unsettled(const std::vector<std::string>& patterns, cons
           const auto it = cached.find(shards[i]);
           if (it != cached.end() && it->second.file_size == head.size && it->second.mtime_ns == mtime && mtime >= 0) {
             indexes[i] = &it->second;
+          } else if (auto side = sidecar_index(shards[i], *fetcher, head.size, log_name, sidecar_told)) {
+            fresh[i] = std::move(*side);
+            fresh[i].mtime_ns = mtime;
+            indexes[i] = &fresh[i];
+            from_sidecar.fetch_add(1);
           } else {
             fresh[i] = index_object(shards[i], *url, *fetcher, head.size);
             if (fresh[i].file_size != head.size) {
@@ -658,14 +691,15 @@ Dataset read_tar_shards_unsettled(const std::vector<std::string>& patterns, cons
   }
 
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (walked.load() == 0) {
+  if (walked.load() == 0 && from_sidecar.load() == 0) {
     spdlog::info("{}: index of {} shard(s) loaded from cache {} ({:.2f} s)", log_name, shards.size(),
                  index_cache.string(), secs);
   } else {
-    spdlog::info("{}: indexed {} of {} tar shard(s) in {:.2f} s ({} from cache)", log_name, walked.load(),
-                 shards.size(), secs, shards.size() - walked.load());
+    spdlog::info("{}: indexed {} of {} tar shard(s) in {:.2f} s ({} from sidecar indexes, {} from cache)", log_name,
+                 walked.load(), shards.size(), secs, from_sidecar.load(),
+                 shards.size() - walked.load() - from_sidecar.load());
   }
-  if (walked.load() != 0 || cached.size() != shards.size()) {
+  if (walked.load() + from_sidecar.load() != 0 || cached.size() != shards.size()) {
     if (!index_cache.empty()) {
       const std::string err = tar::save_index_cache(index_cache, shards, indexes);
       if (!err.empty()) spdlog::warn("{}: cannot write the index cache ({}); shards will be indexed again next start", log_name, err);

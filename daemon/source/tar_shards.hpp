@@ -5,7 +5,9 @@
 #include <array>
 #include <cstdint>
 #include <filesystem>
+#include <iosfwd>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -72,10 +74,31 @@ struct Arriving {
 };
 ShardIndex index_shard(const std::string& path, int fd = -1, const Arriving* arriving = nullptr);
 
+// A member name that would escape the shard's folder ('..', absolute) or holds a newline.
+bool unsafe_name(std::string_view name);
+// Extensions (lower case) that make a member a sample's image.
+bool image_extension(std::string_view ext);
+
+// A sidecar index beside a shard in a bucket ("train-000001.tar" -> "train-000001.idx", as
+// DALI's wds2idx names it): the URL to look for.
+std::string sidecar_url(const std::string& shard_url);
+// The shard's index from a sidecar's text: Stoker's own format (what `stokerd --write-tar-index`
+// writes: one shard record, its size that of the shard) or DALI's "v1.2" (ext offset size name
+// per member, a sample per line) when no sample has a .cls/.txt label member (a DALI index
+// gives offsets, not a label's contents: such shards are indexed by reading them). nullopt and
+// `why` when the text cannot be used; every range is checked to lie inside `shard_size`.
+std::optional<ShardIndex> parse_sidecar(std::string_view text, std::uint64_t shard_size, std::string& why);
+
 // The index cache, one file per job: a ShardIndex per shard path. load gives an empty map
 // for a missing, unreadable or malformed file (the shards are then indexed again);
 // save writes a temporary file and renames it, so a reader never sees half a cache.
 std::map<std::string, ShardIndex> load_index_cache(const std::filesystem::path& file);
+// The same format from a stream (a sidecar fetched beside a shard), and written to a string.
+std::map<std::string, ShardIndex> parse_index(std::istream& in);
+std::string format_index(const std::vector<std::string>& shards, const std::vector<const ShardIndex*>& indexes);
+// `text` as the file `file`: written to a temporary created O_EXCL|O_NOFOLLOW beside it, then
+// renamed over it. Returns an error message, or "" when written.
+std::string write_new_file(const std::filesystem::path& file, const std::string& text);
 // Returns an error message, or "" when written.
 std::string save_index_cache(const std::filesystem::path& file, const std::vector<std::string>& shards,
                              const std::vector<const ShardIndex*>& indexes);

@@ -179,6 +179,32 @@ TEST_CASE("s3: tar shards in a bucket serve the same ids, labels and pixels as t
   // Only the index walk fetches a whole shard, and there was none: HEADs and ranged GETs (how
   // many bytes those are depends on how far the next epoch was read ahead).
   CHECK_THAT(again.log(), !Catch::Contains("job bucket: indexed"));
+  CHECK(again.stop() == 0);
+
+  // Sidecar indexes, written by `stokerd --write-tar-index` beside the shards on disk and
+  // uploaded beside those in the bucket: a job never started before (no index cache) takes
+  // them instead of reading the shards, and serves the same batches.
+  const std::string cmd = std::string(STOKER_BIN_DIR) + "/stokerd --write-tar-index '" +
+                          (dir.path() / "shards/demo-{00..02}.tar").string() + "' 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[512];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  CHECK(::pclose(p) == 0);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("demo-00.idx: 20 sample(s)") && Catch::Contains("wrote 3 sidecar index(es), 0 failed"));
+  for (int i = 0; i < 3; ++i) {
+    const auto idx = read_bytes(dir.path() / "shards" / ("demo-0" + std::to_string(i) + ".idx"));
+    s3.put("demo/train-0" + std::to_string(i) + ".idx", std::string(idx.begin(), idx.end()));
+  }
+  JobSpec side = bucket;
+  side.name = "sidecar";
+  Daemon third(write_config(dir.path(), {local, side}, 2), socket);
+  CHECK_THAT(third.log(), Catch::Contains("job sidecar: indexed 0 of 3 tar shard(s)") &&
+                              Catch::Contains("(3 from sidecar indexes, 0 from cache)"));
+  stoker::Client a3("local", 0, o), b3("sidecar", 0, o);
+  check_same_epochs(a3, b3, 1);
 }
 
 TEST_CASE("s3: a key the server refuses (403) stops the job with the URL and the credentials' source, never the secret",

@@ -436,6 +436,65 @@ TEST_CASE("tar: a shard indexed as it arrives gives the whole file's index, give
   }
 }
 
+TEST_CASE("tar: a sidecar index in Stoker's format or DALI's v1.2 gives the walked index; one that does not fit "
+          "the shard is not used, saying why", "[source][tar]") {
+  Dir d;
+  TarWriter w;
+  for (int i = 0; i < 5; ++i) w.file("k/" + std::to_string(i) + ".jpg", std::string(700 + i, 'x')).file("k/" + std::to_string(i) + ".cls", std::to_string(i));
+  w.save(d / "s.tar");
+  const auto walked = tar::index_shard(d / "s.tar");
+  const std::uint64_t size = fs::file_size(d / "s.tar");
+  auto same = [&](const tar::ShardIndex& a, const tar::ShardIndex& b) {
+    REQUIRE(a.entries.size() == b.entries.size());
+    for (std::size_t i = 0; i < a.entries.size(); ++i) {
+      CHECK(a.entries[i].offset == b.entries[i].offset);
+      CHECK(a.entries[i].size == b.entries[i].size);
+      CHECK(a.entries[i].label == b.entries[i].label);
+      CHECK(a.member(a.entries[i]) == b.member(b.entries[i]));
+    }
+  };
+  std::string why;
+  CHECK(tar::sidecar_url("s3://b/x/train-000001.tar") == "s3://b/x/train-000001.idx");
+  CHECK(tar::sidecar_url("s3://b/x.d/a.b.tar") == "s3://b/x.d/a.idx");
+
+  SECTION("Stoker's format, labels included") {
+    const std::string text = tar::format_index({"s.tar"}, {&walked});
+    const auto got = tar::parse_sidecar(text, size, why);
+    REQUIRE(got);
+    same(*got, walked);
+    CHECK_FALSE(tar::parse_sidecar(text, size + 512, why));
+    CHECK_THAT(why, Contains("out of date"));
+    std::string moved = text;  // an entry pointing past the shard's end
+    moved.replace(moved.find("\n", moved.find("shard ")) + 1, 3, "999999");
+    CHECK_FALSE(tar::parse_sidecar(moved, size, why));
+    CHECK_FALSE(tar::parse_sidecar("garbage\n", size, why));
+  }
+  SECTION("DALI's v1.2: used for unlabelled samples, not when labels are members") {
+    std::string dali = "v1.2 5\n";
+    for (const auto& e : walked.entries) {
+      const std::string m(walked.member(e));
+      dali += "jpg " + std::to_string(e.offset) + " " + std::to_string(e.size) + " " + m + "\n";
+    }
+    const auto got = tar::parse_sidecar(dali, size, why);
+    REQUIRE(got);
+    REQUIRE(got->entries.size() == 5);
+    for (std::size_t i = 0; i < 5; ++i) {
+      CHECK(got->entries[i].offset == walked.entries[i].offset);
+      CHECK(got->entries[i].label == -1);
+    }
+    std::string with_cls = "v1.2 1\njpg 512 700 k/0.jpg cls 1536 1 k/0.cls\n";
+    CHECK_FALSE(tar::parse_sidecar(with_cls, size, why));
+    CHECK_THAT(why, Contains("label"));
+    CHECK_FALSE(tar::parse_sidecar("v1.2 2\njpg 512 700 k/0.jpg\n", size, why));  // declares 2, lists 1
+    CHECK_FALSE(tar::parse_sidecar("v1.2 1\njpg " + std::to_string(size) + " 700 k/0.jpg\n", size, why));
+    const auto odd = tar::parse_sidecar("v1.2 3\njpg 512 7 ../e.jpg\njpg 512 7 a.jpg\njpg 1024 7 a.jpg\n", size, why);
+    REQUIRE(odd);
+    CHECK(odd->entries.size() == 1);
+    CHECK(odd->skipped[tar::kUnsafeName] == 1);
+    CHECK(odd->skipped[tar::kDuplicateKey] == 1);
+  }
+}
+
 TEST_CASE("mapped allocator: big blocks mapped and unmapped, small ones and those past the mapping cap from "
           "operator new, contents kept across growth", "[source][tar]") {
   using stoker::source::g_mapped_blocks;
