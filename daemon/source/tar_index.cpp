@@ -110,7 +110,14 @@ std::string write_new_file(const std::filesystem::path& file, const std::string&
   // Created anew (O_EXCL: never an existing file, nor one a symlink planted at the temporary
   // name points to; O_NOFOLLOW), then renamed over `file`: a reader never sees half of it.
   const std::filesystem::path tmp = file.string() + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+  int fd = ::open(tmp.c_str(), kFlags, 0644);
+  if (fd < 0 && errno == EEXIST) {
+    // Left by an earlier process of this pid that died while writing: the name is removed
+    // (a symlink there is removed, not followed) and created anew.
+    (void)::unlink(tmp.c_str());
+    fd = ::open(tmp.c_str(), kFlags, 0644);
+  }
   if (fd < 0) return "cannot create " + tmp.string() + ": " + std::strerror(errno);
   std::size_t at = 0;
   while (at < text.size()) {
