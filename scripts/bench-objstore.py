@@ -21,6 +21,7 @@ the job needs, and >= 90% of the link's rate when it does not.
 
     sudo scripts/bench-objstore.py [BUILD_DIR] [IMAGES_DIR] [--rtt-ms 0,20,80]
                                    [--rates 10gbit,200mbit] [--workers 2] [--batches 40]
+                                   [--pin]   (stokerd on core 0, the store on core 1)
 """
 from __future__ import annotations
 
@@ -267,7 +268,8 @@ def measure(a, rtt: float):
         jobs += JOB.format(name="bucket", source=f'{{type: tar, shards: "s3://bench/train-{{00..{n - 1:02d}}}.tar", '
                                                  f'endpoint: "{endpoint}"}}')
         os.environ.update(AWS_ACCESS_KEY_ID=KEY, AWS_SECRET_ACCESS_KEY=KEY, AWS_REGION="us-east-1")
-        d = benchlib.Daemon(a.build, CONFIG.format(workers=a.workers, jobs=jobs))
+        prefix = ["taskset", "-c", "0"] if a.pin else []
+        d = benchlib.Daemon(a.build, CONFIG.format(workers=a.workers, jobs=jobs), prefix)
         try:
             rates = {"local": [], "bucket": []}
             cpu = {"local": 0.0, "bucket": 0.0, "link": 0.0}  # seconds over all runs of each job
@@ -307,6 +309,9 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--batches", type=int, default=30)
     ap.add_argument("--server", choices=["range", "s3rver"], default="range")
+    ap.add_argument("--pin", action="store_true",
+                    help="stokerd on core 0; the server, the delaying proxy and the consumers on core 1, as a store "
+                         "on other machines would be (use with --workers 1)")
     ap.add_argument("--listing", metavar="CLASSES,PER_CLASS",
                     help="instead: list a synthetic ImageFolder bucket of CLASSES x PER_CLASS keys (1000,1281 is "
                          "ImageNet's size) at each --rtt-ms: time to ready and to the first batch, peak memory")
@@ -324,6 +329,8 @@ def main() -> int:
     if os.geteuid() != 0:
         print("needs root: the link is a network namespace with netem on its loopback", file=sys.stderr)
         return 2
+    if a.pin:
+        os.sched_setaffinity(0, {1})  # inherited by the server, the proxy and stokerctl; stokerd: taskset -c 0
     shards = tempfile.mkdtemp(prefix="stoker-objbench-shards-")
     a.shards = shards
     try:
@@ -343,8 +350,9 @@ def main() -> int:
             return 0
         print(f"machine: {benchlib.machine()}; {a.images}: mean image {mean / 1024:.1f} KiB; "
               f"{a.workers} worker(s), {a.batches} batches of 64 per run, 3 runs per job; server: {a.server}")
-        print("cpu_ms: stokerd's CPU per image, local / bucket job, and the link's (server + delaying proxy, on "
-              "the same cores) per bucket image")
+        print("cpu_ms: stokerd's CPU per image, local / bucket job, and the link's (server + delaying proxy, " +
+              ("pinned: stokerd on core 0, the link and consumers on core 1" if a.pin else "on the same cores") +
+              ") per bucket image")
         print(f"{'rtt_ms':>6} {'rate':>8} {'local img/s':>12} {'bucket img/s':>13} {'bucket/local':>12} "
               f"{'link img/s':>10} {'bucket/link':>11} {'p50_ms':>6} {'inflight':>8} {'cpu_ms':>16}")
         for rate in a.rates.split(","):
