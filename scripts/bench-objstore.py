@@ -256,6 +256,37 @@ def measure_listing(a, rtt: float, classes: int, per_class: int, jpeg: str):
         srv.wait(timeout=10)
 
 
+def measure_index(a, rtt: float, sidecars: bool):
+    """A bucket job of the tar shards started with no index cache: seconds until stokerd is
+    ready (every shard indexed), and the bytes fetched by then; with `sidecars`, each shard's
+    .idx (stokerd --write-tar-index) lies beside it and is read instead of the shard."""
+    for p in glob.glob(os.path.join(a.shards, "*.idx")):
+        os.remove(p)
+    n = len(glob.glob(os.path.join(a.shards, "*.tar")))
+    if sidecars:
+        subprocess.run([os.path.join(a.build, "bin", "stokerd"), "--write-tar-index",
+                        f"{a.shards}/train-{{00..{n - 1:02d}}}.tar"], check=True, stdout=subprocess.DEVNULL)
+    srv = subprocess.Popen(["ip", "netns", "exec", NS, sys.executable, os.path.abspath(__file__), a.build, "--serve",
+                            "--shards", a.shards, "--rtt", str(rtt), "--server", "range"],
+                           stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        endpoint = f"http://{NS_IP}:{int(srv.stdout.readline())}"
+        jobs = JOB.format(name="bucket", source=f'{{type: tar, shards: "s3://bench/train-{{00..{n - 1:02d}}}.tar", '
+                                                 f'endpoint: "{endpoint}"}}')
+        os.environ.update(AWS_ACCESS_KEY_ID=KEY, AWS_SECRET_ACCESS_KEY=KEY, AWS_REGION="us-east-1")
+        t0 = time.monotonic()
+        d = benchlib.Daemon(a.build, CONFIG.format(workers=a.workers, jobs=jobs))
+        ready = time.monotonic() - t0
+        try:
+            src = next(j for j in d.status()["jobs"] if j["name"] == "bucket")["sources"][0]
+            return ready, src["bytes"]
+        finally:
+            d.close()
+    finally:
+        os.killpg(srv.pid, 15)
+        srv.wait(timeout=10)
+
+
 def measure(a, rtt: float):
     """One round trip: the server in the namespace, stokerd here; both jobs' images/s."""
     srv = subprocess.Popen(["ip", "netns", "exec", NS, sys.executable, os.path.abspath(__file__), a.build, "--serve",
@@ -315,6 +346,9 @@ def main() -> int:
     ap.add_argument("--listing", metavar="CLASSES,PER_CLASS",
                     help="instead: list a synthetic ImageFolder bucket of CLASSES x PER_CLASS keys (1000,1281 is "
                          "ImageNet's size) at each --rtt-ms: time to ready and to the first batch, peak memory")
+    ap.add_argument("--index", action="store_true",
+                    help="instead: seconds to ready for a bucket job of the shards with no index cache, the shards "
+                         "read (headers walked as they stream) against sidecar .idx files, at each --rtt-ms and rate")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--synthetic", default="", help=argparse.SUPPRESS)
     ap.add_argument("--shards", help=argparse.SUPPRESS)
@@ -347,6 +381,19 @@ def main() -> int:
                       f"peak memory {peak:.0f} MiB, {len(progress)} progress line(s)", flush=True)
                 for line in progress[:3]:
                     print("  " + line)
+            return 0
+        if a.index:
+            total = sum(os.path.getsize(p) for p in glob.glob(os.path.join(shards, "*.tar")))
+            print(f"machine: {benchlib.machine()}; 8 shards, {total / 2**20:.0f} MiB in all; time to ready with no "
+                  f"index cache, and MiB fetched by then")
+            print(f"{'rtt_ms':>6} {'rate':>8} {'read shards s':>13} {'MiB':>6} {'sidecars s':>10} {'MiB':>6}")
+            for rate in a.rates.split(","):
+                set_rate(rate)
+                for rtt in (float(x) for x in a.rtt_ms.split(",")):
+                    walk_s, walk_b = measure_index(a, rtt, False)
+                    side_s, side_b = measure_index(a, rtt, True)
+                    print(f"{rtt:6.0f} {rate:>8} {walk_s:13.2f} {walk_b / 2**20:6.1f} {side_s:10.2f} "
+                          f"{side_b / 2**20:6.2f}", flush=True)
             return 0
         print(f"machine: {benchlib.machine()}; {a.images}: mean image {mean / 1024:.1f} KiB; "
               f"{a.workers} worker(s), {a.batches} batches of 64 per run, 3 runs per job; server: {a.server}")
