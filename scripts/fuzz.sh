@@ -41,6 +41,7 @@ run control tests/fuzz/control.dict tests/data/control-messages
 run metrics_http tests/fuzz/http.dict tests/data/http-requests
 run segment_check tests/fuzz/segment.dict tests/data/segment-headers
 run list_xml tests/fuzz/list_xml.dict tests/data/list-xml
+run tar_sidecar tests/fuzz/tar_sidecar.dict tests/data/tar-sidecars
 if ((remote)); then
   STOKER_FUZZ_STATS=1 run remote_worker tests/fuzz/remote.dict tests/data/remote-messages
 else

@@ -13,6 +13,7 @@ set(_seed_remote ${CMAKE_CURRENT_SOURCE_DIR}/data/remote-messages)
 set(_seed_remote_reply ${CMAKE_CURRENT_SOURCE_DIR}/data/remote-replies)
 set(_seed_segment ${CMAKE_CURRENT_SOURCE_DIR}/data/segment-headers)
 set(_seed_list_xml ${CMAKE_CURRENT_SOURCE_DIR}/data/list-xml)
+set(_seed_tar_sidecar ${CMAKE_CURRENT_SOURCE_DIR}/data/tar-sidecars)
 
 # The client's segment check alone (client/src/segment_check.cpp): a pure function of three
 # records, without the rest of libstoker.
@@ -20,7 +21,7 @@ add_library(stoker_segment_check STATIC ${PROJECT_SOURCE_DIR}/client/src/segment
 target_include_directories(stoker_segment_check PUBLIC ${PROJECT_SOURCE_DIR}/client/src)
 target_link_libraries(stoker_segment_check PUBLIC stoker::proto stoker_base)
 
-set(_harnesses sample_processor config control metrics_http segment_check list_xml)
+set(_harnesses sample_processor config control metrics_http segment_check list_xml tar_sidecar)
 if(STOKER_HAVE_REMOTE)  # remote workers (#27): the worker's stream handling; the node's Reply parser (#36)
   list(APPEND _harnesses remote_worker remote_reply)
 endif()
@@ -40,6 +41,9 @@ foreach(h ${_harnesses})
   elseif(h STREQUAL "list_xml")  # issue #35: object-store listings
     set(_lib stoker_objstore)
     set(_seeds ${_seed_list_xml})
+  elseif(h STREQUAL "tar_sidecar")  # issue #35: sidecar indexes beside shards in a bucket
+    set(_lib stoker_source)
+    set(_seeds ${_seed_tar_sidecar})
   elseif(h STREQUAL "config")
     set(_lib stoker_config)
     set(_seeds ${_seed_configs})
