@@ -36,6 +36,8 @@ std::shared_ptr<objstore::Fetcher> object_fetcher(const config::SourceConfig& sr
   o.region = objstore::resolve_region(env);
   o.endpoint = objstore::resolve_endpoint(src.endpoint, o.region, env);
   o.credentials = std::move(*creds);
+  // Re-read by the same chain when their file changes or a store says they expired.
+  o.reload_credentials = [env] { return objstore::resolve_credentials(env); };
   if (!src.cache_path.empty()) {
     base::Result<std::shared_ptr<objstore::ObjectCache>> cache = objstore::ObjectCache::open(src.cache_path, src.cache_bytes);
     if (!cache) throw source::SourceError(cache.status().message());

@@ -95,6 +95,7 @@ base::Result<Credentials> resolve_credentials(const EnvLookup& env) {
     return base::Status::error(file + ": profile [" + profile + "] lacks aws_access_key_id or aws_secret_access_key");
   }
   c.source = "credentials file " + file + ", profile '" + profile + "'";
+  c.file = file;
   return c;
 }
 

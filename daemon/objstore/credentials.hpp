@@ -26,6 +26,9 @@ struct Credentials {
   // Where they came from, for errors: "environment (AWS_ACCESS_KEY_ID)",
   // "credentials file /root/.aws/credentials, profile 'default'", or "none (unsigned requests)".
   std::string source = "none (unsigned requests)";
+  // The credentials file they were read from ("" for the environment or none): the fetcher
+  // re-reads them when it changes.
+  std::string file;
   bool empty() const { return access_key.empty(); }
   // Where they came from and nothing of their values: all any message says about them.
   std::string describe() const;

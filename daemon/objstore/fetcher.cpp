@@ -3,6 +3,7 @@
 #include <curl/curl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -69,6 +70,21 @@ std::string s3_error_code(const std::vector<std::uint8_t>& body) {
   return std::string(s.substr(b + 6, e - b - 6));
 }
 
+// What a store answers when the credentials were right but have run out (a session token's
+// end): S3's ExpiredToken, STS-style variants, and what MinIO and Ceph send.
+bool expired_credentials(const std::string& code) {
+  return code == "ExpiredToken" || code == "ExpiredTokenException" || code == "TokenRefreshRequired" ||
+         code == "InvalidToken" || code == "RequestExpired";
+}
+
+// A credentials file as it is now: inode, size and mtime ("" when it cannot be stat'ed).
+std::string file_stamp(const std::string& path) {
+  struct stat st {};
+  if (path.empty() || ::stat(path.c_str(), &st) != 0) return {};
+  return std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+         std::to_string(st.st_mtim.tv_nsec);
+}
+
 }  // namespace
 
 void FetchStats::record_latency(std::chrono::microseconds d) {
@@ -133,6 +149,7 @@ struct Transfer {
   std::uint64_t sunk = 0;     // bytes written to req.sink_fd by this attempt
   bool sink_failed = false;
   int sink_errno = 0;
+  bool creds_renewed = false;  // tried again once with re-read credentials after "expired"
   char errbuf[CURL_ERROR_SIZE] = {};
   FetchStats* stats = nullptr;
 
@@ -221,9 +238,16 @@ struct Fetcher::Driver {
   std::vector<std::unique_ptr<Transfer>> waiting;
   std::unordered_map<CURL*, std::unique_ptr<Transfer>> active;
   std::mt19937_64 rng{std::random_device{}()};
+  // What requests are signed with; the driver thread's own. Options' at first, re-read
+  // (Options::reload_credentials) when their file changes (looked at every
+  // Options::credentials_check at most) or a store answers that they expired.
+  Credentials creds;
+  Clock::time_point creds_checked{};
+  std::string creds_stamp;
   std::thread thread;
 
-  explicit Driver(Fetcher& f) : owner(f) {
+  explicit Driver(Fetcher& f) : owner(f), creds(f.options_.credentials), creds_stamp(file_stamp(creds.file)) {
+    creds_checked = Clock::now();
     global_init();
     multi = curl_multi_init();
     // Bounded: a burst of reads queues in libcurl rather than opening a connection each. As
@@ -256,6 +280,29 @@ struct Fetcher::Driver {
       incoming.push_back(std::move(t));
     }
     curl_multi_wakeup(multi);
+  }
+
+  // Re-reads the credentials when `force`d or their file changed; true when they changed.
+  // A re-read that fails keeps the ones in use (a file caught half-written is read again at
+  // the next look).
+  bool refresh_credentials(bool force) {
+    const Options& o = owner.options_;
+    if (!o.reload_credentials) return false;
+    const auto now = Clock::now();
+    if (!force) {
+      if (creds.file.empty() || now - creds_checked < o.credentials_check) return false;
+      creds_checked = now;
+      if (file_stamp(creds.file) == creds_stamp) return false;
+    }
+    creds_checked = now;
+    base::Result<Credentials> fresh = o.reload_credentials();
+    if (!fresh || fresh->empty()) return false;
+    const bool changed = fresh->access_key != creds.access_key || fresh->secret_key != creds.secret_key ||
+                         fresh->session_token != creds.session_token;
+    creds = std::move(*fresh);
+    creds_stamp = file_stamp(creds.file);
+    if (changed) owner.stats_.credential_reloads.fetch_add(1, std::memory_order_relaxed);
+    return changed;
   }
 
   void start(std::unique_ptr<Transfer> t) {
@@ -293,13 +340,14 @@ struct Fetcher::Driver {
       curl_easy_setopt(e, CURLOPT_RANGE, range.c_str());  // copied by libcurl
     }
     if (t->req.sign) {
+      refresh_credentials(false);
       const std::string provider = "aws:amz:" + o.region + ":s3";
       curl_easy_setopt(e, CURLOPT_AWS_SIGV4, provider.c_str());
-      curl_easy_setopt(e, CURLOPT_USERNAME, o.credentials.access_key.c_str());
-      curl_easy_setopt(e, CURLOPT_PASSWORD, o.credentials.secret_key.c_str());
+      curl_easy_setopt(e, CURLOPT_USERNAME, creds.access_key.c_str());  // copied by libcurl
+      curl_easy_setopt(e, CURLOPT_PASSWORD, creds.secret_key.c_str());
       t->headers = curl_slist_append(t->headers, (std::string("x-amz-content-sha256: ") + kEmptyPayloadSha256).c_str());
-      if (!o.credentials.session_token.empty()) {
-        t->headers = curl_slist_append(t->headers, ("x-amz-security-token: " + o.credentials.session_token).c_str());
+      if (!creds.session_token.empty()) {
+        t->headers = curl_slist_append(t->headers, ("x-amz-security-token: " + creds.session_token).c_str());
       }
       curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->headers);
     }
@@ -365,9 +413,21 @@ struct Fetcher::Driver {
     } else if (code == 416) {
       r.error = FetchError::kNotFound;
       what = "HTTP 416: the object is now shorter than indexed";
+    } else if ((code == 400 || code == 401 || code == 403) && t->req.sign &&
+               expired_credentials(s3_error_code(t->body))) {
+      if (!t->creds_renewed && refresh_credentials(true)) {
+        // The file (or whatever refreshes it) holds new ones: once more, signed anew.
+        t->creds_renewed = true;
+        retry = true;
+        what = "HTTP " + std::to_string(code) + " (credentials expired; re-read from " + creds.describe() + ")";
+      } else {
+        r.error = FetchError::kDenied;
+        what = "HTTP " + std::to_string(code) + " the credentials expired (credentials: " + creds.describe() +
+               "; renew them there)";
+      }
     } else if (code == 401 || code == 403) {
       r.error = FetchError::kDenied;
-      what = "HTTP " + std::to_string(code) + " access denied (credentials: " + o.credentials.describe() + ")";
+      what = "HTTP " + std::to_string(code) + " access denied (credentials: " + creds.describe() + ")";
     } else {
       r.error = FetchError::kOther;
       what = "HTTP " + std::to_string(code);

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -56,6 +57,7 @@ struct FetchStats {
   std::atomic<std::uint64_t> denied{0};
   std::atomic<std::uint64_t> other_errors{0};
   std::atomic<std::uint64_t> cache_hits{0};  // reads a local cache answered (no request)
+  std::atomic<std::uint64_t> credential_reloads{0};  // credentials re-read and found changed
   std::atomic<std::int64_t> in_flight{0};
   // Each answered attempt's time from start to end, in power-of-two buckets of microseconds
   // (bucket i: [2^i, 2^(i+1)) us; 0 also takes under 1 us): quantiles to a factor of two,
@@ -73,6 +75,13 @@ class Fetcher {
     std::string endpoint;  // for s3:// URLs, e.g. "http://127.0.0.1:9000"; no trailing '/'
     std::string region = "us-east-1";
     Credentials credentials;
+    // Re-reads the credentials (job_factory: the same chain as at start). Called by the
+    // fetcher's thread when credentials.file changed (looked at every credentials_check at
+    // most: a refreshed session token written by a helper) or when a store answers that the
+    // credentials expired (ExpiredToken and the like; the request is then sent once more,
+    // signed anew). Null: the credentials are never re-read.
+    std::function<base::Result<Credentials>()> reload_credentials;
+    std::chrono::milliseconds credentials_check{2000};
     int max_attempts = 8;
     std::chrono::milliseconds first_backoff{50};
     std::chrono::milliseconds max_backoff{5000};

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <vector>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -246,6 +248,69 @@ TEST_CASE("fetcher: 404 is not found, 403 denied naming the credentials' source,
   }
   // Keep-alive: the requests to the stub shared connections rather than one each.
   CHECK(stub.connections() < n);
+}
+
+TEST_CASE("fetcher: credentials are re-read when their file changes, and when the store says they expired") {
+  // The store accepts only what is signed with key NEWKEY; OLDKEY's signatures are answered
+  // as S3 answers a session token that ran out.
+  std::mutex mu;
+  std::vector<std::string> keys;  // the key id of each signed request, in order
+  HttpStub stub([&](const std::string& head) -> std::string {
+    const auto at = head.find("Credential=");
+    const std::string key = at == std::string::npos ? "" : head.substr(at + 11, head.find('/', at) - at - 11);
+    {
+      std::lock_guard lock(mu);
+      keys.push_back(key);
+    }
+    if (key == "NEWKEY") return http_response(200, "OK", "object");
+    return http_response(400, "Bad Request", "<Error><Code>ExpiredToken</Code><Message>expired</Message></Error>");
+  });
+  TempDir dir;
+  const auto file = dir.path() / "credentials";
+  auto write_key = [&](const std::string& key) {
+    std::ofstream(file, std::ios::trunc) << "[default]\naws_access_key_id = " << key
+                                         << "\naws_secret_access_key = " << kSecret << "\naws_session_token = t-" << key << "\n";
+  };
+  const EnvLookup env = env_of({{"AWS_SHARED_CREDENTIALS_FILE", file.string()}});
+  write_key("OLDKEY");
+  Fetcher::Options o = fast_options(stub.base_url());
+  o.credentials = *resolve_credentials(env);
+  o.reload_credentials = [env] { return resolve_credentials(env); };
+  std::string why;
+  const auto url = *parse_object_url("s3://b/k", why);
+
+  SECTION("expired, and the file still holds the same: denied once, naming the code and the file, no secret") {
+    o.credentials_check = std::chrono::hours(1);
+    Fetcher f(o);
+    const FetchResult r = f.get(url);
+    CHECK(r.error == FetchError::kDenied);
+    CHECK_THAT(r.message, Catch::Contains("ExpiredToken") && Catch::Contains("credentials file " + file.string()));
+    CHECK(r.message.find(kSecret) == std::string::npos);
+    CHECK(f.stats().credential_reloads.load() == 0);
+    std::lock_guard lock(mu);
+    CHECK(keys == std::vector<std::string>{"OLDKEY"});  // not retried: nothing new to sign with
+  }
+  SECTION("expired, and the file holds new ones: signed anew and answered, one retry") {
+    o.credentials_check = std::chrono::hours(1);  // only the store's answer makes it look
+    Fetcher f(o);
+    write_key("NEWKEY");
+    const FetchResult r = f.get(url);
+    REQUIRE(r.ok());
+    CHECK(f.stats().credential_reloads.load() == 1);
+    CHECK(f.stats().retries.load() == 1);
+    std::lock_guard lock(mu);
+    CHECK(keys == std::vector<std::string>{"OLDKEY", "NEWKEY"});
+  }
+  SECTION("the file changed: the next request is signed with what it holds now, before any failure") {
+    o.credentials_check = std::chrono::milliseconds(0);
+    Fetcher f(o);
+    CHECK_FALSE(f.get(url).ok());
+    write_key("NEWKEY");  // another size: the change is seen even within the same second
+    REQUIRE(f.get(url).ok());
+    std::lock_guard lock(mu);
+    CHECK(keys.back() == "NEWKEY");
+    CHECK(keys.size() == 2);  // the second request went out with NEWKEY at once
+  }
 }
 
 TEST_CASE("object cache: LRU by bytes, files 0600, kept across a reopen, a folder others may write is refused") {
