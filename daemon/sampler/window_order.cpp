@@ -39,15 +39,17 @@ std::vector<std::uint32_t> window_permutation(const std::vector<std::uint32_t>& 
   shuffle_range(order.data(), order.data() + count, shard_rng);
 
   out.reserve(n);
-  for (std::uint32_t w = 0; w * std::uint64_t{window} < count; ++w) {
+  // Window w holds order[first, first + window); 64-bit so that a window larger than the
+  // shard count cannot wrap.
+  for (std::uint64_t first = 0, w = 0; first < count; first += window, ++w) {
     const std::size_t begin = out.size();
-    const std::uint32_t last = static_cast<std::uint32_t>(std::min<std::uint64_t>(count, (w + std::uint64_t{1}) * window));
-    for (std::uint32_t k = w * window; k < last; ++k) {
+    const std::uint64_t last = std::min<std::uint64_t>(count, first + window);
+    for (std::uint64_t k = first; k < last; ++k) {
       for (std::uint32_t id = starts[order[k]]; id < end_of(order[k]); ++id) out.push_back(id);
     }
     // Each window's draw is keyed by its own index, so it does not depend on how many numbers
     // the windows before it took.
-    CounterRng rng(seed, epoch, std::uint64_t{1} + w, kStreamWindowShards);
+    CounterRng rng(seed, epoch, 1 + w, kStreamWindowShards);
     shuffle_range(out.data() + begin, out.data() + out.size(), rng);
   }
   return out;

@@ -120,6 +120,7 @@ TEST_CASE("window order: N at least the shard count is one window, a full shuffl
   const Layout l = uneven_layout(10);
   const Ids whole = window_permutation(l.starts, l.n, 10, 5, 2);
   CHECK(whole == window_permutation(l.starts, l.n, 1000, 5, 2));
+  CHECK(whole == window_permutation(l.starts, l.n, UINT32_MAX, 5, 2));  // the config's largest N
   CHECK(is_permutation_of_n(whole, l.n));
   // Mixed across the whole dataset: the first 16 positions already come from many shards.
   CHECK(shards_in(l, whole, 0, 16) >= 5);
