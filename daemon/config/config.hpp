@@ -119,6 +119,10 @@ struct JobConfig {
   bool mixture() const { return !sources.empty(); }
   std::uint32_t batch_size = 0;
   bool shuffle = true;
+  // shuffle: {window_shards: N} (tar sources only; sampler/window_order.hpp): shards shuffled
+  // and visited N at a time, samples shuffled within each window. shuffle is then true;
+  // 0: off (an ordinary permutation, or none).
+  std::uint32_t window_shards = 0;
   std::uint64_t seed = 0;
   // The augmentations' and mixes' randomness; unset: `seed`. Apart so a trainer can keep a
   // DistributedSampler's order (its seed) while torch.manual_seed varies the augmentations,

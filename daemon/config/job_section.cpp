@@ -77,6 +77,29 @@ void parse_world(const Reader& r, const Fields& f, JobConfig& job) {
   job.consumers = served;
 }
 
+// shuffle: true/false, or {window_shards: N}: a shuffled order that visits a tar source's
+// shards N at a time (sampler/window_order.hpp). Only a tar source has shards; a mixture's
+// order is its sources' interleave, which would mix every source's windows again, so both
+// are refused at the key rather than served a full shuffle the config did not ask for.
+void parse_shuffle(const Reader& r, const Value& v, JobConfig& job) {
+  if (v.node.IsScalar()) {
+    job.shuffle = r.boolean(v);
+    return;
+  }
+  if (!v.node.IsMap()) r.fail(v, "expected true, false or {window_shards: N}, got " + describe(v.node));
+  const Fields s(r, v, {"window_shards"});
+  const Value& n = s.need("window_shards");
+  job.window_shards = static_cast<std::uint32_t>(r.integer(n, 1, UINT32_MAX));
+  job.shuffle = true;
+  if (job.mixture()) {
+    r.fail(n, "not with a mixture (sources:): its order interleaves the sources, so no window of shards would "
+              "hold; use shuffle: true, or one tar source");
+  }
+  if (job.source.type != "tar") {
+    r.fail(n, "only for a source of type: tar (type: " + job.source.type + " has no shards to window)");
+  }
+}
+
 // cache: {bytes: N} keeps finished samples of a deterministic pipeline in RAM, so later
 // epochs skip read and decode. A random step would make a cached sample differ from what the
 // pipeline gives for (seed, epoch, sample): refused, naming the step.
@@ -238,7 +261,7 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
   parse_sources(r, f, base_dir, job);  // a mixture, or a refusal of its keys beside `source:`
 
   job.batch_size = static_cast<std::uint32_t>(r.integer(f.need("batch_size"), 1, kMaxBatch));
-  if (auto* v = f.get("shuffle")) job.shuffle = r.boolean(*v);
+  if (auto* v = f.get("shuffle")) parse_shuffle(r, *v, job);
   if (auto* v = f.get("seed")) job.seed = r.integer(*v, 0, UINT64_MAX);
   if (auto* v = f.get("augment_seed")) job.augment_seed = r.integer(*v, 0, UINT64_MAX);
   if (auto* v = f.get("drop_last")) job.drop_last = r.boolean(*v);

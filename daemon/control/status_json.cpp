@@ -145,6 +145,7 @@ std::string StatusReport::json(std::uint32_t viewer_uid) const {
       }
     }
     job["shuffle"] = j.config().shuffle;
+    if (j.config().window_shards > 0) job["window_shards"] = j.config().window_shards;
     job["seed"] = j.config().seed;
     job["augment_seed"] = j.config().pixel_seed();
     job["drop_last"] = j.config().drop_last;

@@ -54,5 +54,8 @@ inline constexpr std::uint64_t kStreamBatchMix = 0x6d6978;  // "mix"
 // source index)). Far from the small numbers for the same reason.
 inline constexpr std::uint64_t kStreamMixtureInterleave = 0x6d78696c;  // "mxil"
 inline constexpr std::uint64_t kStreamMixtureSource = 0x6d787372;      // "mxsr"
+// shuffle: {window_shards: N} (sampler/window_order.hpp): the order of the shards (keyed
+// (seed, epoch, 0)) and of the samples within each window (keyed (seed, epoch, 1 + window)).
+inline constexpr std::uint64_t kStreamWindowShards = 0x77696e64;  // "wind"
 
 }  // namespace stoker

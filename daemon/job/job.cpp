@@ -14,6 +14,7 @@
 #include "job/batch_mix.hpp"
 #include "job/finish.hpp"
 #include "sampler/sampler.hpp"
+#include "sampler/window_order.hpp"
 
 namespace stoker::job {
 
@@ -61,6 +62,20 @@ std::optional<sampler::Mixture> mixture_of(const config::JobConfig& cfg, const s
                  static_cast<double>(quota[s]) / dataset.parts[s].size);
   }
   return m;
+}
+
+// Where each shard's run of sample ids begins, for a windowed order (empty otherwise). Runs,
+// not shard indices: a shard without samples has no run, so it takes no place in a window.
+std::vector<std::uint32_t> shard_starts_of(const config::JobConfig& cfg, const source::Dataset& dataset) {
+  std::vector<std::uint32_t> starts;
+  if (cfg.window_shards == 0) return starts;
+  for (std::size_t i = 0; i < dataset.samples.size(); ++i) {
+    if (i == 0 || dataset.samples[i].shard != dataset.samples[i - 1].shard) {
+      starts.push_back(static_cast<std::uint32_t>(i));
+    }
+  }
+  spdlog::info("job {}: shuffle in windows of {} of its {} shard(s)", cfg.name, cfg.window_shards, starts.size());
+  return starts;
 }
 
 }  // namespace
@@ -112,6 +127,7 @@ Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset datase
       cfg_(cfg),
       dataset_(std::move(dataset)),
       mixture_(mixture_of(cfg, dataset_)),
+      shard_starts_(shard_starts_of(cfg, dataset_)),
       source_served_(std::make_unique<std::atomic<std::uint64_t>[]>(dataset_.parts.size())),
       source_quarantined_(std::make_unique<std::atomic<std::uint64_t>[]>(dataset_.parts.size())),
       label_dtype_(label_dtype_of(cfg, dataset_)),
@@ -230,11 +246,17 @@ std::int64_t* Job::labels(std::uint32_t ring, std::uint32_t slot) {
 }
 
 std::vector<std::uint32_t> Job::epoch_ids(std::uint32_t ring, std::uint64_t epoch, std::uint64_t consumed) const {
-  // The epoch's global order (one permutation, or a mixture's interleave of its sources'
-  // walks); the ranks' split of it is the same either way.
-  const auto perm = mixture_ ? sampler::mixture_order(*mixture_, cfg_.shuffle, cfg_.seed, epoch, /*tag_visits=*/true)
-                             : sampler::epoch_permutation(static_cast<std::uint32_t>(dataset_.samples.size()),
-                                                          cfg_.shuffle, cfg_.seed, epoch);
+  // The epoch's global order (one permutation, a windowed one over a tar source's shards, or
+  // a mixture's interleave of its sources' walks); the ranks' split of it is the same anyway.
+  const auto n = static_cast<std::uint32_t>(dataset_.samples.size());
+  std::vector<std::uint32_t> perm;
+  if (mixture_) {
+    perm = sampler::mixture_order(*mixture_, cfg_.shuffle, cfg_.seed, epoch, /*tag_visits=*/true);
+  } else if (cfg_.window_shards > 0) {
+    perm = sampler::window_permutation(shard_starts_, n, cfg_.window_shards, cfg_.seed, epoch);
+  } else {
+    perm = sampler::epoch_permutation(n, cfg_.shuffle, cfg_.seed, epoch);
+  }
   // Each daemon computes only its own ranks' share from (position, world): nothing is
   // exchanged between nodes, so one daemon per node resumes elastically on its own.
   return sampler::rank_samples_from(perm, consumed, cfg_.world_size, cfg_.first_rank + ring, cfg_.shards());

@@ -280,6 +280,9 @@ class Job final : public sched::Task {
   // A mixture's sources as the sampler sees them (offsets, sizes, weights, epoch_size); unset
   // for one source, whose order is epoch_permutation.
   const std::optional<sampler::Mixture> mixture_;
+  // shuffle: {window_shards: N}: the first sample id of each shard (a tar source's ids run
+  // contiguously per shard), what window_permutation cuts into windows; empty otherwise.
+  const std::vector<std::uint32_t> shard_starts_;
   // A mixture: samples served and quarantined per source (by DatasetPart index).
   std::unique_ptr<std::atomic<std::uint64_t>[]> source_served_, source_quarantined_;
   const std::uint32_t label_dtype_;  // see label_dtype(); before plan_, which sizes labels by it

@@ -27,7 +27,9 @@ constexpr std::uint32_t kObjectReadsInFlight = 128;
 
 void Job::start_reading() {
   source::SampleReader::Options o;
-  o.sequential = !cfg_.shuffle;  // members are then read in shard order
+  // Members are then read in shard order. A windowed shuffle (window_shards) is shuffled
+  // within its window, so it is not sequential either: cfg_.shuffle is true for it.
+  o.sequential = !cfg_.shuffle;
   reader_ = std::make_unique<source::SampleReader>(dataset_, o);
   if (cfg_.read_ahead_requests == 0 || cfg_.read_ahead_bytes == 0) return;
   // Each read in flight holds a descriptor: at most an eighth of the limit, so read-ahead can

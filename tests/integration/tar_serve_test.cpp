@@ -244,3 +244,61 @@ TEST_CASE("read-ahead on or off, shuffled: the same ids, labels and pixels from 
   CHECK_THAT(st, Catch::Contains("\"read_wait_s\":"));
   CHECK_THAT(st, !Catch::Contains("\"read_wait_s\":0.0,"));  // the job without read-ahead waited on every read
 }
+
+TEST_CASE("tar: shuffle: {window_shards: 2} serves every sample once an epoch, two shards at a time",
+          "[integration][tar][window]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  // Six shards of four photos; a sample's label is its shard, so each batch says where it read.
+  constexpr int kShards = 6, kPerShard = 4, kWindow = kPerShard * 2;
+  std::vector<fs::path> photos;
+  for (const auto& e : fs::recursive_directory_iterator(data_dir() + "/demo")) {
+    if (e.path().extension() == ".jpg") photos.push_back(e.path());
+  }
+  std::sort(photos.begin(), photos.end());
+  REQUIRE(photos.size() >= kShards * kPerShard);
+  fs::create_directories(dir.path() / "shards");
+  for (int s = 0; s < kShards; ++s) {
+    TarWriter w;
+    for (int i = 0; i < kPerShard; ++i) {
+      const std::string key = "s" + std::to_string(s) + "/" + std::to_string(i);
+      w.file(key + ".jpg", read_bytes(photos[s * kPerShard + i])).file(key + ".cls", std::to_string(s));
+    }
+    w.save(dir.path() / "shards" / ("w-" + std::to_string(s) + ".tar"));
+  }
+  JobSpec j;
+  j.source = "{type: tar, shards: \"shards/w-{0..5}.tar\"}";
+  j.shuffle_yaml = "{window_shards: 2}";
+  j.batch_size = 4;
+  j.random_crop = false;
+  Daemon d(write_config(dir.path(), {j}, 2), socket);
+  stoker::Client c("demo", 0, at(socket));
+  std::vector<std::vector<std::int64_t>> orders;
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::vector<std::int64_t> ids, shard;
+    for (const auto& b : take_epoch(c)) {
+      ids.insert(ids.end(), b.ids.begin(), b.ids.end());
+      shard.insert(shard.end(), b.labels.begin(), b.labels.end());
+    }
+    INFO("epoch " << epoch);
+    REQUIRE(ids.size() == std::size_t{kShards * kPerShard});
+    std::vector<std::int64_t> sorted = ids;
+    std::sort(sorted.begin(), sorted.end());
+    for (int i = 0; i < kShards * kPerShard; ++i) CHECK(sorted[i] == i);  // every sample once
+    // Each window of 8 positions is two whole shards (ids run contiguously per shard).
+    for (std::size_t w = 0; w < ids.size(); w += kWindow) {
+      std::vector<std::int64_t> in(shard.begin() + static_cast<std::ptrdiff_t>(w),
+                                   shard.begin() + static_cast<std::ptrdiff_t>(w + kWindow));
+      for (std::size_t k = 0; k < in.size(); ++k) CHECK(in[k] == ids[w + k] / kPerShard);
+      std::sort(in.begin(), in.end());
+      CHECK(std::unique(in.begin(), in.end()) - in.begin() == 2);
+    }
+    CHECK_FALSE(std::is_sorted(ids.begin(), ids.end()));
+    orders.push_back(ids);
+  }
+  CHECK(orders[0] != orders[1]);
+  std::string st;
+  REQUIRE(run_program({bin("stokerctl"), "status", "--socket", socket}, st) == 0);
+  CHECK_THAT(st, Catch::Contains("\"window_shards\":2"));
+  CHECK_THAT(d.log(), Catch::Contains("job demo: shuffle in windows of 2 of its 6 shard(s)"));
+}

@@ -39,7 +39,7 @@ fs::path write_config(const fs::path& dir, const std::vector<JobSpec>& jobs, int
                            : j.source)
       << "\n"
       << "    batch_size: " << j.batch_size << "\n"
-      << "    shuffle: " << (j.shuffle ? "true" : "false") << "\n"
+      << "    shuffle: " << (!j.shuffle_yaml.empty() ? j.shuffle_yaml : j.shuffle ? "true" : "false") << "\n"
       << "    seed: " << j.seed << "\n"
       << "    drop_last: " << (j.drop_last ? "true" : "false") << "\n"
       << "    consumers: " << j.consumers << "\n"

@@ -21,6 +21,7 @@ struct JobSpec {
   int consumers = 1;
   int prefetch = 3;
   bool shuffle = true;
+  std::string shuffle_yaml;          // raw value of `shuffle:` replacing the bool ("{window_shards: 2}")
   int seed = 7;
   bool drop_last = false;
   std::string on_error;              // empty: default

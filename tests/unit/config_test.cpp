@@ -1428,3 +1428,64 @@ TEST_CASE("config: server.client_job_buckets takes a list of bucket names, refus
     }
   }
 }
+
+// ---------------------------------------------------------------------------------------------
+// shuffle: {window_shards: N} (issue #35): a tar source's shards visited N at a time
+
+namespace {
+
+std::string tar_job(const std::string& shuffle_lines) {
+  std::string j = train_job(shuffle_lines);
+  replace_all(j, "source: {root: .}", "source: {type: tar, shards: \"/data/train-{0..9}.tar\"}");
+  return j;
+}
+
+}  // namespace
+
+TEST_CASE("config: shuffle takes a bool or {window_shards: N} for a tar source", "[config]") {
+  auto j = parse(tar_job("    shuffle: {window_shards: 4}\n")).jobs.at(0);
+  CHECK(j.shuffle);
+  CHECK(j.window_shards == 4);
+  j = parse(tar_job("    shuffle:\n      window_shards: 1\n")).jobs.at(0);
+  CHECK(j.window_shards == 1);
+  // The bool forms are unchanged, and leave the windows off.
+  j = parse(tar_job("    shuffle: false\n")).jobs.at(0);
+  CHECK_FALSE(j.shuffle);
+  CHECK(j.window_shards == 0);
+  j = parse(tar_job("")).jobs.at(0);
+  CHECK(j.shuffle);
+  CHECK(j.window_shards == 0);
+}
+
+TEST_CASE("config: a bad window_shards is refused with file:line and the key", "[config]") {
+  CHECK_THAT(refusal(tar_job("    shuffle: {window_shards: 0}\n")),
+             StartsWith("test.yaml:5:30: jobs.train.shuffle.window_shards: "));
+  CHECK_THAT(refusal(tar_job("    shuffle: {window_shards: two}\n")),
+             StartsWith("test.yaml:5:30: jobs.train.shuffle.window_shards: "));
+  CHECK_THAT(refusal(tar_job("    shuffle:\n      window_shards: 2\n      seed: 3\n")),
+             StartsWith("test.yaml:7:") && Contains("jobs.train.shuffle.seed: unknown key"));
+  CHECK_THAT(refusal(tar_job("    shuffle: {window_shard: 2}\n")),
+             StartsWith("test.yaml:5:") && Contains("jobs.train.shuffle.window_shard: unknown key; did you mean "
+                                                     "'window_shards'?"));
+  CHECK_THAT(refusal(tar_job("    shuffle: {}\n")),
+             StartsWith("test.yaml:5:") && Contains("jobs.train.shuffle.window_shards: required key is missing"));
+  CHECK_THAT(refusal(tar_job("    shuffle: [4]\n")),
+             StartsWith("test.yaml:5:14: jobs.train.shuffle: expected true, false or {window_shards: N}, got a list"));
+  CHECK_THAT(refusal(tar_job("    shuffle: sometimes\n")),
+             StartsWith("test.yaml:5:14: jobs.train.shuffle: ") && Contains("'sometimes'"));
+  // Sources without shards: an ImageFolder, a file list.
+  CHECK_THAT(refusal(train_job("    shuffle: {window_shards: 2}\n")),
+             StartsWith("test.yaml:5:30: jobs.train.shuffle.window_shards: ") &&
+                 Contains("only for a source of type: tar (type: imagefolder has no shards"));
+  std::string list = train_job("    shuffle: {window_shards: 2}\n");
+  replace_all(list, "source: {root: .}", "source: {type: filelist, list: ../demo/../configs/bad-scale.yaml}");
+  CHECK_THAT(refusal(list), StartsWith("test.yaml:5:30: jobs.train.shuffle.window_shards: ") &&
+                                Contains("only for a source of type: tar"));
+  // A mixture interleaves its sources: no window would hold.
+  std::string mixed = train_job("    shuffle: {window_shards: 2}\n");
+  replace_all(mixed, "    source: {root: .}\n",
+              "    sources:\n      - {type: tar, shards: /data/a.tar, weight: 1}\n"
+              "      - {type: tar, shards: /data/b.tar, weight: 1}\n");
+  CHECK_THAT(refusal(mixed), StartsWith("test.yaml:7:30: jobs.train.shuffle.window_shards: ") &&
+                                 Contains("not with a mixture (sources:)"));
+}

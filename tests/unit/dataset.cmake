@@ -17,6 +17,10 @@ stoker_add_test(tar_test LABEL unit
 stoker_add_test(mixture_test LABEL unit
   SOURCES unit/mixture_test.cpp
   LIBS stoker_sampler)
+# shuffle: {window_shards: N}, the shard-windowed epoch order (issue #35).
+stoker_add_test(window_order_test LABEL unit
+  SOURCES unit/window_order_test.cpp
+  LIBS stoker_sampler)
 
 # Issue #34: the one confined open (base/confined_open.hpp), and a client-defined job's reads
 # (source/read_access.hpp) against a folder swapped for a symlink while they read (10 s).
