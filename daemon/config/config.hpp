@@ -48,6 +48,9 @@ struct SourceConfig {
   // s3:// sources: the S3-compatible endpoint (key `endpoint`, e.g. "http://127.0.0.1:9000");
   // "" takes AWS_ENDPOINT_URL, else AWS's regional endpoint (objstore/credentials.hpp).
   std::string endpoint;
+  // `addressing`: "path", "virtual", or "" (virtual-host for AWS's own endpoint, path-style for
+  // an endpoint given by `endpoint:` or AWS_ENDPOINT_URL).
+  std::string addressing;
   // A source in object storage: `cache: {path, bytes}`, a local LRU cache of fetched bytes
   // (objstore/object_cache.hpp); empty path: none.
   std::filesystem::path cache_path;

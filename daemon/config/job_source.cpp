@@ -24,8 +24,8 @@ namespace fs = std::filesystem;
 void parse_source(const Reader& r, const Value& section, const fs::path& base_dir, SourceConfig& out,
                   bool mixture_entry) {
   const Fields src = mixture_entry
-                         ? Fields(r, section, {"type", "root", "list", "file", "shards", "endpoint", "cache", "weight", "name"})
-                         : Fields(r, section, {"type", "root", "list", "file", "shards", "endpoint", "cache"});
+                         ? Fields(r, section, {"type", "root", "list", "file", "shards", "endpoint", "addressing", "cache", "weight", "name"})
+                         : Fields(r, section, {"type", "root", "list", "file", "shards", "endpoint", "addressing", "cache"});
   if (auto* v = src.get("type")) out.type = r.choice(*v, {"imagefolder", "filelist", "tar"});
   // A client's working folder means nothing to stokerd (and its job's paths are not looked at
   // here, below): a relative path is refused by name.
@@ -187,6 +187,15 @@ void parse_source(const Reader& r, const Value& section, const fs::path& base_di
     }
     if (e.find('@') != std::string::npos) r.fail(*v, "credentials in a URL are refused (give them through AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)");
     out.endpoint = e;
+  }
+  if (const Value* v = src.get("addressing")) {
+    // How the bucket is named in requests: path-style or virtual-host (objstore::Addressing).
+    const std::string a = r.string(*v);
+    if (!any_url) r.fail(*v, "only for a source in object storage (s3:// shards or root)");
+    if (a != "path" && a != "virtual") {
+      r.fail(*v, "expected path (ENDPOINT/BUCKET/KEY: MinIO, Ceph) or virtual (BUCKET.HOST/KEY: AWS), got '" + a + "'");
+    }
+    out.addressing = a;
   }
   if (const Value* v = src.get("cache")) {
     // cache: {path: DIR, bytes: SIZE}; DIR's owner and mode are checked when the job loads.

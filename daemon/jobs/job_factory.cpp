@@ -35,6 +35,11 @@ std::shared_ptr<objstore::Fetcher> object_fetcher(const config::SourceConfig& sr
   objstore::Fetcher::Options o;
   o.region = objstore::resolve_region(env);
   o.endpoint = objstore::resolve_endpoint(src.endpoint, o.region, env);
+  const bool aws_own = o.endpoint == objstore::resolve_endpoint("", o.region, objstore::EnvLookup([](const char*) {
+                                       return std::optional<std::string>();
+                                     }));
+  o.addressing = src.addressing == "virtual" || (src.addressing.empty() && aws_own) ? objstore::Addressing::kVirtualHost
+                                                                                     : objstore::Addressing::kPath;
   o.credentials = std::move(*creds);
   // Re-read by the same chain when their file changes or a store says they expired.
   o.reload_credentials = [env] { return objstore::resolve_credentials(env); };
@@ -45,7 +50,8 @@ std::shared_ptr<objstore::Fetcher> object_fetcher(const config::SourceConfig& sr
     spdlog::info("{}: cache {} of at most {} bytes, {} file(s) ({} bytes) kept from before", log_name,
                  src.cache_path.string(), src.cache_bytes, o.cache->files(), o.cache->bytes());
   }
-  spdlog::info("{}: object storage at {} (region {}, path-style), credentials: {}", log_name, o.endpoint, o.region,
+  spdlog::info("{}: object storage at {} (region {}, {}), credentials: {}", log_name, o.endpoint, o.region,
+               o.addressing == objstore::Addressing::kVirtualHost ? "virtual-host" : "path-style",
                o.credentials.describe());
   return std::make_shared<objstore::Fetcher>(std::move(o));
 }

@@ -548,11 +548,27 @@ FetchResult Fetcher::run(Request request) {
   return r;
 }
 
+bool virtual_host_bucket(const std::string& bucket) {
+  // DNS-safe: 3-63 of [a-z0-9-], not starting or ending with '-'. A bucket with dots would
+  // break TLS's name check under https (*.s3... covers one label), so it stays path-style.
+  if (bucket.size() < 3 || bucket.size() > 63 || bucket.front() == '-' || bucket.back() == '-') return false;
+  return std::all_of(bucket.begin(), bucket.end(),
+                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; });
+}
+
+std::string bucket_base(const Fetcher::Options& o, const std::string& bucket) {
+  const std::size_t host = o.endpoint.find("://");
+  if (o.addressing == Addressing::kVirtualHost && host != std::string::npos && virtual_host_bucket(bucket)) {
+    return o.endpoint.substr(0, host + 3) + bucket + "." + o.endpoint.substr(host + 3);
+  }
+  return o.endpoint + "/" + bucket;
+}
+
 namespace {
 
 std::string request_url(const Fetcher::Options& o, const ObjectUrl& u) {
   if (u.scheme != Scheme::kS3) return u.bucket + "/" + u.key;
-  return o.endpoint + "/" + u.bucket + "/" + uri_encode(u.key, /*keep_slash=*/true);
+  return bucket_base(o, u.bucket) + "/" + uri_encode(u.key, /*keep_slash=*/true);
 }
 
 }  // namespace
@@ -628,7 +644,9 @@ base::Result<ListPage> Fetcher::list(const ObjectUrl& prefix, const std::string&
     if (!delimiter.empty()) q += "delimiter=" + uri_encode(delimiter, false) + "&";
     q += "list-type=2&prefix=" + uri_encode(prefix.key, false);
     Request r;
-    r.url = options_.endpoint + "/" + prefix.bucket + "?" + q;
+    // The bucket's root: "/BUCKET?..." path-style (as before), "BUCKET.HOST/?..." virtual-host.
+    const std::string base = bucket_base(options_, prefix.bucket);
+    r.url = base + (base == options_.endpoint + "/" + prefix.bucket ? "?" : "/?") + q;
     r.name = "LIST " + prefix.text();
     r.sign = !options_.credentials.empty();
     FetchResult got = run(std::move(r));

@@ -69,10 +69,17 @@ struct FetchStats {
   double latency_quantile_ms(double q) const;
 };
 
+// How an s3:// URL's bucket is addressed: in the path (ENDPOINT/BUCKET/KEY: MinIO, Ceph, a
+// loopback server) or in the host name (BUCKET.ENDPOINT-HOST/KEY: AWS, where path-style is
+// deprecated). A source's `addressing:`; by default virtual-host for AWS's own endpoint and
+// path-style for any endpoint given.
+enum class Addressing : std::uint8_t { kPath, kVirtualHost };
+
 class Fetcher {
  public:
   struct Options {
     std::string endpoint;  // for s3:// URLs, e.g. "http://127.0.0.1:9000"; no trailing '/'
+    Addressing addressing = Addressing::kPath;
     std::string region = "us-east-1";
     Credentials credentials;
     // Re-reads the credentials (job_factory: the same chain as at start). Called by the
@@ -133,6 +140,12 @@ class Fetcher {
   FetchStats stats_;
   std::unique_ptr<Driver> driver_;
 };
+
+// Where requests for `bucket` go, without the trailing '/': ENDPOINT/BUCKET, or with virtual-host
+// addressing SCHEME://BUCKET.HOST[:PORT] (a bucket whose name is no DNS label, e.g. one
+// with dots, stays path-style, as AWS's SDKs do).
+std::string bucket_base(const Fetcher::Options& o, const std::string& bucket);
+bool virtual_host_bucket(const std::string& bucket);
 
 // The delay before retry `attempt` (1 = the first retry): first_backoff * 2^(attempt-1) capped
 // at max_backoff, times a jitter factor in [0.5, 1]; a Retry-After (seconds) replaces it, cut

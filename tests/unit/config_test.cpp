@@ -1318,6 +1318,10 @@ TEST_CASE("config: tar shards may be s3:// or https:// URLs, kept as written, wi
   CHECK(cfg.jobs[0].source.shards[0] == "s3://bucket/train-{00..03}.tar");
   CHECK(cfg.jobs[0].source.shards[1] == "https://host:8443/x/v.tar");
   CHECK(cfg.jobs[0].source.endpoint == "http://127.0.0.1:9000");
+  CHECK(cfg.jobs[0].source.addressing.empty());  // chosen by the endpoint when the job loads
+  j = train_job();
+  replace_all(j, "source: {root: .}", "source: {type: tar, shards: \"s3://bucket/t.tar\", addressing: virtual}");
+  CHECK(parse(j).jobs[0].source.addressing == "virtual");
 }
 
 TEST_CASE("config: an ImageFolder root may be an s3:// prefix, kept without its trailing '/'", "[config]") {
@@ -1356,6 +1360,10 @@ TEST_CASE("config: a malformed URL, an endpoint without a URL source, or a URL r
              Contains("endpoint") && Contains("only for a source in object storage"));
   CHECK_THAT(with("{type: tar, shards: \"s3://b/a.tar\", endpoint: \"127.0.0.1:9000\"}"),
              Contains("expected an http:// or https:// URL"));
+  CHECK_THAT(with("{type: tar, shards: \"s3://b/a.tar\", addressing: sideways}"),
+             Contains("test.yaml:3") && Contains("addressing") && Contains("expected path") && Contains("sideways"));
+  CHECK_THAT(with("{type: tar, shards: \"/data/a.tar\", addressing: path}"),
+             Contains("addressing") && Contains("only for a source in object storage"));
   CHECK_THAT(with("{type: imagefolder, root: \"https://host/train/\"}"),
              Contains("root") && Contains("an ImageFolder root in object storage must be an s3:// URL"));
   CHECK_THAT(with("{type: filelist, list: \"lists/x.txt\", root: \"s3://b/train\"}"), Contains("test.yaml:3"));

@@ -14,6 +14,8 @@
 #include "http_stub.hpp"
 #include "sigv4_check.hpp"
 
+using stoker::objstore::Addressing;
+using stoker::objstore::bucket_base;
 using stoker::objstore::Fetcher;
 using stoker::objstore::parse_object_url;
 using stoker::test::http_response;
@@ -47,8 +49,12 @@ TEST_CASE("sigv4: every request stokerd's fetcher sends is signed as S3 verifies
           "included",
           "[unit][objstore][sigv4]") {
   constexpr const char* kSecret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYSECRET+=";
+  // Path-style to 127.0.0.1, and virtual-host to datasets.localhost (libcurl takes any
+  // *.localhost name for loopback): the bucket moves from the path into the signed Host.
+  const bool virtual_host = GENERATE(false, true);
   std::mutex mu;
   std::vector<std::string> problems;
+  std::vector<std::string> hosts, lines;
   int checked = 0;
   HttpStub stub([&](const std::string& head) -> std::string {
     std::string canonical;
@@ -56,6 +62,9 @@ TEST_CASE("sigv4: every request stokerd's fetcher sends is signed as S3 verifies
     {
       std::lock_guard lock(mu);
       ++checked;
+      const auto h = head.find("\r\nHost: ");
+      hosts.push_back(h == std::string::npos ? "" : head.substr(h + 8, head.find("\r\n", h + 2) - h - 8));
+      lines.push_back(head.substr(0, head.find("\r\n")));
       if (!why.empty()) problems.push_back(head.substr(0, head.find("\r\n")) + ": " + why + "\n" + canonical);
     }
     if (head.rfind("HEAD ", 0) == 0) return http_response(200, "OK", "", "Last-Modified: Sat, 28 Nov 2026 08:00:00 GMT\r\n");
@@ -74,7 +83,8 @@ TEST_CASE("sigv4: every request stokerd's fetcher sends is signed as S3 verifies
     return http_response(206, "Partial Content", "abc", "Content-Range: bytes 0-2/100\r\n");
   });
   Fetcher::Options o;
-  o.endpoint = stub.base_url();
+  o.endpoint = virtual_host ? "http://localhost:" + std::to_string(stub.port()) : stub.base_url();
+  o.addressing = virtual_host ? Addressing::kVirtualHost : Addressing::kPath;
   o.region = "eu-west-3";
   o.credentials.access_key = "AKIDEXAMPLE";
   o.credentials.secret_key = kSecret;
@@ -98,4 +108,26 @@ TEST_CASE("sigv4: every request stokerd's fetcher sends is signed as S3 verifies
   std::lock_guard lock(mu);
   CHECK(checked == 10);
   for (const auto& p : problems) FAIL_CHECK(p);
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    INFO(lines[i]);
+    if (virtual_host) {
+      CHECK(hosts[i] == "datasets.localhost:" + std::to_string(stub.port()));
+      CHECK(lines[i].find(" /datasets") == std::string::npos);
+    } else {
+      CHECK(hosts[i] == "127.0.0.1:" + std::to_string(stub.port()));
+      CHECK(lines[i].find(" /datasets") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("virtual-host addressing: the bucket goes into the host when it is a DNS label, else stays in the path",
+          "[unit][objstore]") {
+  Fetcher::Options o;
+  o.endpoint = "https://s3.eu-west-3.amazonaws.com";
+  o.addressing = Addressing::kVirtualHost;
+  CHECK(bucket_base(o, "datasets") == "https://datasets.s3.eu-west-3.amazonaws.com");
+  CHECK(bucket_base(o, "my.dotted.bucket") == "https://s3.eu-west-3.amazonaws.com/my.dotted.bucket");
+  CHECK(bucket_base(o, "Upper") == "https://s3.eu-west-3.amazonaws.com/Upper");
+  o.addressing = Addressing::kPath;
+  CHECK(bucket_base(o, "datasets") == "https://s3.eu-west-3.amazonaws.com/datasets");
 }
