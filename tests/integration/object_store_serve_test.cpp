@@ -497,6 +497,40 @@ TEST_CASE("s3: 503s, 429 with Retry-After and answers cut mid-body are retried: 
   CHECK(quarantine_files(dir.path(), "bucket").empty());
 }
 
+TEST_CASE("s3: the server killed and started again mid-epoch: the same batches, nothing quarantined, the "
+          "retries counted",
+          "[integration][s3]") {
+  if (!S3Server::available()) {
+    WARN(S3Server::missing_message());
+    return;
+  }
+  DemoShardBucket data;
+  const auto socket = (data.dir.path() / "s.sock").string();
+  JobSpec local;
+  local.name = "local";
+  local.source = "{type: tar, shards: \"shards/demo-{00..02}.tar\"}";
+  JobSpec bucket = local;
+  bucket.name = "bucket";
+  bucket.source =
+      "{type: tar, shards: \"s3://datasets/demo/train-{00..02}.tar\", endpoint: \"" + data.s3.endpoint() + "\"}";
+  Daemon d(write_config(data.dir.path(), {local, bucket}, 2), socket);
+  // Indexed, and the first samples being fetched: the server goes away with connections
+  // open (SIGKILL), for longer than a retry's first backoffs, and comes back on its port.
+  data.s3.kill_and_restart(std::chrono::milliseconds(1500));
+  stoker::ClientOptions o;
+  o.socket_path = socket;
+  stoker::Client a("local", 0, o), b("bucket", 0, o);
+  check_same_epochs(a, b, 2);
+  const Json st = status_json(socket);
+  for (const auto& job : st["jobs"]) {
+    if (job["name"] != "bucket") continue;
+    CHECK(job["quarantined"] == 0);
+    CHECK(job["missing"] == 0);
+    CHECK(job["sources"][0]["retries"].get<std::uint64_t>() > 0);
+  }
+  CHECK(quarantine_files(data.dir.path(), "bucket").empty());
+}
+
 TEST_CASE("s3: a store that stops answering pauses the job (status says why), which goes on when it returns, "
           "nothing skipped, and stopping stokerd does not wait for it",
           "[integration][s3]") {

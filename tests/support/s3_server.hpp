@@ -38,12 +38,31 @@ class S3Server {
     return "s3rver is not installed (" + executable() + "): run scripts/setup.sh --test; the s3:// check is skipped";
   }
 
-  S3Server(const std::filesystem::path& dir, const std::string& bucket) : bucket_(bucket) {
+  S3Server(const std::filesystem::path& dir, const std::string& bucket) : bucket_(bucket), dir_(dir) {
     std::filesystem::create_directories(dir / "s3rver");
-    log_ = dir / "s3rver.log";
-    pid_ = start_program({executable(), "-d", (dir / "s3rver").string(), "-a", "127.0.0.1", "-p", "0",
-                          "--configure-bucket", bucket},
+    start(0);
+  }
+  ~S3Server() { stop(); }
+  S3Server(const S3Server&) = delete;
+  S3Server& operator=(const S3Server&) = delete;
+
+  // The server killed (SIGKILL: no goodbye to open connections) and, after `down`, started
+  // again on the same port with the same data folder: its objects are still there.
+  void kill_and_restart(std::chrono::milliseconds down) {
+    ::kill(pid_, SIGKILL);
+    (void)wait_program(pid_, 10);
+    pid_ = -1;
+    std::this_thread::sleep_for(down);
+    start(port_);
+  }
+
+ private:
+  void start(int port) {
+    log_ = dir_ / ("s3rver-" + std::to_string(starts_++) + ".log");
+    pid_ = start_program({executable(), "-d", (dir_ / "s3rver").string(), "-a", "127.0.0.1", "-p",
+                          std::to_string(port), "--configure-bucket", bucket_},
                          log_);
+    port_ = 0;
     const std::regex listening("listening on 127\\.0\\.0\\.1:([0-9]+)");
     for (int i = 0; i < 200 && port_ == 0; ++i) {
       std::ifstream in(log_);
@@ -59,10 +78,8 @@ class S3Server {
       throw std::runtime_error("s3rver did not start in 10 s; its log: " + log_.string());
     }
   }
-  ~S3Server() { stop(); }
-  S3Server(const S3Server&) = delete;
-  S3Server& operator=(const S3Server&) = delete;
 
+ public:
   int port() const { return port_; }
   std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
 
@@ -112,6 +129,8 @@ class S3Server {
 
   std::string bucket_;
   std::filesystem::path log_;
+  std::filesystem::path dir_;
+  int starts_ = 0;
   int pid_ = -1;
   int port_ = 0;
 };

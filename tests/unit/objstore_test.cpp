@@ -3,7 +3,9 @@
 // (retries counted, Retry-After honoured, 404/403 told apart, no secret in any message).
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <thread>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -311,6 +313,26 @@ TEST_CASE("fetcher: credentials are re-read when their file changes, and when th
     CHECK(keys.back() == "NEWKEY");
     CHECK(keys.size() == 2);  // the second request went out with NEWKEY at once
   }
+}
+
+TEST_CASE("fetcher: a server that accepts and goes silent is a stall: timed out, tried again, answered") {
+  std::atomic<int> n{0};
+  HttpStub stub([&](const std::string&) -> std::string {
+    if (n++ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // silent past stall_seconds
+    return http_response(200, "OK", "object");
+  });
+  Fetcher::Options o = fast_options(stub.base_url());
+  o.stall_seconds = 1;
+  Fetcher f(o);
+  std::string why;
+  const auto t0 = std::chrono::steady_clock::now();
+  const FetchResult r = f.get(*parse_object_url("s3://b/k", why));
+  REQUIRE(r.ok());
+  CHECK(std::string(r.body.begin(), r.body.end()) == "object");
+  // The stub answers one connection at a time: an attempt made while it sleeps stalls too.
+  CHECK(f.stats().retries.load() >= 1);
+  CHECK(f.stats().retries.load() + 1 == static_cast<std::uint64_t>(n.load()));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
 }
 
 TEST_CASE("object cache: LRU by bytes, files 0600, kept across a reopen, a folder others may write is refused") {
