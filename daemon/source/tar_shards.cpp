@@ -695,9 +695,10 @@ Dataset read_tar_shards_unsettled(const std::vector<std::string>& patterns, cons
     spdlog::info("{}: index of {} shard(s) loaded from cache {} ({:.2f} s)", log_name, shards.size(),
                  index_cache.string(), secs);
   } else {
-    spdlog::info("{}: indexed {} of {} tar shard(s) in {:.2f} s ({} from sidecar indexes, {} from cache)", log_name,
-                 walked.load(), shards.size(), secs, from_sidecar.load(),
-                 shards.size() - walked.load() - from_sidecar.load());
+    const std::size_t sidecars = from_sidecar.load();
+    spdlog::info("{}: indexed {} of {} tar shard(s) in {:.2f} s ({}{} from cache)", log_name, walked.load(),
+                 shards.size(), secs, sidecars == 0 ? "" : std::to_string(sidecars) + " from sidecar indexes, ",
+                 shards.size() - walked.load() - sidecars);
   }
   if (walked.load() + from_sidecar.load() != 0 || cached.size() != shards.size()) {
     if (!index_cache.empty()) {

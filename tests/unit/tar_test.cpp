@@ -436,8 +436,8 @@ TEST_CASE("tar: a shard indexed as it arrives gives the whole file's index, give
   }
 }
 
-TEST_CASE("tar: a sidecar index in Stoker's format or DALI's v1.2 gives the walked index; one that does not fit "
-          "the shard is not used, saying why", "[source][tar]") {
+TEST_CASE("tar: a sidecar index in Stoker's format or DALI's v1.2 gives the walked index, and one that does not "
+          "fit the shard is not used, saying why", "[source][tar]") {
   Dir d;
   TarWriter w;
   for (int i = 0; i < 5; ++i) w.file("k/" + std::to_string(i) + ".jpg", std::string(700 + i, 'x')).file("k/" + std::to_string(i) + ".cls", std::to_string(i));
