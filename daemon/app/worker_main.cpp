@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -18,6 +19,7 @@
 #ifdef STOKER_WITH_REMOTE
 #include "config/config.hpp"
 #include "control/metrics_http.hpp"
+#include "objstore/credentials.hpp"
 #include "remote/protocol.hpp"
 #include "remote/worker_server.hpp"
 #endif
@@ -186,6 +188,10 @@ int run_worker(int argc, char** argv) {
   settings.max_streams = o.max_streams;
   settings.open_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.open_timeout_s * 1000));
   const unsigned threads = settings.threads;
+  // Object storage (issue #35): read with this worker's own credentials and endpoint, from its
+  // environment or AWS files; a GPU node never sends any. Fetches in flight at once: each
+  // stream fetches up to 8 + 4 x threads items ahead (worker_stream.hpp).
+  settings.objects = std::make_shared<remote::WorkerObjects>(objstore::process_env(), std::min(64u, 8 + 4 * threads));
 
   // SIGTERM/SIGINT end the worker; blocked before any thread starts, so every thread inherits it.
   sigset_t stop_signals;
@@ -208,6 +214,8 @@ int run_worker(int argc, char** argv) {
     std::fprintf(stderr, "stokerd --worker: %s\n", e.what());
     return 1;
   }
+  spdlog::info("worker: object storage credentials: {}, default endpoint {}", settings.objects->credentials(),
+               settings.objects->endpoint_for(""));
   std::string roots;
   for (const fs::path& r : settings.allow_roots) roots += (roots.empty() ? "" : ", ") + r.string();
   spdlog::info("worker: listening on {} (port {}), {} threads, protocol {}.{}, reads below {}{}{}", o.listen, server->port(),
@@ -238,7 +246,9 @@ int run_worker(int argc, char** argv) {
   }
   server->shutdown();
   const remote::WorkerStats s = server->stats();
-  spdlog::info("worker: stopped after {} samples ({} failed), {} streams refused", s.items, s.errors, s.refused);
+  const std::string objects = settings.objects->summary();
+  spdlog::info("worker: stopped after {} samples ({} failed), {} streams refused{}{}", s.items, s.errors, s.refused,
+               objects.empty() ? "" : "; object storage: ", objects);
   return 0;
 }
 

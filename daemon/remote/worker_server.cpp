@@ -217,7 +217,7 @@ class WorkerServer::Impl final : public v1::Worker::CallbackService, public Stre
       v1::Result r;
       r.set_queued_ns(static_cast<std::uint64_t>(
           std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t->arrived).count()));
-      st->session().process(t->item, *p, bytes, r);
+      st->session().process(t->item, *p, bytes, r, &t->fetched);
       items_++;
       busy_ns_ += r.busy_ns();
       if (r.error() != 0) errors_++;
@@ -311,6 +311,8 @@ WorkerStats WorkerServer::stats() const { return impl_->stats(); }
 
 void WorkerServer::shutdown() {
   if (!impl_ || !impl_->server_) return;
+  // A decode thread waiting on a fetch in its backoff is answered now, so the threads join.
+  if (impl_->settings_.objects) impl_->settings_.objects->give_up();
   impl_->server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   impl_->stop_threads();
   impl_->server_.reset();

@@ -1,5 +1,7 @@
 #include "remote/worker_session.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <string_view>
 #include <system_error>
@@ -7,6 +9,7 @@
 #include <utility>
 
 #include "config/config.hpp"
+#include "objstore/object_url.hpp"
 #include "image/decoder_versions.hpp"
 #include "image/sample_result.hpp"
 #include "remote/protocol.hpp"
@@ -126,7 +129,64 @@ base::Status check_source(const config::SourceConfig& s, const std::vector<fs::p
   return {};
 }
 
+// The object storage part of a source (issue #35): its URLs moved out of `s` (which keeps its
+// files, for check_source) into `folders` (every object below one may be an item: a root, a
+// pattern's literal folder) and `files` (a shard named without a pattern: that object only).
+void take_urls(config::SourceConfig& s, std::vector<std::string>& folders, std::vector<std::string>& files) {
+  const auto folder_of = [](const std::string& u) { return u.substr(0, u.rfind('/') + 1); };
+  if (objstore::looks_like_url(s.root.string())) {
+    std::string r = s.root.string();
+    while (!r.empty() && r.back() == '/') r.pop_back();
+    folders.push_back(r + "/");
+    s.root.clear();
+  }
+  if (objstore::looks_like_url(s.file.string())) {
+    if (folders.empty()) folders.push_back(folder_of(s.file.string()));  // names relative to the list's folder
+    s.file.clear();
+  }
+  std::vector<std::string> local;
+  for (const std::string& p : s.shards) {
+    if (!objstore::looks_like_url(p)) {
+      local.push_back(p);
+    } else if (const std::size_t wild = p.find_first_of("{*?["); wild == std::string::npos) {
+      files.push_back(p);
+    } else {
+      folders.push_back(folder_of(p.substr(0, wild)));
+    }
+  }
+  s.shards = std::move(local);
+}
+
+// A key with a "." or ".." segment: libcurl squashes dot segments before sending (so
+// "BUCKET/a/../../other/key" would read another bucket), and a %2e may be decoded by a server
+// as a dot. Refused whatever the prefix it seems to lie below.
+bool has_dot_segment(std::string_view key) {
+  std::string lower(key);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower.find("%2e") != std::string::npos) return true;
+  std::size_t at = 0;
+  while (at <= key.size()) {
+    const std::size_t slash = std::min(key.find('/', at), key.size());
+    const std::string_view seg = key.substr(at, slash - at);
+    if (seg == "." || seg == "..") return true;
+    at = slash + 1;
+  }
+  return false;
+}
+
 }  // namespace
+
+base::Status WorkerSession::add_url_sources(const std::vector<std::string>& urls, bool folders,
+                                            const std::string& endpoint) {
+  if (urls.empty()) return {};
+  if (!settings_.objects) {
+    return base::Status::error("the job reads '" + urls.front() +
+                               "' in object storage; this worker is not set up to read it");
+  }
+  const std::string resolved = settings_.objects->endpoint_for(endpoint);
+  for (const std::string& u : urls) url_sources_.push_back(UrlSource{u, folders, resolved});
+  return {};
+}
 
 std::string open_precheck(const v1::Open& open, const std::string& token) {
   if (std::string why = version_mismatch(open.protocol_major(), open.protocol_minor(), "the GPU node"); !why.empty()) {
@@ -170,11 +230,21 @@ base::Status WorkerSession::check_open(const v1::Open& open) {
   }
   if (cfg.jobs.size() != 1) return base::Status::error("expected exactly one job, got " + std::to_string(cfg.jobs.size()));
   const config::JobConfig& job = cfg.jobs.front();
+  // Files must lie below --allow-root; objects are read with this worker's own credentials
+  // (its store decides what they may read), only below the job's own URLs.
+  url_sources_.clear();
+  const auto check = [&](config::SourceConfig src) -> base::Status {
+    std::vector<std::string> folders, files;
+    take_urls(src, folders, files);
+    if (base::Status s = check_source(src, settings_.allow_roots); !s) return s;
+    if (base::Status s = add_url_sources(folders, true, src.endpoint); !s) return s;
+    return add_url_sources(files, false, src.endpoint);
+  };
   if (job.mixture()) {
     for (const config::MixtureEntry& e : job.sources) {
-      if (base::Status s = check_source(e.source, settings_.allow_roots); !s) return s;
+      if (base::Status s = check(e.source); !s) return s;
     }
-  } else if (base::Status s = check_source(job.source, settings_.allow_roots); !s) {
+  } else if (base::Status s = check(job.source); !s) {
     return s;
   }
   if (job.pipeline.sample_bytes() != open.sample_bytes()) {
@@ -207,7 +277,35 @@ v1::OpenReply WorkerSession::open(const v1::Open& open) {
   return reply;
 }
 
+base::Result<ObjectRead> WorkerSession::object_read(const v1::Item& item) const {
+  if (!opened()) return base::Status::error("an item before the stream's Open");
+  if (item.path().size() > kMaxPathBytes || item.path().find('\0') != std::string::npos) {
+    return base::Status::error("an item without a URL of at most 4096 bytes");
+  }
+  if (item.member() && (item.size() > kMaxReadBytes || item.offset() > (std::uint64_t{1} << 62))) {
+    return base::Status::error(item.path() + ": a member's offset or size out of range");
+  }
+  std::string why;
+  std::optional<objstore::ObjectUrl> url = objstore::parse_object_url(item.path(), why);
+  const std::string refusal = item.path() + ": not an object of this job's sources in object storage";
+  if (!url || has_dot_segment(url->key)) return base::Status::error(refusal);
+  for (const UrlSource& u : url_sources_) {
+    const bool below = u.folder ? item.path().size() > u.text.size() && item.path().starts_with(u.text)
+                                : item.path() == u.text;
+    if (below) return ObjectRead{std::move(*url), u.endpoint, item.member(), item.offset(), item.size()};
+  }
+  return base::Status::error(refusal);
+}
+
+std::shared_future<Fetched> WorkerSession::prefetch(const v1::Item& item) const {
+  if (!settings_.objects || !objstore::looks_like_url(item.path())) return {};
+  base::Result<ObjectRead> r = object_read(item);
+  if (!r) return {};
+  return settings_.objects->start(std::move(*r));
+}
+
 base::Status WorkerSession::check_item(const v1::Item& item) const {
+  if (objstore::looks_like_url(item.path())) return object_read(item).status();
   base::Result<int> fd = open_item(item);
   if (fd) ::close(*fd);
   return fd.status();
@@ -265,17 +363,34 @@ base::Result<int> WorkerSession::open_item(const v1::Item& item) const {
 }
 
 void WorkerSession::process(const v1::Item& item, image::SampleProcessor& processor, std::vector<std::uint8_t>& bytes,
-                            v1::Result& result) const {
+                            v1::Result& result, const std::shared_future<Fetched>* fetched) const {
   const auto t0 = std::chrono::steady_clock::now();
   result.set_id(item.id());
   result.set_epoch(item.epoch());  // echoed (1.1): the node checks them against what it sent
   result.set_draw(item.draw());
-  // The descriptor opened below a root is the one read (never the path again).
-  base::Result<int> fd = open_item(item);
-  base::Status s = fd.status();
-  if (s) {
-    s = read_fd(*fd, item.path(), item.member(), item.offset(), item.size(), bytes);
-    ::close(*fd);
+  base::Status s;
+  if (objstore::looks_like_url(item.path())) {
+    // Object storage, with this worker's credentials: fetched ahead by the stream, else now.
+    Fetched got;
+    if (fetched != nullptr && fetched->valid()) {
+      got = fetched->get();  // a copy: the future is shared
+    } else if (base::Result<ObjectRead> r = object_read(item); !r) {
+      got.status = r.status();
+    } else if (!settings_.objects) {
+      got.status = base::Status::error(item.path() + ": this worker is not set up to read object storage");
+    } else {
+      got = settings_.objects->fetch(*r);
+    }
+    s = got.status;
+    if (s) bytes = std::move(got.bytes);
+  } else {
+    // The descriptor opened below a root is the one read (never the path again).
+    base::Result<int> fd = open_item(item);
+    s = fd.status();
+    if (s) {
+      s = read_fd(*fd, item.path(), item.member(), item.offset(), item.size(), bytes);
+      ::close(*fd);
+    }
   }
   if (!s) {
     result.set_error(static_cast<std::uint32_t>(image::SampleErrorKind::kIo));

@@ -17,10 +17,13 @@
 #include <string>
 #include <vector>
 
+#include <future>
+
 #include "image/pipeline_spec.hpp"
 #include "image/sample_processor.hpp"
 #include "base/confined_open.hpp"
 #include "base/status.hpp"
+#include "remote/worker_fetch.hpp"
 #include "stoker/remote/worker.pb.h"
 
 namespace stoker::remote {
@@ -47,6 +50,9 @@ struct WorkerSettings {
   // The node's window and hedging see it as link time (1% of the 0.5 s hedge floor). Zero: each
   // result leaves as soon as no write is outstanding.
   std::chrono::microseconds result_linger{5'000};
+  // Object storage read with this worker's own credentials and endpoint (worker_fetch.hpp);
+  // null: a job whose source is in object storage is refused at its Open.
+  std::shared_ptr<WorkerObjects> objects;
 };
 
 // The Open's protocol major and token, the checks a stream passes before the worker allocates
@@ -79,13 +85,31 @@ class WorkerSession {
   base::Status check_item(const v1::Item& item) const;
   // Makes the item's sample into `result` (its id, the outcome, the pixels). `processor` is the
   // calling thread's own, built from pipeline(). A read failure comes back as error kIo.
+  // `fetched`: the item's bytes as prefetch() started fetching them (an object URL's item);
+  // null: read now.
   void process(const v1::Item& item, image::SampleProcessor& processor, std::vector<std::uint8_t>& bytes,
-               v1::Result& result) const;
+               v1::Result& result, const std::shared_future<Fetched>* fetched = nullptr) const;
+  // An item whose path is an object URL of the job's sources: its fetch started now (on
+  // settings.objects' threads). Not valid() for any other item (a file, or one refused:
+  // process() says why).
+  std::shared_future<Fetched> prefetch(const v1::Item& item) const;
 
  private:
   base::Status check_open(const v1::Open& open);
   // check_item's work: the item's fields checked, its file opened (confined below a root).
   base::Result<int> open_item(const v1::Item& item) const;
+  // An object URL item checked (a URL below one of the job's URL sources, no dot segment,
+  // sizes bounded) into what to fetch.
+  base::Result<ObjectRead> object_read(const v1::Item& item) const;
+  // The job's sources in object storage: an item's URL must be `text` itself (a shard named
+  // without a pattern) or lie below it (`folder`), and is fetched from `endpoint`.
+  struct UrlSource {
+    std::string text;
+    bool folder = false;
+    std::string endpoint;
+  };
+  base::Status add_url_sources(const std::vector<std::string>& urls, bool folders, const std::string& endpoint);
+  std::vector<UrlSource> url_sources_;
   const WorkerSettings& settings_;
   std::vector<std::shared_ptr<const base::UniqueFd>> own_root_fds_;  // when settings_ has none
   const std::vector<std::shared_ptr<const base::UniqueFd>>* root_fds_ = nullptr;

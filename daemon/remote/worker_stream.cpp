@@ -68,6 +68,9 @@ void WorkerStream::open_read_done(bool ok) {
   }
   const std::size_t sample = session_->pipeline().sample_bytes();
   buffer_bytes_ = std::max<std::size_t>(kStreamBufferBytes, 2 * std::max(1u, host_.settings().threads) * sample);
+  // Enough to cover a store's round trip (~10-50 ms) at a decode rate of ~1 ms a sample per
+  // thread, and no more than a node's ItemBatch: a few MB of encoded bytes at most.
+  fetch_ahead_ = std::min<std::size_t>(kMaxBatch, 8 + 4 * std::max(1u, host_.settings().threads));
   opened_ = true;  // before the first item can be read: the decode threads see it through mu_
   host_.counters().streams++;
   spdlog::info("worker: stream from {} for job {}", peer_, session_->job());
@@ -143,10 +146,13 @@ void WorkerStream::OnReadDone(bool ok) {
     return;
   }
   if (one) {
-    todo_.push_back(Taken{std::move(*read_.mutable_item()), now});
+    todo_.push_back(Taken{std::move(*read_.mutable_item()), now, {}, false});
   } else {
-    for (v1::Item& item : *read_.mutable_items()->mutable_items()) todo_.push_back(Taken{std::move(item), now});
+    for (v1::Item& item : *read_.mutable_items()->mutable_items()) {
+      todo_.push_back(Taken{std::move(item), now, {}, false});
+    }
   }
+  fetch_ahead_locked();
   const bool queue = want_queue_locked();
   lock.unlock();
   act(false, queue, false);
@@ -163,6 +169,7 @@ std::optional<WorkerStream::Taken> WorkerStream::take() {
   Taken t = std::move(todo_.front());
   todo_.pop_front();
   ++making_;
+  fetch_ahead_locked();
   const bool queue = want_queue_locked();
   lock.unlock();
   act(false, queue, false);
@@ -283,6 +290,17 @@ bool WorkerStream::next_write_locked() {
   in_write_ = n;
   writing_ = true;
   return true;
+}
+
+void WorkerStream::fetch_ahead_locked() {
+  if (!opened_ || broken_) return;
+  const std::size_t n = std::min(fetch_ahead_, todo_.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    Taken& t = todo_[i];
+    if (t.fetch_tried) continue;
+    t.fetch_tried = true;
+    t.fetched = session_->prefetch(t.item);  // queued on the fetch threads; takes no lock of ours
+  }
 }
 
 bool WorkerStream::want_finish_locked() {

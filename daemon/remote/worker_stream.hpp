@@ -84,6 +84,10 @@ class WorkerStream final : public grpc::ServerBidiReactor<v1::Request, v1::Reply
   struct Taken {
     v1::Item item;
     std::chrono::steady_clock::time_point arrived;
+    // An object URL's bytes, fetched ahead (WorkerSession::prefetch); not valid(): read when
+    // made. `fetch_tried`: prefetch was asked already (a refused item is not asked again).
+    std::shared_future<Fetched> fetched;
+    bool fetch_tried = false;
   };
   std::optional<Taken> take();
   // A result made from an item take() gave (exactly one per item).
@@ -111,6 +115,11 @@ class WorkerStream final : public grpc::ServerBidiReactor<v1::Request, v1::Reply
   // it (the caller writes it); a linger that holds it asks act() for the timer.
   bool next_write_locked() STOKER_REQUIRES(mu_);
   bool lingering_locked(std::chrono::steady_clock::time_point now) const STOKER_REQUIRES(mu_);
+  // Starts the fetches of the first fetch_ahead_ items waiting (object URLs only): while the
+  // decode threads make one item, the next ones' bytes are on their way, so a round trip to
+  // the store is paid once per window, not once per sample. Bounded: at most fetch_ahead_
+  // items' bytes wait per stream.
+  void fetch_ahead_locked() STOKER_REQUIRES(mu_);
   // Marks the stream finished when nothing is outstanding (the caller calls Finish(end_)).
   bool want_finish_locked() STOKER_REQUIRES(mu_);
   // Acts on the decisions taken under mu_ (and on a timer next_write_locked asked for), after
@@ -127,6 +136,7 @@ class WorkerStream final : public grpc::ServerBidiReactor<v1::Request, v1::Reply
   v1::Reply write_;                         // the one write outstanding at a time
   bool opened_ = false;                     // the Open was accepted (set before any item is read)
   std::size_t buffer_bytes_ = 0;            // the park threshold (set with opened_)
+  std::size_t fetch_ahead_ = 0;             // items fetched ahead at most (set with opened_)
 
   base::Mutex mu_;
   std::deque<Taken> todo_ STOKER_GUARDED_BY(mu_);        // received, not taken

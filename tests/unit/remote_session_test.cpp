@@ -265,6 +265,54 @@ TEST_CASE("remote session: a job reading outside --allow-root is refused naming 
   }
 }
 
+TEST_CASE("remote session: a source in object storage is read below its own URLs, by a worker set up for it",
+          "[remote]") {
+  Scratch s;
+  JobText t;
+  t.source = "{type: tar, shards: \"s3://data/train/shard-{0..1}.tar\", endpoint: \"http://127.0.0.1:9\"}";
+  const GpuNode g = gpu_node(s, t);
+  // Without object storage set up the Open is refused, naming the URL.
+  CHECK_THAT(refused(worker({kDemo}), g.open), Contains("s3://data/train/") && Contains("not set up"));
+
+  auto w = worker({kDemo});
+  // The worker's own environment: none here (unsigned requests); the job's endpoint wins.
+  w.objects = std::make_shared<remote::WorkerObjects>([](const char*) { return std::optional<std::string>(); }, 1);
+  CHECK(w.objects->endpoint_for("") == "https://s3.us-east-1.amazonaws.com");
+  remote::WorkerSession session(w);
+  const v1::OpenReply r = session.open(g.open);
+  INFO(r.error());
+  REQUIRE(r.accepted());
+  const auto url_item = [](const std::string& url, std::uint64_t offset = 512, std::uint64_t size = 100) {
+    v1::Item i;
+    i.set_id(1);
+    i.set_path(url);
+    i.set_member(true);
+    i.set_offset(offset);
+    i.set_size(size);
+    return i;
+  };
+  CHECK(session.check_item(url_item("s3://data/train/shard-0.tar")).ok());
+  for (const std::string bad : {"s3://data/other/shard-0.tar", "s3://other/train/shard-0.tar", "s3://data/train/",
+                                "s3://data/train/../../other/x.tar", "s3://data/train/./x.tar",
+                                "s3://data/train/%2E%2E/x.tar", "https://host/train/shard-0.tar", "s3:///x"}) {
+    INFO(bad);
+    CHECK_THAT(session.check_item(url_item(bad)).message(), Contains("not an object of this job's sources"));
+  }
+  CHECK_THAT(session.check_item(url_item("s3://data/train/shard-0.tar", 0, remote::kMaxReadBytes + 1)).message(),
+             Contains("out of range"));
+  // A store that is not there: a read failure (kIo) naming the URL, after the fetcher's retries.
+  SampleProcessor p(session.pipeline());
+  std::vector<std::uint8_t> bytes;
+  v1::Result res;
+  const v1::Item it = url_item("s3://data/train/shard-0.tar");
+  const std::shared_future<remote::Fetched> ahead = session.prefetch(it);
+  REQUIRE(ahead.valid());
+  session.process(it, p, bytes, res, &ahead);
+  CHECK(res.error() == static_cast<std::uint32_t>(SampleErrorKind::kIo));
+  CHECK_THAT(res.reason(), Contains("s3://data/train/shard-0.tar") && Contains("worker read failed"));
+  CHECK(res.pixels().empty());
+}
+
 TEST_CASE("remote session: a tar pattern whose braces climb out of --allow-root is refused", "[remote]") {
   // Found by this test: only the pattern's literal part was checked, so "/data/{a,..}/x.tar" or
   // "{.,x}{.,y}" (which expand to "..") named shards outside the allowed folder.
