@@ -317,17 +317,10 @@ JobConfig parse_job(const Reader& r, const std::string& name, Mark name_at, cons
   if (auto* v = f.get("decoded_store")) parse_decoded_store(r, *v, base_dir, job);
   parse_mix(r, f, job);
   if (auto* v = f.get("remote")) {
+    // A source in object storage is read by each worker itself, with the worker's own
+    // credentials (remote/worker_fetch.hpp): the items name URLs, and stokerd's credentials
+    // are never sent.
     parse_remote(r, *v, j, base_dir, job);
-    // A remote worker opens the files it is sent by path; a URL is no path it can open, and
-    // stokerd's object-store credentials are not for sending to it.
-    const auto in_object_storage = [](const SourceConfig& s) {
-      bool any = objstore::looks_like_url(s.root.string());
-      for (const auto& sh : s.shards) any = any || objstore::looks_like_url(sh);
-      return any;
-    };
-    bool any = in_object_storage(job.source);
-    for (const auto& m : job.sources) any = any || in_object_storage(m.source);
-    if (any) r.fail(*v, "remote workers cannot read a source in object storage (s3:// or https://) yet");
   }
   const std::uint64_t slot_bytes = job.pipeline.sample_bytes() * job.batch_size;
   if (slot_bytes > kMaxSlotBytes) {

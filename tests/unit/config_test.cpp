@@ -1371,10 +1371,15 @@ TEST_CASE("config: a malformed URL, an endpoint without a URL source, or a URL r
              Contains("root") && Contains("must be a URL"));
 }
 
-TEST_CASE("config: remote workers are refused for a source in object storage", "[config]") {
+TEST_CASE("config: remote workers serve a source in object storage, sent its URLs and endpoint, never credentials",
+          "[config]") {
   std::string j = train_job("    remote:\n      workers: [\"10.0.0.1:7000\"]\n");
-  replace_all(j, "source: {root: .}", "source: {type: tar, shards: \"s3://bucket/train.tar\"}");
-  CHECK_THAT(refusal(j), Contains("remote") && Contains("cannot read a source in object storage"));
+  replace_all(j, "source: {root: .}",
+              "source: {type: tar, shards: \"s3://bucket/train.tar\", endpoint: \"http://127.0.0.1:9000\"}");
+  const Config cfg = parse(j);
+  const std::string& sent = cfg.jobs.at(0).remote.worker_yaml;
+  CHECK_THAT(sent, Contains("s3://bucket/train.tar") && Contains("http://127.0.0.1:9000"));
+  CHECK_THAT(sent, !Contains("AWS_") && !Contains("secret") && !Contains("credentials"));
 }
 
 TEST_CASE("config: a client-defined job reads only the buckets server.client_job_buckets names, never https://, "
