@@ -240,6 +240,7 @@ std::string StatusReport::json(std::uint32_t viewer_uid) const {
                            {"samples", w.samples},        {"reissued", w.reissued},
                            {"errors", w.errors},          {"bytes_received", w.bytes_received},
                            {"mismatches", w.mismatches},  {"hedged", w.hedged},
+                           {"read_failures", w.read_failures},
                            {"rtt_ms", w.rtt_s * 1000},    {"samples_per_s", w.samples_per_s},
                            {"last_error", w.last_error.empty() ? Json(nullptr) : Json(w.last_error)}});
       }

@@ -25,10 +25,13 @@ struct WorkerLinkStatus {
   // Items outstanding past the link's hedge time (a multiple of its answer time), made here
   // instead; the worker's late answer is discarded (A7). Counted in `reissued` too.
   std::uint64_t hedged = 0;
+  // Items the worker answered "cannot read" (its storage, its --allow-root, its object storage
+  // credentials): made here, never a verdict on the file; the reason is in last_error.
+  std::uint64_t read_failures = 0;
   std::uint64_t bytes_received = 0;
   double rtt_s = 0;              // mean round trip of the last items
   double samples_per_s = 0;      // over the last second or so
-  std::string last_error;        // why the last stream ended or was refused
+  std::string last_error;        // why the last stream ended or was refused, or the last read failure
 };
 
 }  // namespace stoker::remote
