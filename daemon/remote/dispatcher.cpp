@@ -530,14 +530,16 @@ class Dispatcher::Link {
       // The worker could not read it (its storage, its --allow-root, or its object storage
       // credentials: issue #35): made here instead, where the job's own read rules (retries,
       // missing files) apply; never a verdict on the file. Its reason (the URL and where the
-      // worker's credentials came from, never a value) is logged when it changes and shown
-      // as the link's last_error.
+      // worker's credentials came from, never a value) is the link's last_error, logged at
+      // the 1st, 2nd, 4th, 8th... failure (a worker denied a whole bucket fails every item).
       job.run(o.item, *local_, buffer_);
       base::MutexLock lock(mu_);
-      stats_.read_failures++;
-      const std::string note = "could not read " + result.reason.substr(0, 512) + "; made here";
-      if (stats_.last_error != note) spdlog::warn("job {}: remote worker {}: {}", job.name(), endpoint_, note);
-      stats_.last_error = note;
+      const std::uint64_t n = ++stats_.read_failures;
+      stats_.last_error = "could not read: " + result.reason.substr(0, 512) + "; made here";
+      if ((n & (n - 1)) == 0) {
+        spdlog::warn("job {}: remote worker {}: {} ({} read failure(s) so far)", job.name(), endpoint_,
+                     stats_.last_error, n);
+      }
     } else if (!result.ok()) {
       // A worker's "bad file" verdict never quarantines (A5): the sample is made here. Made
       // fine, the worker lied; failing here too, run() makes it once more as a local worker

@@ -60,7 +60,7 @@ Fetched WorkerObjects::fetch(const ObjectRead& read) {
   if (!got.ok()) {
     // The Fetcher's message names the request and, for 401/403, the credentials' source; a
     // 404 says which credentials looked too (another worker's may see the object).
-    std::string why = "worker read failed: " + got.message;
+    std::string why = got.message;
     if (got.error == objstore::FetchError::kNotFound) {
       why += " (credentials: " + (*f)->options().credentials.describe() + ")";
     }
@@ -70,13 +70,13 @@ Fetched WorkerObjects::fetch(const ObjectRead& read) {
   // The store's answer is checked, not believed: the Fetcher keeps only the bytes asked for,
   // and a member must be exactly `size` of them (what the GPU node indexed).
   if (read.member && got.body.size() != read.size) {
-    out.status = base::Status::error("worker read failed: " + read.url.text() + " answered " +
+    out.status = base::Status::error(read.url.text() + " answered " +
                                      std::to_string(got.body.size()) + " bytes for a member of " +
                                      std::to_string(read.size));
     return out;
   }
   if (got.body.size() > kMaxReadBytes) {
-    out.status = base::Status::error("worker read failed: " + read.url.text() + " is larger than 1 GiB");
+    out.status = base::Status::error(read.url.text() + " is larger than 1 GiB");
     return out;
   }
   out.bytes = std::move(got.body);
