@@ -36,14 +36,14 @@ pytestmark = pytest.mark.skipif(not built_with_remote(), reason="stokerd built w
 class Worker:
     """`stokerd --worker --listen 127.0.0.1:PORT` (port 0: any; read from its first line)."""
 
-    def __init__(self, tmp_path, name, allow_root, token_file=None, port=0, threads=1, extra=()):
+    def __init__(self, tmp_path, name, allow_root, token_file=None, port=0, threads=1, extra=(), env=None):
         self.log = str(tmp_path / f"{name}.log")
         args = [STOKERD, "--worker", "--listen", f"127.0.0.1:{port}", "--allow-root", allow_root,
                 "--threads", str(threads)] + list(extra)
         if token_file:
             args += ["--token-file", token_file]
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 20
         self.port = None
         while self.port is None:
@@ -58,6 +58,12 @@ class Worker:
 
     def signal(self, sig):
         self.proc.send_signal(sig)
+
+    def stop_gracefully(self):
+        """SIGTERM: the worker logs its summary line (samples, object storage) and exits."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(10)
 
     def stop(self):
         if self.proc.poll() is None:
@@ -526,3 +532,88 @@ def test_file_names_that_are_not_utf8_are_served_by_workers(tmp_path, demo_root,
     finally:
         base.stop()
         rem.stop()
+
+
+S3RVER = os.environ.get("STOKER_S3RVER", os.path.join(os.path.dirname(__file__), "..", "..", ".deps", "node",
+                                                      "node_modules", ".bin", "s3rver"))
+
+
+def test_workers_read_a_bucket_with_their_own_credentials(tmp_path, demo_root, workers, monkeypatch):
+    """Issue #35: tar shards in an s3rver bucket, served by workers that fetch the members
+    themselves. The node's credentials are its environment's; one worker's are a credentials
+    file of its own (and its AWS_ENDPOINT_URL points nowhere: the job's `endpoint:` is what
+    it must use), the other's are wrong (s3rver answers 403). Batches equal a local run on the
+    same shards as files; the good worker's requests reached the store; the denied worker's
+    items are made on the node (never quarantined), reported with the URL and the worker's
+    credential source, never the secret."""
+    if not os.access(S3RVER, os.X_OK):
+        pytest.skip(f"s3rver is not installed ({S3RVER}): run scripts/setup.sh --test")
+    files = sorted(glob.glob(os.path.join(demo_root, "*", "*.jpg")))[:24]
+    for s in range(2):
+        with tarfile.open(tmp_path / f"shard-{s}.tar", "w") as t:
+            for i, f in enumerate(files[s * 12:(s + 1) * 12]):
+                key = f"{s:02d}{i:02d}"
+                t.add(f, arcname=f"{key}.jpg")
+                cls = tmp_path / f"{key}.cls"
+                cls.write_text(str(i % 3))
+                t.add(str(cls), arcname=f"{key}.cls")
+    s3log = tmp_path / "s3rver.log"
+    with open(s3log, "w") as log:
+        s3 = subprocess.Popen([S3RVER, "-d", str(tmp_path / "s3"), "-a", "127.0.0.1", "-p", "0",
+                               "--configure-bucket", "data"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        port = wait_for(lambda: (lambda m: m and m.group(1))(
+            re.search(r"listening on 127\.0\.0\.1:(\d+)", s3log.read_text())), "s3rver listening", timeout=20)
+        endpoint = f"http://127.0.0.1:{port}"
+        for s in range(2):
+            subprocess.run(["curl", "-sf", "--aws-sigv4", "aws:amz:us-east-1:s3", "--user", "S3RVER:S3RVER",
+                            "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD", "-T", str(tmp_path / f"shard-{s}.tar"),
+                            f"{endpoint}/data/shard-{s}.tar"], check=True, timeout=30)
+        # The node's credentials: its own environment, seen by no worker.
+        for k in ("AWS_PROFILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
+            monkeypatch.delenv(k, raising=False)
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "S3RVER")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "S3RVER")
+        base_env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path),
+                    "AWS_ENDPOINT_URL": "http://127.0.0.1:1"}  # nowhere: `endpoint:` must win
+        creds = tmp_path / "worker-credentials"
+        creds.write_text("[worker]\naws_access_key_id = S3RVER\naws_secret_access_key = S3RVER\n")
+        good = workers("good", str(tmp_path), env={**base_env, "AWS_SHARED_CREDENTIALS_FILE": str(creds),
+                                                   "AWS_PROFILE": "worker"})
+        denied = workers("denied", str(tmp_path), env={**base_env, "AWS_ACCESS_KEY_ID": "NOTAKEY",
+                                                       "AWS_SECRET_ACCESS_KEY": "TOPSECRETVALUE"})
+        base = start(tmp_path, "local", job_config(tmp_path / "l.yaml", f'{{type: tar, shards: "{tmp_path}/shard-{{0..1}}.tar"}}',
+                                                   mix=False))
+        rem = start(tmp_path, "remote", job_config(
+            tmp_path / "r.yaml", f'{{type: tar, shards: "s3://data/shard-{{0..1}}.tar", endpoint: "{endpoint}"}}',
+            mix=False, remote=remote_key([good.address, denied.address], local=False)))
+        try:
+            want = consume(base, tmp_path / "a", 6)
+            all_connected(rem)
+            assert_same_batches(want, consume(rem, tmp_path / "b", 6))
+            st = status(rem)
+            g, d = st["remote"]
+            assert st["quarantined"] == 0 and st["samples_ok"] >= 48, st
+            # The good worker read every member it made from the bucket itself.
+            assert g["samples"] > 0 and g["read_failures"] == 0 and g["last_error"] is None, g
+            # The denied one could read none: each made here, named by URL and credential source.
+            assert d["read_failures"] > 0, d
+            assert "s3://data/shard-" in d["last_error"] and "403" in d["last_error"], d
+            assert "environment (AWS_ACCESS_KEY_ID)" in d["last_error"], d
+        finally:
+            base.stop()
+            rem.stop()
+        good.stop_gracefully()
+        denied.stop_gracefully()
+        good_log, denied_log = open(good.log).read(), open(denied.log).read()
+        assert f"credentials file {creds}" in good_log, good_log
+        made = [re.search(r"stopped after (\d+) samples \((\d+) failed\)", t) for t in (good_log, denied_log)]
+        assert made[0] and int(made[0].group(1)) > 0 and made[0].group(2) == "0", good_log
+        assert made[1] and int(made[1].group(1)) > 0 and made[1].group(1) == made[1].group(2), denied_log
+        m = re.search(re.escape(endpoint) + r": (\d+) requests, (\d+) bytes", good_log)
+        assert m and int(m.group(1)) > 0 and int(m.group(2)) > 0, good_log
+        for text in (denied_log, open(rem.log).read(), json.dumps(st)):
+            assert "TOPSECRETVALUE" not in text
+    finally:
+        s3.terminate()
+        s3.wait(10)
