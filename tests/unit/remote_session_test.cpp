@@ -311,6 +311,17 @@ TEST_CASE("remote session: a source in object storage is read below its own URLs
   CHECK(res.error() == static_cast<std::uint32_t>(SampleErrorKind::kIo));
   CHECK_THAT(res.reason(), Contains("GET s3://data/train/shard-0.tar bytes 512-611") && Contains("after 4 attempt(s)"));
   CHECK(res.pixels().empty());
+
+  // An ImageFolder in a bucket: whole objects below its root, and only those.
+  t.source = "{root: \"s3://data/train\"}";
+  const GpuNode folder = gpu_node(s, t);
+  remote::WorkerSession folder_session(w);
+  REQUIRE(folder_session.open(folder.open).accepted());
+  v1::Item whole = url_item("s3://data/train/cat/1.jpg", 0, 0);
+  whole.set_member(false);
+  CHECK(folder_session.check_item(whole).ok());
+  whole.set_path("s3://data/trainx/cat/1.jpg");
+  CHECK_FALSE(folder_session.check_item(whole).ok());
 }
 
 TEST_CASE("remote session: a tar pattern whose braces climb out of --allow-root is refused", "[remote]") {
