@@ -23,34 +23,45 @@ std::string WorkerObjects::endpoint_for(const std::string& configured) const {
   return objstore::resolve_endpoint(configured, region_, env_);
 }
 
+objstore::Addressing WorkerObjects::addressing_for(const std::string& configured, const std::string& endpoint) const {
+  const std::string aws_own = objstore::resolve_endpoint("", region_, [](const char*) { return std::optional<std::string>(); });
+  const bool is_aws_own = endpoint == aws_own;
+  return configured == "virtual" || (configured.empty() && is_aws_own) ? objstore::Addressing::kVirtualHost
+                                                                         : objstore::Addressing::kPath;
+}
+
 std::string WorkerObjects::credentials() const {
   return creds_ ? creds_->describe() : "unusable (" + creds_.status().message() + ")";
 }
 
-base::Result<std::shared_ptr<objstore::Fetcher>> WorkerObjects::fetcher(const std::string& endpoint) {
+base::Result<std::shared_ptr<objstore::Fetcher>> WorkerObjects::fetcher(const std::string& endpoint,
+                                                                        objstore::Addressing addressing) {
   if (!creds_) return base::Status::error("this worker's object storage credentials: " + creds_.status().message());
+  const std::string key = endpoint + (addressing == objstore::Addressing::kVirtualHost ? " (virtual-host)" : "");
   base::MutexLock lock(mu_);
   if (stop_) return base::Status::error("the worker is stopping");  // no request is started any more
-  if (auto it = fetchers_.find(endpoint); it != fetchers_.end()) return it->second;
+  if (auto it = fetchers_.find(key); it != fetchers_.end()) return it->second;
   if (fetchers_.size() >= kMaxEndpoints) {
     return base::Status::error("the job names more than " + std::to_string(kMaxEndpoints) +
                                " object storage endpoints; this worker reads from at most that many");
   }
   objstore::Fetcher::Options o;
   o.endpoint = endpoint;
+  o.addressing = addressing;
   o.region = region_;
   o.credentials = *creds_;
+  o.reload_credentials = [env = env_] { return objstore::resolve_credentials(env); };
   // The GPU node makes a sample itself when a worker cannot read it, with its own retries:
   // a worker waiting out a long outage only delays that. Fewer attempts than a node's own.
   o.max_attempts = 4;
   auto f = std::make_shared<objstore::Fetcher>(std::move(o));
-  fetchers_.emplace(endpoint, f);
+  fetchers_.emplace(key, f);
   return f;
 }
 
 Fetched WorkerObjects::fetch(const ObjectRead& read) {
   Fetched out;
-  base::Result<std::shared_ptr<objstore::Fetcher>> f = fetcher(read.endpoint);
+  base::Result<std::shared_ptr<objstore::Fetcher>> f = fetcher(read.endpoint, read.addressing);
   if (!f) {
     out.status = base::Status::error(read.url.text() + ": " + f.status().message());
     return out;

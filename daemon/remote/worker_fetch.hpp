@@ -30,11 +30,8 @@
 #include "base/mutex.hpp"
 #include "base/status.hpp"
 #include "objstore/credentials.hpp"
+#include "objstore/fetcher.hpp"
 #include "objstore/object_url.hpp"
-
-namespace stoker::objstore {
-class Fetcher;
-}
 
 namespace stoker::remote {
 
@@ -48,6 +45,7 @@ struct Fetched {
 struct ObjectRead {
   objstore::ObjectUrl url;
   std::string endpoint;  // resolved (WorkerObjects::endpoint_for)
+  objstore::Addressing addressing = objstore::Addressing::kPath;  // WorkerObjects::addressing_for
   bool member = false;
   std::uint64_t offset = 0, size = 0;
 };
@@ -68,6 +66,10 @@ class WorkerObjects {
   // The endpoint s3:// URLs of a source go to: its `endpoint:` when the job gives one, else
   // this worker's AWS_ENDPOINT_URL, else AWS's regional one (objstore::resolve_endpoint).
   std::string endpoint_for(const std::string& configured) const;
+  // A source's `addressing:` ("path", "virtual", "") for requests to `endpoint` (resolved): the
+  // rule stokerd's own fetchers follow (jobs/job_factory.cpp), so a worker addresses a bucket
+  // as the node does: virtual-host for AWS's own endpoint unless told, else path-style.
+  objstore::Addressing addressing_for(const std::string& configured, const std::string& endpoint) const;
   // Where this worker's credentials come from (what logs say; never a value).
   std::string credentials() const;
 
@@ -83,14 +85,16 @@ class WorkerObjects {
   std::string summary() const;
 
  private:
-  // The endpoint's fetcher, made on first use; an error past kMaxEndpoints.
-  base::Result<std::shared_ptr<objstore::Fetcher>> fetcher(const std::string& endpoint);
+  // The endpoint's fetcher (one per endpoint and addressing), made on first use; an error past
+  // kMaxEndpoints.
+  base::Result<std::shared_ptr<objstore::Fetcher>> fetcher(const std::string& endpoint, objstore::Addressing addressing);
   void run();
 
   const std::string region_;
   const objstore::EnvLookup env_;
-  // Resolved once: an error (a key id without its secret, a named profile missing) is every
-  // URL item's answer, so a worker serving only files still starts.
+  // Resolved once at start: an error (a key id without its secret, a named profile missing) is
+  // every URL item's answer, so a worker serving only files still starts. The fetchers re-read
+  // them by the same chain when their file changes or a store says they expired.
   base::Result<objstore::Credentials> creds_;
 
   mutable base::Mutex mu_;

@@ -177,14 +177,15 @@ bool has_dot_segment(std::string_view key) {
 }  // namespace
 
 base::Status WorkerSession::add_url_sources(const std::vector<std::string>& urls, bool folders,
-                                            const std::string& endpoint) {
+                                            const config::SourceConfig& src) {
   if (urls.empty()) return {};
   if (!settings_.objects) {
     return base::Status::error("the job reads '" + urls.front() +
                                "' in object storage; this worker is not set up to read it");
   }
-  const std::string resolved = settings_.objects->endpoint_for(endpoint);
-  for (const std::string& u : urls) url_sources_.push_back(UrlSource{u, folders, resolved});
+  const std::string endpoint = settings_.objects->endpoint_for(src.endpoint);
+  const objstore::Addressing addressing = settings_.objects->addressing_for(src.addressing, endpoint);
+  for (const std::string& u : urls) url_sources_.push_back(UrlSource{u, folders, endpoint, addressing});
   return {};
 }
 
@@ -237,8 +238,8 @@ base::Status WorkerSession::check_open(const v1::Open& open) {
     std::vector<std::string> folders, files;
     take_urls(src, folders, files);
     if (base::Status s = check_source(src, settings_.allow_roots); !s) return s;
-    if (base::Status s = add_url_sources(folders, true, src.endpoint); !s) return s;
-    return add_url_sources(files, false, src.endpoint);
+    if (base::Status s = add_url_sources(folders, true, src); !s) return s;
+    return add_url_sources(files, false, src);
   };
   if (job.mixture()) {
     for (const config::MixtureEntry& e : job.sources) {
@@ -292,7 +293,7 @@ base::Result<ObjectRead> WorkerSession::object_read(const v1::Item& item) const 
   for (const UrlSource& u : url_sources_) {
     const bool below = u.folder ? item.path().size() > u.text.size() && item.path().starts_with(u.text)
                                 : item.path() == u.text;
-    if (below) return ObjectRead{std::move(*url), u.endpoint, item.member(), item.offset(), item.size()};
+    if (below) return ObjectRead{std::move(*url), u.endpoint, u.addressing, item.member(), item.offset(), item.size()};
   }
   return base::Status::error(refusal);
 }

@@ -12,13 +12,13 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <future>
-
+#include "config/config.hpp"
 #include "image/pipeline_spec.hpp"
 #include "image/sample_processor.hpp"
 #include "base/confined_open.hpp"
@@ -107,8 +107,9 @@ class WorkerSession {
     std::string text;
     bool folder = false;
     std::string endpoint;
+    objstore::Addressing addressing = objstore::Addressing::kPath;
   };
-  base::Status add_url_sources(const std::vector<std::string>& urls, bool folders, const std::string& endpoint);
+  base::Status add_url_sources(const std::vector<std::string>& urls, bool folders, const config::SourceConfig& src);
   std::vector<UrlSource> url_sources_;
   const WorkerSettings& settings_;
   std::vector<std::shared_ptr<const base::UniqueFd>> own_root_fds_;  // when settings_ has none

@@ -278,6 +278,13 @@ TEST_CASE("remote session: a source in object storage is read below its own URLs
   // The worker's own environment: none here (unsigned requests); the job's endpoint wins.
   w.objects = std::make_shared<remote::WorkerObjects>([](const char*) { return std::optional<std::string>(); }, 1);
   CHECK(w.objects->endpoint_for("") == "https://s3.us-east-1.amazonaws.com");
+  // Addressed as the node addresses it (jobs/job_factory.cpp): virtual-host for AWS's own
+  // endpoint unless told otherwise, path-style for one given.
+  using stoker::objstore::Addressing;
+  CHECK(w.objects->addressing_for("", "https://s3.us-east-1.amazonaws.com") == Addressing::kVirtualHost);
+  CHECK(w.objects->addressing_for("path", "https://s3.us-east-1.amazonaws.com") == Addressing::kPath);
+  CHECK(w.objects->addressing_for("", "http://127.0.0.1:9") == Addressing::kPath);
+  CHECK(w.objects->addressing_for("virtual", "http://127.0.0.1:9") == Addressing::kVirtualHost);
   remote::WorkerSession session(w);
   const v1::OpenReply r = session.open(g.open);
   INFO(r.error());
