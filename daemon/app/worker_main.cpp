@@ -48,6 +48,7 @@ namespace fs = std::filesystem;
 struct WorkerOptions {
   std::string listen;
   std::vector<std::string> allow_roots;
+  std::vector<std::string> allow_objects, allow_endpoints;
   std::string token_file;
   std::string tls_cert, tls_key, tls_ca;
   unsigned threads = 0;
@@ -101,6 +102,16 @@ int run_worker(int argc, char** argv) {
       ->option_text("HOST:PORT");
   app.add_option("--allow-root", o.allow_roots, "a folder jobs may read (required; repeat for more)")
       ->option_text("DIR")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--allow-objects", o.allow_objects,
+                 "an s3:// or https:// URL prefix jobs may read with this worker's credentials (repeat for more;\n"
+                 "none: jobs in object storage are refused)")
+      ->option_text("URL")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--allow-endpoint", o.allow_endpoints,
+                 "an S3 endpoint a job's endpoint: may name (repeat for more); a job without one uses\n"
+                 "AWS_ENDPOINT_URL, else AWS's")
+      ->option_text("URL")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--token-file", o.token_file, "file holding the shared token GPU nodes must present")
       ->option_text("FILE");
@@ -191,7 +202,20 @@ int run_worker(int argc, char** argv) {
   // Object storage (issue #35): read with this worker's own credentials and endpoint, from its
   // environment or AWS files; a GPU node never sends any. Fetches in flight at once: each
   // stream fetches up to 8 + 4 x threads items ahead (worker_stream.hpp).
-  settings.objects = std::make_shared<remote::WorkerObjects>(objstore::process_env(), std::min(64u, 8 + 4 * threads));
+  if (!o.allow_objects.empty()) {
+    for (const std::string& prefix : o.allow_objects) {
+      if (!objstore::looks_like_url(prefix)) return usage("--allow-objects '" + prefix + "': expected an s3:// or https:// URL");
+    }
+    for (std::string e : o.allow_endpoints) {
+      while (e.ends_with('/')) e.pop_back();
+      if (!e.starts_with("http://") && !e.starts_with("https://")) {
+        return usage("--allow-endpoint '" + e + "': expected an http:// or https:// URL");
+      }
+      settings.allow_endpoints.push_back(e);
+    }
+    settings.allow_objects = o.allow_objects;
+    settings.objects = std::make_shared<remote::WorkerObjects>(objstore::process_env(), std::min(64u, 8 + 4 * threads));
+  }
 
   // SIGTERM/SIGINT end the worker; blocked before any thread starts, so every thread inherits it.
   sigset_t stop_signals;
@@ -214,8 +238,12 @@ int run_worker(int argc, char** argv) {
     std::fprintf(stderr, "stokerd --worker: %s\n", e.what());
     return 1;
   }
-  spdlog::info("worker: object storage credentials: {}, default endpoint {}", settings.objects->credentials(),
-               settings.objects->endpoint_for(""));
+  if (settings.objects) {
+    std::string prefixes;
+    for (const std::string& p : settings.allow_objects) prefixes += (prefixes.empty() ? "" : ", ") + p;
+    spdlog::info("worker: object storage below {}: credentials {}, default endpoint {}", prefixes,
+                 settings.objects->credentials(), settings.objects->endpoint_for(""));
+  }
   std::string roots;
   for (const fs::path& r : settings.allow_roots) roots += (roots.empty() ? "" : ", ") + r.string();
   spdlog::info("worker: listening on {} (port {}), {} threads, protocol {}.{}, reads below {}{}{}", o.listen, server->port(),
@@ -246,7 +274,7 @@ int run_worker(int argc, char** argv) {
   }
   server->shutdown();
   const remote::WorkerStats s = server->stats();
-  const std::string objects = settings.objects->summary();
+  const std::string objects = settings.objects ? settings.objects->summary() : std::string();
   spdlog::info("worker: stopped after {} samples ({} failed), {} streams refused{}{}", s.items, s.errors, s.refused,
                objects.empty() ? "" : "; object storage: ", objects);
   return 0;

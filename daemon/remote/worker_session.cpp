@@ -183,6 +183,30 @@ base::Status WorkerSession::add_url_sources(const std::vector<std::string>& urls
     return base::Status::error("the job reads '" + urls.front() +
                                "' in object storage; this worker is not set up to read it");
   }
+  for (const std::string& u : urls) {
+    // Inside one of --allow-objects, compared as text after refusing dot segments (libcurl
+    // would collapse them into another key or bucket).
+    std::string why;
+    const auto url = objstore::parse_object_url(u, why);
+    const bool allowed =
+        url && !has_dot_segment(url->key) &&
+        std::any_of(settings_.allow_objects.begin(), settings_.allow_objects.end(), [&](const std::string& prefix) {
+          const std::string dir = prefix.ends_with('/') ? prefix : prefix + "/";
+          return u == dir.substr(0, dir.size() - 1) || u.starts_with(dir);
+        });
+    if (!allowed) {
+      return base::Status::error("the job reads '" + u + "', outside this worker's --allow-objects");
+    }
+  }
+  if (!src.endpoint.empty()) {
+    std::string e = src.endpoint;
+    while (e.ends_with('/')) e.pop_back();
+    if (std::find(settings_.allow_endpoints.begin(), settings_.allow_endpoints.end(), e) ==
+        settings_.allow_endpoints.end()) {
+      return base::Status::error("the job's endpoint '" + e +
+                                 "' is not one this worker signs requests for (its --allow-endpoint)");
+    }
+  }
   const std::string endpoint = settings_.objects->endpoint_for(src.endpoint);
   const objstore::Addressing addressing = settings_.objects->addressing_for(src.addressing, endpoint);
   for (const std::string& u : urls) url_sources_.push_back(UrlSource{u, folders, endpoint, addressing});

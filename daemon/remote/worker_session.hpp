@@ -53,6 +53,14 @@ struct WorkerSettings {
   // Object storage read with this worker's own credentials and endpoint (worker_fetch.hpp);
   // null: a job whose source is in object storage is refused at its Open.
   std::shared_ptr<WorkerObjects> objects;
+  // What a GPU node may have this worker read with its credentials (`--allow-objects`): URL
+  // prefixes ("s3://datasets/imagenet/", "https://host/shards/"); a job's URL source outside
+  // them is refused at its Open, as a folder outside --allow-root is. The node's word is not
+  // taken for what the worker's credentials may fetch and hand back decoded.
+  std::vector<std::string> allow_objects;
+  // Endpoints a job's `endpoint:` may name (`--allow-endpoint`): signed requests go nowhere
+  // else. A job without `endpoint:` uses the worker's own (AWS_ENDPOINT_URL, else AWS's).
+  std::vector<std::string> allow_endpoints;
 };
 
 // The Open's protocol major and token, the checks a stream passes before the worker allocates

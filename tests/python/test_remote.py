@@ -578,9 +578,11 @@ def test_workers_read_a_bucket_with_their_own_credentials(tmp_path, demo_root, w
                     "AWS_ENDPOINT_URL": "http://127.0.0.1:1"}  # nowhere: `endpoint:` must win
         creds = tmp_path / "worker-credentials"
         creds.write_text("[worker]\naws_access_key_id = S3RVER\naws_secret_access_key = S3RVER\n")
-        good = workers("good", str(tmp_path), env={**base_env, "AWS_SHARED_CREDENTIALS_FILE": str(creds),
-                                                   "AWS_PROFILE": "worker"})
-        denied = workers("denied", str(tmp_path), env={**base_env, "AWS_ACCESS_KEY_ID": "NOTAKEY",
+        # What the node may have them read, and where their signed requests may go: theirs to say.
+        allow = ["--allow-objects", "s3://data/", "--allow-endpoint", endpoint]
+        good = workers("good", str(tmp_path), extra=allow, env={**base_env, "AWS_SHARED_CREDENTIALS_FILE": str(creds),
+                                                               "AWS_PROFILE": "worker"})
+        denied = workers("denied", str(tmp_path), extra=allow, env={**base_env, "AWS_ACCESS_KEY_ID": "NOTAKEY",
                                                        "AWS_SECRET_ACCESS_KEY": "TOPSECRETVALUE"})
         base = start(tmp_path, "local", job_config(tmp_path / "l.yaml", f'{{type: tar, shards: "{tmp_path}/shard-{{0..1}}.tar"}}',
                                                    mix=False))

@@ -277,6 +277,13 @@ TEST_CASE("remote session: a source in object storage is read below its own URLs
   auto w = worker({kDemo});
   // The worker's own environment: none here (unsigned requests); the job's endpoint wins.
   w.objects = std::make_shared<remote::WorkerObjects>([](const char*) { return std::optional<std::string>(); }, 1);
+  // What the node may have it read (--allow-objects) and where signed requests may go
+  // (--allow-endpoint): the node's word is not taken for either.
+  w.allow_objects = {"s3://data/other/"};
+  CHECK_THAT(refused(w, g.open), Contains("s3://data/train/") && Contains("outside this worker's --allow-objects"));
+  w.allow_objects = {"s3://data/train"};
+  CHECK_THAT(refused(w, g.open), Contains("http://127.0.0.1:9") && Contains("--allow-endpoint"));
+  w.allow_endpoints = {"http://127.0.0.1:9"};
   CHECK(w.objects->endpoint_for("") == "https://s3.us-east-1.amazonaws.com");
   // Addressed as the node addresses it (jobs/job_factory.cpp): virtual-host for AWS's own
   // endpoint unless told otherwise, path-style for one given.
