@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <fstream>
@@ -72,7 +73,9 @@ std::map<std::string, ShardIndex> parse_index(std::istream& in) {
       ix.skipped[kind] = count;
       ix.first_skipped[kind] = std::string(l);
     }
-    ix.entries.reserve(entries);
+    // A count as written, not yet backed by lines: reserved only up to what a sane file holds
+    // before its lines are read (a scribbled count must not ask for 2^60 entries at once).
+    ix.entries.reserve(std::min<std::size_t>(entries, std::size_t{1} << 16));
     for (std::size_t i = 0; i < entries; ++i) {
       if (!std::getline(in, text)) return {};
       std::string_view l = text;
