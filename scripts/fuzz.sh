@@ -28,12 +28,21 @@ cmake --build "$build" -j "$(nproc)" --target tier_fuzz
 # The remote worker's harness exists when gRPC/protobuf/zstd were found (cmake/remote.cmake).
 remote=0
 [[ -x "$build/bin/fuzz_remote_worker" ]] && remote=1
+# Each harness is one thread: as many run at once as there are cores (on CI's two, the fuzz
+# tier takes about half the wall time it took one after another). Each writes its own log,
+# printed in order once all are done; any harness's failure fails the run.
+max_jobs=$(nproc)
+names=()
+reap() { wait -n || true; }  # a slot is free; each harness's status is in its .rc file
 run() {  # harness, dictionary, seed folders...
   local h=$1 dict=$2; shift 2
   mkdir -p "$corpus_root/$h" "$build/crashes/$h"
-  echo "== $h for $secs"
-  "$build/bin/fuzz_$h" "${limit[@]}" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
-    -dict="$dict" -artifact_prefix="$build/crashes/$h/" "$corpus_root/$h" "$@"
+  while (( $(jobs -rp | wc -l) >= max_jobs )); do reap; done
+  names+=("$h")
+  rm -f "$build/fuzz-$h.rc"
+  { "$build/bin/fuzz_$h" "${limit[@]}" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+      -dict="$dict" -artifact_prefix="$build/crashes/$h/" "$corpus_root/$h" "$@" > "$build/fuzz-$h.log" 2>&1 &&
+      echo 0 > "$build/fuzz-$h.rc" || echo 1 > "$build/fuzz-$h.rc"; } &
 }
 run sample_processor tests/fuzz/image.dict tests/data/demo tests/data/corpus tests/data/formats tests/data/fuzz-regressions
 run config tests/fuzz/config.dict tests/data/configs-malformed configs
@@ -44,7 +53,19 @@ run list_xml tests/fuzz/list_xml.dict tests/data/list-xml
 run tar_sidecar tests/fuzz/tar_sidecar.dict tests/data/tar-sidecars
 if ((remote)); then
   STOKER_FUZZ_STATS=1 run remote_worker tests/fuzz/remote.dict tests/data/remote-messages
+  run remote_reply tests/fuzz/remote.dict tests/data/remote-replies
 else
   echo "== remote_worker skipped (built without gRPC: scripts/setup.sh installs it)"
+fi
+wait
+failed=0
+for h in "${names[@]}"; do
+  echo "== $h for $secs"
+  cat "$build/fuzz-$h.log"
+  [[ "$(cat "$build/fuzz-$h.rc" 2>/dev/null)" == 0 ]] || failed=1
+done
+if ((failed)); then
+  echo "fuzz: a harness failed (crash, leak or timeout; its log above, the input in $build/crashes/)" >&2
+  exit 1
 fi
 echo "fuzz: no crash in $secs per harness"
