@@ -40,6 +40,21 @@ class CounterRng {
   std::uint64_t counter_ = 0;
 };
 
+// Fisher-Yates over [first, last): every shuffled order of the sampler (an epoch's
+// permutation, a mixture's sources and interleave, a window of shards) draws through this one
+// walk, so the same (key, range) gives the same order wherever it is asked for. The draws:
+// for i = size .. 2, swap [i-1] with [below(i)]. Changing them changes every user's batches.
+template <class T>
+constexpr void shuffle_in_place(T* first, T* last, CounterRng& rng) {
+  for (auto i = static_cast<std::uint64_t>(last - first); i > 1; --i) {
+    T* const a = first + (i - 1);
+    T* const b = first + rng.below(i);
+    const T t = *a;
+    *a = *b;
+    *b = t;
+  }
+}
+
 // Streams in use; append, never renumber (renumbering changes every user's batches).
 inline constexpr std::uint64_t kStreamPermutation = 1;
 inline constexpr std::uint64_t kStreamAugment = 2;

@@ -16,10 +16,7 @@ void source_permutation(std::vector<std::uint32_t>& p, std::uint32_t n, bool shu
   std::iota(p.begin(), p.end(), 0u);
   if (!shuffle || n < 2) return;
   CounterRng rng(seed, k, s, kStreamMixtureSource);
-  for (std::uint32_t i = n - 1; i > 0; --i) {
-    const auto j = static_cast<std::uint32_t>(rng.below(std::uint64_t{i} + 1));
-    std::swap(p[i], p[j]);
-  }
+  shuffle_in_place(p.data(), p.data() + p.size(), rng);
 }
 
 // Which source takes each position of the epoch: quota[s] positions for source s.
@@ -30,7 +27,7 @@ std::vector<std::uint16_t> interleave(const std::vector<std::uint64_t>& quota, s
   if (shuffle) {
     for (std::size_t s = 0; s < quota.size(); ++s) who.insert(who.end(), quota[s], static_cast<std::uint16_t>(s));
     CounterRng rng(seed, epoch, 0, kStreamMixtureInterleave);
-    for (std::uint64_t i = who.size(); i > 1; --i) std::swap(who[i - 1], who[rng.below(i)]);
+    shuffle_in_place(who.data(), who.data() + who.size(), rng);
     return who;
   }
   // Smooth round-robin: position i goes to the source furthest behind its share of i+1

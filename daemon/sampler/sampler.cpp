@@ -12,10 +12,7 @@ std::vector<std::uint32_t> epoch_permutation(std::uint32_t n, bool shuffle, std:
   std::iota(p.begin(), p.end(), 0u);
   if (!shuffle || n < 2) return p;
   CounterRng rng(seed, epoch, 0, kStreamPermutation);
-  for (std::uint32_t i = n - 1; i > 0; --i) {
-    const auto j = static_cast<std::uint32_t>(rng.below(std::uint64_t{i} + 1));
-    std::swap(p[i], p[j]);
-  }
+  shuffle_in_place(p.data(), p.data() + p.size(), rng);
   return p;
 }
 

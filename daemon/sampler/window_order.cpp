@@ -8,19 +8,6 @@
 
 namespace stoker::sampler {
 
-namespace {
-
-// Fisher-Yates over [first, last), the same walk as epoch_permutation's.
-void shuffle_range(std::uint32_t* first, std::uint32_t* last, CounterRng& rng) {
-  const auto size = static_cast<std::uint64_t>(last - first);
-  for (std::uint64_t i = size; i > 1; --i) {
-    const std::uint64_t j = rng.below(i);
-    std::swap(first[i - 1], first[j]);
-  }
-}
-
-}  // namespace
-
 std::vector<std::uint32_t> window_permutation(const std::vector<std::uint32_t>& shard_starts, std::uint32_t n,
                                               std::uint32_t window_shards, std::uint64_t seed, std::uint64_t epoch) {
   std::vector<std::uint32_t> out;
@@ -36,7 +23,7 @@ std::vector<std::uint32_t> window_permutation(const std::vector<std::uint32_t>& 
   std::vector<std::uint32_t> order(count);
   std::iota(order.begin(), order.end(), 0u);
   CounterRng shard_rng(seed, epoch, 0, kStreamWindowShards);
-  shuffle_range(order.data(), order.data() + count, shard_rng);
+  shuffle_in_place(order.data(), order.data() + count, shard_rng);
 
   out.reserve(n);
   // Window w holds order[first, first + window); 64-bit so that a window larger than the
@@ -50,7 +37,7 @@ std::vector<std::uint32_t> window_permutation(const std::vector<std::uint32_t>& 
     // Each window's draw is keyed by its own index, so it does not depend on how many numbers
     // the windows before it took.
     CounterRng rng(seed, epoch, 1 + w, kStreamWindowShards);
-    shuffle_range(out.data() + begin, out.data() + out.size(), rng);
+    shuffle_in_place(out.data() + begin, out.data() + out.size(), rng);
   }
   return out;
 }
