@@ -35,11 +35,7 @@ std::shared_ptr<objstore::Fetcher> object_fetcher(const config::SourceConfig& sr
   objstore::Fetcher::Options o;
   o.region = objstore::resolve_region(env);
   o.endpoint = objstore::resolve_endpoint(src.endpoint, o.region, env);
-  const bool aws_own = o.endpoint == objstore::resolve_endpoint("", o.region, objstore::EnvLookup([](const char*) {
-                                       return std::optional<std::string>();
-                                     }));
-  o.addressing = src.addressing == "virtual" || (src.addressing.empty() && aws_own) ? objstore::Addressing::kVirtualHost
-                                                                                     : objstore::Addressing::kPath;
+  o.addressing = objstore::choose_addressing(src.addressing, o.endpoint, o.region);
   o.credentials = std::move(*creds);
   // Re-read by the same chain when their file changes or a store says they expired.
   o.reload_credentials = [env] { return objstore::resolve_credentials(env); };

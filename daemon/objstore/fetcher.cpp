@@ -551,6 +551,12 @@ FetchResult Fetcher::run(Request request) {
   return r;
 }
 
+Addressing choose_addressing(const std::string& configured, const std::string& endpoint, const std::string& region) {
+  const std::string aws_own = resolve_endpoint("", region, [](const char*) { return std::optional<std::string>(); });
+  return configured == "virtual" || (configured.empty() && endpoint == aws_own) ? Addressing::kVirtualHost
+                                                                               : Addressing::kPath;
+}
+
 bool virtual_host_bucket(const std::string& bucket) {
   // DNS-safe: 3-63 of [a-z0-9-], not starting or ending with '-'. A bucket with dots would
   // break TLS's name check under https (*.s3... covers one label), so it stays path-style.

@@ -145,6 +145,10 @@ class Fetcher {
 // addressing SCHEME://BUCKET.HOST[:PORT] (a bucket whose name is no DNS label, e.g. one
 // with dots, stays path-style, as AWS's SDKs do).
 std::string bucket_base(const Fetcher::Options& o, const std::string& bucket);
+// A source's `addressing:` ("path", "virtual", or "": virtual-host for AWS's own endpoint in
+// `region`, path-style for any endpoint given) for requests to `endpoint` (resolved). The one
+// rule stokerd's fetchers and a remote worker's follow, so both address a bucket alike.
+Addressing choose_addressing(const std::string& configured, const std::string& endpoint, const std::string& region);
 bool virtual_host_bucket(const std::string& bucket);
 
 // The delay before retry `attempt` (1 = the first retry): first_backoff * 2^(attempt-1) capped

@@ -24,10 +24,7 @@ std::string WorkerObjects::endpoint_for(const std::string& configured) const {
 }
 
 objstore::Addressing WorkerObjects::addressing_for(const std::string& configured, const std::string& endpoint) const {
-  const std::string aws_own = objstore::resolve_endpoint("", region_, [](const char*) { return std::optional<std::string>(); });
-  const bool is_aws_own = endpoint == aws_own;
-  return configured == "virtual" || (configured.empty() && is_aws_own) ? objstore::Addressing::kVirtualHost
-                                                                         : objstore::Addressing::kPath;
+  return objstore::choose_addressing(configured, endpoint, region_);
 }
 
 std::string WorkerObjects::credentials() const {

@@ -67,7 +67,7 @@ class WorkerObjects {
   // this worker's AWS_ENDPOINT_URL, else AWS's regional one (objstore::resolve_endpoint).
   std::string endpoint_for(const std::string& configured) const;
   // A source's `addressing:` ("path", "virtual", "") for requests to `endpoint` (resolved): the
-  // rule stokerd's own fetchers follow (jobs/job_factory.cpp), so a worker addresses a bucket
+  // rule stokerd's own fetchers follow (objstore::choose_addressing), so a worker addresses a bucket
   // as the node does: virtual-host for AWS's own endpoint unless told, else path-style.
   objstore::Addressing addressing_for(const std::string& configured, const std::string& endpoint) const;
   // Where this worker's credentials come from (what logs say; never a value).
