@@ -119,6 +119,23 @@ struct DemoShardBucket {
   }
 };
 
+// The two jobs most cases compare: `local` on the demo shards on disk, `bucket` on the same
+// shards in the bucket through `endpoint` (`extra`: more keys of the bucket's source). Same
+// pipeline (shuffled, random crops and flips), so their batches must be identical.
+struct LocalAndBucket {
+  JobSpec local, bucket;
+};
+LocalAndBucket local_and_bucket(const std::string& endpoint, const std::string& extra = "") {
+  LocalAndBucket j;
+  j.local.name = "local";
+  j.local.source = "{type: tar, shards: \"shards/demo-{00..02}.tar\"}";
+  j.bucket = j.local;
+  j.bucket.name = "bucket";
+  j.bucket.source =
+      "{type: tar, shards: \"s3://datasets/demo/train-{00..02}.tar\", endpoint: \"" + endpoint + "\"" + extra + "}";
+  return j;
+}
+
 }  // namespace
 
 TEST_CASE("s3: tar shards in a bucket serve the same ids, labels and pixels as the same shards on disk",
@@ -135,12 +152,8 @@ TEST_CASE("s3: tar shards in a bucket serve the same ids, labels and pixels as t
   env.set("AWS_ENDPOINT_URL", "http://127.0.0.1:1");  // the source's endpoint: key wins over it
 
   const auto socket = (dir.path() / "s.sock").string();
-  JobSpec local;  // shuffled, random crops and flips
-  local.name = "local";
-  local.source = "{type: tar, shards: \"shards/demo-{00..02}.tar\"}";
-  JobSpec bucket = local;
-  bucket.name = "bucket";
-  bucket.source = "{type: tar, shards: \"s3://datasets/demo/train-{00..02}.tar\", endpoint: \"" + s3.endpoint() + "\"}";
+  const LocalAndBucket jobs = local_and_bucket(s3.endpoint());
+  const JobSpec &local = jobs.local, &bucket = jobs.bucket;
   Daemon d(write_config(dir.path(), {local, bucket}, 2), socket);
   stoker::ClientOptions o;
   o.socket_path = socket;
@@ -308,13 +321,8 @@ TEST_CASE("s3: with a cache that holds the dataset, the second epoch fetches 0 b
   TempDir& dir = data.dir;
   S3Server& s3 = data.s3;
   const auto socket = (dir.path() / "s.sock").string();
-  JobSpec local;
-  local.name = "local";
-  local.source = "{type: tar, shards: \"shards/demo-{00..02}.tar\"}";
-  JobSpec bucket = local;
-  bucket.name = "bucket";
-  bucket.source = "{type: tar, shards: \"s3://datasets/demo/train-{00..02}.tar\", endpoint: \"" + s3.endpoint() +
-                  "\", cache: {path: cache, bytes: 64MiB}}";
+  const LocalAndBucket jobs = local_and_bucket(s3.endpoint(), ", cache: {path: cache, bytes: 64MiB}");
+  const JobSpec &local = jobs.local, &bucket = jobs.bucket;
   Daemon d(write_config(dir.path(), {local, bucket}, 2, "  metrics: \"127.0.0.1:0\"\n"), socket);
   stoker::ClientOptions o;
   o.socket_path = socket;
@@ -470,12 +478,8 @@ TEST_CASE("s3: 503s, 429 with Retry-After and answers cut mid-body are retried: 
   });
 
   const auto socket = (dir.path() / "s.sock").string();
-  JobSpec local;
-  local.name = "local";
-  local.source = "{type: tar, shards: \"shards/demo-{00..02}.tar\"}";
-  JobSpec bucket = local;
-  bucket.name = "bucket";
-  bucket.source = "{type: tar, shards: \"s3://datasets/demo/train-{00..02}.tar\", endpoint: \"" + proxy.base_url() + "\"}";
+  const LocalAndBucket jobs = local_and_bucket(proxy.base_url());
+  const JobSpec &local = jobs.local, &bucket = jobs.bucket;
   Daemon d(write_config(dir.path(), {local, bucket}, 2), socket);
   stoker::ClientOptions o;
   o.socket_path = socket;
@@ -506,13 +510,8 @@ TEST_CASE("s3: the server killed and started again mid-epoch: the same batches, 
   }
   DemoShardBucket data;
   const auto socket = (data.dir.path() / "s.sock").string();
-  JobSpec local;
-  local.name = "local";
-  local.source = "{type: tar, shards: \"shards/demo-{00..02}.tar\"}";
-  JobSpec bucket = local;
-  bucket.name = "bucket";
-  bucket.source =
-      "{type: tar, shards: \"s3://datasets/demo/train-{00..02}.tar\", endpoint: \"" + data.s3.endpoint() + "\"}";
+  const LocalAndBucket jobs = local_and_bucket(data.s3.endpoint());
+  const JobSpec &local = jobs.local, &bucket = jobs.bucket;
   Daemon d(write_config(data.dir.path(), {local, bucket}, 2), socket);
   // Indexed, and the first samples being fetched: the server goes away with connections
   // open (SIGKILL), for longer than a retry's first backoffs, and comes back on its port.
@@ -554,12 +553,8 @@ TEST_CASE("s3: a store that stops answering pauses the job (status says why), wh
     return forward(s3.port(), head);
   });
   const auto socket = (dir.path() / "s.sock").string();
-  JobSpec local;
-  local.name = "local";
-  local.source = "{type: tar, shards: \"shards/demo-{00..02}.tar\"}";
-  JobSpec bucket = local;
-  bucket.name = "bucket";
-  bucket.source = "{type: tar, shards: \"s3://datasets/demo/train-{00..02}.tar\", endpoint: \"" + proxy.base_url() + "\"}";
+  const LocalAndBucket jobs = local_and_bucket(proxy.base_url());
+  const JobSpec &local = jobs.local, &bucket = jobs.bucket;
   Daemon d(write_config(dir.path(), {local, bucket}, 2), socket);
   down = true;  // the shards are indexed (stokerd is up); most samples are not fetched yet
   auto paused_reason = [&]() -> std::string {
