@@ -199,12 +199,29 @@ TEST_CASE("s3: tar shards in a bucket serve the same ids, labels and pixels as t
   // them instead of reading the shards, and serves the same batches.
   const std::string cmd = std::string(STOKER_BIN_DIR) + "/stokerd --write-tar-index '" +
                           (dir.path() / "shards/demo-{00..02}.tar").string() + "' 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[512];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  CHECK(::pclose(p) == 0);
+  const auto run_cmd = [&](int& rc) {
+    FILE* p = ::popen(cmd.c_str(), "r");
+    REQUIRE(p != nullptr);
+    std::string text;
+    char buf[512];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) text.append(buf, n);
+    rc = ::pclose(p);
+    return text;
+  };
+  // A file there that is not a Stoker index (a DALI one) is never replaced: refused, named.
+  const fs::path dali = dir.path() / "shards/demo-02.idx";
+  const std::string dali_text = "v1.2 1\njpg 512 3 x/a.jpg\n";
+  std::ofstream(dali) << dali_text;
+  int rc = 0;
+  std::string out = run_cmd(rc);
+  CHECK(rc != 0);
+  CHECK_THAT(out, Catch::Contains("demo-02.idx: it exists and is not a Stoker index") &&
+                      Catch::Contains("wrote 2 sidecar index(es), 1 failed"));
+  const auto kept = read_bytes(dali);
+  CHECK(std::string(kept.begin(), kept.end()) == dali_text);  // untouched
+  fs::remove(dali);
+  out = run_cmd(rc);
+  CHECK(rc == 0);
   INFO(out);
   CHECK_THAT(out, Catch::Contains("demo-00.idx: 20 sample(s)") && Catch::Contains("wrote 3 sidecar index(es), 0 failed"));
   for (int i = 0; i < 3; ++i) {
