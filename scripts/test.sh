@@ -26,7 +26,7 @@ jobs=$(nproc)
 : "${STOKER_FUZZ_RUNS:=20000}"
 start=$SECONDS
 failed=0 passed=0 skipped=0 failures=0
-table=()
+table=() logs=()
 
 tally() {  # reads a ctest log, adds its counts
   local log=$1 total fail skip
@@ -42,6 +42,15 @@ row() {  # tier, build seconds, run seconds
 }
 
 summary() {
+  # What failed, again at the end (a CI page may show only the tail of a long log): each tier's
+  # failed tests by name, and the first assertions that failed, with their expansion.
+  local log
+  for log in "${logs[@]}"; do
+    grep -q 'The following tests FAILED' "$log" 2>/dev/null || continue
+    echo "== failed in $log"
+    sed -n '/The following tests FAILED/,/^Errors while running/p' "$log"
+    grep -A4 -E '^[^ ].*: FAILED:$' "$log" | head -60
+  done
   echo "test: $passed passed, $failed failed, $skipped skipped"
   echo "== time per tier (wall seconds; $jobs cores; ccache: $(command -v ccache >/dev/null && echo used || echo none))"
   printf '%-8s %8s %8s %8s\n' tier build run total
@@ -67,6 +76,7 @@ build() {  # configure preset, [build preset]
 # Runs a preset's tests; appends to the tally. Sets run_s.
 run_tests() {  # preset, log
   local t0=$SECONDS
+  logs+=("$2")
   ctest --preset "$1" -j "$jobs" 2>&1 | tee "$2"
   [[ ${PIPESTATUS[0]} -eq 0 ]] || failures=$((failures + 1))
   tally "$2"

@@ -36,7 +36,8 @@ bool Sessions::send_all(Session& s, const void* data, std::size_t n) {
   // SEQPACKET sends are atomic; a full socket buffer means the client stopped reading,
   // which a well-behaved client never does (one reply per request).
   const ssize_t w = ::send(s.fd, data, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-  return w == static_cast<ssize_t>(n);
+  if (w != static_cast<ssize_t>(n)) s.send_failed = true;
+  return !s.send_failed;
 }
 
 bool Sessions::send_with_fd(Session& s, const void* data, std::size_t n, int fd) {
@@ -79,13 +80,13 @@ bool Sessions::send_json(Session& s, const std::string& json, proto::MsgType typ
 bool Sessions::flush(Session& s) {
   // A client that asks and never reads would make the daemon hold its replies forever.
   constexpr std::size_t kMaxBacklog = std::size_t{64} << 20;
-  if (s.outbox_bytes > kMaxBacklog) return false;
+  if (s.outbox_bytes > kMaxBacklog) return s.send_failed = true, false;
   const bool watching = !s.outbox.empty();
   while (!s.outbox.empty()) {
     const auto& m = s.outbox.front();
     const ssize_t w = ::send(s.fd, m.data(), m.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-    if (w != static_cast<ssize_t>(m.size())) return false;
+    if (w != static_cast<ssize_t>(m.size())) return s.send_failed = true, false;
     s.outbox_bytes -= m.size();
     s.outbox.pop_front();
   }

@@ -82,8 +82,22 @@ std::size_t Sessions::consumers_of(const Job* job) const {
 }
 
 void Sessions::evict_doomed() {
-  for (int fd : doomed_) evict(fd, nullptr);  // logged where it was found
-  doomed_.clear();
+  // A client that released its batches and closed while a batch was being announced to it
+  // fails that send (EPIPE) with its last releases and credits still queued here. Unread, its
+  // releases would go uncounted and the batches it took would be handed back as untaken
+  // (served twice). So a session a send failed on is read first; one doomed for what it sent
+  // is not read further. The bound keeps a live client that floods from holding the loop.
+  constexpr std::size_t kDrainMessages = 4096;
+  std::vector<int> doomed;
+  doomed.swap(doomed_);
+  for (int fd : doomed) {
+    auto it = sessions_.find(fd);
+    if (it == sessions_.end() || !it->second.send_failed) continue;
+    it->second.send_failed = false;  // read once, even if the fd is listed twice
+    on_readable(it->second, kDrainMessages);
+  }
+  doomed_.clear();  // on_readable dooms the same sessions again
+  for (int fd : doomed) evict(fd, nullptr);  // logged where it was found
 }
 
 void Sessions::on_event(int fd, std::uint32_t epoll_events) {
@@ -93,13 +107,13 @@ void Sessions::on_event(int fd, std::uint32_t epoll_events) {
   if (epoll_events & (EPOLLIN | EPOLLHUP | EPOLLERR)) on_readable(it->second);
 }
 
-void Sessions::on_readable(Session& s) {
+void Sessions::on_readable(Session& s, std::size_t max_messages) {
   alignas(8) static std::uint8_t buf[proto::kMaxMessageBytes];
   // A client that closes with messages unread on its side (announced batches it never took)
   // makes the kernel report ECONNRESET here before the messages it sent last (its final
   // releases): those are still read, then the session ends. The error is reported once.
   bool reset = false;
-  for (;;) {
+  for (std::size_t read = 0; read < max_messages; ++read) {
     const ssize_t n = ::recv(s.fd, buf, sizeof buf, MSG_DONTWAIT | MSG_TRUNC);
     if (n < 0) {
       if (errno == ECONNRESET && !reset) {
@@ -115,6 +129,7 @@ void Sessions::on_readable(Session& s) {
       return;
     }
     if (static_cast<std::size_t>(n) > sizeof buf || !handle_message(s, buf, static_cast<std::size_t>(n))) {
+      s.send_failed = false;  // doomed for what it sent: nothing more of it is read
       doomed_.push_back(s.fd);
       return;
     }

@@ -63,6 +63,9 @@ struct Session {
   // consumers is many messages); sent in order as the socket drains (EPOLLOUT).
   std::deque<std::vector<std::uint8_t>> outbox;
   std::size_t outbox_bytes = 0;
+  // A send to it failed (it hung up, or stopped reading): whatever it sent before that - its
+  // last releases and credits - is read before it is evicted.
+  bool send_failed = false;
 };
 
 // What a client's messages ask of the rest of the control socket: commands and the status
@@ -124,7 +127,8 @@ class Sessions {
   bool send_json(Session& s, const std::string& json, proto::MsgType type);
 
  private:
-  void on_readable(Session& s);
+  // Reads and handles its messages until none is queued (or max_messages were read).
+  void on_readable(Session& s, std::size_t max_messages = SIZE_MAX);
   // The protocol (session_messages.cpp): false: evict.
   bool handle_message(Session& s, const std::uint8_t* data, std::size_t n);
   bool handle_hello(Session& s, const proto::HelloMsg& m);

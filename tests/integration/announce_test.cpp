@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -148,4 +149,46 @@ TEST_CASE("announce and Acquire deliver the same batches: two epochs, two ranks,
   const auto both = read_together(readers);
   REQUIRE(both[0].size() == 16);
   CHECK(both[0] == both[1]);
+}
+
+TEST_CASE("consumers that release and hang up while batches are announced to them: every release is counted",
+          "[integration][announce]") {
+  // The race this pins: a client releases its batch and closes while stokerd is announcing the
+  // next one to it. That send fails (EPIPE) with the release still queued on stokerd's side;
+  // evicted unread, the release was never counted (and the batch it took would count as
+  // untaken). Many short consumers on several ranks at once make the race likely: each takes
+  // one batch while its ring is still being filled behind it.
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec j;
+  j.consumers = 4;
+  j.prefetch = 4;
+  Daemon d(write_config(dir.path(), {j}, 2), socket);
+  constexpr int kRounds = 40;
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (std::uint32_t rank = 0; rank < 4; ++rank) {
+    threads.emplace_back([&, rank] {
+      for (int i = 0; i < kRounds; ++i) {
+        const auto client = consumer(socket, false, rank);
+        // Released on return, then the client closes; each starts the epoch it asks for (0).
+        if (take_batch(*client).index != 0) ++wrong;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(wrong == 0);
+  const auto until = AnnounceClock::now() + std::chrono::seconds(10);
+  std::int64_t reports = -1;
+  std::string last;
+  while (AnnounceClock::now() < until) {
+    reports = 0;
+    const auto st = status_json(socket);
+    last = st.dump();
+    for (const auto& c : st["jobs"][0]["consumers"]) reports += c["wait_reports"].get<std::int64_t>();
+    if (reports == 4 * kRounds) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  INFO(last);
+  CHECK(reports == 4 * kRounds);
 }
