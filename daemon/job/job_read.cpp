@@ -53,7 +53,8 @@ void Job::start_reading() {
   read_ahead_ = std::make_unique<source::ReadAhead>(
       cfg_.name, cfg_.read_ahead_bytes, requests,
       [this](std::uint32_t id, std::vector<std::uint8_t>& out) { return reader_->read(id, out); },
-      [this](std::uint32_t id) { return dataset_.samples[id].size; }, most);
+      [this](std::uint32_t id) { return dataset_.samples[id].size; }, most,
+      [this](std::uint32_t id, source::ReadAhead::ReadDone& done) { return reader_->start_read(id, done); });
 }
 
 std::uint64_t Job::read_key(const WorkItem& item) const {

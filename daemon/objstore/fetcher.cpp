@@ -138,7 +138,8 @@ namespace fetch_detail {
 struct Transfer {
   Fetcher::Request req;
   int attempt = 0;  // attempts made
-  std::promise<FetchResult> done;
+  // Called once with the answer, on the driver thread (with none of its locks held).
+  std::function<void(FetchResult&&)> done;
   CURL* easy = nullptr;
   curl_slist* headers = nullptr;
   std::vector<std::uint8_t> body;
@@ -275,11 +276,15 @@ struct Fetcher::Driver {
   }
 
   void submit(std::unique_ptr<Transfer> t) {
+    bool wake = false;
     {
       base::MutexLock lock(mu);
+      // One wake-up per batch: while `incoming` is not empty the thread has been woken for it
+      // and not yet taken it (read-ahead submits dozens of reads back to back).
+      wake = incoming.empty();
       incoming.push_back(std::move(t));
     }
-    curl_multi_wakeup(multi);
+    if (wake) curl_multi_wakeup(multi);
   }
 
   // Re-reads the credentials when `force`d or their file changed; true when they changed.
@@ -459,7 +464,7 @@ struct Fetcher::Driver {
     }
     if (!r.ok()) r.message = t->req.name + ": " + what;
     t->release();
-    t->done.set_value(std::move(r));
+    t->done(std::move(r));
   }
 
   void loop() {
@@ -480,7 +485,7 @@ struct Fetcher::Driver {
           r.message = t.req.name + ": given up (stokerd is stopping)";
           owner.stats_.transient.fetch_add(1, std::memory_order_relaxed);
           t.release();
-          t.done.set_value(std::move(r));
+          t.done(std::move(r));
         };
         for (auto& t : waiting) give_up(*t);
         waiting.clear();
@@ -515,7 +520,7 @@ struct Fetcher::Driver {
       FetchResult r;
       r.error = FetchError::kTransient;
       r.message = t.req.name + ": stopped";
-      t.done.set_value(std::move(r));
+      t.done(std::move(r));
     };
     for (auto& [easy, t] : active) {
       curl_multi_remove_handle(multi, easy);
@@ -539,16 +544,23 @@ void Fetcher::give_up_retries() {
   curl_multi_wakeup(driver_->multi);
 }
 
-FetchResult Fetcher::run(Request request) {
+void Fetcher::start(Request request, Done done) {
   auto t = std::make_unique<Transfer>();
   t->req = std::move(request);
   t->stats = &stats_;
-  std::future<FetchResult> f = t->done.get_future();
   stats_.in_flight.fetch_add(1, std::memory_order_relaxed);
+  t->done = [this, done = std::move(done)](FetchResult&& r) {
+    stats_.in_flight.fetch_sub(1, std::memory_order_relaxed);
+    done(std::move(r));
+  };
   driver_->submit(std::move(t));
-  FetchResult r = f.get();
-  stats_.in_flight.fetch_sub(1, std::memory_order_relaxed);
-  return r;
+}
+
+FetchResult Fetcher::run(Request request) {
+  std::promise<FetchResult> answer;
+  std::future<FetchResult> f = answer.get_future();
+  start(std::move(request), [&answer](FetchResult&& r) { answer.set_value(std::move(r)); });
+  return f.get();
 }
 
 Addressing choose_addressing(const std::string& configured, const std::string& endpoint, const std::string& region) {
@@ -599,15 +611,16 @@ FetchResult Fetcher::get(const ObjectUrl& url, bool use_cache) {
   return got;
 }
 
-FetchResult Fetcher::get_range(const ObjectUrl& url, std::uint64_t offset, std::uint64_t size) {
-  if (size == 0) return FetchResult{};
-  // Keyed by the range too: a shard's members are cached one by one, as they are read.
-  const std::string key = url.text() + "#" + std::to_string(offset) + "+" + std::to_string(size);
-  FetchResult hit;
-  if (options_.cache != nullptr && options_.cache->get(key, hit.body) && hit.body.size() == size) {
-    stats_.cache_hits.fetch_add(1, std::memory_order_relaxed);
-    return hit;
-  }
+namespace {
+
+// A range's key in the cache: a shard's members are cached one by one, as they are read.
+std::string range_key(const ObjectUrl& url, std::uint64_t offset, std::uint64_t size) {
+  return url.text() + "#" + std::to_string(offset) + "+" + std::to_string(size);
+}
+
+}  // namespace
+
+Fetcher::Request Fetcher::range_request(const ObjectUrl& url, std::uint64_t offset, std::uint64_t size) const {
   Request r;
   r.url = request_url(options_, url);
   r.name = "GET " + url.text() + " bytes " + std::to_string(offset) + "-" + std::to_string(offset + size - 1);
@@ -615,9 +628,37 @@ FetchResult Fetcher::get_range(const ObjectUrl& url, std::uint64_t offset, std::
   r.ranged = true;
   r.offset = offset;
   r.size = size;
-  FetchResult got = run(std::move(r));
+  return r;
+}
+
+bool Fetcher::cached_range(const std::string& key, std::uint64_t size, FetchResult& hit) {
+  if (options_.cache == nullptr || !options_.cache->get(key, hit.body) || hit.body.size() != size) return false;
+  stats_.cache_hits.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+FetchResult Fetcher::get_range(const ObjectUrl& url, std::uint64_t offset, std::uint64_t size) {
+  if (size == 0) return FetchResult{};
+  const std::string key = range_key(url, offset, size);
+  FetchResult hit;
+  if (cached_range(key, size, hit)) return hit;
+  FetchResult got = run(range_request(url, offset, size));
   if (got.ok() && options_.cache != nullptr) options_.cache->put(key, got.body);
   return got;
+}
+
+void Fetcher::get_range_async(const ObjectUrl& url, std::uint64_t offset, std::uint64_t size, Done done) {
+  if (size == 0) return done(FetchResult{});
+  std::string key = range_key(url, offset, size);
+  FetchResult hit;
+  if (cached_range(key, size, hit)) return done(std::move(hit));
+  if (options_.cache == nullptr) return start(range_request(url, offset, size), std::move(done));
+  // Stored on the fetcher's thread: a caller that keeps cache writes off it reads cached
+  // sources with get_range (sample_reader.cpp does).
+  start(range_request(url, offset, size), [this, key = std::move(key), done = std::move(done)](FetchResult&& got) {
+    if (got.ok()) options_.cache->put(key, got.body);
+    done(std::move(got));
+  });
 }
 
 FetchResult Fetcher::get_to_fd(const ObjectUrl& url, int fd, SinkWatch* watch) {

@@ -16,8 +16,12 @@ constexpr auto kGrowEvery = std::chrono::milliseconds(20);
 }  // namespace
 
 ReadAhead::ReadAhead(std::string name, std::uint64_t budget_bytes, std::uint32_t requests, ReadFn read,
-                     SizeFn size_hint, std::uint32_t max_requests)
-    : name_(std::move(name)), budget_(budget_bytes), read_(std::move(read)), size_hint_(std::move(size_hint)) {
+                     SizeFn size_hint, std::uint32_t max_requests, StartFn start)
+    : name_(std::move(name)),
+      budget_(budget_bytes),
+      read_(std::move(read)),
+      size_hint_(std::move(size_hint)),
+      start_(std::move(start)) {
   const std::uint32_t threads = std::max(requests, max_requests);
   {
     base::MutexLock lock(mu_);
@@ -44,6 +48,14 @@ ReadAhead::~ReadAhead() {
   }
   work_cv_.notify_all();
   for (auto& t : threads_) t.join();
+  // Started reads call back into this object: wait for the last (a stopping fetcher answers
+  // what it still holds at once).
+  base::MutexLock lock(mu_);
+  while (running_ > 0) done_cv_.wait(lock);
+}
+
+void ReadAhead::wake_reader() {
+  if (seeking_ == 0 && may_start()) work_cv_.notify_one();
 }
 
 bool ReadAhead::may_start() const {
@@ -65,8 +77,8 @@ void ReadAhead::want(std::uint64_t key, std::uint32_t generation, std::uint32_t 
     e.generation = generation;
     e.id = id;
     pending_.push_back({key, generation});
+    wake_reader();
   }
-  work_cv_.notify_one();
 }
 
 std::optional<source::ReadResult> ReadAhead::take(std::uint64_t key, std::uint32_t generation,
@@ -99,8 +111,7 @@ std::optional<source::ReadResult> ReadAhead::take(std::uint64_t key, std::uint32
   out.swap(e.bytes);
   source::ReadResult r = std::move(e.result);
   entries_.erase(it);
-  lock.unlock();
-  work_cv_.notify_one();  // budget freed
+  wake_reader();  // budget freed
   return r;
 }
 
@@ -115,8 +126,8 @@ void ReadAhead::drop(std::uint64_t key, std::uint32_t generation) {
     }
     if (it->second.state == State::kDone) held_ -= it->second.bytes.size();
     entries_.erase(it);
+    wake_reader();
   }
-  work_cv_.notify_one();
 }
 
 ReadAheadStats ReadAhead::stats() const {
@@ -130,8 +141,13 @@ ReadAheadStats ReadAhead::stats() const {
 void ReadAhead::run() {
   std::vector<std::uint8_t> buffer;
   base::MutexLock lock(mu_);
+  ++seeking_;
   for (;;) {
-    while (!stop_ && !may_start()) work_cv_.wait(lock);
+    while (!stop_ && !may_start()) {
+      --seeking_;
+      work_cv_.wait(lock);
+      ++seeking_;
+    }
     if (stop_) return;
     const Pending p = pending_.front();
     pending_.pop_front();
@@ -147,8 +163,29 @@ void ReadAhead::run() {
     reserved_ += reserved;
     ++running_;
     const std::uint32_t id = e.id;
+    // Blocked in the read from here: another reader takes what is waiting.
+    if (!start_) {
+      --seeking_;
+      wake_reader();
+    }
     lock.unlock();
 
+    if (start_) {
+      ReadDone done = [this, key = p.key, reserved](source::ReadResult&& r, std::vector<std::uint8_t>&& bytes) {
+        base::MutexLock done_lock(mu_);
+        finish(key, reserved, std::move(r), bytes);
+      };
+      bool started = false;
+      try {
+        started = start_(id, done);
+      } catch (const std::bad_alloc&) {  // not started: read below, as any other
+      }
+      lock.lock();
+      if (started) continue;
+      --seeking_;  // declined: blocked in the read from here, as above
+      wake_reader();
+      lock.unlock();
+    }
     source::ReadResult r;
     try {
       r = read_(id, buffer);
@@ -158,31 +195,41 @@ void ReadAhead::run() {
       r.reason = "out of memory for the file's bytes";
       buffer = {};
     }
-
     lock.lock();
-    reserved_ -= reserved;
-    --running_;
-    if (!pending_.empty()) work_cv_.notify_one();  // a place under the limit is free
-    // Entries may rehash while unlocked; an entry being read is never erased by another thread
-    // (take waits for it, drop and want mark it dropped), so the key is still ours.
-    it = entries_.find(p.key);
-    if (it == entries_.end()) continue;
-    Entry& done = it->second;
-    if (r.ok()) {
-      read_bytes_ += buffer.size();
-      read_count_++;
-    }
-    if (done.dropped) {
-      entries_.erase(it);
-      work_cv_.notify_one();
-      continue;
-    }
-    done.state = State::kDone;
-    done.result = std::move(r);
-    done.bytes.swap(buffer);  // `buffer` takes the entry's empty vector for the next read
-    held_ += done.bytes.size();
-    done_cv_.notify_all();
+    ++seeking_;
+    finish(p.key, reserved, std::move(r), buffer);
   }
+}
+
+void ReadAhead::finish(std::uint64_t key, std::uint64_t reserved, source::ReadResult&& r,
+                       std::vector<std::uint8_t>& bytes) {
+  reserved_ -= reserved;
+  --running_;
+  // Entries may rehash while unlocked; an entry being read is never erased by another thread
+  // (take waits for it, drop and want mark it dropped), so the key is still ours.
+  auto it = entries_.find(key);
+  if (it == entries_.end()) {
+    wake_reader();  // a place under the limit is free
+    if (running_ == 0) done_cv_.notify_all();  // the destructor may wait for the last read
+    return;
+  }
+  Entry& done = it->second;
+  if (r.ok()) {
+    read_bytes_ += bytes.size();
+    read_count_++;
+  }
+  if (done.dropped) {
+    entries_.erase(it);
+    wake_reader();
+    if (running_ == 0) done_cv_.notify_all();
+    return;
+  }
+  done.state = State::kDone;
+  done.result = std::move(r);
+  done.bytes.swap(bytes);  // `bytes` takes the entry's empty vector (a reader's next buffer)
+  held_ += done.bytes.size();
+  wake_reader();  // a place under the limit is free
+  done_cv_.notify_all();
 }
 
 }  // namespace stoker::source

@@ -28,6 +28,12 @@
 // needs at the latency the link has. It never shrinks (the byte budget bounds what idle
 // readers could hold).
 //
+// Reads that need no thread (start, issue #35): a tar member in object storage is one ranged
+// GET that the fetcher's own thread drives. A reader thread starts it and goes on to the next
+// item at once, and the fetcher's thread hands the bytes over when they came; so up to
+// `max_requests` GETs are in flight with one reader thread awake, instead of a thread blocked
+// on each (whose wake-ups cost ~10% of stokerd's CPU when it is CPU-bound, PERFORMANCE.md).
+//
 // Exactness: read-ahead changes who reads a sample and when, never which sample a position
 // gets, so batches and resume are the same with or without it.
 // Threads: want/take/drop from any thread (want is called under a ring's lock: it never
@@ -65,10 +71,16 @@ class ReadAhead {
   // size_hint(id): the bytes a read of `id` will hold when known (tar members), else 0.
   using SizeFn = std::function<std::uint64_t(std::uint32_t id)>;
 
+  // start(id, done): starts reading `id` without blocking and returns true, calling `done`
+  // once with the verdict and bytes (on another thread, or before returning); false when `id`
+  // cannot be read that way (then read() is called). SampleReader::start_read.
+  using ReadDone = std::function<void(source::ReadResult&&, std::vector<std::uint8_t>&&)>;
+  using StartFn = std::function<bool(std::uint32_t id, ReadDone& done)>;
+
   // `max_requests` (0: the same as `requests`): the most reads in flight the limit may grow to.
   ReadAhead(std::string name, std::uint64_t budget_bytes, std::uint32_t requests, ReadFn read, SizeFn size_hint,
-            std::uint32_t max_requests = 0);
-  ~ReadAhead();  // stops the readers (after their reads in flight) and frees what they held
+            std::uint32_t max_requests = 0, StartFn start = nullptr);
+  ~ReadAhead();  // stops the readers (after their reads in flight, started ones too) and frees what they held
   ReadAhead(const ReadAhead&) = delete;
   ReadAhead& operator=(const ReadAhead&) = delete;
 
@@ -99,11 +111,18 @@ class ReadAhead {
 
   void run();
   bool may_start() const STOKER_REQUIRES(mu_);
+  // Wakes one reader when there is a read to start and no reader is awake to see it: a
+  // burst of items (a batch planned at once) wakes one reader, not one each.
+  void wake_reader() STOKER_REQUIRES(mu_);
+  // A read of `key` ended (a reader's, or a started one's callback): hands its bytes over.
+  void finish(std::uint64_t key, std::uint64_t reserved, source::ReadResult&& r, std::vector<std::uint8_t>& bytes)
+      STOKER_REQUIRES(mu_);
 
   const std::string name_;
   const std::uint64_t budget_;
   const ReadFn read_;
   const SizeFn size_hint_;
+  const StartFn start_;
 
   mutable base::Mutex mu_;
   base::CondVar work_cv_;  // readers: an item was announced, or budget freed
@@ -120,6 +139,8 @@ class ReadAhead {
   // Reads allowed in flight (<= threads_.size()), and those running.
   std::uint32_t limit_ STOKER_GUARDED_BY(mu_) = 0;
   std::uint32_t running_ STOKER_GUARDED_BY(mu_) = 0;
+  // Readers awake and going to look at pending_ before they sleep (not blocked in a read).
+  std::uint32_t seeking_ STOKER_GUARDED_BY(mu_) = 0;
   std::chrono::steady_clock::time_point last_grow_ STOKER_GUARDED_BY(mu_){};
   // A worker waited for its bytes: more reads in flight (at most every kGrowEvery).
   void grow() STOKER_REQUIRES(mu_);

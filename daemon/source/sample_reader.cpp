@@ -64,6 +64,21 @@ ReadResult SampleReader::read_object(const Sample& s, std::vector<std::uint8_t>&
   return fetch_verdict(got, out);
 }
 
+bool SampleReader::start_read(std::uint32_t id, ReadDone& done) {
+  const Sample& s = dataset_.samples[id];
+  if (s.shard == Sample::kWholeFile || urls_.empty() || !urls_[s.shard]) return false;
+  objstore::Fetcher& f = *dataset_.object_sources[dataset_.shard_source[s.shard]].fetcher;
+  // A cache write would run on the fetcher's thread, holding up every transfer: cached
+  // sources are read the blocking way.
+  if (f.options().cache != nullptr) return false;
+  f.get_range_async(*urls_[s.shard], s.offset, s.size, [done = std::move(done)](objstore::FetchResult&& got) {
+    std::vector<std::uint8_t> bytes;
+    ReadResult r = fetch_verdict(got, bytes);
+    done(std::move(r), std::move(bytes));
+  });
+  return true;
+}
+
 std::uint32_t SampleReader::whole_source(std::uint32_t id) const {
   if (dataset_.parts.empty()) return dataset_.root_source;
   // A mixture: the part holding `id` (parts are in id order, each `size` ids from `offset`).

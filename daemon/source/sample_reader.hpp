@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <optional>
@@ -46,6 +47,11 @@ class SampleReader {
   SampleReader& operator=(const SampleReader&) = delete;
 
   ReadResult read(std::uint32_t id, std::vector<std::uint8_t>& out);
+  // Starts reading sample `id` without a thread waiting on it, when it is a tar member in
+  // object storage whose source keeps no cache: `done` gets the verdict and the bytes on the
+  // fetcher's thread (see Fetcher::get_range_async). False: nothing started, read() it.
+  using ReadDone = std::function<void(ReadResult&&, std::vector<std::uint8_t>&&)>;
+  bool start_read(std::uint32_t id, ReadDone& done);
   // Whether sample `id` is read from object storage (a URL), not a local file: a transient
   // failure of such a read means the store is away, which a job waits out (job_read.cpp).
   bool from_object_store(std::uint32_t id) const;

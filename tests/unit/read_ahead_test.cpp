@@ -5,7 +5,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <condition_variable>
+#include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -247,4 +250,126 @@ TEST_CASE("read-ahead without max_requests keeps its reads in flight where they 
   for (std::uint32_t k = 0; k < 60; ++k) (void)ra.take(k, 1, out);
   CHECK(ra.stats().in_flight_limit == 3);
   CHECK(most.load() <= 3);
+}
+
+namespace {
+
+// What a fetcher does for read-ahead's started reads: each is answered `delay` after it was
+// started, on this one thread, in start order.
+class FakeLink {
+ public:
+  explicit FakeLink(std::chrono::milliseconds delay) : delay_(delay), thread_([this] { run(); }) {}
+  ~FakeLink() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void start(std::uint32_t id, ReadAhead::ReadDone done) {
+    std::lock_guard lock(mu_);
+    queue_.push_back({std::chrono::steady_clock::now() + delay_, id, std::move(done)});
+    const int now = static_cast<int>(queue_.size());
+    most = std::max(most.load(), now);
+    cv_.notify_all();
+  }
+  std::atomic<int> most{0};
+
+ private:
+  struct Read {
+    std::chrono::steady_clock::time_point due;
+    std::uint32_t id;
+    ReadAhead::ReadDone done;
+  };
+  void run() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      // Stopping answers what is left at once, as a stopping fetcher does.
+      if (queue_.empty()) {
+        if (stop_) return;
+        cv_.wait(lock);
+        continue;
+      }
+      if (!stop_ && std::chrono::steady_clock::now() < queue_.front().due) {
+        cv_.wait_until(lock, queue_.front().due);
+        continue;
+      }
+      Read r = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      std::vector<std::uint8_t> bytes(1, static_cast<std::uint8_t>(r.id & 0xff));
+      // Every 7th sample is gone from the store: its verdict is passed through.
+      r.done(r.id % 7 == 3 ? ReadResult{ReadStatus::kMissing, ENOENT, "gone"} : ReadResult{}, std::move(bytes));
+      lock.lock();
+    }
+  }
+  const std::chrono::milliseconds delay_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Read> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+TEST_CASE("read-ahead's started reads: many in flight without a thread each, in order, verdicts passed, "
+          "declined ones read by a reader, and the end waits for the last answer",
+          "[server][read_ahead]") {
+  // 400 items over a 20 ms link, as the slow-link case above, but read by starting them: the
+  // link's one thread answers. Every 5th sample declines to start (a local member of a
+  // mixture) and is read by a reader thread. Answers come at once on this thread for every
+  // 11th (a cache hit).
+  FakeLink link(std::chrono::milliseconds(20));
+  std::atomic<int> blocking_reads{0};
+  auto ra = std::make_unique<ReadAhead>(
+      "t", 1 << 30, /*requests=*/4,
+      [&](std::uint32_t id, std::vector<std::uint8_t>& out) {
+        ++blocking_reads;
+        CHECK(id % 5 == 0);
+        out.assign(1, static_cast<std::uint8_t>(id & 0xff));
+        return ReadResult{};
+      },
+      nullptr, /*max_requests=*/64, [&](std::uint32_t id, ReadAhead::ReadDone& done) {
+        if (id % 5 == 0) return false;
+        if (id % 11 == 0) {
+          done(ReadResult{}, std::vector<std::uint8_t>(1, static_cast<std::uint8_t>(id & 0xff)));
+          return true;
+        }
+        link.start(id, std::move(done));
+        return true;
+      });
+  constexpr std::uint32_t kItems = 400;
+  for (std::uint32_t k = 0; k < kItems; ++k) ra->want(k, 1, k);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::uint8_t> out;
+  int withdrawn = 0;
+  for (std::uint32_t k = 0; k < kItems; ++k) {
+    auto r = ra->take(k, 1, out);
+    if (!r) {
+      ++withdrawn;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    CAPTURE(k);
+    if (k % 7 == 3 && k % 5 != 0 && k % 11 != 0) {
+      CHECK(r->status == ReadStatus::kMissing);
+      CHECK(r->reason == "gone");
+    } else {
+      CHECK(r->ok());
+      CHECK(out.at(0) == static_cast<std::uint8_t>(k & 0xff));
+    }
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO("seconds " << s << ", most on the link " << link.most.load() << ", withdrawn " << withdrawn);
+  CHECK(link.most.load() > 16);  // many in flight at once though the readers never blocked on them
+  CHECK(link.most.load() <= 64);
+  CHECK(blocking_reads.load() <= static_cast<int>(kItems / 5));
+  CHECK(s < 1.0);
+  // Reads started and not yet answered when it ends: the destructor waits for their answers
+  // (which call back into it), and nothing is left held.
+  for (std::uint32_t k = kItems; k < kItems + 40; ++k) ra->want(k, 1, k);
+  while (link.most.load() == 0) std::this_thread::yield();
+  ra.reset();
 }
