@@ -324,6 +324,13 @@ def measure(a, rtt: float):
         srv.wait(timeout=10)
 
 
+def share(ra: dict, kind: str) -> float:
+    """The bucket job's samples whose bytes a worker waited for (`waited`: its read was in flight)
+    or read itself (`withdrawn`: not started yet), as a share of those read ahead."""
+    total = sum(ra.get(k, 0) for k in ("ready", "waited", "withdrawn"))
+    return ra.get(kind, 0) / total if total else 0.0
+
+
 def rate_bytes(rate: str) -> float:
     m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmg]?)bit", rate)
     if not m:
@@ -397,11 +404,13 @@ def main() -> int:
             return 0
         print(f"machine: {benchlib.machine()}; {a.images}: mean image {mean / 1024:.1f} KiB; "
               f"{a.workers} worker(s), {a.batches} batches of 64 per run, 3 runs per job; server: {a.server}")
-        print("cpu_ms: stokerd's CPU per image, local / bucket job, and the link's (server + delaying proxy, " +
+        print("waited / withdrawn: the bucket job's reads a worker waited for / read itself (share of all); "
+              "cpu_ms: stokerd's CPU per image, local / bucket job, and the link's (server + delaying proxy, " +
               ("pinned: stokerd on core 0, the link and consumers on core 1" if a.pin else "on the same cores") +
               ") per bucket image")
         print(f"{'rtt_ms':>6} {'rate':>8} {'local img/s':>12} {'bucket img/s':>13} {'bucket/local':>12} "
-              f"{'link img/s':>10} {'bucket/link':>11} {'p50_ms':>6} {'inflight':>8} {'cpu_ms':>16}")
+              f"{'link img/s':>10} {'bucket/link':>11} {'p50_ms':>6} {'inflight':>8} {'cpu_ms':>16} "
+              f"{'waited':>7} {'withdrawn':>9}")
         for rate in a.rates.split(","):
             set_rate(rate)
             for rtt in (float(x) for x in a.rtt_ms.split(",")):
@@ -411,7 +420,8 @@ def main() -> int:
                 print(f"{rtt:6.0f} {rate:>8} {loc:12.1f} {buc:13.1f} {buc / loc:12.2f} {link:10.0f} "
                       f"{min(buc / link, 9.99):11.2f} {src['latency_ms']['p50']:6.1f} "
                       f"{ra.get('in_flight_limit', 0):8} "
-                      f"{cpu['local']:4.2f}/{cpu['bucket']:4.2f}/{cpu['link']:4.2f}", flush=True)
+                      f"{cpu['local']:4.2f}/{cpu['bucket']:4.2f}/{cpu['link']:4.2f} "
+                      f"{share(ra, 'waited'):7.3f} {share(ra, 'withdrawn'):9.3f}", flush=True)
     finally:
         drop_link()
         shutil.rmtree(shards, ignore_errors=True)
