@@ -80,13 +80,19 @@ bool Sessions::send_json(Session& s, const std::string& json, proto::MsgType typ
 bool Sessions::flush(Session& s) {
   // A client that asks and never reads would make the daemon hold its replies forever.
   constexpr std::size_t kMaxBacklog = std::size_t{64} << 20;
-  if (s.outbox_bytes > kMaxBacklog) return s.send_failed = true, false;
+  if (s.outbox_bytes > kMaxBacklog) {
+    s.send_failed = true;
+    return false;
+  }
   const bool watching = !s.outbox.empty();
   while (!s.outbox.empty()) {
     const auto& m = s.outbox.front();
     const ssize_t w = ::send(s.fd, m.data(), m.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-    if (w != static_cast<ssize_t>(m.size())) return s.send_failed = true, false;
+    if (w != static_cast<ssize_t>(m.size())) {
+      s.send_failed = true;
+      return false;
+    }
     s.outbox_bytes -= m.size();
     s.outbox.pop_front();
   }

@@ -611,15 +611,6 @@ FetchResult Fetcher::get(const ObjectUrl& url, bool use_cache) {
   return got;
 }
 
-namespace {
-
-// A range's key in the cache: a shard's members are cached one by one, as they are read.
-std::string range_key(const ObjectUrl& url, std::uint64_t offset, std::uint64_t size) {
-  return url.text() + "#" + std::to_string(offset) + "+" + std::to_string(size);
-}
-
-}  // namespace
-
 Fetcher::Request Fetcher::range_request(const ObjectUrl& url, std::uint64_t offset, std::uint64_t size) const {
   Request r;
   r.url = request_url(options_, url);
@@ -631,34 +622,25 @@ Fetcher::Request Fetcher::range_request(const ObjectUrl& url, std::uint64_t offs
   return r;
 }
 
-bool Fetcher::cached_range(const std::string& key, std::uint64_t size, FetchResult& hit) {
-  if (options_.cache == nullptr || !options_.cache->get(key, hit.body) || hit.body.size() != size) return false;
-  stats_.cache_hits.fetch_add(1, std::memory_order_relaxed);
-  return true;
-}
-
 FetchResult Fetcher::get_range(const ObjectUrl& url, std::uint64_t offset, std::uint64_t size) {
   if (size == 0) return FetchResult{};
-  const std::string key = range_key(url, offset, size);
+  // Keyed by the range too: a shard's members are cached one by one, as they are read.
+  const std::string key = url.text() + "#" + std::to_string(offset) + "+" + std::to_string(size);
   FetchResult hit;
-  if (cached_range(key, size, hit)) return hit;
+  if (options_.cache != nullptr && options_.cache->get(key, hit.body) && hit.body.size() == size) {
+    stats_.cache_hits.fetch_add(1, std::memory_order_relaxed);
+    return hit;
+  }
   FetchResult got = run(range_request(url, offset, size));
   if (got.ok() && options_.cache != nullptr) options_.cache->put(key, got.body);
   return got;
 }
 
 void Fetcher::get_range_async(const ObjectUrl& url, std::uint64_t offset, std::uint64_t size, Done done) {
-  if (size == 0) return done(FetchResult{});
-  std::string key = range_key(url, offset, size);
-  FetchResult hit;
-  if (cached_range(key, size, hit)) return done(std::move(hit));
-  if (options_.cache == nullptr) return start(range_request(url, offset, size), std::move(done));
-  // Stored on the fetcher's thread: a caller that keeps cache writes off it reads cached
-  // sources with get_range (sample_reader.cpp does).
-  start(range_request(url, offset, size), [this, key = std::move(key), done = std::move(done)](FetchResult&& got) {
-    if (got.ok()) options_.cache->put(key, got.body);
-    done(std::move(got));
-  });
+  // With a cache, the range is read on this thread (a hit is a local file read, and a miss's
+  // cache write must not hold up the fetcher's thread and every transfer on it).
+  if (size == 0 || options_.cache != nullptr) return done(get_range(url, offset, size));
+  start(range_request(url, offset, size), std::move(done));
 }
 
 FetchResult Fetcher::get_to_fd(const ObjectUrl& url, int fd, SinkWatch* watch) {

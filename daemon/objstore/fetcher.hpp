@@ -110,10 +110,10 @@ class Fetcher {
   FetchResult get(const ObjectUrl& url, bool use_cache = true);
   FetchResult get_range(const ObjectUrl& url, std::uint64_t offset, std::uint64_t size);
   // get_range without a thread waiting on it: `done` gets the answer on the fetcher's thread
-  // (so it must be quick and must not call back into this Fetcher's blocking methods), or at
-  // once on this thread for a cache hit or an empty range (a miss is stored in the cache on
-  // the fetcher's thread). Read-ahead starts its object reads
-  // this way: a read in flight then costs no thread of its own (read_ahead.hpp).
+  // (so it must be quick and must not call back into this Fetcher's blocking methods). With a
+  // cache, or for an empty range, it is get_range on this thread and `done` is called before
+  // this returns. Read-ahead starts its object reads this way: a read in flight then costs no
+  // thread of its own (read_ahead.hpp).
   using Done = std::function<void(FetchResult&&)>;
   void get_range_async(const ObjectUrl& url, std::uint64_t offset, std::uint64_t size, Done done);
   // The whole object written to `fd` (from offset 0; truncated and written again when a retry
@@ -144,7 +144,6 @@ class Fetcher {
   FetchResult run(Request request);
   void start(Request request, Done done);
   Request range_request(const ObjectUrl& url, std::uint64_t offset, std::uint64_t size) const;
-  bool cached_range(const std::string& key, std::uint64_t size, FetchResult& hit);
 
   Options options_;
   FetchStats stats_;

@@ -68,8 +68,8 @@ bool SampleReader::start_read(std::uint32_t id, ReadDone& done) {
   const Sample& s = dataset_.samples[id];
   if (s.shard == Sample::kWholeFile || urls_.empty() || !urls_[s.shard]) return false;
   objstore::Fetcher& f = *dataset_.object_sources[dataset_.shard_source[s.shard]].fetcher;
-  // A cache write would run on the fetcher's thread, holding up every transfer: cached
-  // sources are read the blocking way.
+  // A cached source would be read on this thread anyway (Fetcher::get_range_async): declined,
+  // so read-ahead counts its reader as blocked in a read and wakes another for what waits.
   if (f.options().cache != nullptr) return false;
   f.get_range_async(*urls_[s.shard], s.offset, s.size, [done = std::move(done)](objstore::FetchResult&& got) {
     std::vector<std::uint8_t> bytes;
