@@ -119,7 +119,8 @@ class CudaDriverBackend final : public Backend {
     DeviceState st;
     st.dev = d;
     st.read_only_register = ro != 0;
-    if (!check(api_.cuDevicePrimaryCtxRetain(&st.ctx, d), "cuDevicePrimaryCtxRetain", why)) return base::Status::error(why);
+    if (!check(api_.cuDevicePrimaryCtxRetain(&st.ctx, d), "cuDevicePrimaryCtxRetain", why))
+      return base::Status::error(why);
     devices_.emplace(device, std::move(st));
     return {};
   }
@@ -228,7 +229,8 @@ class CudaDriverBackend final : public Backend {
     std::string why;
     Scope s(*this, device, why);
     CUevent e = nullptr;
-    if (!s.ok || !check(api_.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS), "cuEventCreate", why)) {
+    if (!s.ok ||
+        !check(api_.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS), "cuEventCreate", why)) {
       return base::Status::error(why);
     }
     CUipcEventHandle h{};
@@ -248,8 +250,8 @@ class CudaDriverBackend final : public Backend {
     if (dst_offset + bytes > dst.bytes) return base::Status::error("copy_to_device outside its buffer");
     std::string why;
     Scope s(*this, dst.device, why);
-    if (s.ok && check(api_.cuMemcpyHtoDAsync(dptr(dst.ptr) + dst_offset, src, bytes, stream(st)),
-                      "cuMemcpyHtoDAsync", why)) {
+    if (s.ok &&
+        check(api_.cuMemcpyHtoDAsync(dptr(dst.ptr) + dst_offset, src, bytes, stream(st)), "cuMemcpyHtoDAsync", why)) {
       return {};
     }
     return base::Status::error(why);
@@ -280,9 +282,14 @@ class CudaDriverBackend final : public Backend {
     unsigned half = out_size == 2 ? 1 : 0;
     unsigned long long n = elems;
     void* args[] = {&in, &out, &n, &plane32, &channels, &nhwc, &half, &table};
-    constexpr unsigned kThreads = 256, kPerThread = 4;  // as normalize_table.cu
+    // About one resident wave (an H100/H200 holds 8 such blocks on each of its 132 SMs): every
+    // block first copies the table into shared memory, so a grid of one block per 1024
+    // elements spent more on those copies and block starts than on the batch (measured on an
+    // H200: 0.29 of a device copy's bandwidth, docs/GPU.md). The grid-stride loop covers the rest.
+    constexpr unsigned kThreads = 256, kPerThread = 4, kMaxBlocks = 1024;  // as normalize_table.cu
     const unsigned long long per_block = kThreads * kPerThread;
-    const unsigned blocks = static_cast<unsigned>(std::min<unsigned long long>((elems + per_block - 1) / per_block, 65535));
+    const unsigned blocks =
+        static_cast<unsigned>(std::min<unsigned long long>((elems + per_block - 1) / per_block, kMaxBlocks));
     if (check(api_.cuLaunchKernel(fn, blocks, 1, 1, kThreads, 1, 1, 0, stream(st), args, nullptr),
               "cuLaunchKernel(normalize)", why)) {
       return {};
@@ -297,7 +304,8 @@ class CudaDriverBackend final : public Backend {
     CUipcMemHandle mh{};
     std::memcpy(mh.reserved, h.data(), sizeof mh.reserved);
     CUdeviceptr p = 0;
-    if (!s.ok || !check(api_.cuIpcOpenMemHandle(&p, mh, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), "cuIpcOpenMemHandle", why)) {
+    if (!s.ok ||
+        !check(api_.cuIpcOpenMemHandle(&p, mh, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), "cuIpcOpenMemHandle", why)) {
       return base::Status::error(why);
     }
     return reinterpret_cast<void*>(p);

@@ -32,52 +32,59 @@ TEST_CASE("normalize on the GPU equals the per-channel table, for float32/float1
   auto s_r = b->create_stream(0);
   REQUIRE(s_r.ok());
   s = *s_r;
-  for (std::uint32_t dtype : {3u, 2u}) {
-    for (std::uint32_t layout : {1u, 2u}) {
-      device::NormalizeSpec spec;
-      spec.out_dtype = dtype;
-      spec.layout = layout;
-      spec.channels = 3;
-      spec.height = 17;  // odd sizes: the element count is not a multiple of the kernel's 4
-      spec.width = 13;
-      for (int c = 0; c < 3; ++c) {
-        for (int v = 0; v < 256; ++v) {
-          const float f = (v / 255.0f - 0.4f * c) / (0.2f + 0.05f * c);
-          spec.table[c][v] = dtype == 3 ? f32_bits(f) : (0x3c00u + 131u * c + v) & 0xffffu;
+  // src_offset 1: the input is not 4-aligned, so the kernel takes its element-by-element path;
+  // 0: its vector path (4 elements per load and store), with planes of 221 elements that end
+  // inside a group of 4.
+  for (std::size_t src_offset : {std::size_t{0}, std::size_t{1}})
+    for (std::uint32_t dtype : {3u, 2u}) {
+      for (std::uint32_t layout : {1u, 2u}) {
+        device::NormalizeSpec spec;
+        spec.out_dtype = dtype;
+        spec.layout = layout;
+        spec.channels = 3;
+        spec.height = 17;  // odd sizes: the element count is not a multiple of the kernel's 4
+        spec.width = 13;
+        for (int c = 0; c < 3; ++c) {
+          for (int v = 0; v < 256; ++v) {
+            const float f = (v / 255.0f - 0.4f * c) / (0.2f + 0.05f * c);
+            spec.table[c][v] = dtype == 3 ? f32_bits(f) : (0x3c00u + 131u * c + v) & 0xffffu;
+          }
         }
+        // 7000 images of 663 elements (4.6 M) outrun four steps of the kernel's grid-stride loop
+        // (1024 blocks of 256 threads, 4 elements each), so both its four-step unrolled loop and
+        // the steps after it are checked.
+        const std::uint32_t count = src_offset == 0 ? 7000 : 3;
+        const std::size_t elems = std::size_t{count} * 3 * 17 * 13;
+        std::vector<std::uint8_t> in(elems);
+        std::mt19937 rng(dtype * 10 + layout);
+        for (auto& x : in) x = static_cast<std::uint8_t>(rng());
+        const std::size_t out_size = dtype == 2 ? 2 : 4;
+        const std::size_t dst_offset = 256;  // slot offsets inside a ring are 256-aligned
+        DeviceBuffer src, dst;
+        auto src_r = b->allocate(0, src_offset + elems);
+        REQUIRE(src_r.ok());
+        src = *src_r;
+        auto dst_r = b->allocate(0, dst_offset + elems * out_size);
+        REQUIRE(dst_r.ok());
+        dst = *dst_r;
+        REQUIRE(b->copy_to_device(s, src, src_offset, in.data(), elems).ok());
+        REQUIRE(b->normalize(s, dst, dst_offset, src, src_offset, count, spec).ok());
+        std::vector<std::uint8_t> out(elems * out_size);
+        REQUIRE(b->copy_to_host(0, s, out.data(), static_cast<std::uint8_t*>(dst.ptr) + dst_offset, out.size()).ok());
+        const std::size_t plane = 17 * 13;
+        std::size_t wrong = 0;
+        for (std::size_t i = 0; i < elems; ++i) {
+          const std::size_t c = layout == 2 ? i % 3 : (i / plane) % 3;
+          std::uint32_t got = 0;
+          std::memcpy(&got, out.data() + i * out_size, out_size);
+          wrong += got != spec.table[c][in[i]];
+        }
+        INFO("dtype " << dtype << " layout " << layout << " source offset " << src_offset);
+        CHECK(wrong == 0);
+        b->free(src);
+        b->free(dst);
       }
-      const std::uint32_t count = 3;
-      const std::size_t elems = std::size_t{count} * 3 * 17 * 13;
-      std::vector<std::uint8_t> in(elems);
-      std::mt19937 rng(dtype * 10 + layout);
-      for (auto& x : in) x = static_cast<std::uint8_t>(rng());
-      const std::size_t out_size = dtype == 2 ? 2 : 4;
-      const std::size_t dst_offset = 256;  // slot offsets inside a ring are 256-aligned
-      DeviceBuffer src, dst;
-      auto src_r = b->allocate(0, elems);
-      REQUIRE(src_r.ok());
-      src = *src_r;
-      auto dst_r = b->allocate(0, dst_offset + elems * out_size);
-      REQUIRE(dst_r.ok());
-      dst = *dst_r;
-      REQUIRE(b->copy_to_device(s, src, 0, in.data(), elems).ok());
-      REQUIRE(b->normalize(s, dst, dst_offset, src, 0, count, spec).ok());
-      std::vector<std::uint8_t> out(elems * out_size);
-      REQUIRE(b->copy_to_host(0, s, out.data(), static_cast<std::uint8_t*>(dst.ptr) + dst_offset, out.size()).ok());
-      const std::size_t plane = 17 * 13;
-      std::size_t wrong = 0;
-      for (std::size_t i = 0; i < elems; ++i) {
-        const std::size_t c = layout == 2 ? i % 3 : (i / plane) % 3;
-        std::uint32_t got = 0;
-        std::memcpy(&got, out.data() + i * out_size, out_size);
-        wrong += got != spec.table[c][in[i]];
-      }
-      INFO("dtype " << dtype << " layout " << layout);
-      CHECK(wrong == 0);
-      b->free(src);
-      b->free(dst);
     }
-  }
   b->destroy_stream(0, s);
 }
 
@@ -161,8 +168,12 @@ TEST_CASE("another process maps the batch, waits for its ready event on its stre
 
   // The peer is a new program (a fork of a process that initialized CUDA cannot use CUDA).
   const std::string peer = std::string(STOKER_BIN_DIR) + "/stoker_gpu_ipc_peer";
-  std::vector<std::string> args = {peer, device::uuid_string(devs[0].uuid), gputest::to_hex(mem.handle),
-                                   gputest::to_hex(ready_h), gputest::to_hex(release_h), std::to_string(bytes)};
+  std::vector<std::string> args = {peer,
+                                   device::uuid_string(devs[0].uuid),
+                                   gputest::to_hex(mem.handle),
+                                   gputest::to_hex(ready_h),
+                                   gputest::to_hex(release_h),
+                                   std::to_string(bytes)};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
