@@ -10,6 +10,8 @@
 #   STOKER_CUDA_ARCHITECTURES  e.g. "90" (default: the compute capability nvidia-smi reports)
 #   GPU_CHECK_ALL_TIERS=1      afterwards also run unit|integration|fault on this machine
 #   JOBS                       parallel build jobs (default: nproc)
+# A GPU machine without the build dependencies (no Boost, spdlog ..., no registry): build here
+# and carry the programs with scripts/gpu-bundle.sh instead.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-gpu}

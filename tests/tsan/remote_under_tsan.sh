@@ -21,4 +21,5 @@ trap 'rm -f "$supp"' EXIT
 } | sort -u >"$supp"
 export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=0} suppressions=$supp"
 export STOKER_BIN_DIR=$bin
+export STOKER_TEST_TSAN=1  # test_remote.py: timing claims that a TSan slowdown breaks are skipped
 exec "$python" -m pytest -q -p no:cacheprovider "$test_file"
