@@ -170,7 +170,10 @@ std::size_t on_body(char* data, std::size_t one, std::size_t n, void* user) {
   long code = 0;
   curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &code);
   if (t->req.sink_fd < 0 || (code != 200 && code != 206)) {
-    t->body.insert(t->body.end(), data, data + bytes);  // an error document stays in memory
+    // An error document stays in memory. As uint8_t: inserted from `char*`, libstdc++ copied
+    // byte by byte (no memmove across element types).
+    const auto* from = reinterpret_cast<const std::uint8_t*>(data);
+    t->body.insert(t->body.end(), from, from + bytes);
     return bytes;
   }
   for (std::size_t at = 0; at < bytes;) {
