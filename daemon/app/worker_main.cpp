@@ -19,8 +19,10 @@
 #ifdef STOKER_WITH_REMOTE
 #include "config/config.hpp"
 #include "control/metrics_http.hpp"
+#include "control/metrics_text.hpp"
 #include "objstore/credentials.hpp"
 #include "remote/protocol.hpp"
+#include "remote/worker_fetch.hpp"
 #include "remote/worker_server.hpp"
 #endif
 
@@ -62,6 +64,51 @@ struct WorkerOptions {
 int usage(const std::string& why) {
   std::fprintf(stderr, "stokerd --worker: %s\nRun 'stokerd --worker --help' for the options.\n", why.c_str());
   return 2;
+}
+
+// The worker's reads from object storage (issue #35: workers fetch with their own credentials),
+// by endpoint, as stokerd's stoker_source_* families are by job and source. Absent until an
+// endpoint is used.
+std::string object_metrics(const remote::WorkerObjects& objects) {
+  struct Row {
+    std::string endpoint;
+    double requests, bytes, retries, transient, not_found, denied, other, in_flight, p50, p99;
+  };
+  std::vector<Row> rows;
+  objects.each_endpoint([&rows](const std::string& endpoint, const objstore::FetchStats& f) {
+    rows.push_back({endpoint, static_cast<double>(f.requests.load()), static_cast<double>(f.bytes.load()),
+                    static_cast<double>(f.retries.load()), static_cast<double>(f.transient.load()),
+                    static_cast<double>(f.not_found.load()), static_cast<double>(f.denied.load()),
+                    static_cast<double>(f.other_errors.load()), static_cast<double>(f.in_flight.load()),
+                    f.latency_quantile_ms(0.5), f.latency_quantile_ms(0.99)});
+  });
+  if (rows.empty()) return {};
+  control::MetricsText m;
+  auto per_endpoint = [&](const char* name, const char* type, const char* help, double Row::*field) {
+    m.family(name, type, help);
+    for (const Row& r : rows) m.sample(name, {{"endpoint", r.endpoint}}, r.*field);
+  };
+  per_endpoint("stoker_remote_worker_object_requests_total", "counter",
+               "Object storage requests this worker sent (retries included).", &Row::requests);
+  per_endpoint("stoker_remote_worker_object_bytes_total", "counter", "Object storage bytes this worker received.",
+               &Row::bytes);
+  per_endpoint("stoker_remote_worker_object_retries_total", "counter",
+               "Object storage requests retried after a transient fault.", &Row::retries);
+  m.family("stoker_remote_worker_object_errors_total", "counter",
+           "Object reads that failed, by class: transient (after every retry), not_found, denied, other.");
+  for (const Row& r : rows) {
+    for (const auto& [kind, v] : {std::pair{"transient", r.transient}, std::pair{"not_found", r.not_found},
+                                  std::pair{"denied", r.denied}, std::pair{"other", r.other}}) {
+      m.sample("stoker_remote_worker_object_errors_total", {{"endpoint", r.endpoint}, {"class", kind}}, v);
+    }
+  }
+  per_endpoint("stoker_remote_worker_object_in_flight", "gauge", "Object storage requests in flight now.",
+               &Row::in_flight);
+  per_endpoint("stoker_remote_worker_object_latency_p50_ms", "gauge",
+               "Median answer time of object storage requests (upper bound of its power-of-two bucket).", &Row::p50);
+  per_endpoint("stoker_remote_worker_object_latency_p99_ms", "gauge",
+               "99th percentile answer time of object storage requests (bucket upper bound).", &Row::p99);
+  return m.str();
 }
 
 std::string metrics_text(const remote::WorkerStats& s, unsigned threads, double busy_ratio) {
@@ -269,7 +316,7 @@ int run_worker(int argc, char** argv) {
       const double busy = dt > 0 ? static_cast<double>(s.busy_ns - last_busy) * 1e-9 / (dt * threads) : 0;
       last = now;
       last_busy = s.busy_ns;
-      metrics->publish(metrics_text(s, threads, busy));
+      metrics->publish(metrics_text(s, threads, busy) + (settings.objects ? object_metrics(*settings.objects) : ""));
     }
   }
   server->shutdown();

@@ -134,6 +134,12 @@ void WorkerObjects::run() {
   }
 }
 
+void WorkerObjects::each_endpoint(
+    const std::function<void(const std::string& endpoint, const objstore::FetchStats&)>& f) const {
+  base::MutexLock lock(mu_);
+  for (const auto& [endpoint, fetcher] : fetchers_) f(endpoint, fetcher->stats());
+}
+
 std::string WorkerObjects::summary() const {
   std::string out;
   base::MutexLock lock(mu_);

@@ -84,6 +84,10 @@ class WorkerObjects {
   // none was used), for the worker's log.
   std::string summary() const;
 
+  // Each endpoint's fetcher counters (those used so far, by name), for the worker's /metrics.
+  // The callback runs under this object's lock: it must not call back into it.
+  void each_endpoint(const std::function<void(const std::string& endpoint, const objstore::FetchStats&)>& f) const;
+
  private:
   // The endpoint's fetcher (one per endpoint and addressing), made on first use; an error past
   // kMaxEndpoints.

@@ -584,7 +584,7 @@ def test_workers_read_a_bucket_with_their_own_credentials(tmp_path, demo_root, w
         creds = tmp_path / "worker-credentials"
         creds.write_text("[worker]\naws_access_key_id = S3RVER\naws_secret_access_key = S3RVER\n")
         # What the node may have them read, and where their signed requests may go: theirs to say.
-        allow = ["--allow-objects", "s3://data/", "--allow-endpoint", endpoint]
+        allow = ["--allow-objects", "s3://data/", "--allow-endpoint", endpoint, "--metrics", "127.0.0.1:0"]
         good = workers("good", str(tmp_path), extra=allow, env={**base_env, "AWS_SHARED_CREDENTIALS_FILE": str(creds),
                                                                "AWS_PROFILE": "worker"})
         denied = workers("denied", str(tmp_path), extra=allow, env={**base_env, "AWS_ACCESS_KEY_ID": "NOTAKEY",
@@ -607,6 +607,19 @@ def test_workers_read_a_bucket_with_their_own_credentials(tmp_path, demo_root, w
             assert d["read_failures"] > 0, d
             assert "s3://data/shard-" in d["last_error"] and "403" in d["last_error"], d
             assert "environment (AWS_ACCESS_KEY_ID)" in d["last_error"], d
+            # Each worker's /metrics counts its own object reads, by endpoint: the good one's
+            # requests and bytes, none denied; the other's requests all denied (403).
+            ep = f'{{endpoint="{endpoint}"}}'
+            def worker_metrics(w, ready):
+                url = "http://" + re.search(r"metrics on (\S+)", open(w.log).read()).group(1) + "/metrics"
+                return wait_for(lambda: (lambda t: t if ready(t) else None)(scrape(url)), f"{w.log}'s /metrics")
+            gm = worker_metrics(good, lambda t: metric(t, "stoker_remote_worker_object_requests_total", ep, False) > 0)
+            assert metric(gm, "stoker_remote_worker_object_bytes_total", ep) > 0
+            assert metric(gm, "stoker_remote_worker_object_errors_total", f'{{endpoint="{endpoint}",class="denied"}}') == 0
+            dm = worker_metrics(denied, lambda t: metric(
+                t, "stoker_remote_worker_object_errors_total", f'{{endpoint="{endpoint}",class="denied"}}', False) > 0)
+            assert metric(dm, "stoker_remote_worker_object_requests_total", ep) > 0
+            assert metric(dm, "stoker_remote_worker_object_errors_total", f'{{endpoint="{endpoint}",class="transient"}}') == 0
         finally:
             base.stop()
             rem.stop()
