@@ -568,7 +568,7 @@ TEST_CASE("s3: a store that stops answering pauses the job (status says why), wh
       return http_response(503, "Service Unavailable", "<Error><Code>ServiceUnavailable</Code></Error>");
     }
     return forward(s3.port(), head);
-  });
+  }, /*concurrent=*/true);  // a store's connections are served at once, not queued behind one kept alive
   const auto socket = (dir.path() / "s.sock").string();
   const LocalAndBucket jobs = local_and_bucket(proxy.base_url());
   const JobSpec &local = jobs.local, &bucket = jobs.bucket;

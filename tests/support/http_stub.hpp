@@ -1,4 +1,5 @@
-// A loopback HTTP/1.1 server for tests, one thread, one connection at a time: each request's
+// A loopback HTTP/1.1 server for tests, one connection at a time on one thread (or each on its own,
+// `concurrent`): each request's
 // head (request line and headers, as received) goes to `answer`, which returns the raw bytes
 // to send back, or "" to reset the connection without an answer (SO_LINGER 0: an RST). What
 // An answer starting with "RST:" sends what follows, then resets (a connection cut mid-body). What
@@ -26,7 +27,9 @@ class HttpStub {
  public:
   using Answer = std::function<std::string(const std::string& head)>;
 
-  explicit HttpStub(Answer answer) : answer_(std::move(answer)) {
+  // `concurrent`: each connection on its own thread (as real stores serve), for tests where a
+  // client holds many connections at once; `answer` is then called from several threads.
+  explicit HttpStub(Answer answer, bool concurrent = false) : answer_(std::move(answer)), concurrent_(concurrent) {
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -42,6 +45,7 @@ class HttpStub {
   ~HttpStub() {
     stop_ = true;
     thread_.join();
+    for (std::thread& t : connection_threads_) t.join();
     ::close(fd_);
   }
   HttpStub(const HttpStub&) = delete;
@@ -67,6 +71,16 @@ class HttpStub {
       const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
       if (c < 0) continue;
       ++connections_;
+      if (concurrent_) {
+        connection_threads_.emplace_back([this, c] { serve_connection(c); });  // joined by the destructor
+      } else {
+        serve_connection(c);
+      }
+    }
+  }
+
+  void serve_connection(int c) {
+    {
       std::string buf;
       bool open = true;
       while (open && !stop_) {
@@ -117,6 +131,8 @@ class HttpStub {
   }
 
   Answer answer_;
+  const bool concurrent_ = false;
+  std::vector<std::thread> connection_threads_;  // the accepting thread's (concurrent_)
   int fd_ = -1;
   int port_ = 0;
   std::atomic<bool> stop_{false};
