@@ -1,6 +1,8 @@
 #include "remote/worker_fetch.hpp"
 
 #include <algorithm>
+#include <exception>
+#include <string>
 #include <utility>
 
 #include "objstore/fetcher.hpp"
@@ -51,7 +53,14 @@ base::Result<std::shared_ptr<objstore::Fetcher>> WorkerObjects::fetcher(const st
   // The GPU node makes a sample itself when a worker cannot read it, with its own retries:
   // a worker waiting out a long outage only delays that. Fewer attempts than a node's own.
   o.max_attempts = 4;
-  auto f = std::make_shared<objstore::Fetcher>(std::move(o));
+  std::shared_ptr<objstore::Fetcher> f;
+  try {
+    f = std::make_shared<objstore::Fetcher>(std::move(o));
+  } catch (const std::exception& e) {
+    // Out of descriptors or threads (the fetcher's epoll, eventfd and thread): this item
+    // fails and the node makes it; the next one tries again.
+    return base::Status::error(std::string("cannot start an object storage fetcher: ") + e.what());
+  }
   fetchers_.emplace(key, f);
   return f;
 }
