@@ -16,8 +16,8 @@
 #include <future>
 #include <mutex>
 #include <optional>
-#include <system_error>
 #include <random>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -267,8 +267,11 @@ struct Fetcher::Driver {
     global_init();
     multi = curl_multi_init();
     epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
-    wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (epoll_fd < 0 || wake_fd < 0) throw std::system_error(errno, std::generic_category(), "fetcher: epoll/eventfd");
+    wake_fd = epoll_fd < 0 ? -1 : ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (multi == nullptr || epoll_fd < 0 || wake_fd < 0) {
+      release_unstarted();
+      throw std::system_error(errno, std::generic_category(), "object storage fetcher: epoll/eventfd");
+    }
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = wake_fd;
@@ -285,8 +288,24 @@ struct Fetcher::Driver {
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
-    thread = std::thread([this] { loop(); });
+    try {
+      thread = std::thread([this] { loop(); });
+    } catch (...) {  // out of threads (EAGAIN)
+      pthread_sigmask(SIG_SETMASK, &old, nullptr);
+      release_unstarted();
+      throw;
+    }
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  }
+
+  // A constructor that throws (out of descriptors, memory or threads) runs no destructor:
+  // what it made is released here, so a fault of the machine leaks nothing.
+  void release_unstarted() {
+    const int err = errno;
+    if (wake_fd >= 0) ::close(wake_fd);
+    if (epoll_fd >= 0) ::close(epoll_fd);
+    if (multi != nullptr) curl_multi_cleanup(multi);
+    errno = err;
   }
 
   ~Driver() {

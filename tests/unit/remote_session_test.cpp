@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -30,6 +31,9 @@
 #include "remote/protocol.hpp"
 #include "remote/worker_session.hpp"
 #include "remote_node_open.hpp"
+#include "http_stub.hpp"
+#include "objstore/object_url.hpp"
+#include "remote/worker_fetch.hpp"
 #include "tar_writer.hpp"
 
 namespace fs = std::filesystem;
@@ -858,4 +862,44 @@ TEST_CASE("remote session: a folder swapped for a symlink out of --allow-root ne
   CHECK(swaps > 100);
   CHECK(inside_reads > 0);
   CHECK(outside_reads == 0);
+}
+
+namespace {
+
+std::size_t open_descriptors() {
+  return static_cast<std::size_t>(std::distance(fs::directory_iterator("/proc/self/fd"), fs::directory_iterator()));
+}
+
+}  // namespace
+
+TEST_CASE("remote worker: out of descriptors, an object read fails naming why and leaks nothing, and the next "
+          "one starts its fetcher and reads",
+          "[remote][fault]") {
+  stoker::test::HttpStub store([](const std::string&) { return stoker::test::http_response(200, "OK", "pixels"); });
+  remote::WorkerObjects objects([](const char*) { return std::optional<std::string>(); }, 1);
+  std::string why;
+  remote::ObjectRead read;
+  read.url = *stoker::objstore::parse_object_url("s3://data/x.bin", why);
+  read.endpoint = store.base_url();
+
+  const std::size_t before = open_descriptors();
+  rlimit saved{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  const int lowest_free = ::dup(0);
+  REQUIRE(lowest_free >= 0);
+  ::close(lowest_free);
+  rlimit low = saved;
+  low.rlim_cur = static_cast<rlim_t>(lowest_free);  // every descriptor number below is taken
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  const remote::Fetched failed = objects.fetch(read);  // the fetcher's epoll cannot be made
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
+
+  CHECK_THAT(failed.status.message(), Contains("s3://data/x.bin") &&
+                                          Contains("cannot start an object storage fetcher") &&
+                                          Contains("Too many open files"));
+  CHECK(open_descriptors() == before);  // the half-made fetcher released what it had
+  const remote::Fetched ok = objects.fetch(read);  // descriptors are back: a fetcher starts
+  INFO(ok.status.message());
+  REQUIRE(ok.status.ok());
+  CHECK(std::string(ok.bytes.begin(), ok.bytes.end()) == "pixels");
 }
