@@ -49,9 +49,7 @@ std::shared_ptr<objstore::Fetcher> object_fetcher(const config::SourceConfig& sr
   spdlog::info("{}: object storage at {} (region {}, {}), credentials: {}", log_name, o.endpoint, o.region,
                o.addressing == objstore::Addressing::kVirtualHost ? "virtual-host" : "path-style",
                o.credentials.describe());
-  // Not make_shared: its constructor may throw (out of descriptors or threads), which inside
-  // make_shared's control block UBSan's vptr check reports (remote/worker_fetch.cpp).
-  return std::shared_ptr<objstore::Fetcher>(new objstore::Fetcher(std::move(o)));
+  return std::make_shared<objstore::Fetcher>(std::move(o));
 }
 
 source::Dataset load_one(const config::JobConfig& job, const std::filesystem::path& state_dir,

@@ -55,9 +55,7 @@ base::Result<std::shared_ptr<objstore::Fetcher>> WorkerObjects::fetcher(const st
   o.max_attempts = 4;
   std::shared_ptr<objstore::Fetcher> f;
   try {
-    // Not make_shared: a constructor that throws inside make_shared's control block is
-    // undefined behaviour to UBSan's vptr check (libstdc++ 12 calls into the half-made block).
-    f = std::shared_ptr<objstore::Fetcher>(new objstore::Fetcher(std::move(o)));
+    f = std::make_shared<objstore::Fetcher>(std::move(o));
   } catch (const std::exception& e) {
     // Out of descriptors or threads (the fetcher's epoll, eventfd and thread): this item
     // fails and the node makes it; the next one tries again.
