@@ -875,6 +875,13 @@ std::size_t open_descriptors() {
 TEST_CASE("remote worker: out of descriptors, an object read fails naming why and leaks nothing, and the next "
           "one starts its fetcher and reads",
           "[remote][fault]") {
+#ifdef STOKER_TEST_ASAN
+  // The sanitizers' runtime needs descriptors itself: UBSan's vptr check asks whether memory is
+  // readable through a pipe, and with none to be had reports every polymorphic call in any
+  // thread as an "invalid vptr". This case runs in the plain tier.
+  WARN("skipped under ASan/UBSan: their runtime needs the descriptors this case takes away");
+  return;
+#endif
   stoker::test::HttpStub store([](const std::string&) { return stoker::test::http_response(200, "OK", "pixels"); });
   remote::WorkerObjects objects([](const char*) { return std::optional<std::string>(); }, 1);
   std::string why;
