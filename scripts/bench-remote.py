@@ -16,6 +16,12 @@ for "1 worker" against "0 workers" (with --rounds N, the median of the rounds' r
 from one round's own pair of runs). Every figure comes from runs on this machine, one after
 another; the machine is noisy: compare figures of one invocation.
 
+The yardstick, in the same round: stoker_bench_tcp_floor receives the same bytes at the "1
+worker" rate on the same two cores with no framework at all (straight into a shared ring, or
+through a buffer and one copy); the line `tcp receive floor / local: F` is the cheaper way's
+receiver CPU per sample over the local decode's. No transport over TCP on this machine can
+bring R below F plus remote.verify's share (0.01 at its default): the floor of the goal R <= 0.05.
+
     scripts/bench-remote.py [BUILD_DIR] [IMAGES_DIR] [--batches N] [--cores A,B] [--rounds N]
                             [--cases 0,1,2,z]
 """
@@ -151,6 +157,18 @@ def run(build, images, batches, cores, n_workers, zstd, tmp):
             w.close()
 
 
+def tcp_floor(build, rate, samples, cores):
+    """stoker_bench_tcp_floor's receiver CPU per sample, in seconds: the cheaper of its two ways
+    (None when the program is not built)."""
+    prog = os.path.join(build, "bin", "stoker_bench_tcp_floor")
+    if not os.path.exists(prog):
+        return None
+    out = subprocess.run([prog, "150528", "5", f"{rate:.0f}", str(samples), str(cores[0]), str(cores[1])],
+                         check=True, capture_output=True, text=True).stdout
+    print("  " + out.strip().replace("\n", "\n  "))
+    return min(float(m) for m in re.findall(r"total ([0-9.]+) us/sample", out)) * 1e-6
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("build", nargs="?", default="build")
@@ -175,7 +193,7 @@ def main() -> int:
              "2": ("2 workers", 2, False), "z": ("1 worker + zstd", 1, True)}
     wanted = set(a.cases.split(",")) | {"0", "1"}  # the ratio needs both
     cases = [every[k] for k in ("0", "1", "2", "z") if k in wanted]
-    ratios = []
+    ratios, floors = [], []
     raw = packed = None
     for rnd in range(a.rounds):
         with tempfile.TemporaryDirectory(prefix="stoker-bench-remote-") as tmp:
@@ -189,6 +207,9 @@ def main() -> int:
             print(f"{name:>34} {rate:>8.1f} {rate / base_rate:>5.2f}x {cpu * 1e3:>18.3f} {cpu / base_cpu:>15.1%} "
                   f"{sw:>13.2f} {'-' if wire is None else f'{wire / 1024:.1f}':>13}")
         ratios.append(res["1 worker"][1] / base_cpu)
+        floor = tcp_floor(a.build, res["1 worker"][0], max(5000, a.batches * 64), cores)
+        if floor is not None:
+            floors.append(floor / base_cpu)
         raw = res["1 worker"][2]
         if "1 worker + zstd" in res:
             packed = res["1 worker + zstd"][2]
@@ -199,6 +220,9 @@ def main() -> int:
             print(f"  {rate} img/s needs {rate * raw * 8 / 1e9:.2f} Gbit/s raw, {rate * packed * 8 / 1e9:.2f} Gbit/s with zstd")
     if len(ratios) > 1:
         print("rounds' ratios: " + ", ".join(f"{r:.3f}" for r in ratios))
+    if floors:
+        print(f"tcp receive floor / local: {statistics.median(floors):.3f} (with remote.verify's 0.01: "
+              f"{statistics.median(floors) + 0.01:.3f}, the least R any TCP transport could reach here)")
     print(f"node cpu per remote sample / local: {statistics.median(ratios):.3f}")
     return 0
 

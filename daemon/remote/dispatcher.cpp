@@ -33,6 +33,12 @@ constexpr auto kResolveEvery = std::chrono::seconds(15);
 constexpr auto kConnectTimeout = std::chrono::seconds(3);
 constexpr double kBackoffMin = 0.2, kBackoffMax = 5;
 constexpr std::uint32_t kWindowMax = 512;
+// The window also holds this many seconds of the worker's own output, so that the sender, which
+// refills at half the window, sends an ItemBatch at most every ~15 ms of it rather than every 8
+// items: each send costs this node a syscall and (on loopback) the worker's receive and wake-up
+// (issue #36: 11% of the node's CPU per remote sample at 8 items a message). Scaled by the
+// measured rate, so a slow worker does not hold more of the epoch than before.
+constexpr double kRefillSpanS = 0.03;
 // Hedging (issue #34, A7): an item outstanding longer than kHedgeFactor times the link's mean
 // answer time (stats_.rtt_s, from answers that were used), and at least kHedgeFloor, is made
 // here instead: an answer before that wins; after it, this node's make does and the worker's
@@ -415,7 +421,7 @@ class Dispatcher::Link {
     rate_samples_ = stats_.samples;
     const double link_s = link_rtt_min_ < 1e9 ? link_rtt_min_ : 0;
     link_rtt_min_ = 1e18;
-    const double want = floor_window() + stats_.samples_per_s * link_s * 2;
+    const double want = floor_window() + stats_.samples_per_s * (link_s * 2 + kRefillSpanS);
     window_ = static_cast<std::uint32_t>(std::clamp<double>(want, floor_window(), kWindowMax));
   }
 
