@@ -6,6 +6,8 @@
   1 worker   the daemon on core 0 with `remote: {local: false}`, one 1-thread worker on core 1
   2 workers  as 1, plus a second 1-thread worker on core 0 (beside the daemon)
   1 worker + zstd   as 1 worker, samples compressed on the wire
+  1 worker, stream  as 1 worker, with the results on the gRPC stream (remote.results: stream)
+                    instead of their own TCP connection (the default; issue #36)
 
 Prints images/s of each (and the ratio to 0 workers), the GPU node's daemon CPU per sample
 (remote: what is left on the GPU node; 0 workers: decoding it locally) and their ratio (the
@@ -23,7 +25,7 @@ receiver CPU per sample over the local decode's. No transport over TCP on this m
 bring R below F plus remote.verify's share (0.01 at its default): the floor of the goal R <= 0.05.
 
     scripts/bench-remote.py [BUILD_DIR] [IMAGES_DIR] [--batches N] [--cores A,B] [--rounds N]
-                            [--cases 0,1,2,z]
+                            [--cases 0,1,2,z,s]
 """
 from __future__ import annotations
 
@@ -118,14 +120,14 @@ def perf_stop(proc, samples):
     return "perf stat per sample: " + ", ".join(out)
 
 
-def run(build, images, batches, cores, n_workers, zstd, tmp):
+def run(build, images, batches, cores, n_workers, zstd, tmp, stream=False):
     """(images/s, daemon CPU s per sample, wire bytes per sample or None, daemon switches per sample)."""
     workers = [Worker(build, images, cores[1 - (i % 2)], tmp, f"w{i}") for i in range(n_workers)]
     try:
         remote = ""
         if workers:
             remote = ("    remote: {workers: [" + ", ".join(f'"{w.address}"' for w in workers) + "], local: false" +
-                      (", compression: zstd" if zstd else "") + "}\n")
+                      (", compression: zstd" if zstd else "") + (", results: stream" if stream else "") + "}\n")
         core = cores[1] if not workers else cores[0]
         d = benchlib.Daemon(build, CONFIG.format(workers=1, images=images, remote=remote), prefix=["taskset", "-c", str(core)])
         try:
@@ -176,7 +178,8 @@ def main() -> int:
     ap.add_argument("--batches", type=int, default=12, help="measured batches of 64 per case")
     ap.add_argument("--cores", default="0,1", help="the two cores to split (daemon, first worker)")
     ap.add_argument("--rounds", type=int, default=1, help="run the cases this many times, one round after another")
-    ap.add_argument("--cases", default="0,1,2,z", help="which cases: 0, 1, 2 workers, z (1 worker + zstd)")
+    ap.add_argument("--cases", default="0,1,2,z", help="which cases: 0, 1, 2 workers, z (1 worker + zstd), "
+                    "s (1 worker, results on the gRPC stream)")
     ap.add_argument("--perf", nargs="?", const="task-clock,context-switches,page-faults", default=None,
                     help="also count these events on the daemon with `perf stat` (default: task-clock, "
                          "context-switches, page-faults)")
@@ -189,15 +192,16 @@ def main() -> int:
     files = sum(len(f) for _, _, f in os.walk(a.images))
     print(f"bench-remote: {files} photos in {a.images}; {benchlib.machine()}; RandomResizedCrop 224 + flip + "
           f"TrivialAugmentWide, uint8, batches of 64, {a.batches} measured per case; cores {cores}")
-    every = {"0": ("0 workers (local pool, 1 thread)", 0, False), "1": ("1 worker", 1, False),
-             "2": ("2 workers", 2, False), "z": ("1 worker + zstd", 1, True)}
+    every = {"0": ("0 workers (local pool, 1 thread)", 0, False, False), "1": ("1 worker", 1, False, False),
+             "2": ("2 workers", 2, False, False), "z": ("1 worker + zstd", 1, True, False),
+             "s": ("1 worker, results on stream", 1, False, True)}
     wanted = set(a.cases.split(",")) | {"0", "1"}  # the ratio needs both
-    cases = [every[k] for k in ("0", "1", "2", "z") if k in wanted]
-    ratios, floors = [], []
+    cases = [every[k] for k in ("0", "1", "s", "2", "z") if k in wanted]
+    ratios, floors, stream_ratios = [], [], []
     raw = packed = None
     for rnd in range(a.rounds):
         with tempfile.TemporaryDirectory(prefix="stoker-bench-remote-") as tmp:
-            res = {name: run(a.build, a.images, a.batches, cores, n, z, tmp) for name, n, z in cases}
+            res = {name: run(a.build, a.images, a.batches, cores, n, z, tmp, st) for name, n, z, st in cases}
         base_rate, base_cpu, _, _ = res[cases[0][0]]
         if a.rounds > 1:
             print(f"round {rnd + 1} of {a.rounds}")
@@ -207,6 +211,8 @@ def main() -> int:
             print(f"{name:>34} {rate:>8.1f} {rate / base_rate:>5.2f}x {cpu * 1e3:>18.3f} {cpu / base_cpu:>15.1%} "
                   f"{sw:>13.2f} {'-' if wire is None else f'{wire / 1024:.1f}':>13}")
         ratios.append(res["1 worker"][1] / base_cpu)
+        if "1 worker, results on stream" in res:
+            stream_ratios.append(res["1 worker, results on stream"][1] / base_cpu)
         floor = tcp_floor(a.build, res["1 worker"][0], max(5000, a.batches * 64), cores)
         if floor is not None:
             floors.append(floor / base_cpu)
@@ -223,6 +229,8 @@ def main() -> int:
     if floors:
         print(f"tcp receive floor / local: {statistics.median(floors):.3f} (with remote.verify's 0.01: "
               f"{statistics.median(floors) + 0.01:.3f}, the least R any TCP transport could reach here)")
+    if stream_ratios:
+        print(f"node cpu per remote sample / local, results on the gRPC stream: {statistics.median(stream_ratios):.3f}")
     print(f"node cpu per remote sample / local: {statistics.median(ratios):.3f}")
     return 0
 

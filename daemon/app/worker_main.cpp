@@ -56,6 +56,7 @@ struct WorkerOptions {
   unsigned threads = 0;
   double open_timeout_s = 10;
   unsigned max_streams = 64;
+  unsigned results_port = 0;
   std::string metrics;
   std::string log_level = "info";
   std::string fault;  // --inject-fault KIND:N (tests)
@@ -177,6 +178,11 @@ int run_worker(int argc, char** argv) {
                  "seconds a new stream may take to send its Open before it is cancelled (default 10)")
       ->check(CLI::Range(0.1, 3600.0))
       ->option_text("SECONDS");
+  app.add_option("--results-port", o.results_port,
+                 "port on the --listen host where plaintext GPU nodes connect for their results (default 0: any free "
+                 "one, named to each node in its OpenReply)")
+      ->check(CLI::Range(0u, 65535u))
+      ->option_text("PORT");
   app.add_option("--metrics", o.metrics, "serve Prometheus /metrics on HOST:PORT")->option_text("HOST:PORT");
   // Tests of the GPU node's handling of a broken worker: hidden (no group), never for production.
   app.add_option("--inject-fault", o.fault, "")->group("");
@@ -227,23 +233,26 @@ int run_worker(int argc, char** argv) {
   if (!o.fault.empty()) {
     const std::size_t colon = o.fault.find(':');
     const std::string kind = o.fault.substr(0, colon);
-    fault.kind = kind == "wrong-size" ? remote::Fault::kWrongSize
-                 : kind == "unknown-id" ? remote::Fault::kUnknownId
-                 : kind == "corrupt-frame" ? remote::Fault::kCorruptFrame
-                                          : remote::Fault::kNone;
+    fault.kind = kind == "wrong-size"       ? remote::Fault::kWrongSize
+                 : kind == "unknown-id"     ? remote::Fault::kUnknownId
+                 : kind == "corrupt-frame"  ? remote::Fault::kCorruptFrame
+                 : kind == "oversize-frame" ? remote::Fault::kOversizeFrame
+                                            : remote::Fault::kNone;
     try {
       fault.every = colon == std::string::npos ? 1 : std::stoull(o.fault.substr(colon + 1));
     } catch (const std::exception&) {
       fault.kind = remote::Fault::kNone;
     }
     if (fault.kind == remote::Fault::kNone || fault.every == 0) {
-      return usage("--inject-fault: expected wrong-size|unknown-id|corrupt-frame[:N], got '" + o.fault + "'");
+      return usage("--inject-fault: expected wrong-size|unknown-id|corrupt-frame|oversize-frame[:N], got '" + o.fault +
+                   "'");
     }
     spdlog::warn("worker: --inject-fault {}: every {}th result is spoiled on purpose (tests only)", kind, fault.every);
   }
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   settings.threads = o.threads > 0 ? o.threads : cores;
   settings.max_streams = o.max_streams;
+  settings.results_port = static_cast<std::uint16_t>(o.results_port);
   settings.open_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.open_timeout_s * 1000));
   const unsigned threads = settings.threads;
   // Object storage (issue #35): read with this worker's own credentials and endpoint, from its
@@ -293,9 +302,11 @@ int run_worker(int argc, char** argv) {
   }
   std::string roots;
   for (const fs::path& r : settings.allow_roots) roots += (roots.empty() ? "" : ", ") + r.string();
-  spdlog::info("worker: listening on {} (port {}), {} threads, protocol {}.{}, reads below {}{}{}", o.listen, server->port(),
-               threads, remote::kWorkerMajor, remote::kWorkerMinor, roots, tls.enabled() ? ", TLS" : "",
-               metrics ? ", metrics on " + metrics->address() : "");
+  spdlog::info(
+      "worker: listening on {} (port {}; results connections on port {}), {} threads, protocol {}.{}, reads below "
+      "{}{}{}",
+      o.listen, server->port(), server->results_port(), threads, remote::kWorkerMajor, remote::kWorkerMinor, roots,
+      tls.enabled() ? ", TLS" : "", metrics ? ", metrics on " + metrics->address() : "");
   // Tests and launch scripts read the bound port from this line (--listen HOST:0).
   std::printf("stokerd worker listening on port %d\n", server->port());
   std::fflush(stdout);

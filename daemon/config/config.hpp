@@ -97,6 +97,10 @@ struct RemoteConfig {
   // verify: the fraction of a worker's results this node makes again itself and compares byte
   // for byte (chosen per item, unpredictably to the worker); 0: none, 1: every result.
   double verify = 0.01;
+  // results: tcp (default): a plaintext link's results travel on a TCP connection of their own,
+  // to a port the worker names (daemon/remote/results_channel.hpp); stream: on the gRPC stream
+  // (a firewall that passes only the worker's --listen port). TLS links always use the stream.
+  bool results_tcp = true;
   std::filesystem::path tls_ca, tls_cert, tls_key;  // tls: {ca, cert, key}; all empty: plain TCP
   // What the workers are sent (Open.job_yaml/base_dir/origin): the job's keys its pixels depend
   // on (sources, pipeline, output, seeds), as written, and where relative paths resolve from.

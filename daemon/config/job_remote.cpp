@@ -1,4 +1,4 @@
-// remote: {workers: ["HOST:PORT", ...], local, token_file, compression, deadline_s, verify, tls} — a
+// remote: {workers: ["HOST:PORT", ...], local, token_file, compression, deadline_s, verify, results, tls} — a
 // job whose samples other machines' `stokerd --worker` may decode (daemon/remote/). Read here:
 // the addresses (checked for shape; resolved when the job starts), the token (read now, so an
 // unreadable file is refused with its line), the TLS files, and what the workers are sent: the
@@ -52,7 +52,7 @@ void parse_remote(const Reader& r, const Value& v, const Value& job_node, const 
     r.fail(v, "a client-defined job cannot name remote workers (stokerd would connect where a client says); "
               "define the job in the server's config");
   }
-  const Fields f(r, v, {"workers", "local", "token_file", "compression", "deadline_s", "verify", "tls"});
+  const Fields f(r, v, {"workers", "local", "token_file", "compression", "deadline_s", "verify", "results", "tls"});
   RemoteConfig& rc = job.remote;
   const Value& w = f.need("workers");
   if (!w.node.IsSequence() || w.node.size() == 0) {
@@ -86,6 +86,7 @@ void parse_remote(const Reader& r, const Value& v, const Value& job_node, const 
       r.fail(*fr, "must be a fraction within [0, 1] (of the workers' results made again here and compared)");
     }
   }
+  if (auto* x = f.get("results")) rc.results_tcp = r.choice(*x, {"tcp", "stream"}) == "tcp";
   rc.token_file = file_key(r, f, "token_file", base_dir);
   if (!rc.token_file.empty()) {
     std::ifstream in(rc.token_file, std::ios::binary);

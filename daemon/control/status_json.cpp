@@ -234,14 +234,22 @@ std::string StatusReport::json(std::uint32_t viewer_uid) const {
       // remote: one entry per worker endpoint (a name resolving to several gives several).
       Json workers = Json::array();
       for (const remote::WorkerLinkStatus& w : jobs_.remote_status(&j)) {
-        workers.push_back({{"address", w.address},        {"endpoint", w.endpoint},
-                           {"connected", w.connected},    {"in_flight", w.in_flight},
-                           {"window", w.window},          {"threads", w.threads},
-                           {"samples", w.samples},        {"reissued", w.reissued},
-                           {"errors", w.errors},          {"bytes_received", w.bytes_received},
-                           {"mismatches", w.mismatches},  {"hedged", w.hedged},
+        workers.push_back({{"address", w.address},
+                           {"endpoint", w.endpoint},
+                           {"connected", w.connected},
+                           {"in_flight", w.in_flight},
+                           {"window", w.window},
+                           {"threads", w.threads},
+                           {"samples", w.samples},
+                           {"reissued", w.reissued},
+                           {"errors", w.errors},
+                           {"bytes_received", w.bytes_received},
+                           {"mismatches", w.mismatches},
+                           {"hedged", w.hedged},
                            {"read_failures", w.read_failures},
-                           {"rtt_ms", w.rtt_s * 1000},    {"samples_per_s", w.samples_per_s},
+                           {"rtt_ms", w.rtt_s * 1000},
+                           {"samples_per_s", w.samples_per_s},
+                           {"results", w.results_tcp ? "tcp" : "stream"},
                            {"last_error", w.last_error.empty() ? Json(nullptr) : Json(w.last_error)}});
       }
       job["remote"] = std::move(workers);

@@ -9,6 +9,9 @@
 #include <random>
 #include <set>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
@@ -20,6 +23,7 @@
 #include "remote/protocol.hpp"
 #include "remote/receive_memory.hpp"
 #include "remote/reply_view.hpp"
+#include "remote/results_channel.hpp"
 #include "remote/worker_server.hpp"  // read_secret_file
 #include "stoker/remote/worker.grpc.pb.h"
 
@@ -192,18 +196,29 @@ class Dispatcher::Link {
     if (accepted) {
       d_.link_connected(true);
       std::thread reader([&] { read_loop(*stream); });
+      std::thread results;
+      if (results_fd_ >= 0) results = std::thread([&] { results_loop(*ctx); });
       send_loop(*stream, *ctx);
       ctx->TryCancel();
       reader.join();
+      if (results.joinable()) {
+        ::shutdown(results_fd_, SHUT_RDWR);  // its reader returns
+        results.join();
+      }
       d_.link_connected(false);
     } else {
       ctx->TryCancel();
+    }
+    if (results_fd_ >= 0) {
+      ::close(results_fd_);
+      results_fd_ = -1;
     }
     stream->Finish();  // the status; why the stream ended was recorded already
     reissue_all();
     base::MutexLock lock(mu_);
     ctx_.reset();
     stats_.connected = false;
+    stats_.results_tcp = false;
     return accepted;
   }
 
@@ -223,6 +238,17 @@ class Dispatcher::Link {
     o->set_pixel_seed(job.config().pixel_seed());
     o->set_sample_bytes(job.pipeline().sample_bytes());
     o->set_compression(c.zstd ? v1::COMPRESSION_ZSTD : v1::COMPRESSION_NONE);
+    // A plaintext link asks for its results on a TCP connection of their own (results_channel.hpp):
+    // a bare receive, without gRPC's framing and hand-offs, for most of what a sample costs here.
+    std::string nonce;
+    if (c.tls_ca.empty() && c.results_tcp) {
+      try {
+        nonce = make_results_nonce();
+      } catch (const std::exception& e) {
+        spdlog::warn("job {}: remote worker {}: {}; its results stay on the stream", job.name(), endpoint_, e.what());
+      }
+      o->set_results_nonce(nonce);
+    }
     if (!stream.Write(req)) {
       fail("the stream closed before the Open was sent");
       return false;
@@ -264,7 +290,18 @@ class Dispatcher::Link {
            "; this node: '" + image::decoder_versions() + "'");
       return false;
     }
+    bool results_tcp = false;
+    if (!nonce.empty() && r.results_port() != 0) {
+      std::string why;
+      results_fd_ = connect_results(split_address(endpoint_).first, r.results_port(), nonce, why);
+      results_tcp = results_fd_ >= 0;
+      if (!results_tcp) {
+        spdlog::warn("job {}: remote worker {}: no results connection ({}); its results stay on the stream", job.name(),
+                     endpoint_, why);
+      }
+    }
     base::MutexLock lock(mu_);
+    stats_.results_tcp = results_tcp;
     stats_.threads = std::clamp<std::uint32_t>(r.threads(), 1, 4096);
     worker_minor_ = r.protocol_minor();
     window_ = std::min<std::uint32_t>(kWindowMax, floor_window());
@@ -425,35 +462,42 @@ class Dispatcher::Link {
     window_ = static_cast<std::uint32_t>(std::clamp<double>(want, floor_window(), kWindowMax));
   }
 
-  void read_loop(grpc::ClientReaderWriter<v1::Request, ReplyView>& stream) {
-    // One ReplyView for the stream's life: its vectors keep their capacity between messages.
-    ReplyView reply;
+  // One Reply after the OpenReply, from the stream or the results connection: its results taken
+  // (one reader at a time: the take state is the readers'). Empty, or why the worker is dropped.
+  std::string handle_reply(const ReplyView& reply) {
     std::string why;
-    while (why.empty() && stream.Read(&reply)) {
-      const ReplyView::Kind kind = reply.kind();
-      if (kind == ReplyView::Kind::kResult || kind == ReplyView::Kind::kResults) {
+    const ReplyView::Kind kind = reply.kind();
+    if (kind == ReplyView::Kind::kResult || kind == ReplyView::Kind::kResults) {
+      {
+        base::MutexLock take_lock(take_mu_);
         for (const ResultView& r : reply.results()) {  // at most kMaxBatch (the parser's bound)
           if (base::Status s = take(r, reply); !s) {
             why = s.message();
             break;
           }
         }
-        // The sender refills at half the window: woken once for the whole message (a wake-up
-        // per result, once below half, cost the node a context switch for each).
-        bool refill = false;
-        {
-          base::MutexLock lock(mu_);
-          refill = outstanding_.size() <= window_ / 2;
-        }
-        if (refill) cv_.notify_all();
-      } else if (kind == ReplyView::Kind::kMalformed) {
-        why = "sent " + reply.why();
-        base::MutexLock lock(mu_);
-        misbehaved_ = true;
-      } else {
-        why = "answered something other than results";
       }
+      // The sender refills at half the window: woken once for the whole message (a wake-up
+      // per result, once below half, cost the node a context switch for each).
+      bool refill = false;
+      {
+        base::MutexLock lock(mu_);
+        refill = outstanding_.size() <= window_ / 2;
+      }
+      if (refill) cv_.notify_all();
+    } else if (kind == ReplyView::Kind::kMalformed) {
+      why = "sent " + reply.why();
+      base::MutexLock lock(mu_);
+      misbehaved_ = true;
+    } else {
+      why = "answered something other than results";
     }
+    return why;
+  }
+
+  // A reader's end (the stream's or the results connection's): the link is broken, the sender
+  // stops, the first to notice (or one with a reason) says why.
+  void reader_ended(const std::string& why, const char* ended) {
     bool first = false;
     {
       base::MutexLock lock(mu_);
@@ -461,7 +505,45 @@ class Dispatcher::Link {
       broken_ = true;
     }
     cv_.notify_all();
-    if (first || !why.empty()) fail(why.empty() ? std::string("the stream ended (worker gone?): its items are re-issued") : why);
+    if (first || !why.empty()) fail(why.empty() ? std::string(ended) : why);
+  }
+
+  void read_loop(grpc::ClientReaderWriter<v1::Request, ReplyView>& stream) {
+    // One ReplyView for the stream's life: its vectors keep their capacity between messages.
+    ReplyView reply;
+    std::string why;
+    while (why.empty() && stream.Read(&reply)) why = handle_reply(reply);
+    reader_ended(why, "the stream ended (worker gone?): its items are re-issued");
+  }
+
+  // The results connection's reader (results_channel.hpp): each frame is a Reply, parsed in
+  // place by the stream's own parser; the frame's length is the only new thing checked.
+  void results_loop(grpc::ClientContext& ctx) {
+    const std::size_t max = max_reply_bytes(d_.job_.pipeline().sample_bytes());
+    std::vector<std::uint8_t> frame;  // reused: its pages stay mapped
+    ReplyView reply;
+    std::string why;
+    while (why.empty()) {
+      if (base::Status s = read_results_frame(results_fd_, frame, max); !s) {
+        if (s.message() != kClosedAtBoundary) {
+          base::MutexLock lock(mu_);
+          // A frame over the bound is garbage; a connection cut inside a frame is not a lie.
+          if (s.message().rfind("a results frame of", 0) == 0) misbehaved_ = true;
+          why = "results connection: " + s.message();
+        }
+        break;
+      }
+      grpc::Slice slice(frame.data(), frame.size(), grpc::Slice::STATIC_SLICE);  // no copy
+      grpc::ByteBuffer bytes(&slice, 1);
+      reply.parse(bytes);
+      why = handle_reply(reply);
+    }
+    {
+      base::MutexLock lock(mu_);
+      if (stop_ || broken_) why.clear();  // shut down by this node, after the link ended otherwise
+    }
+    reader_ended(why, "the results connection ended (worker gone?): its items are re-issued");
+    ctx.TryCancel();  // the stream ends with it
   }
 
   // One answer: matched with the item it names (an unknown id is garbage, the late answer of a
@@ -640,6 +722,12 @@ class Dispatcher::Link {
   std::unique_ptr<image::SampleProcessor> local_;
   std::vector<std::uint8_t> buffer_, check_;
   std::string zstd_scratch_;  // a compressed sample split over slices, gathered (reused)
+  // Held by whichever reader takes results (the stream's or the results connection's: a worker
+  // writes to one at a time, so it is not contended); guards the reading state above.
+  base::Mutex take_mu_;
+  // The results connection (protocol 1.3), -1 when none: set by open() on the link's thread,
+  // read by results_loop, shut down and closed by serve_stream after both readers are joined.
+  int results_fd_ = -1;
   std::thread thread_;
 };
 

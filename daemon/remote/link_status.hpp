@@ -31,6 +31,9 @@ struct WorkerLinkStatus {
   std::uint64_t bytes_received = 0;
   double rtt_s = 0;              // mean round trip of the last items
   double samples_per_s = 0;      // over the last second or so
+  // Where this stream's results arrive: a TCP connection of their own (protocol 1.3, plaintext
+  // links) or the gRPC stream (TLS, an older worker, or a connection that could not be made).
+  bool results_tcp = false;
   std::string last_error;        // why the last stream ended or was refused, or the last read failure
 };
 

@@ -14,7 +14,9 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include "remote/endpoints.hpp"
 #include "remote/protocol.hpp"
+#include "remote/results_channel.hpp"
 #include "remote/worker_stream.hpp"
 #include "base/mutex.hpp"
 #include "stoker/remote/worker.grpc.pb.h"
@@ -222,7 +224,8 @@ class WorkerServer::Impl final : public v1::Worker::CallbackService, public Stre
       busy_ns_ += r.busy_ns();
       if (r.error() != 0) errors_++;
       bytes_sent_ += r.pixels().size();
-      if (fault_.kind != Fault::kNone && ++spoiled_ % fault_.every == 0) spoil(r);
+      if (fault_.kind != Fault::kNone && fault_.kind != Fault::kOversizeFrame && ++spoiled_ % fault_.every == 0)
+        spoil(r);
       st->deliver(std::move(r));
     }
   }
@@ -242,12 +245,18 @@ class WorkerServer::Impl final : public v1::Worker::CallbackService, public Stre
         if (!px.empty() && !r.compressed()) px.push_back('x');  // uncompressed: a wrong size instead
         break;
       case Fault::kNone:
+      case Fault::kOversizeFrame:  // the frame, not the result (spoil_results_frame)
         break;
     }
   }
 
+  ResultsListener* results_listener() override { return results_.get(); }
+  bool spoil_results_frame() override { return fault_.kind == Fault::kOversizeFrame && ++spoiled_ % fault_.every == 0; }
+
   const WorkerSettings settings_;
   const FaultPlan fault_;
+  // Plaintext only (results_channel.hpp); stopped before the server, so no stream binds late.
+  std::unique_ptr<ResultsListener> results_;
   Counters counters_;
   std::atomic<std::uint64_t> spoiled_{0};
   std::atomic<std::uint64_t> next_serial_{1};
@@ -300,6 +309,14 @@ WorkerServer::WorkerServer(WorkerSettings settings, const std::string& listen, c
   if (!impl_->server_ || impl_->port_ == 0) {
     throw std::runtime_error("cannot listen on " + listen + " (address in use, not a local address, or bad TLS files)");
   }
+  if (!tls.enabled()) {
+    try {
+      impl_->results_ = std::make_unique<ResultsListener>(split_address(listen).first, impl_->settings_.results_port);
+    } catch (const std::exception& e) {
+      // Not fatal: every stream's results then stay on it (as with TLS).
+      spdlog::warn("worker: {}; results travel on the gRPC streams", e.what());
+    }
+  }
   impl_->start_threads(threads);
 }
 
@@ -307,12 +324,15 @@ WorkerServer::~WorkerServer() { shutdown(); }
 
 int WorkerServer::port() const { return impl_->port_; }
 
+int WorkerServer::results_port() const { return impl_->results_ ? impl_->results_->port() : 0; }
+
 WorkerStats WorkerServer::stats() const { return impl_->stats(); }
 
 void WorkerServer::shutdown() {
   if (!impl_ || !impl_->server_) return;
   // A decode thread waiting on a fetch in its backoff is answered now, so the threads join.
   if (impl_->settings_.objects) impl_->settings_.objects->give_up();
+  if (impl_->results_) impl_->results_->stop();
   impl_->server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   impl_->stop_threads();
   impl_->server_.reset();

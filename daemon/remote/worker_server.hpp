@@ -33,7 +33,9 @@ struct TlsFiles {
 // A worker that misbehaves on purpose, for the GPU node's tests (`stokerd --worker
 // --inject-fault KIND:N`, hidden from --help): every Nth result is spoiled so, as a broken or
 // hostile worker's would be. Never set in production.
-enum class Fault : std::uint8_t { kNone, kWrongSize, kUnknownId, kCorruptFrame };
+// kOversizeFrame spoils the results connection's framing instead: every Nth frame's length
+// says 2 GiB (results_channel.hpp; a stream whose results stay on gRPC is not spoiled).
+enum class Fault : std::uint8_t { kNone, kWrongSize, kUnknownId, kCorruptFrame, kOversizeFrame };
 struct FaultPlan {
   Fault kind = Fault::kNone;
   std::uint64_t every = 0;
@@ -58,6 +60,8 @@ class WorkerServer {
   WorkerServer& operator=(const WorkerServer&) = delete;
 
   int port() const;
+  // Where plaintext streams' results connections bind (results_channel.hpp); 0: none (TLS).
+  int results_port() const;
   WorkerStats stats() const;
   // Ends every stream (their GPU nodes re-issue what was in flight) and stops the threads.
   void shutdown();

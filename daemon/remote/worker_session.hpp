@@ -50,6 +50,9 @@ struct WorkerSettings {
   // The node's window and hedging see it as link time (1% of the 0.5 s hedge floor). Zero: each
   // result leaves as soon as no write is outstanding.
   std::chrono::microseconds result_linger{5'000};
+  // Where plaintext streams' results connections are taken (`--results-port`; issue #36,
+  // results_channel.hpp): on the --listen host, this port; 0: any free one.
+  std::uint16_t results_port = 0;
   // Object storage read with this worker's own credentials and endpoint (worker_fetch.hpp);
   // null: a job whose source is in object storage is refused at its Open.
   std::shared_ptr<WorkerObjects> objects;

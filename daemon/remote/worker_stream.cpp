@@ -1,11 +1,17 @@
 #include "remote/worker_stream.hpp"
 
 #include <algorithm>
+#include <system_error>
+#include <thread>
 #include <utility>
 
 #include <spdlog/spdlog.h>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "remote/protocol.hpp"
+#include "remote/results_channel.hpp"
 
 namespace stoker::remote {
 
@@ -71,6 +77,13 @@ void WorkerStream::open_read_done(bool ok) {
   // Enough to cover a store's round trip (~10-50 ms) at a decode rate of ~1 ms a sample per
   // thread, and no more than a node's ItemBatch: a few MB of encoded bytes at most.
   fetch_ahead_ = std::min<std::size_t>(kMaxBatch, 8 + 4 * std::max(1u, host_.settings().threads));
+  // A plaintext node asks for its results on a connection of their own (results_channel.hpp).
+  if (ResultsListener* results = host_.results_listener();
+      results != nullptr && read_.open().results_nonce().size() == kNonceBytes) {
+    results_nonce_ = read_.open().results_nonce();
+    results->offer(results_nonce_, weak_from_this());
+    reply.set_results_port(static_cast<std::uint32_t>(results->port()));
+  }
   opened_ = true;  // before the first item can be read: the decode threads see it through mu_
   host_.counters().streams++;
   spdlog::info("worker: stream from {} for job {}", peer_, session_->job());
@@ -224,6 +237,9 @@ void WorkerStream::OnCancel() {
 
 void WorkerStream::OnDone() {
   StreamHost::Counters& c = host_.counters();
+  if (!results_nonce_.empty()) {
+    if (ResultsListener* results = host_.results_listener()) results->withdraw(results_nonce_);
+  }
   if (opened_) {
     c.streams--;
     spdlog::info("worker: stream from {} for job {} ended", peer_, session_->job());
@@ -236,6 +252,7 @@ void WorkerStream::OnDone() {
 
 void WorkerStream::break_locked() {
   broken_ = true;
+  if (results_fd_ >= 0) ::shutdown(results_fd_, SHUT_RDWR);  // a write blocked on the node returns
   todo_.clear();
   outbox_.clear();
   outbox_bytes_ = 0;
@@ -289,6 +306,8 @@ bool WorkerStream::next_write_locked() {
   outbox_bytes_ -= bytes;
   in_write_ = n;
   writing_ = true;
+  write_via_results_ = results_fd_ >= 0;
+  if (write_via_results_) results_posted_ = true;
   return true;
 }
 
@@ -306,19 +325,23 @@ void WorkerStream::fetch_ahead_locked() {
 bool WorkerStream::want_finish_locked() {
   if (finished_ || reading_ || writing_ || making_ > 0) return false;
   if (!broken_ && (!todo_.empty() || !outbox_.empty())) return false;
-  finished_ = true;
+  finished_ = true;  // the results writer, if any, ends (act() wakes it)
   return true;
 }
 
 void WorkerStream::act(bool write, bool queue, bool finish) {
   std::optional<std::chrono::steady_clock::time_point> timer;
+  bool via_results = false;
   {
     base::MutexLock lock(mu_);
     if (timer_wanted_) timer = oldest_ + host_.settings().result_linger;
     timer_wanted_ = false;
+    via_results = write_via_results_;
   }
   if (timer) host_.wake_at(shared_from_this(), *timer);
-  if (write) StartWrite(&write_);
+  if (write && via_results) results_cv_.notify_all();
+  if (write && !via_results) StartWrite(&write_);
+  if (finish) results_cv_.notify_all();  // a results writer ends
   if (queue) host_.schedule(shared_from_this());
   if (finish) {
     grpc::Status end;
@@ -328,6 +351,49 @@ void WorkerStream::act(bool write, bool queue, bool finish) {
     }
     Finish(std::move(end));
   }
+}
+
+// ---- the results connection (protocol 1.3) ---------------------------------------------------
+
+bool WorkerStream::bind_results(int fd) {
+  base::MutexLock lock(mu_);
+  if (finished_ || broken_ || results_fd_ >= 0) return false;
+  // The acknowledgement goes first, before any frame: one byte on a fresh connection (its send
+  // buffer is empty, so this never blocks under mu_).
+  const char ack = kResultsBound;
+  if (::send(fd, &ack, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) return false;
+  try {
+    std::thread(&WorkerStream::results_writer, this, shared_from_this()).detach();
+  } catch (const std::system_error&) {
+    return false;  // out of threads: the node reads its results from the stream
+  }
+  results_fd_ = fd;  // writes decided from now on go to the writer
+  return true;
+}
+
+void WorkerStream::results_writer(std::shared_ptr<WorkerStream> self) {
+  std::string frame;  // reused: its pages stay mapped
+  for (;;) {
+    int fd = -1;
+    {
+      base::MutexLock lock(mu_);
+      while (!results_posted_ && !finished_) results_cv_.wait(lock);
+      if (!results_posted_) {
+        // Finished: nothing is being written (Finish waits for writes). The descriptor's close
+        // is under mu_, as every shutdown() of it is.
+        ::close(results_fd_);
+        results_fd_ = -1;
+        break;
+      }
+      results_posted_ = false;
+      fd = results_fd_;
+    }
+    frame.assign(4, '\0');
+    write_.AppendToString(&frame);  // write_ is this writer's until the write completes
+    const bool ok = write_results_frame(fd, frame, host_.spoil_results_frame());
+    OnWriteDone(ok);
+  }
+  self.reset();  // may free the stream (its last reference after OnDone)
 }
 
 }  // namespace stoker::remote

@@ -17,6 +17,11 @@
 // the host's timer (StreamHost::wake_at) writes what a linger ended with. Parking is unaffected:
 // kBatchBytes is below every stream's park threshold.
 //
+// Results connection (issue #36, protocol 1.3; results_channel.hpp): once a plaintext stream's
+// node binds one, each reply is written there by the stream's writer thread instead of by
+// gRPC; the flags above (writing_, parking) are the same, the writer completes a write as
+// OnWriteDone does.
+//
 // Life: created by the server for each call, kept alive by its own `self_` until gRPC's OnDone
 // and by the decode threads' references while they make its items. Invariant: no gRPC
 // operation (StartRead, StartWrite, Finish) is started after `finished_` is set, and Finish is
@@ -41,6 +46,7 @@
 namespace stoker::remote {
 
 class WorkerStream;
+class ResultsListener;
 
 // What a stream needs from its server (worker_server.cpp): the decode pool, the Open
 // deadlines, the counters and the once-per-peer log.
@@ -65,6 +71,11 @@ class StreamHost {
   // Calls stream->linger_due() at `when` or soon after (once per call), from a thread of the
   // host's, outside every lock of the host's.
   virtual void wake_at(std::shared_ptr<WorkerStream> stream, std::chrono::steady_clock::time_point when) = 0;
+  // Where a plaintext stream's results connection binds (results_channel.hpp); null: none (TLS,
+  // or the listener could not start).
+  virtual ResultsListener* results_listener() = 0;
+  // --inject-fault oversize-frame (tests): whether this results frame is to lie about its length.
+  virtual bool spoil_results_frame() = 0;
 };
 
 class WorkerStream final : public grpc::ServerBidiReactor<v1::Request, v1::Reply>,
@@ -96,6 +107,10 @@ class WorkerStream final : public grpc::ServerBidiReactor<v1::Request, v1::Reply
   // The host's timer: a linger may have ended; writes what waited for it.
   void linger_due();
   std::uint64_t serial() const { return serial_; }
+  // The results connection the Open's nonce named (results_channel.hpp): from now on replies are
+  // written there, by a thread of the stream's own. false (fd not taken) when the stream has
+  // ended or is bound already. Sends kResultsBound before any frame.
+  bool bind_results(int fd);
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -125,6 +140,9 @@ class WorkerStream final : public grpc::ServerBidiReactor<v1::Request, v1::Reply
   // Acts on the decisions taken under mu_ (and on a timer next_write_locked asked for), after
   // releasing it.
   void act(bool write, bool queue, bool finish);
+  // The results connection's writer: writes each write_ handed to it, then completes it as
+  // gRPC's OnWriteDone would. Holds `self` (the stream) until the stream finishes.
+  void results_writer(std::shared_ptr<WorkerStream> self);
 
   StreamHost& host_;
   grpc::CallbackServerContext* const ctx_;
@@ -155,6 +173,14 @@ class WorkerStream final : public grpc::ServerBidiReactor<v1::Request, v1::Reply
   bool broken_ STOKER_GUARDED_BY(mu_) = false;    // cancelled, a write failed, or a bad request
   bool finished_ STOKER_GUARDED_BY(mu_) = false;  // Finish was (or is about to be) called
   grpc::Status end_ STOKER_GUARDED_BY(mu_);       // what Finish reports
+  // The results connection (protocol 1.3): -1 until bound; closed by its writer as it ends.
+  // Invariant: while results_fd_ >= 0 every write after the bind goes to the writer, which
+  // alone uses write_ then; shutdown() of the descriptor happens under mu_, its close too.
+  std::string results_nonce_;  // offered to the listener (withdrawn in OnDone); set with opened_
+  int results_fd_ STOKER_GUARDED_BY(mu_) = -1;
+  bool results_posted_ STOKER_GUARDED_BY(mu_) = false;     // write_ is the writer's to write
+  bool write_via_results_ STOKER_GUARDED_BY(mu_) = false;  // the write next_write_locked made
+  base::CondVar results_cv_;
 };
 
 }  // namespace stoker::remote

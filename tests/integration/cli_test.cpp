@@ -143,7 +143,9 @@ TEST_CASE("stokerd --worker: a stream bound out of range exits 2 naming the opti
         {"--max-streams", "abc", "1 to 4096"},
         {"--open-timeout", "0", "0.1"},
         {"--open-timeout", "1e9", "3600"},
-        {"--open-timeout", "soon", "3600"}}) {
+        {"--open-timeout", "soon", "3600"},
+        {"--results-port", "70000", "0 to 65535"},
+        {"--results-port", "any", "0 to 65535"}}) {
     CAPTURE(opt, bad);
     std::vector<std::string> args = base;
     args.insert(args.end(), {opt, bad});

@@ -183,6 +183,9 @@ def test_remote_batches_equal_a_local_run(tmp_path, demo_root, workers, dtype, l
         st = status(rem)
         assert [w["address"] for w in st["remote"]] == [w1.address, w2.address]
         assert all(w["connected"] for w in st["remote"]), st["remote"]
+        # Plaintext links take their results on a connection of their own (protocol 1.3): the
+        # batches above, equal to the local run's, came that way.
+        assert all(w["results"] == "tcp" for w in st["remote"]), st["remote"]
         made = remote_samples(st)
         if local:
             # One local decode thread and two one-thread workers: the workers take what it cannot.
@@ -426,6 +429,8 @@ def test_mutual_tls_serves_identical_batches_and_refuses_a_node_without_a_certif
         all_connected(good)
         assert_same_batches(want, consume(good, tmp_path / "b", 8))
         assert status(good)["remote"][0]["samples"] >= 64 - 3 * 8
+        # A TLS link keeps its results on the (encrypted) stream: no plaintext connection.
+        assert status(good)["remote"][0]["results"] == "stream", status(good)["remote"][0]
         # Without a client certificate, or without TLS, the worker is never reached; the jobs
         # serve from their local pools, the same batches.
         for d, name in ((nocert, "n"), (plain, "p")):
@@ -437,11 +442,12 @@ def test_mutual_tls_serves_identical_batches_and_refuses_a_node_without_a_certif
             d.stop()
 
 
-@pytest.mark.parametrize("fault", ["wrong-size", "unknown-id", "corrupt-frame"])
+@pytest.mark.parametrize("fault", ["wrong-size", "unknown-id", "corrupt-frame", "oversize-frame"])
 def test_a_worker_answering_garbage_is_dropped_and_its_items_made_elsewhere(tmp_path, demo_root, workers, fault):
     """Worker A spoils every 5th result (--inject-fault: a sample of the wrong size, an id it
-    was never sent, a zstd frame with a flipped byte). The GPU node refuses it, ends A's stream,
-    re-issues what A held, and reconnects later; the batches still equal the local run's."""
+    was never sent, a zstd frame with a flipped byte, a results-connection frame whose length
+    says 2 GiB). The GPU node refuses it, ends A's stream, re-issues what A held, and reconnects
+    later; the batches still equal the local run's."""
     a = workers("a", demo_root, extra=["--inject-fault", f"{fault}:5"])
     b = workers("b", demo_root)
     source = f'{{root: "{demo_root}"}}'
@@ -459,7 +465,7 @@ def test_a_worker_answering_garbage_is_dropped_and_its_items_made_elsewhere(tmp_
         # may arrive with all it held, leaving nothing to re-issue (seen under ThreadSanitizer).
         assert wa["errors"] > 0, wa
         expect = {"wrong-size": "bytes for a sample of", "unknown-id": "which it does not hold",
-                  "corrupt-frame": "bad compressed sample"}[fault]
+                  "corrupt-frame": "bad compressed sample", "oversize-frame": "a results frame of 2147483647 bytes"}[fault]
         assert expect in open(rem.log).read()
         assert wb["errors"] == 0 and wb["samples"] > 0, wb
         assert st["quarantined"] == 0 and st["errors"] == {k: 0 for k in st["errors"]}

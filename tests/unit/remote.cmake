@@ -29,5 +29,10 @@ if(STOKER_HAVE_REMOTE)
     stoker_add_test(remote_worker_limits_test LABEL integration
       SOURCES integration/remote_worker_limits_test.cpp
       LIBS stoker_remote_worker)
+    # Issue #36: the results listener against greetings a hostile peer would send, beside a
+    # stream that binds and is served there.
+    stoker_add_test(remote_results_channel_test LABEL integration
+      SOURCES integration/remote_results_channel_test.cpp
+      LIBS stoker_remote_worker)
   endif()
 endif()

@@ -173,6 +173,15 @@ TEST_CASE("remote: verify is a fraction in [0, 1], refused outside with its line
   }
 }
 
+// Issue #36: where a plaintext link's results travel.
+TEST_CASE("remote: results is tcp (default) or stream, refused otherwise with its line", "[config][remote]") {
+  CHECK(parse(job("      workers: [\"w:1\"]\n")).jobs[0].remote.results_tcp);
+  CHECK(parse(job("      workers: [\"w:1\"]\n      results: tcp\n")).jobs[0].remote.results_tcp);
+  CHECK_FALSE(parse(job("      workers: [\"w:1\"]\n      results: stream\n")).jobs[0].remote.results_tcp);
+  CHECK_THAT(refusal(job("      workers: [\"w:1\"]\n      results: udp\n")),
+             StartsWith("test.yaml:7:16: jobs.train.remote.results: ") && Contains("udp"));
+}
+
 TEST_CASE("remote: token and TLS files are read when the config is, refused with their line", "[config][remote]") {
   Scratch s;
   const std::string missing = (s.path() / "nope").string();

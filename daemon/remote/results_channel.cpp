@@ -1,0 +1,282 @@
+#include "remote/results_channel.hpp"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+#include <spdlog/spdlog.h>
+
+#include "remote/protocol.hpp"
+#include "remote/worker_stream.hpp"
+
+namespace stoker::remote {
+
+namespace {
+
+std::string errno_text(int e) { return std::strerror(e); }
+
+// recv() of exactly n bytes (the socket's SO_RCVTIMEO, if any, bounds each wait). 0: all read;
+// else the errno, or -1 when the peer closed after `got` bytes.
+int recv_exact(int fd, void* to, std::size_t n, std::size_t& got) {
+  auto* p = static_cast<char*>(to);
+  got = 0;
+  while (got < n) {
+    const ssize_t r = ::recv(fd, p + got, n - got, MSG_WAITALL);
+    if (r > 0) {
+      got += static_cast<std::size_t>(r);
+    } else if (r == 0) {
+      return -1;
+    } else if (errno != EINTR) {
+      return errno;
+    }
+  }
+  return 0;
+}
+
+bool send_exact(int fd, const void* from, std::size_t n) {
+  const auto* p = static_cast<const char*>(from);
+  while (n > 0) {
+    const ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return true;
+}
+
+void set_timeout(int fd, std::chrono::milliseconds t) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(t.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((t.count() % 1000) * 1000);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+}  // namespace
+
+// ---- the worker's listener ------------------------------------------------------------------
+
+ResultsListener::ResultsListener(const std::string& host, std::uint16_t port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  const char* node = host.empty() ? nullptr : host.c_str();
+  const std::string service = std::to_string(port);
+  if (const int e = ::getaddrinfo(node, service.c_str(), &hints, &res); e != 0 || res == nullptr) {
+    throw std::runtime_error("results listener: cannot resolve '" + host + "': " + gai_strerror(e));
+  }
+  std::string why;
+  for (addrinfo* p = res; p != nullptr && fd_ < 0; p = p->ai_next) {
+    const int fd = ::socket(p->ai_family, p->ai_socktype | SOCK_CLOEXEC, p->ai_protocol);
+    if (fd < 0) {
+      why = errno_text(errno);
+      continue;
+    }
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // a restarted worker's --results-port
+    if (::bind(fd, p->ai_addr, p->ai_addrlen) != 0 || ::listen(fd, 64) != 0) {
+      why = errno_text(errno);
+      ::close(fd);
+      continue;
+    }
+    fd_ = fd;
+  }
+  ::freeaddrinfo(res);
+  if (fd_ < 0)
+    throw std::runtime_error("results listener: cannot listen on '" + host + "' port " + service + ": " + why);
+  sockaddr_storage at{};
+  socklen_t len = sizeof at;
+  ::getsockname(fd_, reinterpret_cast<sockaddr*>(&at), &len);
+  port_ = at.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&at)->sin6_port)
+                                   : ntohs(reinterpret_cast<sockaddr_in*>(&at)->sin_port);
+  thread_ = std::thread([this] { accept_loop(); });
+}
+
+ResultsListener::~ResultsListener() { stop(); }
+
+void ResultsListener::stop() {
+  if (stopping_.exchange(true)) return;
+  ::shutdown(fd_, SHUT_RDWR);  // wakes accept() (EINVAL on Linux)
+  if (thread_.joinable()) thread_.join();
+  ::close(fd_);
+}
+
+void ResultsListener::offer(const std::string& nonce, std::weak_ptr<WorkerStream> stream) {
+  base::MutexLock lock(mu_);
+  offered_.emplace_back(nonce, std::move(stream));
+}
+
+void ResultsListener::withdraw(const std::string& nonce) {
+  base::MutexLock lock(mu_);
+  for (auto it = offered_.begin(); it != offered_.end(); ++it) {
+    if (it->first == nonce) {
+      offered_.erase(it);
+      return;
+    }
+  }
+}
+
+void ResultsListener::accept_loop() {
+  while (!stopping_.load()) {
+    const int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (stopping_.load()) return;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // Out of descriptors or memory: the node falls back to the stream; try again shortly.
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      continue;
+    }
+    handshake(fd);
+  }
+}
+
+void ResultsListener::handshake(int fd) {
+  set_timeout(fd, kBindTimeout);
+  char hello[sizeof kResultsMagic + kNonceBytes];
+  std::size_t got = 0;
+  if (recv_exact(fd, hello, sizeof hello, got) != 0 || std::memcmp(hello, kResultsMagic, sizeof kResultsMagic) != 0) {
+    ::close(fd);  // not a node's results connection, or too slow to say so
+    return;
+  }
+  const std::string_view nonce(hello + sizeof kResultsMagic, kNonceBytes);
+  std::shared_ptr<WorkerStream> stream;
+  {
+    base::MutexLock lock(mu_);
+    // Every offer is compared in full (constant time per offer): a wrong guess learns nothing
+    // of how close it came. A nonce binds once: it is withdrawn as it is used.
+    auto found = offered_.end();
+    for (auto it = offered_.begin(); it != offered_.end(); ++it) {
+      if (token_equal(nonce, it->first) && found == offered_.end()) found = it;
+    }
+    if (found != offered_.end()) {
+      stream = found->second.lock();
+      offered_.erase(found);
+    }
+  }
+  set_timeout(fd, std::chrono::milliseconds(0));  // bound: writes block as long as the node reads
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (!stream || !stream->bind_results(fd)) ::close(fd);  // bind_results owns fd when it says yes
+}
+
+// ---- the node's side ------------------------------------------------------------------------
+
+std::string make_results_nonce() {
+  std::string n(kNonceBytes, '\0');
+  std::size_t got = 0;
+  while (got < n.size()) {
+    const ssize_t r = ::getrandom(n.data() + got, n.size() - got, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) throw std::runtime_error("getrandom: " + errno_text(errno));
+    got += static_cast<std::size_t>(r);
+  }
+  return n;
+}
+
+int connect_results(const std::string& host, std::uint32_t port, const std::string& nonce, std::string& why) {
+  if (port == 0 || port > 65535 || nonce.size() != kNonceBytes) {
+    why = "the worker offered port " + std::to_string(port);
+    return -1;
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  if (const int e = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &res); e != 0 || res == nullptr) {
+    why = "cannot resolve " + host + ": " + gai_strerror(e);
+    return -1;
+  }
+  const auto until = std::chrono::steady_clock::now() + kBindTimeout;
+  int fd = -1;
+  for (addrinfo* p = res; p != nullptr && fd < 0; p = p->ai_next) {
+    fd = ::socket(p->ai_family, p->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, p->ai_protocol);
+    if (fd < 0) {
+      why = "socket: " + errno_text(errno);
+      continue;
+    }
+    int e = ::connect(fd, p->ai_addr, p->ai_addrlen) == 0 ? 0 : errno;
+    if (e == EINPROGRESS) {
+      pollfd pf{fd, POLLOUT, 0};
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+      const int r = ::poll(&pf, 1, static_cast<int>(std::max<std::int64_t>(0, left.count())));
+      socklen_t len = sizeof e;
+      if (r <= 0) {
+        e = r == 0 ? ETIMEDOUT : errno;
+      } else if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len) != 0) {
+        e = errno;
+      }
+    }
+    if (e != 0) {
+      why = "connect to " + host + ":" + service + ": " + errno_text(e);
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(res);
+  if (fd < 0) return -1;
+  const int flags = ::fcntl(fd, F_GETFL);
+  ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+  set_timeout(fd, std::max(std::chrono::milliseconds(1), left));
+  std::string hello(kResultsMagic, sizeof kResultsMagic);
+  hello += nonce;
+  char ack = 0;
+  std::size_t got = 0;
+  if (!send_exact(fd, hello.data(), hello.size())) {
+    why = "sending the nonce: " + errno_text(errno);
+  } else if (const int e = recv_exact(fd, &ack, 1, got); e != 0) {
+    why = e < 0 ? std::string("the worker closed it without binding it") : "waiting to be bound: " + errno_text(e);
+  } else if (ack != kResultsBound) {
+    why = "the worker answered the nonce with byte " + std::to_string(static_cast<unsigned char>(ack));
+  } else {
+    set_timeout(fd, std::chrono::milliseconds(0));  // bound: the reader blocks until shut down
+    return fd;
+  }
+  ::close(fd);
+  return -1;
+}
+
+bool write_results_frame(int fd, std::string& frame, bool lie) {
+  if (frame.size() < 4 || frame.size() - 4 > 0xffffffffu) return false;
+  const std::uint64_t body = lie ? 0x7fffffffu : frame.size() - 4;
+  for (int i = 0; i < 4; ++i) frame[i] = static_cast<char>((body >> (8 * i)) & 0xff);
+  return send_exact(fd, frame.data(), frame.size());
+}
+
+base::Status read_results_frame(int fd, std::vector<std::uint8_t>& body, std::size_t max) {
+  std::uint8_t len[4];
+  std::size_t got = 0;
+  if (const int e = recv_exact(fd, len, sizeof len, got); e != 0) {
+    if (e < 0 && got == 0) return base::Status::error(kClosedAtBoundary);
+    return base::Status::error(e < 0 ? "closed inside a frame's length" : "reading: " + errno_text(e));
+  }
+  const std::uint64_t n =
+      std::uint64_t{len[0]} | std::uint64_t{len[1]} << 8 | std::uint64_t{len[2]} << 16 | std::uint64_t{len[3]} << 24;
+  if (n == 0 || n > max) {
+    return base::Status::error("a results frame of " + std::to_string(n) + " bytes (1 to " + std::to_string(max) + ")");
+  }
+  body.resize(n);  // keeps its capacity between frames: its pages stay mapped
+  if (const int e = recv_exact(fd, body.data(), n, got); e != 0) {
+    return base::Status::error(e < 0 ? "closed after " + std::to_string(got) + " of a frame's " + std::to_string(n) +
+                                           " bytes"
+                                     : "reading: " + errno_text(e));
+  }
+  return {};
+}
+
+}  // namespace stoker::remote

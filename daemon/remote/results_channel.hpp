@@ -1,0 +1,90 @@
+// A plaintext link's results on a TCP connection of their own (issue #36, protocol 1.3).
+//
+// Why: through gRPC each remote sample cost the GPU node two to three times what a bare TCP
+// receive of the same bytes costs (docs/PERFORMANCE.md: HTTP/2 framing and flow-control
+// WINDOW_UPDATEs, the completion queue's polling and hand-offs). The Open, the items and the
+// stream's life stay on gRPC; only the worker's Replies after its OpenReply move here, each
+// framed as a 4-byte little-endian length and then the Reply's protobuf bytes — the bytes the
+// stream would have carried, read on the node by the same ReplyView parser (fuzzed), so the
+// only new thing a worker's bytes meet is the length, bounded by max_reply_bytes().
+//
+// Binding: the node's Open carries kNonceBytes random bytes (results_nonce); a worker with a
+// results listener answers its port (OpenReply.results_port); the node connects to that port on
+// the host it reached, sends kResultsMagic and the nonce; the worker binds the connection to the
+// stream whose Open carried that nonce (each nonce once, only while that stream lives, compared
+// in constant time) and answers one byte, kResultsBound, before any frame. Only plaintext links
+// ask: the nonce is exactly as private as the stream it came on. A TLS link keeps its results on
+// the stream.
+//
+// Failure: a node that cannot connect or is not answered within kBindTimeout reads its results
+// from the stream (the worker writes there until a connection is bound). Once bound, the
+// connection's end is the stream's: the node cancels the stream and re-issues what it held; a
+// frame longer than the bound, or one the parser refuses, drops the worker as misbehaving.
+// A peer that connects and says nothing holds the listener's handshake for kBindTimeout at most.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/mutex.hpp"
+#include "base/status.hpp"
+
+namespace stoker::remote {
+
+class WorkerStream;
+
+inline constexpr std::size_t kNonceBytes = 32;
+inline constexpr char kResultsMagic[8] = {'S', 'T', 'K', 'R', 'E', 'S', '1', '\n'};
+inline constexpr char kResultsBound = 'K';
+inline constexpr std::chrono::milliseconds kBindTimeout{2000};
+
+// The worker's listener: one thread accepting, binding each connection to its stream.
+class ResultsListener {
+ public:
+  // Listens on `host` (the worker's --listen host; "" or "0.0.0.0"/"::" for all) and `port`
+  // (0: any free one). Throws std::runtime_error naming them when it cannot.
+  ResultsListener(const std::string& host, std::uint16_t port);
+  ~ResultsListener();  // stop()
+  ResultsListener(const ResultsListener&) = delete;
+  ResultsListener& operator=(const ResultsListener&) = delete;
+
+  int port() const { return port_; }
+  // A connection presenting `nonce` is bound to `stream` (once; withdrawn when the stream ends).
+  void offer(const std::string& nonce, std::weak_ptr<WorkerStream> stream);
+  void withdraw(const std::string& nonce);
+  // Stops accepting (a connection in its handshake is closed unbound) and joins the thread.
+  void stop();
+
+ private:
+  void accept_loop();
+  void handshake(int fd);
+
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};
+  base::Mutex mu_;
+  std::vector<std::pair<std::string, std::weak_ptr<WorkerStream>>> offered_ STOKER_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+// The node's side. 32 random bytes (getrandom).
+std::string make_results_nonce();
+// Connects to host:port, presents the nonce and waits for kResultsBound, all within
+// kBindTimeout: the connected descriptor, or -1 with `why`.
+int connect_results(const std::string& host, std::uint32_t port, const std::string& nonce, std::string& why);
+
+// One frame: `frame` holds 4 bytes of room and then the body; the room is filled with the body's
+// length (with `lie`, 2^31 - 1 instead: --inject-fault oversize-frame). false when the
+// connection failed (shut down, reset).
+bool write_results_frame(int fd, std::string& frame, bool lie = false);
+// Reads one frame's body into `body` (at most `max` bytes). kClosedAtBoundary: the peer closed
+// between frames; any other error names what was wrong (too long, closed inside a frame).
+inline constexpr const char* kClosedAtBoundary = "closed";
+base::Status read_results_frame(int fd, std::vector<std::uint8_t>& body, std::size_t max);
+
+}  // namespace stoker::remote

@@ -1,0 +1,238 @@
+// Integration tier, security (docs/SECURITY.md, remote workers; issue #36): the worker's
+// results listener (daemon/remote/results_channel.hpp) against connections a hostile peer on
+// the network would make — not a node's greeting, a wrong nonce, a right nonce twice, silence —
+// beside an honest node whose stream binds and is served. The worker is the product's
+// WorkerServer in this process; the node is a raw gRPC stream plus a raw TCP connection.
+#include <catch2/catch.hpp>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+
+#include <chrono>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "config/config.hpp"
+#include "remote/protocol.hpp"
+#include "remote/results_channel.hpp"
+#include "remote/worker_server.hpp"
+#include "remote_node_open.hpp"
+#include "stoker/remote/worker.grpc.pb.h"
+#include "temp_dir.hpp"
+
+namespace v1 = stoker::remote::v1;
+namespace fs = std::filesystem;
+using stoker::remote::kNonceBytes;
+using stoker::remote::kResultsMagic;
+
+namespace {
+
+using ChannelClock = std::chrono::steady_clock;
+
+int dial(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_port = htons(static_cast<std::uint16_t>(port));
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
+  timeval tv{5, 0};  // nothing here waits longer than the worker's bind timeout and a margin
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+void say(int fd, const std::string& bytes) {
+  REQUIRE(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()));
+}
+
+// What the worker answers a greeting: the byte it sent, or -1 when it closed without one
+// (-2: nothing within 5 s).
+int answer(int fd) {
+  char c = 0;
+  const ssize_t r = ::recv(fd, &c, 1, 0);
+  if (r == 1) return static_cast<unsigned char>(c);
+  return r == 0 ? -1 : -2;
+}
+
+std::string greeting(const std::string& nonce) { return std::string(kResultsMagic, sizeof kResultsMagic) + nonce; }
+
+}  // namespace
+
+TEST_CASE(
+    "the results listener binds only a live stream's nonce, once: other greetings and silence are closed unbound, "
+    "and the bound stream's results arrive there whole",
+    "[integration][remote][security]") {
+  const fs::path demo = fs::canonical(fs::path(STOKER_TEST_DATA_DIR) / "demo");
+  stoker::test::TempDir dir;
+  const std::string yaml =
+      "jobs:\n"
+      "  small:\n"
+      "    source: {root: \"" +
+      demo.string() +
+      "\"}\n"
+      "    batch_size: 4\n"
+      "    remote: {workers: [\"127.0.0.1:1\"]}\n"
+      "    pipeline:\n"
+      "      - decode: {}\n"
+      "      - random_resized_crop: {size: 64}\n"
+      "    output: {dtype: uint8}\n";
+  const stoker::config::Config cfg = stoker::config::parse_config(yaml, "node.yaml", dir.path());
+  std::vector<std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(demo)) {
+    if (e.is_regular_file() && e.path().extension() == ".jpg") files.push_back(e.path().string());
+  }
+  REQUIRE(files.size() >= 8);
+
+  stoker::remote::WorkerSettings settings;
+  settings.allow_roots = {demo};
+  settings.threads = 2;
+  settings.max_streams = 4;
+  stoker::remote::WorkerServer server(settings, "127.0.0.1:0", {});
+  const int port = server.results_port();
+  REQUIRE(port > 0);
+
+  grpc::ChannelArguments own;
+  own.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  own.SetMaxReceiveMessageSize(-1);
+  auto channel =
+      grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(server.port()), grpc::InsecureChannelCredentials(), own);
+  auto stub = v1::Worker::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto rw = stub->Work(&ctx);
+  const std::string nonce = stoker::remote::make_results_nonce();
+  REQUIRE(nonce.size() == kNonceBytes);
+  v1::Request open;
+  *open.mutable_open() = stoker::test::node_open(cfg.jobs.at(0));
+  open.mutable_open()->set_results_nonce(nonce);
+  REQUIRE(rw->Write(open));
+  v1::Reply reply;
+  REQUIRE(rw->Read(&reply));
+  INFO(reply.open().error());
+  REQUIRE(reply.open().accepted());
+  CHECK(reply.open().protocol_minor() == stoker::remote::kWorkerMinor);
+  CHECK(reply.open().results_port() == static_cast<std::uint32_t>(port));
+
+  // Not a node's greeting (an HTTP request of the same length): closed, nothing answered.
+  {
+    const int fd = dial(port);
+    say(fd,
+        std::string("GET / HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n").substr(0, sizeof kResultsMagic + kNonceBytes));
+    CHECK(answer(fd) == -1);
+    ::close(fd);
+  }
+  // The right greeting with a nonce one bit off: closed unbound.
+  {
+    std::string wrong = nonce;
+    wrong.back() = static_cast<char>(wrong.back() ^ 1);
+    const int fd = dial(port);
+    say(fd, greeting(wrong));
+    CHECK(answer(fd) == -1);
+    ::close(fd);
+  }
+  // The stream's own nonce: bound, acknowledged.
+  const int bound = dial(port);
+  say(bound, greeting(nonce));
+  REQUIRE(answer(bound) == stoker::remote::kResultsBound);
+  // The same nonce again (a replay by someone who saw it): closed, the first binding stands.
+  {
+    const int fd = dial(port);
+    say(fd, greeting(nonce));
+    CHECK(answer(fd) == -1);
+    ::close(fd);
+  }
+
+  // Items on the stream; every result comes back on the bound connection, none on the stream.
+  const int items = 12;
+  v1::Request req;
+  for (int i = 0; i < items; ++i) {
+    v1::Item* it = req.mutable_items()->add_items();
+    it->set_id(static_cast<std::uint64_t>(i) + 1);
+    it->set_path(files[static_cast<std::size_t>(i) % files.size()]);
+    it->set_draw(static_cast<std::uint32_t>(i));
+  }
+  REQUIRE(rw->Write(req));
+  std::set<std::uint64_t> ids;
+  std::vector<std::uint8_t> frame;
+  const std::size_t max = stoker::remote::max_reply_bytes(64u * 64 * 3);
+  while (static_cast<int>(ids.size()) < items) {
+    const stoker::base::Status s = stoker::remote::read_results_frame(bound, frame, max);
+    INFO(s.message());
+    REQUIRE(s.ok());
+    v1::Reply r;
+    REQUIRE(r.ParseFromArray(frame.data(), static_cast<int>(frame.size())));
+    REQUIRE((r.has_result() || r.has_results()));
+    auto take = [&](const v1::Result& one) {
+      CHECK(one.error() == 0);
+      CHECK(one.pixels().size() == 64u * 64 * 3);
+      ids.insert(one.id());
+    };
+    if (r.has_result()) take(r.result());
+    for (const v1::Result& one : r.results().results()) take(one);
+  }
+  CHECK(ids.size() == static_cast<std::size_t>(items));
+  CHECK(*ids.begin() == 1);
+  CHECK(*ids.rbegin() == static_cast<std::uint64_t>(items));
+
+  // A peer that connects and says nothing holds the listener's handshake at most the bind
+  // timeout, then is closed.
+  {
+    const int fd = dial(port);
+    const auto t0 = ChannelClock::now();
+    CHECK(answer(fd) == -1);
+    const double waited = std::chrono::duration<double>(ChannelClock::now() - t0).count();
+    CHECK(waited < std::chrono::duration<double>(stoker::remote::kBindTimeout).count() + 1.5);
+    ::close(fd);
+  }
+
+  // The node ends its stream: the worker finishes it and closes the results connection at a
+  // frame boundary (nothing was outstanding), and lets the stream go.
+  rw->WritesDone();
+  CHECK(rw->Read(&reply) == false);  // nothing more on the stream itself
+  CHECK(rw->Finish().ok());
+  const stoker::base::Status end = stoker::remote::read_results_frame(bound, frame, max);
+  CHECK(end.message() == stoker::remote::kClosedAtBoundary);
+  ::close(bound);
+  const auto until = ChannelClock::now() + std::chrono::seconds(5);
+  while (server.stats().streams != 0 && ChannelClock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(server.stats().streams == 0);
+}
+
+TEST_CASE(
+    "a worker's --results-port: the listener takes the port asked for, and a port in use leaves the results on the "
+    "stream",
+    "[integration][remote]") {
+  // A free port: bound and let go (another process could take it meanwhile: then the second
+  // half below holds for it, and the first CHECK says so).
+  const int probe = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(probe >= 0);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof at;
+  REQUIRE(::bind(probe, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
+  REQUIRE(::getsockname(probe, reinterpret_cast<sockaddr*>(&at), &len) == 0);
+  const auto port = ntohs(at.sin_port);
+  ::close(probe);
+
+  stoker::remote::WorkerSettings settings;
+  settings.allow_roots = {fs::canonical(fs::path(STOKER_TEST_DATA_DIR) / "demo")};
+  settings.results_port = port;
+  stoker::remote::WorkerServer first(settings, "127.0.0.1:0", {});
+  CHECK(first.results_port() == port);
+  // The same port again: taken, so this worker offers no results connection (logged), and
+  // still serves on gRPC.
+  stoker::remote::WorkerServer second(settings, "127.0.0.1:0", {});
+  CHECK(second.results_port() == 0);
+  CHECK(second.port() > 0);
+}
