@@ -365,8 +365,11 @@ TEST_CASE("s3: with a cache that holds the dataset, the second epoch fetches 0 b
   const Json second = counters();
   CHECK(second["bytes"] == first["bytes"]);
   CHECK(second["requests"] == first["requests"]);
-  // Every read of epoch 2 was a hit (some counted in `first` already: read ahead during epoch 1).
-  CHECK(second["cache_hits"].get<std::uint64_t>() >= 64);
+  // Every read of epoch 2 was a hit (some counted in `first` already: read ahead during epoch 1)
+  // or, read ahead during epoch 1 before epoch 1's read of the same sample was kept, a request
+  // counted in `first` beyond epoch 1's 6 + 64 (seen under ThreadSanitizer: 62 hits, 2 such).
+  const std::uint64_t early = first["requests"].get<std::uint64_t>() - (6 + 64);
+  CHECK(second["cache_hits"].get<std::uint64_t>() + early >= 64);
   CHECK(second["cache_hits"].get<std::uint64_t>() > first["cache_hits"].get<std::uint64_t>());
   struct stat st {};
   REQUIRE(::stat((dir.path() / "cache").c_str(), &st) == 0);
