@@ -524,12 +524,12 @@ class Dispatcher::Link {
     ReplyView reply;
     std::string why;
     while (why.empty()) {
-      if (base::Status s = read_results_frame(results_fd_, frame, max); !s) {
-        if (s.message() != kClosedAtBoundary) {
+      std::string read_why;
+      if (const FrameRead got = read_results_frame(results_fd_, frame, max, read_why); got != FrameRead::kFrame) {
+        if (got != FrameRead::kClosed) why = "results connection: " + read_why;
+        if (got == FrameRead::kTooLong) {
           base::MutexLock lock(mu_);
-          // A frame over the bound is garbage; a connection cut inside a frame is not a lie.
-          if (s.message().rfind("a results frame of", 0) == 0) misbehaved_ = true;
-          why = "results connection: " + s.message();
+          misbehaved_ = true;  // garbage; a connection cut inside a frame is not a lie
         }
         break;
       }

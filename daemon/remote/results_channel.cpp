@@ -258,25 +258,30 @@ bool write_results_frame(int fd, std::string& frame, bool lie) {
   return send_exact(fd, frame.data(), frame.size());
 }
 
-base::Status read_results_frame(int fd, std::vector<std::uint8_t>& body, std::size_t max) {
+FrameRead read_results_frame(int fd, std::vector<std::uint8_t>& body, std::size_t max, std::string& why) {
   std::uint8_t len[4];
   std::size_t got = 0;
   if (const int e = recv_exact(fd, len, sizeof len, got); e != 0) {
-    if (e < 0 && got == 0) return base::Status::error(kClosedAtBoundary);
-    return base::Status::error(e < 0 ? "closed inside a frame's length" : "reading: " + errno_text(e));
+    if (e < 0 && got == 0) {
+      why = "closed";
+      return FrameRead::kClosed;
+    }
+    why = e < 0 ? "closed inside a frame's length" : "reading: " + errno_text(e);
+    return FrameRead::kCut;
   }
-  const std::uint64_t n =
-      std::uint64_t{len[0]} | std::uint64_t{len[1]} << 8 | std::uint64_t{len[2]} << 16 | std::uint64_t{len[3]} << 24;
+  const std::uint64_t n = std::uint64_t{len[0]} | std::uint64_t{len[1]} << 8 | std::uint64_t{len[2]} << 16 |
+                          std::uint64_t{len[3]} << 24;
   if (n == 0 || n > max) {
-    return base::Status::error("a results frame of " + std::to_string(n) + " bytes (1 to " + std::to_string(max) + ")");
+    why = "a results frame of " + std::to_string(n) + " bytes (1 to " + std::to_string(max) + ")";
+    return FrameRead::kTooLong;
   }
   body.resize(n);  // keeps its capacity between frames: its pages stay mapped
   if (const int e = recv_exact(fd, body.data(), n, got); e != 0) {
-    return base::Status::error(e < 0 ? "closed after " + std::to_string(got) + " of a frame's " + std::to_string(n) +
-                                           " bytes"
-                                     : "reading: " + errno_text(e));
+    why = e < 0 ? "closed after " + std::to_string(got) + " of a frame's " + std::to_string(n) + " bytes"
+                : "reading: " + errno_text(e);
+    return FrameRead::kCut;
   }
-  return {};
+  return FrameRead::kFrame;
 }
 
 }  // namespace stoker::remote

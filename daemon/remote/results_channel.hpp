@@ -32,7 +32,6 @@
 #include <vector>
 
 #include "base/mutex.hpp"
-#include "base/status.hpp"
 
 namespace stoker::remote {
 
@@ -82,9 +81,11 @@ int connect_results(const std::string& host, std::uint32_t port, const std::stri
 // length (with `lie`, 2^31 - 1 instead: --inject-fault oversize-frame). false when the
 // connection failed (shut down, reset).
 bool write_results_frame(int fd, std::string& frame, bool lie = false);
-// Reads one frame's body into `body` (at most `max` bytes). kClosedAtBoundary: the peer closed
-// between frames; any other error names what was wrong (too long, closed inside a frame).
-inline constexpr const char* kClosedAtBoundary = "closed";
-base::Status read_results_frame(int fd, std::vector<std::uint8_t>& body, std::size_t max);
+// Reads one frame's body into `body` (at most `max` bytes). Anything but kFrame leaves `why`
+// saying what happened: kClosed, the peer closed between frames (or this node shut the
+// connection down); kCut, it broke inside a frame (a worker gone, not a lie); kTooLong, the
+// length was 0 or past `max` (garbage: the worker is dropped as misbehaving).
+enum class FrameRead { kFrame, kClosed, kCut, kTooLong };
+FrameRead read_results_frame(int fd, std::vector<std::uint8_t>& body, std::size_t max, std::string& why);
 
 }  // namespace stoker::remote

@@ -73,23 +73,8 @@ TEST_CASE(
     "[integration][remote][security]") {
   const fs::path demo = fs::canonical(fs::path(STOKER_TEST_DATA_DIR) / "demo");
   stoker::test::TempDir dir;
-  const std::string yaml =
-      "jobs:\n"
-      "  small:\n"
-      "    source: {root: \"" +
-      demo.string() +
-      "\"}\n"
-      "    batch_size: 4\n"
-      "    remote: {workers: [\"127.0.0.1:1\"]}\n"
-      "    pipeline:\n"
-      "      - decode: {}\n"
-      "      - random_resized_crop: {size: 64}\n"
-      "    output: {dtype: uint8}\n";
-  const stoker::config::Config cfg = stoker::config::parse_config(yaml, "node.yaml", dir.path());
-  std::vector<std::string> files;
-  for (const auto& e : fs::recursive_directory_iterator(demo)) {
-    if (e.is_regular_file() && e.path().extension() == ".jpg") files.push_back(e.path().string());
-  }
+  const stoker::config::Config cfg = stoker::test::small_remote_job(demo, dir.path(), 64);
+  const std::vector<std::string> files = stoker::test::demo_jpegs(demo);
   REQUIRE(files.size() >= 8);
 
   stoker::remote::WorkerSettings settings;
@@ -165,9 +150,10 @@ TEST_CASE(
   std::vector<std::uint8_t> frame;
   const std::size_t max = stoker::remote::max_reply_bytes(64u * 64 * 3);
   while (static_cast<int>(ids.size()) < items) {
-    const stoker::base::Status s = stoker::remote::read_results_frame(bound, frame, max);
-    INFO(s.message());
-    REQUIRE(s.ok());
+    std::string why;
+    const stoker::remote::FrameRead got = stoker::remote::read_results_frame(bound, frame, max, why);
+    INFO(why);
+    REQUIRE(got == stoker::remote::FrameRead::kFrame);
     v1::Reply r;
     REQUIRE(r.ParseFromArray(frame.data(), static_cast<int>(frame.size())));
     REQUIRE((r.has_result() || r.has_results()));
@@ -199,8 +185,8 @@ TEST_CASE(
   rw->WritesDone();
   CHECK(rw->Read(&reply) == false);  // nothing more on the stream itself
   CHECK(rw->Finish().ok());
-  const stoker::base::Status end = stoker::remote::read_results_frame(bound, frame, max);
-  CHECK(end.message() == stoker::remote::kClosedAtBoundary);
+  std::string why;
+  CHECK(stoker::remote::read_results_frame(bound, frame, max, why) == stoker::remote::FrameRead::kClosed);
   ::close(bound);
   const auto until = ChannelClock::now() + std::chrono::seconds(5);
   while (server.stats().streams != 0 && ChannelClock::now() < until)

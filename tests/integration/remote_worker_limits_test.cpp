@@ -179,9 +179,7 @@ struct BigSampleNode {
     cfg = stoker::config::parse_config(yaml, "node.yaml", dir.path());
     open = stoker::test::node_open(cfg.jobs.at(0));
     open.set_token("the right token");
-    for (const auto& e : fs::recursive_directory_iterator(demo)) {
-      if (e.is_regular_file() && e.path().extension() == ".jpg") files.push_back(e.path().string());
-    }
+    files = stoker::test::demo_jpegs(demo);
   }
   v1::Request items(std::uint64_t first, int n) const {
     v1::Request req;
@@ -291,20 +289,8 @@ struct Answered {
 Answered ask(int port, int items) {
   const fs::path demo = fs::canonical(fs::path(STOKER_TEST_DATA_DIR) / "demo");
   stoker::test::TempDir dir;
-  const std::string yaml = "jobs:\n"
-                           "  small:\n"
-                           "    source: {root: \"" + demo.string() + "\"}\n"
-                           "    batch_size: 4\n"
-                           "    remote: {workers: [\"127.0.0.1:1\"]}\n"
-                           "    pipeline:\n"
-                           "      - decode: {}\n"
-                           "      - random_resized_crop: {size: 224}\n"
-                           "    output: {dtype: uint8}\n";
-  const stoker::config::Config cfg = stoker::config::parse_config(yaml, "node.yaml", dir.path());
-  std::vector<std::string> files;
-  for (const auto& e : fs::recursive_directory_iterator(demo)) {
-    if (e.is_regular_file() && e.path().extension() == ".jpg") files.push_back(e.path().string());
-  }
+  const stoker::config::Config cfg = stoker::test::small_remote_job(demo, dir.path(), 224);
+  const std::vector<std::string> files = stoker::test::demo_jpegs(demo);
   REQUIRE(!files.empty());
   grpc::ChannelArguments own;
   own.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);

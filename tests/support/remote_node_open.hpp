@@ -2,6 +2,10 @@
 // Link::open), built from a parsed config with a `remote:` key: for tests that play the node.
 #pragma once
 
+#include <filesystem>
+#include <string>
+#include <vector>
+
 #include "config/config.hpp"
 #include "remote/protocol.hpp"
 #include "stoker/remote/worker.pb.h"
@@ -22,6 +26,30 @@ inline remote::v1::Open node_open(const config::JobConfig& j) {
   o.set_sample_bytes(j.pipeline.sample_bytes());
   o.set_compression(rc.zstd ? remote::v1::COMPRESSION_ZSTD : remote::v1::COMPRESSION_NONE);
   return o;
+}
+
+// The JPEGs below `demo` (tests/data/demo): the paths a test's items name.
+inline std::vector<std::string> demo_jpegs(const std::filesystem::path& demo) {
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(demo)) {
+    if (e.is_regular_file() && e.path().extension() == ".jpg") files.push_back(e.path().string());
+  }
+  return files;
+}
+
+// A node's config with one job "small" on `demo`: decode, RandomResizedCrop(`size`), uint8,
+// batches of 4, naming a remote worker (its Open is what node_open() builds from jobs[0]).
+inline config::Config small_remote_job(const std::filesystem::path& demo, const std::filesystem::path& dir, int size) {
+  const std::string yaml = "jobs:\n"
+                           "  small:\n"
+                           "    source: {root: \"" + demo.string() + "\"}\n"
+                           "    batch_size: 4\n"
+                           "    remote: {workers: [\"127.0.0.1:1\"]}\n"
+                           "    pipeline:\n"
+                           "      - decode: {}\n"
+                           "      - random_resized_crop: {size: " + std::to_string(size) + "}\n"
+                           "    output: {dtype: uint8}\n";
+  return config::parse_config(yaml, "node.yaml", dir);
 }
 
 }  // namespace stoker::test
