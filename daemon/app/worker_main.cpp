@@ -233,19 +233,21 @@ int run_worker(int argc, char** argv) {
   if (!o.fault.empty()) {
     const std::size_t colon = o.fault.find(':');
     const std::string kind = o.fault.substr(0, colon);
-    fault.kind = kind == "wrong-size"       ? remote::Fault::kWrongSize
-                 : kind == "unknown-id"     ? remote::Fault::kUnknownId
-                 : kind == "corrupt-frame"  ? remote::Fault::kCorruptFrame
-                 : kind == "oversize-frame" ? remote::Fault::kOversizeFrame
-                                            : remote::Fault::kNone;
+    fault.kind = kind == "wrong-size"        ? remote::Fault::kWrongSize
+                 : kind == "unknown-id"      ? remote::Fault::kUnknownId
+                 : kind == "corrupt-frame"   ? remote::Fault::kCorruptFrame
+                 : kind == "oversize-frame"  ? remote::Fault::kOversizeFrame
+                 : kind == "unbound-results" ? remote::Fault::kUnboundResults
+                                             : remote::Fault::kNone;
     try {
       fault.every = colon == std::string::npos ? 1 : std::stoull(o.fault.substr(colon + 1));
     } catch (const std::exception&) {
       fault.kind = remote::Fault::kNone;
     }
     if (fault.kind == remote::Fault::kNone || fault.every == 0) {
-      return usage("--inject-fault: expected wrong-size|unknown-id|corrupt-frame|oversize-frame[:N], got '" + o.fault +
-                   "'");
+      return usage(
+          "--inject-fault: expected wrong-size|unknown-id|corrupt-frame|oversize-frame|unbound-results[:N], got '" +
+          o.fault + "'");
     }
     spdlog::warn("worker: --inject-fault {}: every {}th result is spoiled on purpose (tests only)", kind, fault.every);
   }

@@ -269,8 +269,8 @@ FrameRead read_results_frame(int fd, std::vector<std::uint8_t>& body, std::size_
     why = e < 0 ? "closed inside a frame's length" : "reading: " + errno_text(e);
     return FrameRead::kCut;
   }
-  const std::uint64_t n = std::uint64_t{len[0]} | std::uint64_t{len[1]} << 8 | std::uint64_t{len[2]} << 16 |
-                          std::uint64_t{len[3]} << 24;
+  const std::uint64_t n =
+      std::uint64_t{len[0]} | std::uint64_t{len[1]} << 8 | std::uint64_t{len[2]} << 16 | std::uint64_t{len[3]} << 24;
   if (n == 0 || n > max) {
     why = "a results frame of " + std::to_string(n) + " bytes (1 to " + std::to_string(max) + ")";
     return FrameRead::kTooLong;

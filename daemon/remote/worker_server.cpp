@@ -224,8 +224,7 @@ class WorkerServer::Impl final : public v1::Worker::CallbackService, public Stre
       busy_ns_ += r.busy_ns();
       if (r.error() != 0) errors_++;
       bytes_sent_ += r.pixels().size();
-      if (fault_.kind != Fault::kNone && fault_.kind != Fault::kOversizeFrame && ++spoiled_ % fault_.every == 0)
-        spoil(r);
+      if (spoils_results() && ++spoiled_ % fault_.every == 0) spoil(r);
       st->deliver(std::move(r));
     }
   }
@@ -245,13 +244,19 @@ class WorkerServer::Impl final : public v1::Worker::CallbackService, public Stre
         if (!px.empty() && !r.compressed()) px.push_back('x');  // uncompressed: a wrong size instead
         break;
       case Fault::kNone:
-      case Fault::kOversizeFrame:  // the frame, not the result (spoil_results_frame)
+      case Fault::kOversizeFrame:   // the results connection, not the result: spoil_results_frame
+      case Fault::kUnboundResults:  // and refuse_results_binding
         break;
     }
   }
 
   ResultsListener* results_listener() override { return results_.get(); }
   bool spoil_results_frame() override { return fault_.kind == Fault::kOversizeFrame && ++spoiled_ % fault_.every == 0; }
+  bool refuse_results_binding() override { return fault_.kind == Fault::kUnboundResults; }
+  // The faults that spoil a result itself (the others spoil the results connection).
+  bool spoils_results() const {
+    return fault_.kind == Fault::kWrongSize || fault_.kind == Fault::kUnknownId || fault_.kind == Fault::kCorruptFrame;
+  }
 
   const WorkerSettings settings_;
   const FaultPlan fault_;

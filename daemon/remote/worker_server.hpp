@@ -34,8 +34,9 @@ struct TlsFiles {
 // --inject-fault KIND:N`, hidden from --help): every Nth result is spoiled so, as a broken or
 // hostile worker's would be. Never set in production.
 // kOversizeFrame spoils the results connection's framing instead: every Nth frame's length
-// says 2 GiB (results_channel.hpp; a stream whose results stay on gRPC is not spoiled).
-enum class Fault : std::uint8_t { kNone, kWrongSize, kUnknownId, kCorruptFrame, kOversizeFrame };
+// says 2 GiB (results_channel.hpp; a stream whose results stay on gRPC is not spoiled);
+// kUnboundResults closes every results connection unbound (the node keeps them on the stream).
+enum class Fault : std::uint8_t { kNone, kWrongSize, kUnknownId, kCorruptFrame, kOversizeFrame, kUnboundResults };
 struct FaultPlan {
   Fault kind = Fault::kNone;
   std::uint64_t every = 0;

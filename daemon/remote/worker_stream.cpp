@@ -357,7 +357,7 @@ void WorkerStream::act(bool write, bool queue, bool finish) {
 
 bool WorkerStream::bind_results(int fd) {
   base::MutexLock lock(mu_);
-  if (finished_ || broken_ || results_fd_ >= 0) return false;
+  if (finished_ || broken_ || results_fd_ >= 0 || host_.refuse_results_binding()) return false;
   // The acknowledgement goes first, before any frame: one byte on a fresh connection (its send
   // buffer is empty, so this never blocks under mu_).
   const char ack = kResultsBound;

@@ -76,6 +76,8 @@ class StreamHost {
   virtual ResultsListener* results_listener() = 0;
   // --inject-fault oversize-frame (tests): whether this results frame is to lie about its length.
   virtual bool spoil_results_frame() = 0;
+  // --inject-fault unbound-results (tests): every results connection is closed unbound.
+  virtual bool refuse_results_binding() = 0;
 };
 
 class WorkerStream final : public grpc::ServerBidiReactor<v1::Request, v1::Reply>,

@@ -474,6 +474,27 @@ def test_a_worker_answering_garbage_is_dropped_and_its_items_made_elsewhere(tmp_
         rem.stop()
 
 
+def test_a_results_connection_that_cannot_be_bound_leaves_the_results_on_the_stream(tmp_path, demo_root, workers):
+    """A worker that closes every results connection unbound (--inject-fault unbound-results,
+    as a firewall or a worker out of descriptors would): the node says why and takes the
+    results from the gRPC stream; the batches equal the local run's, nothing re-issued."""
+    w = workers("w", demo_root, extra=["--inject-fault", "unbound-results:1"])
+    source = f'{{root: "{demo_root}"}}'
+    base = start(tmp_path, "local", job_config(tmp_path / "l.yaml", source))
+    rem = start(tmp_path, "remote", job_config(tmp_path / "r.yaml", source, remote=remote_key([w.address], local=False)))
+    try:
+        want = consume(base, tmp_path / "a", 8)
+        all_connected(rem)
+        assert_same_batches(want, consume(rem, tmp_path / "b", 8))
+        link = status(rem)["remote"][0]
+        assert link["results"] == "stream" and link["samples"] > 0, link
+        assert link["reissued"] == 0 and link["errors"] == 0, link
+        assert "no results connection (the worker closed it without binding it)" in open(rem.log).read()
+    finally:
+        base.stop()
+        rem.stop()
+
+
 def test_a_reload_that_adds_a_worker_restarts_the_job_with_both(tmp_path, demo_root, workers):
     a = workers("a", demo_root)
     b = workers("b", demo_root)

@@ -40,15 +40,20 @@ inline std::vector<std::string> demo_jpegs(const std::filesystem::path& demo) {
 // A node's config with one job "small" on `demo`: decode, RandomResizedCrop(`size`), uint8,
 // batches of 4, naming a remote worker (its Open is what node_open() builds from jobs[0]).
 inline config::Config small_remote_job(const std::filesystem::path& demo, const std::filesystem::path& dir, int size) {
-  const std::string yaml = "jobs:\n"
-                           "  small:\n"
-                           "    source: {root: \"" + demo.string() + "\"}\n"
-                           "    batch_size: 4\n"
-                           "    remote: {workers: [\"127.0.0.1:1\"]}\n"
-                           "    pipeline:\n"
-                           "      - decode: {}\n"
-                           "      - random_resized_crop: {size: " + std::to_string(size) + "}\n"
-                           "    output: {dtype: uint8}\n";
+  const std::string yaml =
+      "jobs:\n"
+      "  small:\n"
+      "    source: {root: \"" +
+      demo.string() +
+      "\"}\n"
+      "    batch_size: 4\n"
+      "    remote: {workers: [\"127.0.0.1:1\"]}\n"
+      "    pipeline:\n"
+      "      - decode: {}\n"
+      "      - random_resized_crop: {size: " +
+      std::to_string(size) +
+      "}\n"
+      "    output: {dtype: uint8}\n";
   return config::parse_config(yaml, "node.yaml", dir);
 }
 
