@@ -138,13 +138,7 @@ TEST_CASE(
 
   // Items on the stream; every result comes back on the bound connection, none on the stream.
   const int items = 12;
-  v1::Request req;
-  for (int i = 0; i < items; ++i) {
-    v1::Item* it = req.mutable_items()->add_items();
-    it->set_id(static_cast<std::uint64_t>(i) + 1);
-    it->set_path(files[static_cast<std::size_t>(i) % files.size()]);
-    it->set_draw(static_cast<std::uint32_t>(i));
-  }
+  const v1::Request req = stoker::test::demo_items(files, items);
   REQUIRE(rw->Write(req));
   std::set<std::uint64_t> ids;
   std::vector<std::uint8_t> frame;

@@ -308,13 +308,7 @@ Answered ask(int port, int items) {
   REQUIRE(rw->Read(&reply));
   INFO(reply.open().error());
   REQUIRE(reply.open().accepted());
-  v1::Request req;
-  for (int i = 0; i < items; ++i) {
-    v1::Item* it = req.mutable_items()->add_items();
-    it->set_id(static_cast<std::uint64_t>(i) + 1);
-    it->set_path(files[static_cast<std::size_t>(i) % files.size()]);
-    it->set_draw(static_cast<std::uint32_t>(i));
-  }
+  const v1::Request req = stoker::test::demo_items(files, items);
   const auto t0 = LimitsClock::now();
   REQUIRE(rw->Write(req));
   Answered a;

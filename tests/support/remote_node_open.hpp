@@ -37,6 +37,18 @@ inline std::vector<std::string> demo_jpegs(const std::filesystem::path& demo) {
   return files;
 }
 
+// `n` items numbered 1..n over `files` (in turn), epoch 0, draw i: one ItemBatch.
+inline remote::v1::Request demo_items(const std::vector<std::string>& files, int n) {
+  remote::v1::Request req;
+  for (int i = 0; i < n; ++i) {
+    remote::v1::Item* it = req.mutable_items()->add_items();
+    it->set_id(static_cast<std::uint64_t>(i) + 1);
+    it->set_path(files[static_cast<std::size_t>(i) % files.size()]);
+    it->set_draw(static_cast<std::uint32_t>(i));
+  }
+  return req;
+}
+
 // A node's config with one job "small" on `demo`: decode, RandomResizedCrop(`size`), uint8,
 // batches of 4, naming a remote worker (its Open is what node_open() builds from jobs[0]).
 inline config::Config small_remote_job(const std::filesystem::path& demo, const std::filesystem::path& dir, int size) {

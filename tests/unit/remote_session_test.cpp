@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "no_free_descriptors.hpp"
 #include "config/config.hpp"
 #include "image/decoder_versions.hpp"
 #include "image/sample_processor.hpp"
@@ -890,16 +891,9 @@ TEST_CASE("remote worker: out of descriptors, an object read fails naming why an
   read.endpoint = store.base_url();
 
   const std::size_t before = open_descriptors();
-  rlimit saved{};
-  REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
-  const int lowest_free = ::dup(0);
-  REQUIRE(lowest_free >= 0);
-  ::close(lowest_free);
-  rlimit low = saved;
-  low.rlim_cur = static_cast<rlim_t>(lowest_free);  // every descriptor number below is taken
-  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  stoker::test::NoFreeDescriptors none;
   const remote::Fetched failed = objects.fetch(read);  // the fetcher's epoll cannot be made
-  REQUIRE(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
+  none.restore();
 
   CHECK_THAT(failed.status.message(), Contains("s3://data/x.bin") &&
                                           Contains("cannot start an object storage fetcher") &&

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "no_free_descriptors.hpp"
 #include "source/dataset.hpp"
 #include "source/file_reader.hpp"
 #include "source/mapped_allocator.hpp"
@@ -345,18 +346,11 @@ TEST_CASE("tar: out of descriptors (EMFILE) is transient and the shard cache giv
   CHECK(read_with(reader, 1) == "m1");
   REQUIRE(reader.open_shards() == 2);
 
-  rlimit saved{};
-  REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
-  const int lowest_free = ::dup(0);
-  REQUIRE(lowest_free >= 0);
-  ::close(lowest_free);
-  rlimit low = saved;
-  low.rlim_cur = static_cast<rlim_t>(lowest_free);  // every descriptor number below is taken
-  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  stoker::test::NoFreeDescriptors none;
   std::vector<std::uint8_t> out;
   const auto r = reader.read(2, out);
   const std::size_t open_after = reader.open_shards();
-  REQUIRE(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
+  none.restore();
 
   CHECK(r.status == stoker::source::ReadStatus::kTransient);
   CHECK_THAT(r.reason, Contains("Too many open files"));
