@@ -250,6 +250,7 @@ std::string StatusReport::json(std::uint32_t viewer_uid) const {
                            {"rtt_ms", w.rtt_s * 1000},
                            {"samples_per_s", w.samples_per_s},
                            {"results", w.results_tcp ? "tcp" : "stream"},
+                           {"items", w.items_tcp ? "tcp" : "stream"},
                            {"last_error", w.last_error.empty() ? Json(nullptr) : Json(w.last_error)}});
       }
       job["remote"] = std::move(workers);

@@ -219,6 +219,8 @@ class Dispatcher::Link {
     ctx_.reset();
     stats_.connected = false;
     stats_.results_tcp = false;
+    stats_.items_tcp = false;
+    items_tcp_ = false;
     return accepted;
   }
 
@@ -300,8 +302,12 @@ class Dispatcher::Link {
                      endpoint_, why);
       }
     }
+    // A 1.4 worker reads this node's items from the results connection too: a write there costs
+    // a bare send, where the stream's costs gRPC's framing and hand-offs (issue #36).
+    items_tcp_ = results_tcp && r.protocol_minor() >= 4;
     base::MutexLock lock(mu_);
     stats_.results_tcp = results_tcp;
+    stats_.items_tcp = items_tcp_;
     stats_.threads = std::clamp<std::uint32_t>(r.threads(), 1, 4096);
     worker_minor_ = r.protocol_minor();
     window_ = std::min<std::uint32_t>(kWindowMax, floor_window());
@@ -395,7 +401,7 @@ class Dispatcher::Link {
         base::MutexLock lock(mu_);
         for (auto& [id, o] : sent) outstanding_.emplace(id, std::move(o));
       }
-      if (!stream.Write(req)) {
+      if (!(items_tcp_ ? send_items(req) : stream.Write(req))) {
         bool first = false;
         {
           base::MutexLock lock(mu_);
@@ -406,6 +412,19 @@ class Dispatcher::Link {
         return;
       }
     }
+  }
+
+  // An ItemBatch on the results connection (protocol 1.4). A worker that takes none of it for
+  // remote.deadline_s is as one that answers nothing: the link ends and its items are re-issued.
+  bool send_items(const v1::Request& req) {
+    items_frame_.assign(4, '\0');
+    req.AppendToString(&items_frame_);
+    const auto since = Clock::now();
+    const double deadline = d_.cfg_.deadline_s;
+    return write_items_frame(results_fd_, items_frame_, [&] {
+      base::MutexLock lock(mu_);
+      return !stop_ && !broken_ && std::chrono::duration<double>(Clock::now() - since).count() < deadline;
+    });
   }
 
   // The items outstanding past the hedge time, moved from outstanding_ to hedged_ (whose
@@ -728,6 +747,8 @@ class Dispatcher::Link {
   // The results connection (protocol 1.3), -1 when none: set by open() on the link's thread,
   // read by results_loop, shut down and closed by serve_stream after both readers are joined.
   int results_fd_ = -1;
+  bool items_tcp_ = false;   // the link's thread's: this stream's items go on results_fd_
+  std::string items_frame_;  // the sending thread's (reused)
   std::thread thread_;
 };
 

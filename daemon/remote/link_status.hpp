@@ -34,6 +34,8 @@ struct WorkerLinkStatus {
   // Where this stream's results arrive: a TCP connection of their own (protocol 1.3, plaintext
   // links) or the gRPC stream (TLS, an older worker, or a connection that could not be made).
   bool results_tcp = false;
+  // Where this node's items travel: on that connection too (a 1.4 worker), or the gRPC stream.
+  bool items_tcp = false;
   std::string last_error;        // why the last stream ended or was refused, or the last read failure
 };
 

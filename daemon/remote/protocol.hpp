@@ -17,7 +17,8 @@ namespace stoker::remote {
 inline constexpr std::uint32_t kWorkerMajor = 1;
 // 1.1: Result echoes the item's epoch and draw. 1.2: OpenReply names the worker's decoder versions.
 // 1.3: a plaintext stream's results may travel on a TCP connection of their own (results_channel.hpp).
-inline constexpr std::uint32_t kWorkerMinor = 3;
+// 1.4: the node's items may travel on that connection too.
+inline constexpr std::uint32_t kWorkerMinor = 4;
 
 // Bounds on what a peer may send (gRPC refuses a larger message before we see it).
 inline constexpr std::size_t kMaxRequestBytes = 1u << 20;   // an Open (job YAML) or an Item

@@ -245,20 +245,56 @@ int connect_results(const std::string& host, std::uint32_t port, const std::stri
     why = "the worker answered the nonce with byte " + std::to_string(static_cast<unsigned char>(ack));
   } else {
     set_timeout(fd, std::chrono::milliseconds(0));  // bound: the reader blocks until shut down
+    // An items frame's send waits at most this long at a time: between waits the sender checks
+    // that its link lives and its deadline has not passed (write_items_frame).
+    const timeval send_wait{0, 200 * 1000};
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_wait, sizeof send_wait);
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // an ItemBatch leaves at once
     return fd;
   }
   ::close(fd);
   return -1;
 }
 
-bool write_results_frame(int fd, std::string& frame, bool lie) {
+namespace {
+
+// Fills a frame's 4 bytes of room with its body's length (or `lie`'s). false: no room, or too long.
+bool put_length(std::string& frame, bool lie) {
   if (frame.size() < 4 || frame.size() - 4 > 0xffffffffu) return false;
   const std::uint64_t body = lie ? 0x7fffffffu : frame.size() - 4;
   for (int i = 0; i < 4; ++i) frame[i] = static_cast<char>((body >> (8 * i)) & 0xff);
-  return send_exact(fd, frame.data(), frame.size());
+  return true;
 }
 
-FrameRead read_results_frame(int fd, std::vector<std::uint8_t>& body, std::size_t max, std::string& why) {
+}  // namespace
+
+bool write_results_frame(int fd, std::string& frame, bool lie) {
+  return put_length(frame, lie) && send_exact(fd, frame.data(), frame.size());
+}
+
+bool write_items_frame(int fd, std::string& frame, const std::function<bool()>& go_on) {
+  if (!put_length(frame, false)) return false;
+  const char* p = frame.data();
+  std::size_t n = frame.size();
+  while (n > 0) {
+    const ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (w > 0) {
+      p += w;
+      n -= static_cast<std::size_t>(w);
+    } else if (w < 0 && errno == EINTR) {
+      continue;
+    } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!go_on()) return false;  // the send timeout passed: is the link still wanted?
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+FrameRead read_results_frame(int fd, std::vector<std::uint8_t>& body, std::size_t max, std::string& why,
+                             const char* what) {
   std::uint8_t len[4];
   std::size_t got = 0;
   if (const int e = recv_exact(fd, len, sizeof len, got); e != 0) {
@@ -272,7 +308,7 @@ FrameRead read_results_frame(int fd, std::vector<std::uint8_t>& body, std::size_
   const std::uint64_t n =
       std::uint64_t{len[0]} | std::uint64_t{len[1]} << 8 | std::uint64_t{len[2]} << 16 | std::uint64_t{len[3]} << 24;
   if (n == 0 || n > max) {
-    why = "a results frame of " + std::to_string(n) + " bytes (1 to " + std::to_string(max) + ")";
+    why = std::string(what) + " frame of " + std::to_string(n) + " bytes (1 to " + std::to_string(max) + ")";
     return FrameRead::kTooLong;
   }
   body.resize(n);  // keeps its capacity between frames: its pages stay mapped

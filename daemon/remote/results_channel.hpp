@@ -2,9 +2,9 @@
 //
 // Why: through gRPC each remote sample cost the GPU node two to three times what a bare TCP
 // receive of the same bytes costs (docs/PERFORMANCE.md: HTTP/2 framing and flow-control
-// WINDOW_UPDATEs, the completion queue's polling and hand-offs). The Open, the items and the
-// stream's life stay on gRPC; only the worker's Replies after its OpenReply move here, each
-// framed as a 4-byte little-endian length and then the Reply's protobuf bytes — the bytes the
+// WINDOW_UPDATEs, the completion queue's polling and hand-offs). The Open and the stream's
+// life stay on gRPC (the items too, before protocol 1.4: below); the worker's Replies after its
+// OpenReply move here, each framed as a 4-byte little-endian length and then the Reply's protobuf bytes — the bytes the
 // stream would have carried, read on the node by the same ReplyView parser (fuzzed), so the
 // only new thing a worker's bytes meet is the length, bounded by max_reply_bytes().
 //
@@ -21,11 +21,17 @@
 // connection's end is the stream's: the node cancels the stream and re-issues what it held; a
 // frame longer than the bound, or one the parser refuses, drops the worker as misbehaving.
 // A peer that connects and says nothing holds the listener's handshake for kBindTimeout at most.
+//
+// Items (protocol 1.4): a node whose worker answered 1.4 or later writes its ItemBatches on the
+// bound connection too, in the same framing (a Request's protobuf bytes, at most
+// kMaxRequestBytes), instead of on the stream; the worker reads them with the stream's own checks
+// (worker_stream.hpp). A bad frame ends the stream, as a bad Request on the stream would.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -81,11 +87,17 @@ int connect_results(const std::string& host, std::uint32_t port, const std::stri
 // length (with `lie`, 2^31 - 1 instead: --inject-fault oversize-frame). false when the
 // connection failed (shut down, reset).
 bool write_results_frame(int fd, std::string& frame, bool lie = false);
+// The node's items (protocol 1.4), framed as write_results_frame frames. The bound connection's
+// send timeout bounds each wait; between waits `go_on` says whether to keep trying. false when
+// the connection failed or `go_on` said no (the frame may then be cut: the link is ending).
+bool write_items_frame(int fd, std::string& frame, const std::function<bool()>& go_on);
 // Reads one frame's body into `body` (at most `max` bytes). Anything but kFrame leaves `why`
 // saying what happened: kClosed, the peer closed between frames (or this node shut the
 // connection down); kCut, it broke inside a frame (a worker gone, not a lie); kTooLong, the
 // length was 0 or past `max` (garbage: the worker is dropped as misbehaving).
+// `what` names the frames in `why` ("a results", or "an items" on the worker's side).
 enum class FrameRead { kFrame, kClosed, kCut, kTooLong };
-FrameRead read_results_frame(int fd, std::vector<std::uint8_t>& body, std::size_t max, std::string& why);
+FrameRead read_results_frame(int fd, std::vector<std::uint8_t>& body, std::size_t max, std::string& why,
+                             const char* what = "a results");
 
 }  // namespace stoker::remote

@@ -127,15 +127,30 @@ void WorkerStream::OnReadDone(bool ok) {
   if (!ok) {  // the node half-closed (what was asked is still made and written) or is gone
     base::MutexLock lock(mu_);
     reading_ = false;
+    // The stream's reads have ended, so have the results connection's: its reader returns.
+    if (results_fd_ >= 0) ::shutdown(results_fd_, SHUT_RD);
     const bool fin = want_finish_locked();
     lock.unlock();
     act(false, false, fin);
     return;
   }
+  if (std::string bad = queue_items(read_); !bad.empty()) {
+    base::MutexLock lock(mu_);
+    reading_ = false;
+    end_for_locked(bad);
+    const bool fin = want_finish_locked();
+    lock.unlock();
+    act(false, false, fin);
+    return;
+  }
+  StartRead(&read_);  // reading_ stays true
+}
+
+std::string WorkerStream::queue_items(v1::Request& req) {
   std::string bad;
-  const bool one = read_.has_item();
-  const std::size_t n = one ? 1 : static_cast<std::size_t>(read_.items().items_size());
-  if (!one && !read_.has_items()) {
+  const bool one = req.has_item();
+  const std::size_t n = one ? 1 : static_cast<std::size_t>(req.items().items_size());
+  if (!one && !req.has_items()) {
     bad = "only items may follow a stream's Open";
   } else if (n > kMaxBatch) {
     bad = "an ItemBatch of " + std::to_string(n) + " items (at most " + std::to_string(kMaxBatch) + ")";
@@ -145,31 +160,27 @@ void WorkerStream::OnReadDone(bool ok) {
   if (bad.empty() && todo_.size() + making_ + outbox_.size() + in_write_ + n > kMaxInFlight) {
     bad = "more than " + std::to_string(kMaxInFlight) + " items in flight on one stream";
   }
-  if (!bad.empty()) {
-    reading_ = false;
-    end_ = grpc::Status(bad.find("in flight") != std::string::npos ? grpc::StatusCode::RESOURCE_EXHAUSTED
-                                                                    : grpc::StatusCode::INVALID_ARGUMENT,
-                        bad);
-    break_locked();
-    const bool fin = want_finish_locked();
-    lock.unlock();
-    host_.counters().errors++;
-    spdlog::warn("worker: ended the stream from {}: {}", peer_, bad);
-    act(false, false, fin);
-    return;
-  }
+  if (!bad.empty() || broken_) return bad;  // a broken stream drops what it is sent
   if (one) {
-    todo_.push_back(Taken{std::move(*read_.mutable_item()), now, {}, false});
+    todo_.push_back(Taken{std::move(*req.mutable_item()), now, {}, false});
   } else {
-    for (v1::Item& item : *read_.mutable_items()->mutable_items()) {
+    for (v1::Item& item : *req.mutable_items()->mutable_items())
       todo_.push_back(Taken{std::move(item), now, {}, false});
-    }
   }
   fetch_ahead_locked();
   const bool queue = want_queue_locked();
   lock.unlock();
   act(false, queue, false);
-  StartRead(&read_);  // reading_ stays true
+  return {};
+}
+
+void WorkerStream::end_for_locked(const std::string& bad) {
+  end_ = grpc::Status(bad.find("in flight") != std::string::npos ? grpc::StatusCode::RESOURCE_EXHAUSTED
+                                                                 : grpc::StatusCode::INVALID_ARGUMENT,
+                      bad);
+  break_locked();
+  host_.counters().errors++;
+  spdlog::warn("worker: ended the stream from {}: {}", peer_, bad);
 }
 
 // ---- the decode threads ---------------------------------------------------------------------
@@ -323,7 +334,7 @@ void WorkerStream::fetch_ahead_locked() {
 }
 
 bool WorkerStream::want_finish_locked() {
-  if (finished_ || reading_ || writing_ || making_ > 0) return false;
+  if (finished_ || (reading_ && !read_abandoned_) || items_reading_ || writing_ || making_ > 0) return false;
   if (!broken_ && (!todo_.empty() || !outbox_.empty())) return false;
   finished_ = true;  // the results writer, if any, ends (act() wakes it)
   return true;
@@ -357,18 +368,71 @@ void WorkerStream::act(bool write, bool queue, bool finish) {
 
 bool WorkerStream::bind_results(int fd) {
   base::MutexLock lock(mu_);
-  if (finished_ || broken_ || results_fd_ >= 0 || host_.refuse_results_binding()) return false;
-  // The acknowledgement goes first, before any frame: one byte on a fresh connection (its send
-  // buffer is empty, so this never blocks under mu_).
-  const char ack = kResultsBound;
-  if (::send(fd, &ack, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) return false;
+  // Not once the stream's reads have ended (the items reader would then wait for nothing).
+  if (finished_ || broken_ || !reading_ || results_fd_ >= 0 || results_writer_gone_ || host_.refuse_results_binding()) {
+    return false;
+  }
+  // Both threads first (each waits for mu_, and touches fd only once results_fd_ names it): out
+  // of threads, the node reads its results from the stream and sends its items there.
   try {
     std::thread(&WorkerStream::results_writer, this, shared_from_this()).detach();
   } catch (const std::system_error&) {
-    return false;  // out of threads: the node reads its results from the stream
+    return false;
+  }
+  try {
+    std::thread(&WorkerStream::items_reader, this, shared_from_this(), fd).detach();
+  } catch (const std::system_error&) {
+    results_writer_gone_ = true;  // the writer returns at once
+    results_cv_.notify_all();
+    return false;
+  }
+  // The acknowledgement goes first, before any frame: one byte on a fresh connection (its send
+  // buffer is empty, so this never blocks under mu_).
+  const char ack = kResultsBound;
+  if (::send(fd, &ack, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) {
+    results_writer_gone_ = true;  // both threads return without touching fd
+    results_cv_.notify_all();
+    return false;
   }
   results_fd_ = fd;  // writes decided from now on go to the writer
+  items_reading_ = true;
   return true;
+}
+
+void WorkerStream::items_reader(std::shared_ptr<WorkerStream> self, int fd) {
+  {
+    base::MutexLock lock(mu_);  // bind_results decides under it whether fd is ours
+    if (results_fd_ != fd || !items_reading_) return;
+  }
+  std::vector<std::uint8_t> frame;  // reused: its pages stay mapped
+  v1::Request req;
+  std::string bad;
+  for (;;) {
+    std::string why;
+    const FrameRead got = read_results_frame(fd, frame, kMaxRequestBytes, why, "an items");
+    // Closed or cut: the node ended the connection, or the stream's end shut it (the stream's
+    // own end says why); a frame past the bound is garbage.
+    if (got == FrameRead::kTooLong) bad = why;
+    if (got != FrameRead::kFrame) break;
+    if (!req.ParseFromArray(frame.data(), static_cast<int>(frame.size()))) {
+      bad = "an items frame that is not a Request";
+      break;
+    }
+    bad = queue_items(req);
+    if (!bad.empty()) break;
+  }
+  base::MutexLock lock(mu_);
+  if (!bad.empty() && !finished_) {
+    // The stream's own read is still outstanding: it need not end first (gRPC completes it with
+    // ok=false once the stream is finished), so the node is told why, as for a bad Request.
+    read_abandoned_ = true;
+    end_for_locked(bad);
+  }
+  items_reading_ = false;
+  const bool fin = want_finish_locked();
+  lock.unlock();
+  act(false, false, fin);
+  self.reset();  // may free the stream (its last reference after OnDone)
 }
 
 void WorkerStream::results_writer(std::shared_ptr<WorkerStream> self) {
@@ -377,7 +441,8 @@ void WorkerStream::results_writer(std::shared_ptr<WorkerStream> self) {
     int fd = -1;
     {
       base::MutexLock lock(mu_);
-      while (!results_posted_ && !finished_) results_cv_.wait(lock);
+      while (!results_posted_ && !finished_ && !results_writer_gone_) results_cv_.wait(lock);
+      if (results_writer_gone_) break;  // the bind failed: fd was never this stream's
       if (!results_posted_) {
         // Finished: nothing is being written (Finish waits for writes). The descriptor's close
         // is under mu_, as every shutdown() of it is.

@@ -20,7 +20,9 @@
 // Results connection (issue #36, protocol 1.3; results_channel.hpp): once a plaintext stream's
 // node binds one, each reply is written there by the stream's writer thread instead of by
 // gRPC; the flags above (writing_, parking) are the same, the writer completes a write as
-// OnWriteDone does.
+// OnWriteDone does. From protocol 1.4 the node sends its ItemBatches on that connection too: a
+// reader thread of the stream's takes them with the same checks as the stream's own reads, until
+// the connection or the stream's reads end; the stream does not finish before that reader has.
 //
 // Life: created by the server for each call, kept alive by its own `self_` until gRPC's OnDone
 // and by the decode threads' references while they make its items. Invariant: no gRPC
@@ -121,6 +123,11 @@ class WorkerStream final : public grpc::ServerBidiReactor<v1::Request, v1::Reply
 
  private:
   void open_read_done(bool ok);
+  // Items from the node, on the stream or the results connection: checked against the bounds
+  // and queued. Empty, or why the stream is to end (the caller ends it: end_for_locked).
+  std::string queue_items(v1::Request& req);
+  // Ends the stream for what its node sent (counted, logged).
+  void end_for_locked(const std::string& bad) STOKER_REQUIRES(mu_);
   void refuse(grpc::Status status, const std::string& reply_error);
   // Everything queued or unwritten is dropped; results still being made are dropped on delivery.
   void break_locked() STOKER_REQUIRES(mu_);
@@ -145,6 +152,8 @@ class WorkerStream final : public grpc::ServerBidiReactor<v1::Request, v1::Reply
   // The results connection's writer: writes each write_ handed to it, then completes it as
   // gRPC's OnWriteDone would. Holds `self` (the stream) until the stream finishes.
   void results_writer(std::shared_ptr<WorkerStream> self);
+  // The results connection's reader (protocol 1.4): each frame is a Request of items.
+  void items_reader(std::shared_ptr<WorkerStream> self, int fd);
 
   StreamHost& host_;
   grpc::CallbackServerContext* const ctx_;
@@ -182,6 +191,13 @@ class WorkerStream final : public grpc::ServerBidiReactor<v1::Request, v1::Reply
   int results_fd_ STOKER_GUARDED_BY(mu_) = -1;
   bool results_posted_ STOKER_GUARDED_BY(mu_) = false;     // write_ is the writer's to write
   bool write_via_results_ STOKER_GUARDED_BY(mu_) = false;  // the write next_write_locked made
+  // The items reader runs (set when the bind succeeds): holds Finish off, so the descriptor
+  // and ctx_ outlive its use of them.
+  bool items_reading_ STOKER_GUARDED_BY(mu_) = false;
+  bool results_writer_gone_ STOKER_GUARDED_BY(mu_) = false;  // a bind failed after its threads started
+  // The items reader ended the stream for a bad frame: Finish need not wait for the stream's
+  // outstanding read (gRPC completes it with ok=false after Finish).
+  bool read_abandoned_ STOKER_GUARDED_BY(mu_) = false;
   base::CondVar results_cv_;
 };
 

@@ -136,10 +136,18 @@ TEST_CASE(
     ::close(fd);
   }
 
-  // Items on the stream; every result comes back on the bound connection, none on the stream.
-  const int items = 12;
-  const v1::Request req = stoker::test::demo_items(files, items);
-  REQUIRE(rw->Write(req));
+  // Items on the stream (a 1.3 node's way), then on the bound connection (1.4): every result
+  // comes back on the bound connection, none on the stream.
+  const int items = 24;
+  const v1::Request all = stoker::test::demo_items(files, items);
+  v1::Request on_stream, on_connection;
+  for (int i = 0; i < items; ++i) {
+    *(i < items / 2 ? on_stream : on_connection).mutable_items()->add_items() = all.items().items(i);
+  }
+  REQUIRE(rw->Write(on_stream));
+  std::string items_frame(4, '\0');
+  on_connection.AppendToString(&items_frame);
+  REQUIRE(stoker::remote::write_items_frame(bound, items_frame, [] { return false; }));
   std::set<std::uint64_t> ids;
   std::vector<std::uint8_t> frame;
   const std::size_t max = stoker::remote::max_reply_bytes(64u * 64 * 3);
@@ -215,4 +223,112 @@ TEST_CASE(
   stoker::remote::WorkerServer second(settings, "127.0.0.1:0", {});
   CHECK(second.results_port() == 0);
   CHECK(second.port() > 0);
+}
+
+TEST_CASE(
+    "items on the results connection (protocol 1.4) meet the stream's own checks: a bad frame ends that stream, "
+    "and the worker serves the next",
+    "[integration][remote][security]") {
+  const fs::path demo = fs::canonical(fs::path(STOKER_TEST_DATA_DIR) / "demo");
+  stoker::test::TempDir dir;
+  const stoker::config::Config cfg = stoker::test::small_remote_job(demo, dir.path(), 64);
+  const std::vector<std::string> files = stoker::test::demo_jpegs(demo);
+  REQUIRE(files.size() >= 8);
+  stoker::remote::WorkerSettings settings;
+  settings.allow_roots = {demo};
+  settings.threads = 2;
+  settings.max_streams = 4;
+  stoker::remote::WorkerServer server(settings, "127.0.0.1:0", {});
+  REQUIRE(server.results_port() > 0);
+  grpc::ChannelArguments own;
+  own.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  own.SetMaxReceiveMessageSize(-1);
+  auto channel =
+      grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(server.port()), grpc::InsecureChannelCredentials(), own);
+  auto stub = v1::Worker::NewStub(channel);
+
+  // What a hostile node writes as its items frame, and what the worker's end of the stream says.
+  std::string too_long(4, '\0');
+  too_long[0] = too_long[1] = too_long[2] = '\xff';
+  too_long[3] = '\x7f';  // 2^31 - 1 bytes announced
+  std::string not_a_request(4, '\0');
+  not_a_request += std::string(11, '\xff');  // an overlong varint: no protobuf parses it
+  v1::Request open_again;
+  *open_again.mutable_open() = stoker::test::node_open(cfg.jobs.at(0));
+  const v1::Request too_many = stoker::test::demo_items(files, static_cast<int>(stoker::remote::kMaxBatch) + 1);
+  struct Bad {
+    std::string frame;
+    bool framed;  // write_items_frame fills in the length
+    const char* says;
+  };
+  std::vector<Bad> cases = {{too_long, false, "an items frame of 2147483647 bytes"},
+                            {not_a_request, true, "not a Request"},
+                            {std::string(4, '\0') + open_again.SerializeAsString(), true, "only items may follow"},
+                            {std::string(4, '\0') + too_many.SerializeAsString(), true, "an ItemBatch of 65 items"}};
+  for (Bad& bad : cases) {
+    INFO(bad.says);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    auto rw = stub->Work(&ctx);
+    const std::string nonce = stoker::remote::make_results_nonce();
+    v1::Request open;
+    *open.mutable_open() = stoker::test::node_open(cfg.jobs.at(0));
+    open.mutable_open()->set_results_nonce(nonce);
+    REQUIRE(rw->Write(open));
+    v1::Reply reply;
+    REQUIRE(rw->Read(&reply));
+    REQUIRE(reply.open().accepted());
+    REQUIRE(reply.open().protocol_minor() >= 4);
+    std::string why;
+    const int fd = stoker::remote::connect_results("127.0.0.1", reply.open().results_port(), nonce, why);
+    INFO(why);
+    REQUIRE(fd >= 0);
+    const auto errors = server.stats().errors;
+    if (bad.framed) {
+      REQUIRE(stoker::remote::write_items_frame(fd, bad.frame, [] { return false; }));
+    } else {
+      say(fd, bad.frame);
+    }
+    // The worker ends the stream naming what was wrong, and closes the connection.
+    CHECK(rw->Read(&reply) == false);
+    const grpc::Status end = rw->Finish();
+    CHECK_FALSE(end.ok());
+    CHECK(end.error_message().find(bad.says) != std::string::npos);
+    std::vector<std::uint8_t> frame;
+    CHECK(stoker::remote::read_results_frame(fd, frame, 1 << 20, why) == stoker::remote::FrameRead::kClosed);
+    ::close(fd);
+    CHECK(server.stats().errors == errors + 1);
+  }
+
+  // The worker serves the next stream as before: items on its connection, results back.
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto rw = stub->Work(&ctx);
+  const std::string nonce = stoker::remote::make_results_nonce();
+  v1::Request open;
+  *open.mutable_open() = stoker::test::node_open(cfg.jobs.at(0));
+  open.mutable_open()->set_results_nonce(nonce);
+  REQUIRE(rw->Write(open));
+  v1::Reply reply;
+  REQUIRE(rw->Read(&reply));
+  std::string why;
+  const int fd = stoker::remote::connect_results("127.0.0.1", reply.open().results_port(), nonce, why);
+  REQUIRE(fd >= 0);
+  std::string items(4, '\0');
+  stoker::test::demo_items(files, 4).AppendToString(&items);
+  REQUIRE(stoker::remote::write_items_frame(fd, items, [] { return false; }));
+  std::set<std::uint64_t> ids;
+  std::vector<std::uint8_t> frame;
+  while (ids.size() < 4) {
+    REQUIRE(stoker::remote::read_results_frame(fd, frame, stoker::remote::max_reply_bytes(64u * 64 * 3), why) ==
+            stoker::remote::FrameRead::kFrame);
+    v1::Reply r;
+    REQUIRE(r.ParseFromArray(frame.data(), static_cast<int>(frame.size())));
+    if (r.has_result()) ids.insert(r.result().id());
+    for (const v1::Result& one : r.results().results()) ids.insert(one.id());
+  }
+  CHECK(ids == std::set<std::uint64_t>{1, 2, 3, 4});
+  ctx.TryCancel();
+  rw->Finish();
+  ::close(fd);
 }

@@ -183,9 +183,9 @@ def test_remote_batches_equal_a_local_run(tmp_path, demo_root, workers, dtype, l
         st = status(rem)
         assert [w["address"] for w in st["remote"]] == [w1.address, w2.address]
         assert all(w["connected"] for w in st["remote"]), st["remote"]
-        # Plaintext links take their results on a connection of their own (protocol 1.3): the
-        # batches above, equal to the local run's, came that way.
-        assert all(w["results"] == "tcp" for w in st["remote"]), st["remote"]
+        # Plaintext links take their results on a connection of their own (protocol 1.3) and send
+        # their items on it (1.4): the batches above, equal to the local run's, came that way.
+        assert all(w["results"] == "tcp" and w["items"] == "tcp" for w in st["remote"]), st["remote"]
         made = remote_samples(st)
         if local:
             # One local decode thread and two one-thread workers: the workers take what it cannot.
@@ -431,6 +431,7 @@ def test_mutual_tls_serves_identical_batches_and_refuses_a_node_without_a_certif
         assert status(good)["remote"][0]["samples"] >= 64 - 3 * 8
         # A TLS link keeps its results on the (encrypted) stream: no plaintext connection.
         assert status(good)["remote"][0]["results"] == "stream", status(good)["remote"][0]
+        assert status(good)["remote"][0]["items"] == "stream", status(good)["remote"][0]
         # Without a client certificate, or without TLS, the worker is never reached; the jobs
         # serve from their local pools, the same batches.
         for d, name in ((nocert, "n"), (plain, "p")):
@@ -487,7 +488,7 @@ def test_a_results_connection_that_cannot_be_bound_leaves_the_results_on_the_str
         all_connected(rem)
         assert_same_batches(want, consume(rem, tmp_path / "b", 8))
         link = status(rem)["remote"][0]
-        assert link["results"] == "stream" and link["samples"] > 0, link
+        assert link["results"] == "stream" and link["items"] == "stream" and link["samples"] > 0, link
         assert link["reissued"] == 0 and link["errors"] == 0, link
         assert "no results connection (the worker closed it without binding it)" in open(rem.log).read()
     finally:
