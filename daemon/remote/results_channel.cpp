@@ -5,11 +5,13 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -101,6 +103,14 @@ ResultsListener::ResultsListener(const std::string& host, std::uint16_t port) {
   ::getsockname(fd_, reinterpret_cast<sockaddr*>(&at), &len);
   port_ = at.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&at)->sin6_port)
                                    : ntohs(reinterpret_cast<sockaddr_in*>(&at)->sin_port);
+  // Non-blocking: the polling thread takes every connection waiting, then polls again.
+  ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) | O_NONBLOCK);
+  wake_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_ < 0) {
+    const std::string e = errno_text(errno);
+    ::close(fd_);
+    throw std::runtime_error("results listener: eventfd: " + e);
+  }
   thread_ = std::thread([this] { accept_loop(); });
 }
 
@@ -108,9 +118,13 @@ ResultsListener::~ResultsListener() { stop(); }
 
 void ResultsListener::stop() {
   if (stopping_.exchange(true)) return;
-  ::shutdown(fd_, SHUT_RDWR);  // wakes accept() (EINVAL on Linux)
+  const std::uint64_t one = 1;
+  if (::write(wake_, &one, sizeof one) < 0) {
+    // An eventfd's counter cannot overflow from one write: nothing to do.
+  }
   if (thread_.joinable()) thread_.join();
   ::close(fd_);
+  ::close(wake_);
 }
 
 void ResultsListener::offer(const std::string& nonce, std::weak_ptr<WorkerStream> stream) {
@@ -129,26 +143,90 @@ void ResultsListener::withdraw(const std::string& nonce) {
 }
 
 void ResultsListener::accept_loop() {
+  // Every connection still in its handshake, polled together: none waits for another's greeting.
+  struct Greeting {
+    int fd;
+    std::chrono::steady_clock::time_point until;
+    std::size_t got = 0;
+    char hello[sizeof kResultsMagic + kNonceBytes];
+  };
+  std::vector<Greeting> pending;
+  std::vector<pollfd> polled;
   while (!stopping_.load()) {
-    const int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (stopping_.load()) return;
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        // Out of descriptors or memory: the node falls back to the stream; try again shortly.
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
+    const auto now = std::chrono::steady_clock::now();
+    // Past its time: closed unbound (a silent peer, or one too slow to say who it is).
+    std::erase_if(pending, [&](const Greeting& g) {
+      if (g.until > now) return false;
+      ::close(g.fd);
+      return true;
+    });
+    polled.assign({{fd_, POLLIN, 0}, {wake_, POLLIN, 0}});
+    auto wait = std::chrono::milliseconds(-1);
+    for (const Greeting& g : pending) {
+      polled.push_back({g.fd, POLLIN, 0});
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(g.until - now);
+      if (wait.count() < 0 || left < wait) wait = left;
+    }
+    if (::poll(polled.data(), polled.size(), static_cast<int>(wait.count())) < 0 && errno != EINTR) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // out of memory: try again shortly
       continue;
     }
-    handshake(fd);
+    if (stopping_.load()) break;
+    // Greetings first (the new connections below shift nothing already polled).
+    for (std::size_t i = 0; i < pending.size();) {
+      Greeting& g = pending[i];
+      if ((polled[i + 2].revents & (POLLIN | POLLHUP | POLLERR)) == 0) {
+        ++i;
+        continue;
+      }
+      const ssize_t r = ::recv(g.fd, g.hello + g.got, sizeof g.hello - g.got, MSG_DONTWAIT);
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        ++i;
+        continue;
+      }
+      bool done = r <= 0;  // closed or failed before a whole greeting: closed unbound
+      if (r > 0) {
+        g.got += static_cast<std::size_t>(r);
+        done =
+            g.got == sizeof g.hello || std::memcmp(g.hello, kResultsMagic, std::min(g.got, sizeof kResultsMagic)) != 0;
+      }
+      if (!done) {
+        ++i;
+        continue;
+      }
+      const Greeting whole = g;
+      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+      if (whole.got == sizeof whole.hello) {
+        greeted(whole.fd, whole.hello);  // checks the magic again, in full
+      } else {
+        ::close(whole.fd);
+      }
+      polled.erase(polled.begin() + static_cast<std::ptrdiff_t>(i) + 2);
+    }
+    if ((polled[0].revents & POLLIN) != 0) {
+      for (;;) {
+        const int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) {
+          if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+            // Out of descriptors or memory: the node falls back to the stream; try again shortly.
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          }
+          break;  // EAGAIN: none left to take
+        }
+        if (pending.size() >= kMaxGreeting) {  // a flood: the oldest silent peer gives way
+          ::close(pending.front().fd);
+          pending.erase(pending.begin());
+        }
+        pending.push_back(Greeting{fd, std::chrono::steady_clock::now() + kBindTimeout});
+      }
+    }
   }
+  for (const Greeting& g : pending) ::close(g.fd);  // stopped: closed unbound
 }
 
-void ResultsListener::handshake(int fd) {
-  set_timeout(fd, kBindTimeout);
-  char hello[sizeof kResultsMagic + kNonceBytes];
-  std::size_t got = 0;
-  if (recv_exact(fd, hello, sizeof hello, got) != 0 || std::memcmp(hello, kResultsMagic, sizeof kResultsMagic) != 0) {
-    ::close(fd);  // not a node's results connection, or too slow to say so
+void ResultsListener::greeted(int fd, const char* hello) {
+  if (std::memcmp(hello, kResultsMagic, sizeof kResultsMagic) != 0) {
+    ::close(fd);  // not a node's results connection
     return;
   }
   const std::string_view nonce(hello + sizeof kResultsMagic, kNonceBytes);
@@ -166,7 +244,8 @@ void ResultsListener::handshake(int fd) {
       offered_.erase(found);
     }
   }
-  set_timeout(fd, std::chrono::milliseconds(0));  // bound: writes block as long as the node reads
+  // Bound: blocking again, writes block as long as the node reads.
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   const int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (!stream || !stream->bind_results(fd)) ::close(fd);  // bind_results owns fd when it says yes

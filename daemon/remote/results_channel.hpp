@@ -20,7 +20,9 @@
 // from the stream (the worker writes there until a connection is bound). Once bound, the
 // connection's end is the stream's: the node cancels the stream and re-issues what it held; a
 // frame longer than the bound, or one the parser refuses, drops the worker as misbehaving.
-// A peer that connects and says nothing holds the listener's handshake for kBindTimeout at most.
+// Greetings are read by one thread polling every connection still in its handshake (at most
+// kMaxGreeting at once, the oldest closed past that): a peer that connects and says nothing is
+// closed after kBindTimeout and delays no other connection's binding.
 //
 // Items (protocol 1.4): a node whose worker answered 1.4 or later writes its ItemBatches on the
 // bound connection too, in the same framing (a Request's protobuf bytes, at most
@@ -47,6 +49,7 @@ inline constexpr std::size_t kNonceBytes = 32;
 inline constexpr char kResultsMagic[8] = {'S', 'T', 'K', 'R', 'E', 'S', '1', '\n'};
 inline constexpr char kResultsBound = 'K';
 inline constexpr std::chrono::milliseconds kBindTimeout{2000};
+inline constexpr std::size_t kMaxGreeting = 64;
 
 // The worker's listener: one thread accepting, binding each connection to its stream.
 class ResultsListener {
@@ -67,9 +70,11 @@ class ResultsListener {
 
  private:
   void accept_loop();
-  void handshake(int fd);
+  // A whole greeting was read from fd (blocking again): bound to its stream, or closed.
+  void greeted(int fd, const char* hello);
 
   int fd_ = -1;
+  int wake_ = -1;  // an eventfd: stop() wakes the polling thread
   int port_ = 0;
   std::atomic<bool> stopping_{false};
   base::Mutex mu_;

@@ -124,10 +124,18 @@ TEST_CASE(
     CHECK(answer(fd) == -1);
     ::close(fd);
   }
-  // The stream's own nonce: bound, acknowledged.
+  // The stream's own nonce: bound, acknowledged — at once, though more silent peers than the
+  // listener holds in their handshakes connected first (each greeting is polled, none waits for
+  // another's; past kMaxGreeting the oldest silent one is closed).
+  std::vector<int> silent;
+  for (std::size_t i = 0; i < stoker::remote::kMaxGreeting + 6; ++i) silent.push_back(dial(port));
+  const auto asked = ChannelClock::now();
   const int bound = dial(port);
   say(bound, greeting(nonce));
   REQUIRE(answer(bound) == stoker::remote::kResultsBound);
+  CHECK(std::chrono::duration<double>(ChannelClock::now() - asked).count() < 1.0);
+  CHECK(answer(silent.front()) == -1);  // the oldest gave way (closed, unbound)
+  for (const int fd : silent) ::close(fd);
   // The same nonce again (a replay by someone who saw it): closed, the first binding stands.
   {
     const int fd = dial(port);
