@@ -340,3 +340,35 @@ TEST_CASE(
   rw->Finish();
   ::close(fd);
 }
+
+TEST_CASE(
+    "an items frame the worker does not take: the node's send gives up when its link says so, between bounded waits",
+    "[integration][remote]") {
+  // A connection whose far end never reads (a frozen worker), as connect_results leaves the
+  // node's end: a send waits at most 200 ms at a time.
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(listener >= 0);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof at;
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
+  REQUIRE(::listen(listener, 1) == 0);
+  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&at), &len) == 0);
+  const int node = dial(ntohs(at.sin_port));
+  const int frozen = ::accept(listener, nullptr, nullptr);
+  REQUIRE(frozen >= 0);
+  const timeval wait{0, 200 * 1000};
+  REQUIRE(::setsockopt(node, SOL_SOCKET, SO_SNDTIMEO, &wait, sizeof wait) == 0);
+
+  std::string frame(4 + (64u << 20), 'x');  // more than both ends' socket buffers hold
+  int asked = 0;
+  const auto t0 = ChannelClock::now();
+  CHECK_FALSE(stoker::remote::write_items_frame(node, frame, [&] { return ++asked < 3; }));
+  const double took = std::chrono::duration<double>(ChannelClock::now() - t0).count();
+  CHECK(asked == 3);  // asked after each bounded wait, and stopped when told to
+  CHECK(took < 3.0);  // three waits of 200 ms, not a send blocked for good
+  ::close(node);
+  ::close(frozen);
+  ::close(listener);
+}
