@@ -111,7 +111,7 @@ fi
 echo "demo: stokerctl status, each job's \`remote\` entries"
 "$build/bin/stokerctl" status --socket "$socket" | python3 -c '
 import json, sys
-line = "  job {job}: worker {address}: in_flight {in_flight}, samples {samples}, reissued {reissued}, results over {results}"
+line = "  job {job}: worker {address}: in_flight {in_flight}, samples {samples}, reissued {reissued}, results over {results}, items over {items}"
 for job in json.load(sys.stdin)["jobs"]:
     for w in job.get("remote", []):
         print(line.format(job=job["name"], **w))'
