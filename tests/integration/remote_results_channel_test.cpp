@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
@@ -65,45 +66,78 @@ int answer(int fd) {
 
 std::string greeting(const std::string& nonce) { return std::string(kResultsMagic, sizeof kResultsMagic) + nonce; }
 
+// A TCP socket bound to a free loopback port (written to `port`), not yet listening.
+int loopback_socket(std::uint16_t& port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof at;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&at), &len) == 0);
+  port = ntohs(at.sin_port);
+  return fd;
+}
+
+// The product's WorkerServer in this process over the demo JPEGs (2 threads, 4 streams), a
+// node's job for it, and a raw gRPC stub to reach it as a node would.
+struct DemoWorker {
+  DemoWorker()
+      : demo(fs::canonical(fs::path(STOKER_TEST_DATA_DIR) / "demo")),
+        cfg(stoker::test::small_remote_job(demo, dir.path(), 64)),
+        files(stoker::test::demo_jpegs(demo)) {
+    REQUIRE(files.size() >= 8);
+    stoker::remote::WorkerSettings settings;
+    settings.allow_roots = {demo};
+    settings.threads = 2;
+    settings.max_streams = 4;
+    server = std::make_unique<stoker::remote::WorkerServer>(settings, "127.0.0.1:0", stoker::remote::TlsFiles{});
+    REQUIRE(server->results_port() > 0);
+    grpc::ChannelArguments own;
+    own.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    own.SetMaxReceiveMessageSize(-1);
+    stub = v1::Worker::NewStub(grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(server->port()),
+                                                         grpc::InsecureChannelCredentials(), own));
+  }
+  // Opens a stream on `ctx` whose Open carries `nonce`; the worker's answer.
+  std::unique_ptr<grpc::ClientReaderWriter<v1::Request, v1::Reply>> open(grpc::ClientContext& ctx,
+                                                                         const std::string& nonce, v1::Reply& reply) {
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    auto rw = stub->Work(&ctx);
+    v1::Request req;
+    *req.mutable_open() = stoker::test::node_open(cfg.jobs.at(0));
+    req.mutable_open()->set_results_nonce(nonce);
+    REQUIRE(rw->Write(req));
+    REQUIRE(rw->Read(&reply));
+    INFO(reply.open().error());
+    REQUIRE(reply.open().accepted());
+    return rw;
+  }
+
+  fs::path demo;
+  stoker::test::TempDir dir;
+  stoker::config::Config cfg;
+  std::vector<std::string> files;
+  std::unique_ptr<stoker::remote::WorkerServer> server;
+  std::unique_ptr<v1::Worker::Stub> stub;
+};
+
 }  // namespace
 
 TEST_CASE(
     "the results listener binds only a live stream's nonce, once: other greetings and silence are closed unbound, "
     "and the bound stream's results arrive there whole",
     "[integration][remote][security]") {
-  const fs::path demo = fs::canonical(fs::path(STOKER_TEST_DATA_DIR) / "demo");
-  stoker::test::TempDir dir;
-  const stoker::config::Config cfg = stoker::test::small_remote_job(demo, dir.path(), 64);
-  const std::vector<std::string> files = stoker::test::demo_jpegs(demo);
-  REQUIRE(files.size() >= 8);
-
-  stoker::remote::WorkerSettings settings;
-  settings.allow_roots = {demo};
-  settings.threads = 2;
-  settings.max_streams = 4;
-  stoker::remote::WorkerServer server(settings, "127.0.0.1:0", {});
+  DemoWorker w;
+  const std::vector<std::string>& files = w.files;
+  stoker::remote::WorkerServer& server = *w.server;
   const int port = server.results_port();
-  REQUIRE(port > 0);
-
-  grpc::ChannelArguments own;
-  own.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  own.SetMaxReceiveMessageSize(-1);
-  auto channel =
-      grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(server.port()), grpc::InsecureChannelCredentials(), own);
-  auto stub = v1::Worker::NewStub(channel);
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  auto rw = stub->Work(&ctx);
   const std::string nonce = stoker::remote::make_results_nonce();
   REQUIRE(nonce.size() == kNonceBytes);
-  v1::Request open;
-  *open.mutable_open() = stoker::test::node_open(cfg.jobs.at(0));
-  open.mutable_open()->set_results_nonce(nonce);
-  REQUIRE(rw->Write(open));
   v1::Reply reply;
-  REQUIRE(rw->Read(&reply));
-  INFO(reply.open().error());
-  REQUIRE(reply.open().accepted());
+  auto rw = w.open(ctx, nonce, reply);
   CHECK(reply.open().protocol_minor() == stoker::remote::kWorkerMinor);
   CHECK(reply.open().results_port() == static_cast<std::uint32_t>(port));
 
@@ -210,15 +244,8 @@ TEST_CASE(
     "[integration][remote]") {
   // A free port: bound and let go (another process could take it meanwhile: then the second
   // half below holds for it, and the first CHECK says so).
-  const int probe = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  REQUIRE(probe >= 0);
-  sockaddr_in at{};
-  at.sin_family = AF_INET;
-  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof at;
-  REQUIRE(::bind(probe, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
-  REQUIRE(::getsockname(probe, reinterpret_cast<sockaddr*>(&at), &len) == 0);
-  const auto port = ntohs(at.sin_port);
+  std::uint16_t port = 0;
+  const int probe = loopback_socket(port);
   ::close(probe);
 
   stoker::remote::WorkerSettings settings;
@@ -237,23 +264,10 @@ TEST_CASE(
     "items on the results connection (protocol 1.4) meet the stream's own checks: a bad frame ends that stream, "
     "and the worker serves the next",
     "[integration][remote][security]") {
-  const fs::path demo = fs::canonical(fs::path(STOKER_TEST_DATA_DIR) / "demo");
-  stoker::test::TempDir dir;
-  const stoker::config::Config cfg = stoker::test::small_remote_job(demo, dir.path(), 64);
-  const std::vector<std::string> files = stoker::test::demo_jpegs(demo);
-  REQUIRE(files.size() >= 8);
-  stoker::remote::WorkerSettings settings;
-  settings.allow_roots = {demo};
-  settings.threads = 2;
-  settings.max_streams = 4;
-  stoker::remote::WorkerServer server(settings, "127.0.0.1:0", {});
-  REQUIRE(server.results_port() > 0);
-  grpc::ChannelArguments own;
-  own.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  own.SetMaxReceiveMessageSize(-1);
-  auto channel =
-      grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(server.port()), grpc::InsecureChannelCredentials(), own);
-  auto stub = v1::Worker::NewStub(channel);
+  DemoWorker w;
+  const stoker::config::Config& cfg = w.cfg;
+  const std::vector<std::string>& files = w.files;
+  stoker::remote::WorkerServer& server = *w.server;
 
   // What a hostile node writes as its items frame, and what the worker's end of the stream says.
   std::string too_long(4, '\0');
@@ -276,16 +290,9 @@ TEST_CASE(
   for (Bad& bad : cases) {
     INFO(bad.says);
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    auto rw = stub->Work(&ctx);
     const std::string nonce = stoker::remote::make_results_nonce();
-    v1::Request open;
-    *open.mutable_open() = stoker::test::node_open(cfg.jobs.at(0));
-    open.mutable_open()->set_results_nonce(nonce);
-    REQUIRE(rw->Write(open));
     v1::Reply reply;
-    REQUIRE(rw->Read(&reply));
-    REQUIRE(reply.open().accepted());
+    auto rw = w.open(ctx, nonce, reply);
     REQUIRE(reply.open().protocol_minor() >= 4);
     std::string why;
     const int fd = stoker::remote::connect_results("127.0.0.1", reply.open().results_port(), nonce, why);
@@ -310,15 +317,9 @@ TEST_CASE(
 
   // The worker serves the next stream as before: items on its connection, results back.
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  auto rw = stub->Work(&ctx);
   const std::string nonce = stoker::remote::make_results_nonce();
-  v1::Request open;
-  *open.mutable_open() = stoker::test::node_open(cfg.jobs.at(0));
-  open.mutable_open()->set_results_nonce(nonce);
-  REQUIRE(rw->Write(open));
   v1::Reply reply;
-  REQUIRE(rw->Read(&reply));
+  auto rw = w.open(ctx, nonce, reply);
   std::string why;
   const int fd = stoker::remote::connect_results("127.0.0.1", reply.open().results_port(), nonce, why);
   REQUIRE(fd >= 0);
@@ -346,16 +347,10 @@ TEST_CASE(
     "[integration][remote]") {
   // A connection whose far end never reads (a frozen worker), as connect_results leaves the
   // node's end: a send waits at most 200 ms at a time.
-  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  REQUIRE(listener >= 0);
-  sockaddr_in at{};
-  at.sin_family = AF_INET;
-  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof at;
-  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
+  std::uint16_t port = 0;
+  const int listener = loopback_socket(port);
   REQUIRE(::listen(listener, 1) == 0);
-  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&at), &len) == 0);
-  const int node = dial(ntohs(at.sin_port));
+  const int node = dial(port);
   const int frozen = ::accept(listener, nullptr, nullptr);
   REQUIRE(frozen >= 0);
   const timeval wait{0, 200 * 1000};
