@@ -152,7 +152,11 @@ void Sessions::deliver_ready() {
     bool sent = false;
     while (auto msg = s.job->take_ready(s.rank, s.reader)) {
       sent = true;
+      // Counted as announced before the send: an announcement that cannot be sent (the
+      // consumer just hung up) is one it never took, and goes back with the untaken (evict).
+      if (announce) s.slot_seq[msg->slot] = s.announced++;
       if (!send_all(s, &*msg, sizeof *msg)) {
+        if (!announce) s.unsent_slot = msg->slot;
         doomed_.push_back(fd);
         break;
       }
@@ -160,7 +164,6 @@ void Sessions::deliver_ready() {
         s.acquire_pending = false;
         break;
       }
-      s.slot_seq[msg->slot] = s.announced++;
       if (s.announced - s.taken >= s.window) break;
     }
     // Drained: told once the consumer has taken every batch it was sent (announce mode: its
@@ -234,11 +237,13 @@ void Sessions::evict(int fd, const char* why) {
   if (s.job != nullptr) {
     spdlog::info("consumer pid {} of job {} rank {}{} disconnected{}{}", s.pid, s.job->name(), s.rank,
                  reader_suffix(s.job, s.reader), why ? ": " : "", why ? why : "");
-    // Announce mode: the batches it was sent and is not known to have taken go back to it.
+    // Announce mode: the batches it was sent (or was being sent) and is not known to have
+    // taken go back to it; Acquire mode: the one whose reply failed.
     std::vector<std::uint32_t> untaken;
     for (std::uint32_t slot = 0; slot < s.slot_seq.size(); ++slot) {
       if (s.announced > 0 && s.slot_seq[slot] >= s.taken && s.slot_seq[slot] < s.announced) untaken.push_back(slot);
     }
+    if (s.unsent_slot) untaken.push_back(*s.unsent_slot);
     delivery_.retire(s.job->detach(s.rank, s.reader, untaken), s.peer);
   }
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);

@@ -47,6 +47,10 @@ struct Session {
   std::uint32_t window = 0;
   std::uint64_t announced = 0, taken = 0;
   std::vector<std::uint64_t> slot_seq;
+  // Acquire mode: the batch whose reply could not be sent (the client hung up or stopped
+  // reading). take_ready() leased it and moved the reader past it; the reader never saw it,
+  // so it goes back as untaken when the session ends.
+  std::optional<std::uint32_t> unsent_slot;
   std::uint32_t pid = 0;
   bool spoke = false;                // sent at least one valid message
   std::int32_t peer_pid = 0;         // SO_PEERCRED: trusted, unlike Hello's pid

@@ -179,9 +179,10 @@ class Ring {
   bool any_reader_attached() const STOKER_EXCLUDES(mu_);
   // The reader is gone: its leases are reclaimed; batches the other readers still need are
   // kept. Returns its device ring once no slot's copy reads for it any more.
-  // `untaken`: slots announced to the reader (protocol 2.5) that it is not known to have taken:
-  // they are not counted as consumed, and the reader's position goes back to the first of
-  // them, so a reconnect gets them again instead of a re-plan (or an out-of-step refusal).
+  // `untaken`: slots announced to the reader (protocol 2.5) that it is not known to have taken,
+  // or taken for it but never sent (its connection failed under the send): they are not counted as consumed, and the
+  // reader's position goes back to the first of them, so a reconnect gets them again instead of a re-plan (or an
+  // out-of-step refusal).
   std::shared_ptr<delivery::DeviceRing> detach(std::uint32_t reader, std::vector<WorkItem>& out,
                                                const std::vector<std::uint32_t>& untaken = {})
       STOKER_EXCLUDES(mu_);
