@@ -28,7 +28,7 @@ if(NOT STOKER_SANITIZE AND NOT STOKER_TSAN AND NOT STOKER_FUZZ)
     COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/install/deb_test.sh build ${_deb_work})
   # The package build compiles through the same launcher (ccache) as this build, if any.
   set_tests_properties(deb_package_builds_with_its_files_and_dependencies PROPERTIES
-    LABELS package TIMEOUT 1200 FIXTURES_SETUP stoker_deb
+    LABELS package TIMEOUT 1200 COST 60 FIXTURES_SETUP stoker_deb
     ENVIRONMENT "CMAKE_CXX_COMPILER_LAUNCHER=${CMAKE_CXX_COMPILER_LAUNCHER};CMAKE_C_COMPILER_LAUNCHER=${CMAKE_C_COMPILER_LAUNCHER};STOKER_DEB_FLAGS=${CMAKE_CXX_FLAGS_RELWITHDEBINFO}")
   add_test(NAME deb_package_installs_runs_and_purges_cleanly
     COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/install/deb_test.sh install ${_deb_work})

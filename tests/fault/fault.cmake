@@ -38,6 +38,6 @@ if(NOT STOKER_SANITIZE AND NOT STOKER_TSAN)
   if(STOKER_SOAK_PYTHON)
     add_test(NAME soak_20_epochs_flat_memory COMMAND ${STOKER_SOAK_PYTHON} ${PROJECT_SOURCE_DIR}/scripts/soak.py
              ${CMAKE_BINARY_DIR} 20)
-    set_tests_properties(soak_20_epochs_flat_memory PROPERTIES LABELS fault TIMEOUT 900)
+    set_tests_properties(soak_20_epochs_flat_memory PROPERTIES LABELS fault TIMEOUT 900 COST 16)
   endif()
 endif()
