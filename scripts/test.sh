@@ -52,8 +52,7 @@ summary() {
     grep -A4 -E '^[^ ].*: FAILED:$' "$log" | head -60
   done
   echo "test: $passed passed, $failed failed, $skipped skipped"
-  echo "== time per tier (wall seconds; $jobs cores; ccache: $(command -v ccache >/dev/null && echo used || echo none);"
-  echo "   build: what was waited for, the asan and tsan builds running behind the tier before)"
+  echo "== time per tier (wall seconds; $jobs cores; ccache: $(command -v ccache >/dev/null && echo used || echo none))"
   printf '%-8s %8s %8s %8s\n' tier build run total
   printf '%s\n' "${table[@]}"
   echo "test time: $((SECONDS - start)) s"
@@ -72,41 +71,6 @@ build() {  # configure preset, [build preset]
   cmake --preset "$1" >/dev/null || return 1
   cmake --build --preset "${2:-$1}" -j "$jobs" || return 1
   build_s=$((SECONDS - t0))
-}
-
-# The next tier's build runs behind this tier's tests at SCHED_IDLE priority: the tests leave
-# about 40% of the two cores idle (waiting on sockets, timeouts, child processes), and an idle-
-# class process gets a core only when no test wants it, so the tests run as if alone. What is
-# left of the build when the tests end then has both cores (await_build).
-behind_pid=0 behind_t0=0 behind_log=
-kill_tree() {  # pid: it and its descendants (a background build ignores the terminal's Ctrl-C)
-  local child
-  for child in $(pgrep -P "$1"); do kill_tree "$child"; done
-  kill "$1" 2>/dev/null
-}
-trap '((behind_pid)) && kill_tree "$behind_pid"' EXIT
-trap 'exit 130' INT TERM
-build_behind() {  # configure preset, [build preset]
-  behind_log=$(mktemp "${TMPDIR:-/tmp}/stoker-build-$1.XXXXXX.log")
-  behind_t0=$SECONDS
-  (
-    chrt --idle -p 0 "$BASHPID" >/dev/null 2>&1 || renice -n 19 -p "$BASHPID" >/dev/null 2>&1 || true
-    build "$@"
-  ) > "$behind_log" 2>&1 &
-  behind_pid=$!
-}
-
-# Waits for build_behind's build and prints its output. Sets build_s to the seconds waited
-# (the part of the build the tests did not hide) and behind_s to the build's whole wall time.
-await_build() {
-  local t0=$SECONDS rc=0
-  wait "$behind_pid" || rc=$?
-  behind_pid=0
-  cat "$behind_log"
-  rm -f "$behind_log"
-  build_s=$((SECONDS - t0))
-  behind_s=$((SECONDS - behind_t0))
-  return $rc
 }
 
 # Runs a preset's tests; appends to the tally. Sets run_s.
@@ -140,16 +104,13 @@ fi
 
 echo "== plain: build (GCC -O2 -g1, every target)"
 build plain || { echo "test: the plain build failed" >&2; exit 1; }
-echo "== plain: ctest (unit, integration, fault, gpu, python, scripts, package); the asan build runs behind it"
-build_behind asan
+echo "== plain: ctest (unit, integration, fault, gpu, python, scripts, package)"
 run_tests plain build/ctest.log
 row plain "$build_s" "$run_s"
 
 echo "== asan: build (clang ASan + UBSan + fuzzer coverage: tier_asan)"
-await_build || { echo "test: the asan build failed" >&2; summary; exit 1; }
-echo "   (the asan build took ${behind_s} s, all but ${build_s} s of it behind the plain tier's tests)"
-echo "== asan: ctest (unit, integration, fault); the tsan build runs behind it and the fuzz tier"
-build_behind tsan
+build asan || { echo "test: the asan build failed" >&2; summary; exit 1; }
+echo "== asan: ctest (unit, integration, fault)"
 run_tests asan build-asan/ctest.log
 if grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' build-asan/ctest.log; then
   echo "test: sanitizer report found" >&2
@@ -171,8 +132,7 @@ row fuzz 0 $((SECONDS - t0))
 echo "== tsan: build (clang ThreadSanitizer + -Wthread-safety -Werror: tier_tsan)"
 # Reports of every process (stokerd and stokerctl write theirs to their own logs otherwise)
 # go to build-tsan/tsan-reports/; any file there fails the run.
-if await_build; then
-  echo "   (the tsan build took ${behind_s} s, all but ${build_s} s of it behind the asan and fuzz tiers)"
+if build tsan; then
   rm -rf build-tsan/tsan-reports && mkdir -p build-tsan/tsan-reports
   echo "== tsan: ctest (integration)"
   TSAN_OPTIONS="halt_on_error=0 log_path=$PWD/build-tsan/tsan-reports/report" run_tests tsan build-tsan/ctest.log
