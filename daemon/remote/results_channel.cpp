@@ -142,16 +142,57 @@ void ResultsListener::withdraw(const std::string& nonce) {
   }
 }
 
+namespace {
+
+// A connection still in its handshake (ResultsListener::accept_loop).
+struct Greeting {
+  int fd;
+  std::chrono::steady_clock::time_point until;
+  std::size_t got = 0;
+  char hello[sizeof kResultsMagic + kNonceBytes];
+};
+
+enum class Heard { kWaiting, kWhole, kBad };
+
+// Reads what the peer has sent of its greeting, without waiting. kBad: closed, failed, or not
+// a node's magic (so not worth waiting for).
+Heard hear(Greeting& g) {
+  const ssize_t r = ::recv(g.fd, g.hello + g.got, sizeof g.hello - g.got, MSG_DONTWAIT);
+  if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return Heard::kWaiting;
+  if (r <= 0) return Heard::kBad;
+  g.got += static_cast<std::size_t>(r);
+  if (std::memcmp(g.hello, kResultsMagic, std::min(g.got, sizeof kResultsMagic)) != 0) return Heard::kBad;
+  return g.got == sizeof g.hello ? Heard::kWhole : Heard::kWaiting;
+}
+
+}  // namespace
+
 void ResultsListener::accept_loop() {
   // Every connection still in its handshake, polled together: none waits for another's greeting.
-  struct Greeting {
-    int fd;
-    std::chrono::steady_clock::time_point until;
-    std::size_t got = 0;
-    char hello[sizeof kResultsMagic + kNonceBytes];
-  };
   std::vector<Greeting> pending;
   std::vector<pollfd> polled;
+  auto finish = [&](const Greeting& g, Heard heard) {
+    if (heard == Heard::kWhole) {
+      greeted(g.fd, g.hello);  // checks the magic again, in full
+    } else {
+      ::close(g.fd);
+    }
+  };
+  // Out of descriptors (or memory) while accepting: a fault of the machine, reported at most
+  // every 10 s with how often it happened since.
+  std::uint64_t short_of_fds = 0;
+  auto last_report = std::chrono::steady_clock::time_point{};
+  auto report = [&](int e, bool gave_way) {
+    ++short_of_fds;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_report < std::chrono::seconds(10)) return;
+    spdlog::warn("results listener: accepting a connection failed ({}; {} time(s) in the last 10 s); {}", errno_text(e),
+                 short_of_fds,
+                 gave_way ? "the connection waiting longest for its greeting was closed to make room"
+                          : "trying again every 50 ms");
+    last_report = now;
+    short_of_fds = 0;
+  };
   while (!stopping_.load()) {
     const auto now = std::chrono::steady_clock::now();
     // Past its time: closed unbound (a silent peer, or one too slow to say who it is).
@@ -174,50 +215,50 @@ void ResultsListener::accept_loop() {
     if (stopping_.load()) break;
     // Greetings first (the new connections below shift nothing already polled).
     for (std::size_t i = 0; i < pending.size();) {
-      Greeting& g = pending[i];
       if ((polled[i + 2].revents & (POLLIN | POLLHUP | POLLERR)) == 0) {
         ++i;
         continue;
       }
-      const ssize_t r = ::recv(g.fd, g.hello + g.got, sizeof g.hello - g.got, MSG_DONTWAIT);
-      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      const Heard heard = hear(pending[i]);
+      if (heard == Heard::kWaiting) {
         ++i;
         continue;
       }
-      bool done = r <= 0;  // closed or failed before a whole greeting: closed unbound
-      if (r > 0) {
-        g.got += static_cast<std::size_t>(r);
-        done =
-            g.got == sizeof g.hello || std::memcmp(g.hello, kResultsMagic, std::min(g.got, sizeof kResultsMagic)) != 0;
-      }
-      if (!done) {
-        ++i;
-        continue;
-      }
-      const Greeting whole = g;
+      const Greeting whole = pending[i];
       pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
-      if (whole.got == sizeof whole.hello) {
-        greeted(whole.fd, whole.hello);  // checks the magic again, in full
-      } else {
-        ::close(whole.fd);
-      }
       polled.erase(polled.begin() + static_cast<std::ptrdiff_t>(i) + 2);
+      finish(whole, heard);
     }
     if ((polled[0].revents & POLLIN) != 0) {
       for (;;) {
         const int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) {
-          if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-            // Out of descriptors or memory: the node falls back to the stream; try again shortly.
-            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          const int e = errno;
+          if (e != EMFILE && e != ENFILE && e != ENOBUFS && e != ENOMEM) break;  // EAGAIN: none left to take
+          if (!pending.empty()) {
+            // Out of descriptors with peers still silent: the oldest gives way, as in a flood
+            // past kMaxGreeting, so silent peers cannot keep a node out by holding them all.
+            ::close(pending.front().fd);
+            pending.erase(pending.begin());
+            report(e, true);
+            continue;
           }
-          break;  // EAGAIN: none left to take
+          report(e, false);
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          break;
+        }
+        // Heard at once: a node sends its greeting as it connects, so it is bound here, before
+        // any silent peer's turn; only a peer that has not spoken yet waits in `pending`.
+        Greeting g{fd, std::chrono::steady_clock::now() + kBindTimeout, 0, {}};
+        if (const Heard heard = hear(g); heard != Heard::kWaiting) {
+          finish(g, heard);
+          continue;
         }
         if (pending.size() >= kMaxGreeting) {  // a flood: the oldest silent peer gives way
           ::close(pending.front().fd);
           pending.erase(pending.begin());
         }
-        pending.push_back(Greeting{fd, std::chrono::steady_clock::now() + kBindTimeout});
+        pending.push_back(g);
       }
     }
   }

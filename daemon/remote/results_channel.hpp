@@ -20,9 +20,11 @@
 // from the stream (the worker writes there until a connection is bound). Once bound, the
 // connection's end is the stream's: the node cancels the stream and re-issues what it held; a
 // frame longer than the bound, or one the parser refuses, drops the worker as misbehaving.
-// Greetings are read by one thread polling every connection still in its handshake (at most
-// kMaxGreeting at once, the oldest closed past that): a peer that connects and says nothing is
-// closed after kBindTimeout and delays no other connection's binding.
+// Greetings are read as each connection is accepted (a node sends its greeting as it connects,
+// so it is bound at once); a peer that has not spoken yet waits with the others still in their
+// handshake, polled together by the one listening thread (at most kMaxGreeting at once, the
+// oldest closed past that, or when accepting runs out of descriptors): a peer that connects and
+// says nothing is closed after kBindTimeout and delays no other connection's binding.
 //
 // Items (protocol 1.4): a node whose worker answered 1.4 or later writes its ItemBatches on the
 // bound connection too, in the same framing (a Request's protobuf bytes, at most

@@ -10,8 +10,10 @@ import glob
 import json
 import os
 import re
+import resource
 import shutil
 import signal
+import socket
 import subprocess
 import tarfile
 import threading
@@ -43,7 +45,7 @@ class Worker:
         if token_file:
             args += ["--token-file", token_file]
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 20
         self.port = None
         while self.port is None:
@@ -494,6 +496,66 @@ def test_a_results_connection_that_cannot_be_bound_leaves_the_results_on_the_str
     finally:
         base.stop()
         rem.stop()
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_worker_out_of_descriptors_reports_it_waits_and_binds_nodes_again(tmp_path, demo_root, workers):
+    """Out of descriptors is a fault of the machine: a worker whose descriptor limit is lowered
+    (prlimit) below what it already holds cannot accept a results connection (accept: EMFILE). It
+    says so in its log, waits without spinning (under 0.2 s of CPU in 2 s of trying), keeps the
+    streams it has, and once the limit is back binds the next node's results connection: both
+    nodes' batches equal the local run's, their results and items on TCP."""
+    w = workers("w", demo_root)
+    port = int(re.search(r"results connections on port (\d+)", open(w.log).read()).group(1))
+    source = f'{{root: "{demo_root}"}}'
+    base = start(tmp_path, "local", job_config(tmp_path / "l.yaml", source))
+    cfg = job_config(tmp_path / "r.yaml", source, remote=remote_key([w.address], local=False))
+    first = start(tmp_path, "first", cfg)
+    second = None
+    stuck = []
+    try:
+        want = consume(base, tmp_path / "a", 16)
+        all_connected(first)
+        assert_same_batches(want[:8], consume(first, tmp_path / "b", 8))
+        # Its ring full again, nothing is asked of the worker while its limit is low (a read it
+        # cannot open then would be made on the node: tested with the object-storage cases).
+        wait_for(lambda: (lambda sl: sl["free"] == 0 and sl["filling"] == 0)(status(first)["consumers"][0]["slots"]),
+                 "the first node's ring full")
+        soft, hard = resource.prlimit(w.proc.pid, resource.RLIMIT_NOFILE)
+        # A limit of 3: no new descriptor at all (0, 1 and 2 are open; those above stay usable).
+        assert all(os.path.exists(f"/proc/{w.proc.pid}/fd/{k}") for k in range(3))
+        resource.prlimit(w.proc.pid, resource.RLIMIT_NOFILE, (3, hard))
+        try:
+            # What a node's connection would meet: the listener cannot take it.
+            stuck = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(3)]
+            wait_for(lambda: "results listener: accepting a connection failed (Too many open files"
+                     in open(w.log).read(), "the worker to report running out of descriptors")
+            cpu0 = cpu_seconds(w.proc.pid)
+            time.sleep(2)
+            assert cpu_seconds(w.proc.pid) - cpu0 < 0.2, "the listener spins while out of descriptors"
+            assert w.proc.poll() is None
+        finally:
+            resource.prlimit(w.proc.pid, resource.RLIMIT_NOFILE, (soft, hard))
+        # The limit back: the first node's stream went on, and a new node binds as before.
+        assert_same_batches(want[8:], consume(first, tmp_path / "c", 8, start_epoch=1))
+        second = start(tmp_path, "second", cfg)
+        all_connected(second)
+        assert_same_batches(want[:8], consume(second, tmp_path / "d", 8))
+        for d in (first, second):
+            link = status(d)["remote"][0]
+            assert link["results"] == "tcp" and link["items"] == "tcp" and link["samples"] > 0, link
+            assert link["errors"] == 0, link
+    finally:
+        for c in stuck:
+            c.close()
+        for d in (base, first, second):
+            if d is not None:
+                d.stop()
 
 
 def test_a_reload_that_adds_a_worker_restarts_the_job_with_both(tmp_path, demo_root, workers):
