@@ -157,6 +157,38 @@ def test_worker_command_listens_on_the_service_port_with_a_mounted_token():
             assert m and m[0].get("readOnly"), f"{f}: --allow-root {root} is not a read-only mount"
     res = worker["resources"]
     assert res["requests"]["cpu"] and res["limits"]["cpu"], f"{f}: the worker needs CPU requests and limits"
+    # The results port: fixed (a NetworkPolicy names it), declared, and not the stream's port.
+    results = int(option(args, "--results-port"))
+    assert 0 < results != int(port), f"{f}: --results-port {results} (the worker listens on {port})"
+    assert port_number(worker, "results") == results, f"{f}: container port 'results' is not --results-port {results}"
+
+
+def worker_help_options():
+    """Every --option `stokerd --worker --help` names."""
+    path = os.path.join(BIN, "stokerd")
+    if not os.access(path, os.X_OK):
+        pytest.skip(f"{path} not built")
+    r = subprocess.run([path, "--worker", "--help"], capture_output=True, text=True)
+    if r.returncode != 0 or "--listen" not in r.stdout:
+        pytest.skip("stokerd built without remote workers")
+    return {w.rstrip(",=") for w in r.stdout.split() if w.startswith("--")}
+
+
+def test_worker_options_of_both_examples_exist_in_the_built_stokerd():
+    """A misspelt option stops every worker at start: each --option of the Deployment's worker
+    and of the sbatch script's worker step is one `stokerd --worker` knows."""
+    known = worker_help_options()
+    _, _, _, worker = workers()
+    with open(SBATCH) as f:
+        text = f.read()
+    commands = [c.strip() for c in text.replace("\\\n", " ").splitlines()
+                if "stokerd --worker" in c and not c.lstrip().startswith("#")]
+    assert len(commands) == 1, f"{SBATCH}: expected one worker step, found {commands}"
+    step = commands[0][commands[0].index("stokerd --worker"):].split("&")[0]
+    for where, used in (("the Deployment", argv(worker)), (SBATCH, shlex.split(step))):
+        unknown = [a for a in used if a.startswith("--") and a.split("=")[0] not in known]
+        assert not unknown, f"{where}: stokerd --worker does not know {unknown}"
+    assert "--results-port" in step, f"{SBATCH}: the worker step does not fix --results-port"
 
 
 def test_gpu_node_config_names_the_service_and_its_port():
