@@ -20,11 +20,7 @@
 // from the stream (the worker writes there until a connection is bound). Once bound, the
 // connection's end is the stream's: the node cancels the stream and re-issues what it held; a
 // frame longer than the bound, or one the parser refuses, drops the worker as misbehaving.
-// Greetings are read as each connection is accepted (a node sends its greeting as it connects,
-// so it is bound at once); a peer that has not spoken yet waits with the others still in their
-// handshake, polled together by the one listening thread (at most kMaxGreeting at once, the
-// oldest closed past that, or when accepting runs out of descriptors): a peer that connects and
-// says nothing is closed after kBindTimeout and delays no other connection's binding.
+// The worker's side, its listener, is results_listener.hpp.
 //
 // Items (protocol 1.4): a node whose worker answered 1.4 or later writes its ItemBatches on the
 // bound connection too, in the same framing (a Request's protobuf bytes, at most
@@ -32,57 +28,18 @@
 // (worker_stream.hpp). A bad frame ends the stream, as a bad Request on the stream would.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "base/mutex.hpp"
-
 namespace stoker::remote {
-
-class WorkerStream;
 
 inline constexpr std::size_t kNonceBytes = 32;
 inline constexpr char kResultsMagic[8] = {'S', 'T', 'K', 'R', 'E', 'S', '1', '\n'};
 inline constexpr char kResultsBound = 'K';
 inline constexpr std::chrono::milliseconds kBindTimeout{2000};
-inline constexpr std::size_t kMaxGreeting = 64;
-
-// The worker's listener: one thread accepting, binding each connection to its stream.
-class ResultsListener {
- public:
-  // Listens on `host` (the worker's --listen host; "" or "0.0.0.0"/"::" for all) and `port`
-  // (0: any free one). Throws std::runtime_error naming them when it cannot.
-  ResultsListener(const std::string& host, std::uint16_t port);
-  ~ResultsListener();  // stop()
-  ResultsListener(const ResultsListener&) = delete;
-  ResultsListener& operator=(const ResultsListener&) = delete;
-
-  int port() const { return port_; }
-  // A connection presenting `nonce` is bound to `stream` (once; withdrawn when the stream ends).
-  void offer(const std::string& nonce, std::weak_ptr<WorkerStream> stream);
-  void withdraw(const std::string& nonce);
-  // Stops accepting (a connection in its handshake is closed unbound) and joins the thread.
-  void stop();
-
- private:
-  void accept_loop();
-  // A whole greeting was read from fd (blocking again): bound to its stream, or closed.
-  void greeted(int fd, const char* hello);
-
-  int fd_ = -1;
-  int wake_ = -1;  // an eventfd: stop() wakes the polling thread
-  int port_ = 0;
-  std::atomic<bool> stopping_{false};
-  base::Mutex mu_;
-  std::vector<std::pair<std::string, std::weak_ptr<WorkerStream>>> offered_ STOKER_GUARDED_BY(mu_);
-  std::thread thread_;
-};
 
 // The node's side. 32 random bytes (getrandom).
 std::string make_results_nonce();

@@ -16,7 +16,7 @@
 
 #include "remote/endpoints.hpp"
 #include "remote/protocol.hpp"
-#include "remote/results_channel.hpp"
+#include "remote/results_listener.hpp"
 #include "remote/worker_stream.hpp"
 #include "base/mutex.hpp"
 #include "stoker/remote/worker.grpc.pb.h"

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "remote/protocol.hpp"
-#include "remote/results_channel.hpp"
+#include "remote/results_listener.hpp"
 
 namespace stoker::remote {
 
