@@ -58,6 +58,24 @@ std::vector<std::vector<BatchCopy>> read_together(std::vector<std::unique_ptr<st
   return out;
 }
 
+// `rounds` short consumers, one after another, on each of `ranks` ranks, the ranks side by side;
+// `one(rank, round)` connects, reads and closes one, true when it got the batch it should.
+// How many did not.
+template <class One>
+int short_consumers(std::uint32_t ranks, int rounds, One one) {
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (std::uint32_t rank = 0; rank < ranks; ++rank) {
+    threads.emplace_back([&, rank] {
+      for (int i = 0; i < rounds; ++i) {
+        if (!one(rank, i)) ++wrong;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return wrong.load();
+}
+
 }  // namespace
 
 TEST_CASE("announced batches are taken while stokerd is stopped, the Acquire path waits for it",
@@ -165,19 +183,11 @@ TEST_CASE("consumers that release and hang up while batches are announced to the
   j.prefetch = 4;
   Daemon d(write_config(dir.path(), {j}, 2), socket);
   constexpr int kRounds = 40;
-  std::vector<std::thread> threads;
-  std::atomic<int> wrong{0};
-  for (std::uint32_t rank = 0; rank < 4; ++rank) {
-    threads.emplace_back([&, rank] {
-      for (int i = 0; i < kRounds; ++i) {
-        const auto client = consumer(socket, false, rank);
-        // Released on return, then the client closes; each starts the epoch it asks for (0).
-        if (take_batch(*client).index != 0) ++wrong;
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  CHECK(wrong == 0);
+  CHECK(short_consumers(4, kRounds, [&](std::uint32_t rank, int) {
+          const auto client = consumer(socket, false, rank);
+          // Released on return, then the client closes; each starts the epoch it asks for (0).
+          return take_batch(*client).index == 0;
+        }) == 0);
   const auto until = AnnounceClock::now() + std::chrono::seconds(10);
   std::int64_t reports = -1;
   std::string last;
@@ -208,24 +218,16 @@ TEST_CASE("a consumer that hangs up while a batch is announced to it leaves that
   j.consumers = 4;
   j.prefetch = 4;
   Daemon d(write_config(dir.path(), {j}, 2), socket);
-  constexpr std::uint64_t kRounds = 30;
   constexpr std::uint64_t kPerEpoch = kDemoSamples / 4 / 8;  // a rank's batches in an epoch
-  std::vector<std::thread> threads;
-  std::atomic<int> wrong{0};
-  for (std::uint32_t rank = 0; rank < 4; ++rank) {
-    threads.emplace_back([&, rank] {
-      for (std::uint64_t p = 0; p < kRounds; ++p) {
-        stoker::ClientOptions o = at(socket);
-        o.start_epoch = p / kPerEpoch;
-        o.start_batch = p % kPerEpoch;
-        stoker::Client c("demo", rank, o);
-        const BatchCopy b = take_batch(c);
-        if (b.epoch != p / kPerEpoch || b.index != p % kPerEpoch) ++wrong;
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  CHECK(wrong == 0);
+  CHECK(short_consumers(4, 30, [&](std::uint32_t rank, int round) {
+          const auto p = static_cast<std::uint64_t>(round);
+          stoker::ClientOptions o = at(socket);
+          o.start_epoch = p / kPerEpoch;
+          o.start_batch = p % kPerEpoch;
+          stoker::Client c("demo", rank, o);
+          const BatchCopy b = take_batch(c);
+          return b.epoch == p / kPerEpoch && b.index == p % kPerEpoch;
+        }) == 0);
   // Every consumer resumed at a batch its ring still held: nothing was planned twice.
   const std::string log = d.log();
   const std::size_t first = log.find("re-planning");

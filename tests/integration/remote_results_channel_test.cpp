@@ -1,129 +1,24 @@
 // Integration tier, security (docs/SECURITY.md, remote workers; issue #36): the worker's
-// results listener (daemon/remote/results_channel.hpp) against connections a hostile peer on
+// results listener (daemon/remote/results_listener.hpp) against connections a hostile peer on
 // the network would make — not a node's greeting, a wrong nonce, a right nonce twice, silence —
 // beside an honest node whose stream binds and is served. The worker is the product's
-// WorkerServer in this process; the node is a raw gRPC stream plus a raw TCP connection.
+// WorkerServer in this process; the node is a raw gRPC stream plus a raw TCP connection
+// (results_channel_peer.hpp). The items sent on the bound connection: remote_items_channel_test.cpp.
 #include <catch2/catch.hpp>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include <arpa/inet.h>
-
 #include <chrono>
-#include <filesystem>
-#include <memory>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
+#include "remote/results_listener.hpp"
+#include "results_channel_peer.hpp"
 
-#include "config/config.hpp"
-#include "remote/protocol.hpp"
-#include "remote/results_channel.hpp"
-#include "remote/worker_server.hpp"
-#include "remote_node_open.hpp"
-#include "stoker/remote/worker.grpc.pb.h"
-#include "temp_dir.hpp"
-
-namespace v1 = stoker::remote::v1;
-namespace fs = std::filesystem;
+using namespace stoker::test;
 using stoker::remote::kNonceBytes;
-using stoker::remote::kResultsMagic;
-
-namespace {
-
-using ChannelClock = std::chrono::steady_clock;
-
-int dial(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in at{};
-  at.sin_family = AF_INET;
-  at.sin_port = htons(static_cast<std::uint16_t>(port));
-  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
-  timeval tv{5, 0};  // nothing here waits longer than the worker's bind timeout and a margin
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  return fd;
-}
-
-void say(int fd, const std::string& bytes) {
-  REQUIRE(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()));
-}
-
-// What the worker answers a greeting: the byte it sent, or -1 when it closed without one
-// (-2: nothing within 5 s).
-int answer(int fd) {
-  char c = 0;
-  const ssize_t r = ::recv(fd, &c, 1, 0);
-  if (r == 1) return static_cast<unsigned char>(c);
-  return r == 0 ? -1 : -2;
-}
-
-std::string greeting(const std::string& nonce) { return std::string(kResultsMagic, sizeof kResultsMagic) + nonce; }
-
-// A TCP socket bound to a free loopback port (written to `port`), not yet listening.
-int loopback_socket(std::uint16_t& port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in at{};
-  at.sin_family = AF_INET;
-  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof at;
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&at), &len) == 0);
-  port = ntohs(at.sin_port);
-  return fd;
-}
-
-// The product's WorkerServer in this process over the demo JPEGs (2 threads, 4 streams), a
-// node's job for it, and a raw gRPC stub to reach it as a node would.
-struct DemoWorker {
-  DemoWorker()
-      : demo(fs::canonical(fs::path(STOKER_TEST_DATA_DIR) / "demo")),
-        cfg(stoker::test::small_remote_job(demo, dir.path(), 64)),
-        files(stoker::test::demo_jpegs(demo)) {
-    REQUIRE(files.size() >= 8);
-    stoker::remote::WorkerSettings settings;
-    settings.allow_roots = {demo};
-    settings.threads = 2;
-    settings.max_streams = 4;
-    server = std::make_unique<stoker::remote::WorkerServer>(settings, "127.0.0.1:0", stoker::remote::TlsFiles{});
-    REQUIRE(server->results_port() > 0);
-    grpc::ChannelArguments own;
-    own.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    own.SetMaxReceiveMessageSize(-1);
-    stub = v1::Worker::NewStub(grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(server->port()),
-                                                         grpc::InsecureChannelCredentials(), own));
-  }
-  // Opens a stream on `ctx` whose Open carries `nonce`; the worker's answer.
-  std::unique_ptr<grpc::ClientReaderWriter<v1::Request, v1::Reply>> open(grpc::ClientContext& ctx,
-                                                                         const std::string& nonce, v1::Reply& reply) {
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    auto rw = stub->Work(&ctx);
-    v1::Request req;
-    *req.mutable_open() = stoker::test::node_open(cfg.jobs.at(0));
-    req.mutable_open()->set_results_nonce(nonce);
-    REQUIRE(rw->Write(req));
-    REQUIRE(rw->Read(&reply));
-    INFO(reply.open().error());
-    REQUIRE(reply.open().accepted());
-    return rw;
-  }
-
-  fs::path demo;
-  stoker::test::TempDir dir;
-  stoker::config::Config cfg;
-  std::vector<std::string> files;
-  std::unique_ptr<stoker::remote::WorkerServer> server;
-  std::unique_ptr<v1::Worker::Stub> stub;
-};
-
-}  // namespace
 
 TEST_CASE(
     "the results listener binds only a live stream's nonce, once: other greetings and silence are closed unbound, "
@@ -258,112 +153,4 @@ TEST_CASE(
   stoker::remote::WorkerServer second(settings, "127.0.0.1:0", {});
   CHECK(second.results_port() == 0);
   CHECK(second.port() > 0);
-}
-
-TEST_CASE(
-    "items on the results connection (protocol 1.4) meet the stream's own checks: a bad frame ends that stream, "
-    "and the worker serves the next",
-    "[integration][remote][security]") {
-  DemoWorker w;
-  const stoker::config::Config& cfg = w.cfg;
-  const std::vector<std::string>& files = w.files;
-  stoker::remote::WorkerServer& server = *w.server;
-
-  // What a hostile node writes as its items frame, and what the worker's end of the stream says.
-  std::string too_long(4, '\0');
-  too_long[0] = too_long[1] = too_long[2] = '\xff';
-  too_long[3] = '\x7f';  // 2^31 - 1 bytes announced
-  std::string not_a_request(4, '\0');
-  not_a_request += std::string(11, '\xff');  // an overlong varint: no protobuf parses it
-  v1::Request open_again;
-  *open_again.mutable_open() = stoker::test::node_open(cfg.jobs.at(0));
-  const v1::Request too_many = stoker::test::demo_items(files, static_cast<int>(stoker::remote::kMaxBatch) + 1);
-  struct Bad {
-    std::string frame;
-    bool framed;  // write_items_frame fills in the length
-    const char* says;
-  };
-  std::vector<Bad> cases = {{too_long, false, "an items frame of 2147483647 bytes"},
-                            {not_a_request, true, "not a Request"},
-                            {std::string(4, '\0') + open_again.SerializeAsString(), true, "only items may follow"},
-                            {std::string(4, '\0') + too_many.SerializeAsString(), true, "an ItemBatch of 65 items"}};
-  for (Bad& bad : cases) {
-    INFO(bad.says);
-    grpc::ClientContext ctx;
-    const std::string nonce = stoker::remote::make_results_nonce();
-    v1::Reply reply;
-    auto rw = w.open(ctx, nonce, reply);
-    REQUIRE(reply.open().protocol_minor() >= 4);
-    std::string why;
-    const int fd = stoker::remote::connect_results("127.0.0.1", reply.open().results_port(), nonce, why);
-    INFO(why);
-    REQUIRE(fd >= 0);
-    const auto errors = server.stats().errors;
-    if (bad.framed) {
-      REQUIRE(stoker::remote::write_items_frame(fd, bad.frame, [] { return false; }));
-    } else {
-      say(fd, bad.frame);
-    }
-    // The worker ends the stream naming what was wrong, and closes the connection.
-    CHECK(rw->Read(&reply) == false);
-    const grpc::Status end = rw->Finish();
-    CHECK_FALSE(end.ok());
-    CHECK(end.error_message().find(bad.says) != std::string::npos);
-    std::vector<std::uint8_t> frame;
-    CHECK(stoker::remote::read_results_frame(fd, frame, 1 << 20, why) == stoker::remote::FrameRead::kClosed);
-    ::close(fd);
-    CHECK(server.stats().errors == errors + 1);
-  }
-
-  // The worker serves the next stream as before: items on its connection, results back.
-  grpc::ClientContext ctx;
-  const std::string nonce = stoker::remote::make_results_nonce();
-  v1::Reply reply;
-  auto rw = w.open(ctx, nonce, reply);
-  std::string why;
-  const int fd = stoker::remote::connect_results("127.0.0.1", reply.open().results_port(), nonce, why);
-  REQUIRE(fd >= 0);
-  std::string items(4, '\0');
-  stoker::test::demo_items(files, 4).AppendToString(&items);
-  REQUIRE(stoker::remote::write_items_frame(fd, items, [] { return false; }));
-  std::set<std::uint64_t> ids;
-  std::vector<std::uint8_t> frame;
-  while (ids.size() < 4) {
-    REQUIRE(stoker::remote::read_results_frame(fd, frame, stoker::remote::max_reply_bytes(64u * 64 * 3), why) ==
-            stoker::remote::FrameRead::kFrame);
-    v1::Reply r;
-    REQUIRE(r.ParseFromArray(frame.data(), static_cast<int>(frame.size())));
-    if (r.has_result()) ids.insert(r.result().id());
-    for (const v1::Result& one : r.results().results()) ids.insert(one.id());
-  }
-  CHECK(ids == std::set<std::uint64_t>{1, 2, 3, 4});
-  ctx.TryCancel();
-  rw->Finish();
-  ::close(fd);
-}
-
-TEST_CASE(
-    "an items frame the worker does not take: the node's send gives up when its link says so, between bounded waits",
-    "[integration][remote]") {
-  // A connection whose far end never reads (a frozen worker), as connect_results leaves the
-  // node's end: a send waits at most 200 ms at a time.
-  std::uint16_t port = 0;
-  const int listener = loopback_socket(port);
-  REQUIRE(::listen(listener, 1) == 0);
-  const int node = dial(port);
-  const int frozen = ::accept(listener, nullptr, nullptr);
-  REQUIRE(frozen >= 0);
-  const timeval wait{0, 200 * 1000};
-  REQUIRE(::setsockopt(node, SOL_SOCKET, SO_SNDTIMEO, &wait, sizeof wait) == 0);
-
-  std::string frame(4 + (64u << 20), 'x');  // more than both ends' socket buffers hold
-  int asked = 0;
-  const auto t0 = ChannelClock::now();
-  CHECK_FALSE(stoker::remote::write_items_frame(node, frame, [&] { return ++asked < 3; }));
-  const double took = std::chrono::duration<double>(ChannelClock::now() - t0).count();
-  CHECK(asked == 3);  // asked after each bounded wait, and stopped when told to
-  CHECK(took < 3.0);  // three waits of 200 ms, not a send blocked for good
-  ::close(node);
-  ::close(frozen);
-  ::close(listener);
 }

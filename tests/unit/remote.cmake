@@ -30,9 +30,10 @@ if(STOKER_HAVE_REMOTE)
       SOURCES integration/remote_worker_limits_test.cpp
       LIBS stoker_remote_worker)
     # Issue #36: the results listener against greetings a hostile peer would send, beside a
-    # stream that binds and is served there.
+    # stream that binds and is served there; and (protocol 1.4) the items sent on the bound
+    # connection. One program, two sources sharing tests/support/results_channel_peer.hpp.
     stoker_add_test(remote_results_channel_test LABEL integration
-      SOURCES integration/remote_results_channel_test.cpp
+      SOURCES integration/remote_results_channel_test.cpp integration/remote_items_channel_test.cpp
       LIBS stoker_remote_worker)
   endif()
 endif()
