@@ -238,6 +238,7 @@ int run_worker(int argc, char** argv) {
                  : kind == "corrupt-frame"   ? remote::Fault::kCorruptFrame
                  : kind == "oversize-frame"  ? remote::Fault::kOversizeFrame
                  : kind == "unbound-results" ? remote::Fault::kUnboundResults
+                 : kind == "stall-frame"     ? remote::Fault::kStallFrame
                                              : remote::Fault::kNone;
     try {
       fault.every = colon == std::string::npos ? 1 : std::stoull(o.fault.substr(colon + 1));
@@ -246,7 +247,9 @@ int run_worker(int argc, char** argv) {
     }
     if (fault.kind == remote::Fault::kNone || fault.every == 0) {
       return usage(
-          "--inject-fault: expected wrong-size|unknown-id|corrupt-frame|oversize-frame|unbound-results[:N], got '" +
+          "--inject-fault: expected "
+          "wrong-size|unknown-id|corrupt-frame|oversize-frame|unbound-results|stall-frame[:N], "
+          "got '" +
           o.fault + "'");
     }
     spdlog::warn("worker: --inject-fault {}: every {}th result is spoiled on purpose (tests only)", kind, fault.every);

@@ -2,6 +2,7 @@
 
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -24,6 +25,7 @@
 #include "remote/receive_memory.hpp"
 #include "remote/reply_view.hpp"
 #include "remote/results_channel.hpp"
+#include "remote/split_frames.hpp"
 #include "remote/worker_server.hpp"  // read_secret_file
 #include "stoker/remote/worker.grpc.pb.h"
 
@@ -104,6 +106,9 @@ class Dispatcher::Link {
     sched::WorkItem item;
     job::Job::RemoteSample sample;
     Clock::time_point sent;
+    // Its pixels are being received straight into its slot (a split frame): never hedged then,
+    // since the kernel may be writing the slot (results_loop hands it back if it stalls).
+    bool receiving = false;
   };
 
   void run() {
@@ -433,12 +438,15 @@ class Dispatcher::Link {
     std::vector<sched::WorkItem> out;
     const double after = std::max(kHedgeFloor, kHedgeFactor * stats_.rtt_s);
     if (after >= d_.cfg_.deadline_s) return out;  // the deadline comes first: the stream is dropped
-    while (!outstanding_.empty()) {
-      auto at = outstanding_.begin();
-      if (std::chrono::duration<double>(now - at->second.sent).count() <= after) break;
+    for (auto at = outstanding_.begin();
+         at != outstanding_.end() && std::chrono::duration<double>(now - at->second.sent).count() > after;) {
+      if (at->second.receiving) {
+        ++at;
+        continue;
+      }
       out.push_back(at->second.item);
       hedged_.emplace(at->first, at->second.sent);
-      outstanding_.erase(at);
+      at = outstanding_.erase(at);
     }
     if (!out.empty()) {
       stats_.hedged += out.size();
@@ -483,15 +491,19 @@ class Dispatcher::Link {
 
   // One Reply after the OpenReply, from the stream or the results connection: its results taken
   // (one reader at a time: the take state is the readers'). Empty, or why the worker is dropped.
-  std::string handle_reply(const ReplyView& reply) {
+  // `placed`: for a split frame, which results' pixels were received into their slots.
+  std::string handle_reply(const ReplyView& reply, std::vector<char>* placed = nullptr) {
     std::string why;
     const ReplyView::Kind kind = reply.kind();
     if (kind == ReplyView::Kind::kResult || kind == ReplyView::Kind::kResults) {
       {
         base::MutexLock take_lock(take_mu_);
-        for (const ResultView& r : reply.results()) {  // at most kMaxBatch (the parser's bound)
-          if (base::Status s = take(r, reply); !s) {
+        const std::vector<ResultView>& results = reply.results();  // at most kMaxBatch (the parser's bound)
+        for (std::size_t i = 0; i < results.size(); ++i) {
+          if (base::Status s = take(results[i], reply, placed != nullptr && (*placed)[i] != 0); !s) {
             why = s.message();
+            // Results after it that were received into their slots are still owed: re-issued.
+            if (placed != nullptr) release_placed(reply, *placed, i + 1);
             break;
           }
         }
@@ -542,7 +554,15 @@ class Dispatcher::Link {
     std::vector<std::uint8_t> frame;  // reused: its pages stay mapped
     ReplyView reply;
     std::string why;
-    while (why.empty()) {
+    bool split = false;
+    {
+      base::MutexLock lock(mu_);
+      split = worker_minor_ >= 5;
+    }
+    if (split) {
+      split_results_loop(max, why);
+    }
+    while (why.empty() && !split) {
       std::string read_why;
       if (const FrameRead got = read_results_frame(results_fd_, frame, max, read_why); got != FrameRead::kFrame) {
         if (got != FrameRead::kClosed) why = "results connection: " + read_why;
@@ -565,14 +585,145 @@ class Dispatcher::Link {
     ctx.TryCancel();  // the stream ends with it
   }
 
+  // Protocol 1.5's results frames (split_frames.hpp). Each result that is owed, ok, uncompressed
+  // and of the sample's size is received straight into its ring slot; every other one (zstd, an
+  // error, a late, unknown or wrong answer) into `rest`, from which take() reads it as from a
+  // 1.4 frame, with the same checks. Returns when the connection ends, with `why` for a fault.
+  void split_results_loop(std::size_t max_pixels, std::string& why) {
+    // A wait for pixels that passes this without a byte gives the frame's owed items back to
+    // hedging (results_stalled); between frames the reader just waits again.
+    const timeval wait{0, 250 * 1000};
+    ::setsockopt(results_fd_, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
+    job::Job& job = d_.job_;
+    const std::size_t n = job.pipeline().sample_bytes();
+    std::vector<std::uint8_t> head, rest;  // reused: their pages stay mapped
+    std::vector<iovec> parts;
+    std::vector<char> placed;
+    ReplyView reply;
+    while (why.empty()) {
+      std::size_t total = 0;
+      std::string read_why;
+      if (const FrameRead got = read_split_head(results_fd_, head, max_pixels, total, read_why);
+          got != FrameRead::kFrame) {
+        if (got != FrameRead::kClosed) why = "results connection: " + read_why;
+        if (got == FrameRead::kTooLong) {
+          base::MutexLock lock(mu_);
+          misbehaved_ = true;
+        }
+        return;
+      }
+      grpc::Slice slice(head.data(), head.size(), grpc::Slice::STATIC_SLICE);  // no copy
+      grpc::ByteBuffer bytes(&slice, 1);
+      reply.parse(bytes);
+      if (rest.size() < total) rest.resize(total);  // never shrunk: a resize up zero-fills
+      if (reply.kind() != ReplyView::Kind::kResult && reply.kind() != ReplyView::Kind::kResults) {
+        why = handle_reply(reply);  // says what it was
+        return;
+      }
+      if (!reply.attach_pixels(total == 0 ? grpc::Slice()
+                                          : grpc::Slice(rest.data(), total, grpc::Slice::STATIC_SLICE))) {
+        why = handle_reply(reply);  // malformed: why() says how
+        return;
+      }
+      const std::vector<ResultView>& results = reply.results();
+      parts.clear();
+      placed.assign(results.size(), 0);
+      {
+        base::MutexLock lock(mu_);
+        for (std::size_t i = 0; i < results.size(); ++i) {
+          const ResultView& r = results[i];
+          iovec part{rest.data() + (r.pixels.offset - head.size()), r.pixels.size};
+          const auto at =
+              r.error == 0 && !r.compressed && r.pixels.size == n ? outstanding_.find(r.id) : outstanding_.end();
+          if (at != outstanding_.end() && !at->second.receiving && r.epoch == at->second.sample.epoch &&
+              r.draw == at->second.sample.draw) {
+            at->second.receiving = true;
+            placed[i] = 1;
+            part.iov_base = job.sample_out(at->second.item);
+          }
+          parts.push_back(part);
+        }
+      }
+      std::size_t next = 0;
+      for (;;) {
+        const int e = receive_parts(results_fd_, parts, next);
+        if (e == 0) break;
+        if (e == EAGAIN) {
+          results_stalled(reply, head.size(), rest, parts, placed, next);
+          continue;
+        }
+        release_placed(reply, placed, 0);
+        why = e < 0 ? "results connection: closed inside a frame's pixels"
+                    : "results connection: reading: " + std::string(std::strerror(e));
+        return;
+      }
+      why = handle_reply(reply, &placed);
+    }
+  }
+
+  // No byte of a frame's pixels for the receive timeout: if an item still to be received into
+  // its slot is past its hedge time, every such item goes back to hedging and the rest of the
+  // frame is received into `rest` instead (what came of the current one is copied there first),
+  // so a worker that stalls inside a frame delays the batch no longer than one that is late.
+  void results_stalled(const ReplyView& reply, std::size_t head_bytes, std::vector<std::uint8_t>& rest,
+                       std::vector<iovec>& parts, std::vector<char>& placed, std::size_t next) {
+    const std::vector<ResultView>& results = reply.results();
+    const auto now = Clock::now();
+    bool demote = false;
+    std::size_t demoted = 0;
+    {
+      base::MutexLock lock(mu_);
+      const double after = std::max(kHedgeFloor, kHedgeFactor * stats_.rtt_s);
+      for (std::size_t i = next; i < results.size() && !demote; ++i) {
+        if (placed[i] == 0) continue;
+        const auto at = outstanding_.find(results[i].id);
+        demote = at != outstanding_.end() && std::chrono::duration<double>(now - at->second.sent).count() > after;
+      }
+      if (!demote) return;
+      for (std::size_t i = next; i < results.size(); ++i) {
+        if (placed[i] == 0) continue;
+        std::uint8_t* to = rest.data() + (results[i].pixels.offset - head_bytes);
+        const std::size_t came = results[i].pixels.size - parts[i].iov_len;
+        if (came > 0) std::memcpy(to, static_cast<const std::uint8_t*>(parts[i].iov_base) - came, came);
+        parts[i].iov_base = to + came;
+        placed[i] = 0;
+        ++demoted;
+        if (const auto at = outstanding_.find(results[i].id); at != outstanding_.end()) at->second.receiving = false;
+      }
+    }
+    cv_.notify_all();  // the sender hedges them
+    const std::uint64_t k = ++stalled_frames_;
+    if ((k & (k - 1)) == 0) {
+      spdlog::info(
+          "job {}: remote worker {}: stalled inside a results frame: its {} item(s) there go back to hedging ({} such "
+          "frame(s) so far)",
+          d_.job_.name(), endpoint_, demoted, k);
+    }
+  }
+
+  // Results [from, end) of a split frame that were received, or were to be, into their slots
+  // and will not be taken: owed again as any outstanding item (hedged, or re-issued when the
+  // link ends).
+  void release_placed(const ReplyView& reply, std::vector<char>& placed, std::size_t from) {
+    base::MutexLock lock(mu_);
+    for (std::size_t i = from; i < placed.size(); ++i) {
+      if (placed[i] == 0) continue;
+      placed[i] = 0;
+      if (const auto at = outstanding_.find(reply.results()[i].id); at != outstanding_.end())
+        at->second.receiving = false;
+    }
+  }
+
   // One answer: matched with the item it names (an unknown id is garbage, the late answer of a
   // hedged item is discarded, a 1.1 worker's echo must equal what was sent), checked, written
   // into the slot and settled; a "bad file" verdict and a remote.verify pick are made again
   // here first. false with `why` when the worker misbehaved or its answer differs from this
   // node's (the item is re-issued, or served from this node's pixels; the caller ends the
   // stream).
-  // `r` is one of `msg`'s results; its pixels are copied from msg's slices straight into the slot.
-  base::Status take(const ResultView& r, const ReplyView& msg) {
+  // `r` is one of `msg`'s results; its pixels are copied from msg's slices straight into the
+  // slot, or were received there already (`placed`: a split frame's, checked before: owed, ok,
+  // uncompressed, of the sample's size, its echo equal).
+  base::Status take(const ResultView& r, const ReplyView& msg, bool placed = false) {
     std::string why;
     job::Job& job = d_.job_;
     const std::uint64_t n = job.pipeline().sample_bytes();
@@ -611,7 +762,9 @@ class Dispatcher::Link {
             std::to_string(r.draw) + ", sent as epoch " + std::to_string(o.sample.epoch) + " draw " +
             std::to_string(o.sample.draw);
     } else if (good && result.ok()) {
-      if (r.compressed) {
+      if (placed) {
+        // Received into the slot already.
+      } else if (r.compressed) {
         const base::Status s = decompress(msg.contiguous(r.pixels, zstd_scratch_), std::span<std::uint8_t>(out, n));
         good = s.ok();
         if (!good) why = "sent a bad compressed sample: " + s.message();
@@ -741,6 +894,7 @@ class Dispatcher::Link {
   std::unique_ptr<image::SampleProcessor> local_;
   std::vector<std::uint8_t> buffer_, check_;
   std::string zstd_scratch_;  // a compressed sample split over slices, gathered (reused)
+  std::uint64_t stalled_frames_ = 0;  // the results connection's reader's (results_stalled)
   // Held by whichever reader takes results (the stream's or the results connection's: a worker
   // writes to one at a time, so it is not contended); guards the reading state above.
   base::Mutex take_mu_;

@@ -18,7 +18,9 @@ inline constexpr std::uint32_t kWorkerMajor = 1;
 // 1.1: Result echoes the item's epoch and draw. 1.2: OpenReply names the worker's decoder versions.
 // 1.3: a plaintext stream's results may travel on a TCP connection of their own (results_channel.hpp).
 // 1.4: the node's items may travel on that connection too.
-inline constexpr std::uint32_t kWorkerMinor = 4;
+// 1.5: between a 1.5 node and worker, that connection's results frames carry each result's
+// pixels after the message (Result.pixel_bytes), so the node receives them into the ring slot.
+inline constexpr std::uint32_t kWorkerMinor = 5;
 
 // Bounds on what a peer may send (gRPC refuses a larger message before we see it).
 inline constexpr std::size_t kMaxRequestBytes = 1u << 20;   // an Open (job YAML) or an Item

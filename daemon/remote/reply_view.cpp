@@ -132,7 +132,7 @@ void ReplyView::finish_parse() {
     while (!r.at_end()) {
       std::uint32_t field = 0, wire = 0;
       if (!key(r, field, wire)) return false;
-      if (field > 11) {
+      if (field > 12) {
         if (!skip_unknown(r, wire)) return false;
         continue;
       }
@@ -164,6 +164,9 @@ void ReplyView::finish_parse() {
         case 9: out.queued_ns = v; break;
         case 10: out.epoch = v; break;
         case 11: out.draw = static_cast<std::uint32_t>(v); break;
+        case 12:
+          out.pixel_bytes = v;
+          break;
         default: break;
       }
     }
@@ -227,6 +230,42 @@ void ReplyView::finish_parse() {
     why_ = "a malformed Reply: " + why;
     results_.clear();
   }
+}
+
+bool ReplyView::attach_pixels(grpc::Slice pixels) {
+  if (kind_ != Kind::kResult && kind_ != Kind::kResults) {
+    if (kind_ != Kind::kMalformed) {
+      kind_ = Kind::kMalformed;
+      why_ = "a split results frame whose message holds no results";
+    }
+    return false;
+  }
+  const std::size_t total = pixels.size();
+  std::size_t at = starts_.back(), left = total;
+  for (ResultView& r : results_) {
+    if (r.pixels.size != 0 || r.pixel_bytes > left) {
+      kind_ = Kind::kMalformed;
+      why_ = r.pixels.size != 0 ? "a split results frame with pixels inside its message"
+                                : "a split results frame whose results claim more than its " + std::to_string(total) +
+                                      " bytes of pixels";
+      results_.clear();
+      return false;
+    }
+    r.pixels = ByteRange{at, static_cast<std::size_t>(r.pixel_bytes)};
+    at += r.pixels.size;
+    left -= r.pixels.size;
+  }
+  if (left != 0) {
+    kind_ = Kind::kMalformed;
+    why_ = "a split results frame with " + std::to_string(left) + " bytes of pixels no result claims";
+    results_.clear();
+    return false;
+  }
+  if (total != 0) {
+    starts_.push_back(starts_.back() + total);
+    slices_.push_back(std::move(pixels));
+  }
+  return true;
 }
 
 void ReplyView::copy(ByteRange range, std::uint8_t* out) const {

@@ -45,6 +45,7 @@ struct ResultView {
   std::uint64_t queued_ns = 0;
   std::uint64_t epoch = 0;
   std::uint32_t draw = 0;
+  std::uint64_t pixel_bytes = 0;  // protocol 1.5's split frames: the pixels' length after the message
 };
 
 class ReplyView {
@@ -62,6 +63,13 @@ class ReplyView {
   const std::string& why() const { return why_; }
   const v1::OpenReply& open() const { return open_; }         // kind kOpen
   const std::vector<ResultView>& results() const { return results_; }  // kResult (one) or kResults
+
+  // Protocol 1.5's split frame (results_channel.hpp): the results' pixels follow the message.
+  // Appends `pixels` (their bytes, or where they will be received) after the message's slices
+  // and gives each result the range of its pixel_bytes there, in order. false, leaving kind()
+  // kMalformed with why(), when a result also carries pixels inside the message, or their
+  // lengths do not add up to pixels.size(). The slice must outlive every copy() from it.
+  bool attach_pixels(grpc::Slice pixels);
 
   // Copies a field's bytes to `out` (which holds range.size bytes): the only copy they get.
   void copy(ByteRange range, std::uint8_t* out) const;

@@ -25,24 +25,6 @@ namespace {
 
 std::string errno_text(int e) { return std::strerror(e); }
 
-// recv() of exactly n bytes (the socket's SO_RCVTIMEO, if any, bounds each wait). 0: all read;
-// else the errno, or -1 when the peer closed after `got` bytes.
-int recv_exact(int fd, void* to, std::size_t n, std::size_t& got) {
-  auto* p = static_cast<char*>(to);
-  got = 0;
-  while (got < n) {
-    const ssize_t r = ::recv(fd, p + got, n - got, MSG_WAITALL);
-    if (r > 0) {
-      got += static_cast<std::size_t>(r);
-    } else if (r == 0) {
-      return -1;
-    } else if (errno != EINTR) {
-      return errno;
-    }
-  }
-  return 0;
-}
-
 bool send_exact(int fd, const void* from, std::size_t n) {
   const auto* p = static_cast<const char*>(from);
   while (n > 0) {
@@ -64,6 +46,22 @@ void set_timeout(int fd, std::chrono::milliseconds t) {
 }
 
 }  // namespace
+
+int recv_exact(int fd, void* to, std::size_t n, std::size_t& got, bool wait_again) {
+  auto* p = static_cast<char*>(to);
+  got = 0;
+  while (got < n) {
+    const ssize_t r = ::recv(fd, p + got, n - got, MSG_WAITALL);
+    if (r > 0) {
+      got += static_cast<std::size_t>(r);
+    } else if (r == 0) {
+      return -1;
+    } else if (errno != EINTR && !(wait_again && (errno == EAGAIN || errno == EWOULDBLOCK))) {
+      return errno;
+    }
+  }
+  return 0;
+}
 
 // ---- the node's side ------------------------------------------------------------------------
 

@@ -26,6 +26,10 @@
 // bound connection too, in the same framing (a Request's protobuf bytes, at most
 // kMaxRequestBytes), instead of on the stream; the worker reads them with the stream's own checks
 // (worker_stream.hpp). A bad frame ends the stream, as a bad Request on the stream would.
+//
+// Split frames (protocol 1.5): between a 1.5 node and worker, each results frame carries the
+// pixels after the Reply, so the node receives them straight into the ring slots
+// (split_frames.hpp); these helpers keep framing items, and a 1.3/1.4 peer's results.
 #pragma once
 
 #include <chrono>
@@ -40,6 +44,11 @@ inline constexpr std::size_t kNonceBytes = 32;
 inline constexpr char kResultsMagic[8] = {'S', 'T', 'K', 'R', 'E', 'S', '1', '\n'};
 inline constexpr char kResultsBound = 'K';
 inline constexpr std::chrono::milliseconds kBindTimeout{2000};
+
+// recv() of exactly n bytes (the socket's SO_RCVTIMEO, if any, bounds each wait; with
+// `wait_again`, a wait that times out is waited again). 0: all read; else the errno, or -1 when
+// the peer closed after `got` bytes.
+int recv_exact(int fd, void* to, std::size_t n, std::size_t& got, bool wait_again = false);
 
 // The node's side. 32 random bytes (getrandom).
 std::string make_results_nonce();

@@ -246,6 +246,7 @@ class WorkerServer::Impl final : public v1::Worker::CallbackService, public Stre
       case Fault::kNone:
       case Fault::kOversizeFrame:   // the results connection, not the result: spoil_results_frame
       case Fault::kUnboundResults:  // and refuse_results_binding
+      case Fault::kStallFrame:      // and stall_results_frame
         break;
     }
   }
@@ -253,6 +254,10 @@ class WorkerServer::Impl final : public v1::Worker::CallbackService, public Stre
   ResultsListener* results_listener() override { return results_.get(); }
   bool spoil_results_frame() override { return fault_.kind == Fault::kOversizeFrame && ++spoiled_ % fault_.every == 0; }
   bool refuse_results_binding() override { return fault_.kind == Fault::kUnboundResults; }
+  std::chrono::milliseconds stall_results_frame() override {
+    return fault_.kind == Fault::kStallFrame && ++spoiled_ % fault_.every == 0 ? kStallFrameFor
+                                                                               : std::chrono::milliseconds(0);
+  }
   // The faults that spoil a result itself (the others spoil the results connection).
   bool spoils_results() const {
     return fault_.kind == Fault::kWrongSize || fault_.kind == Fault::kUnknownId || fault_.kind == Fault::kCorruptFrame;

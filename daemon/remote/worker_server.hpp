@@ -16,6 +16,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -35,8 +36,19 @@ struct TlsFiles {
 // hostile worker's would be. Never set in production.
 // kOversizeFrame spoils the results connection's framing instead: every Nth frame's length
 // says 2 GiB (results_channel.hpp; a stream whose results stay on gRPC is not spoiled);
-// kUnboundResults closes every results connection unbound (the node keeps them on the stream).
-enum class Fault : std::uint8_t { kNone, kWrongSize, kUnknownId, kCorruptFrame, kOversizeFrame, kUnboundResults };
+// kUnboundResults closes every results connection unbound (the node keeps them on the stream);
+// kStallFrame pauses every Nth split results frame halfway through its pixels for
+// kStallFrameFor (a link that stalls inside a frame: the node hedges what it was receiving).
+enum class Fault : std::uint8_t {
+  kNone,
+  kWrongSize,
+  kUnknownId,
+  kCorruptFrame,
+  kOversizeFrame,
+  kUnboundResults,
+  kStallFrame
+};
+inline constexpr std::chrono::milliseconds kStallFrameFor{1500};
 struct FaultPlan {
   Fault kind = Fault::kNone;
   std::uint64_t every = 0;

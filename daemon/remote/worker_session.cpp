@@ -281,6 +281,7 @@ base::Status WorkerSession::check_open(const v1::Open& open) {
   pipeline_ = job.pipeline;
   pixel_seed_ = open.pixel_seed();
   zstd_ = open.compression() == v1::COMPRESSION_ZSTD;
+  node_minor_ = open.protocol_minor();
   job_ = job.name;
   return {};
 }

@@ -91,6 +91,8 @@ class WorkerSession {
   bool opened() const { return pipeline_.has_value(); }
   const image::PipelineSpec& pipeline() const { return *pipeline_; }
   const std::string& job() const { return job_; }
+  // The node speaks 1.5 or later: its results connection takes split frames (split_frames.hpp).
+  bool split_results() const { return node_minor_ >= 5; }
 
   // The item's fields, before anything is read: the path inside --allow-root, sizes bounded.
   base::Status check_item(const v1::Item& item) const;
@@ -128,6 +130,7 @@ class WorkerSession {
   std::optional<image::PipelineSpec> pipeline_;
   std::uint64_t pixel_seed_ = 0;
   bool zstd_ = false;
+  std::uint32_t node_minor_ = 0;  // the Open's protocol minor
   std::string job_;
 };
 

@@ -12,6 +12,7 @@
 
 #include "remote/protocol.hpp"
 #include "remote/results_listener.hpp"
+#include "remote/split_frames.hpp"
 
 namespace stoker::remote {
 
@@ -437,6 +438,7 @@ void WorkerStream::items_reader(std::shared_ptr<WorkerStream> self, int fd) {
 
 void WorkerStream::results_writer(std::shared_ptr<WorkerStream> self) {
   std::string frame;  // reused: its pages stay mapped
+  std::vector<std::string> pixels;  // a split frame's, moved out of write_'s results
   for (;;) {
     int fd = -1;
     {
@@ -453,9 +455,28 @@ void WorkerStream::results_writer(std::shared_ptr<WorkerStream> self) {
       results_posted_ = false;
       fd = results_fd_;
     }
-    frame.assign(4, '\0');
-    write_.AppendToString(&frame);  // write_ is this writer's until the write completes
-    const bool ok = write_results_frame(fd, frame, host_.spoil_results_frame());
+    bool ok = false;
+    if (session_->split_results()) {
+      // Protocol 1.5: the pixels leave from the results' own strings, after the message.
+      pixels.clear();
+      const auto split = [&](v1::Result& r) {
+        r.set_pixel_bytes(static_cast<std::uint32_t>(r.pixels().size()));
+        pixels.push_back(std::move(*r.mutable_pixels()));
+        r.clear_pixels();
+      };
+      if (write_.has_result()) {
+        split(*write_.mutable_result());
+      } else {  // (mutable_results() would clear a oneof's result)
+        for (v1::Result& r : *write_.mutable_results()->mutable_results()) split(r);
+      }
+      frame.assign(kSplitPrefixBytes, '\0');
+      write_.AppendToString(&frame);  // write_ is this writer's until the write completes
+      ok = write_split_frame(fd, frame, pixels, host_.spoil_results_frame(), host_.stall_results_frame());
+    } else {
+      frame.assign(4, '\0');
+      write_.AppendToString(&frame);
+      ok = write_results_frame(fd, frame, host_.spoil_results_frame());
+    }
     OnWriteDone(ok);
   }
   self.reset();  // may free the stream (its last reference after OnDone)

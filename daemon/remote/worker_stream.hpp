@@ -80,6 +80,8 @@ class StreamHost {
   virtual bool spoil_results_frame() = 0;
   // --inject-fault unbound-results (tests): every results connection is closed unbound.
   virtual bool refuse_results_binding() = 0;
+  // --inject-fault stall-frame (tests): how long this split results frame pauses halfway.
+  virtual std::chrono::milliseconds stall_results_frame() = 0;
 };
 
 class WorkerStream final : public grpc::ServerBidiReactor<v1::Request, v1::Reply>,

@@ -8,7 +8,10 @@
 // Invariants checked (abort on violation): parsing never reads outside the message (ASan); a
 // Reply the view accepts as results protobuf parses too, with the same fields, and every pixel
 // range copies the bytes protobuf reads; at most kMaxBatch results; a refused Reply has a reason
-// and no results.
+// and no results. Then as protocol 1.5's split frame (attach_pixels) with pixels after the
+// message, of the total its results claim (an even first byte) or of another length: accepted
+// only when the results claim exactly those bytes, none inside the message, each result's range
+// copying its own bytes in order; refused with a reason and no results otherwise.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -63,6 +66,30 @@ void check(const remote::ReplyView& view, const std::string& bytes) {
   }
 }
 
+void check_split(remote::ReplyView& view, std::size_t total) {
+  using Kind = remote::ReplyView::Kind;
+  const bool results = view.kind() == Kind::kResult || view.kind() == Kind::kResults;
+  std::string pixels(total, '\0');
+  for (std::size_t i = 0; i < total; ++i) pixels[i] = static_cast<char>(i * 131 + (i >> 8));
+  if (!view.attach_pixels(total == 0 ? grpc::Slice() : grpc::Slice(pixels.data(), total))) {
+    if (view.kind() != Kind::kMalformed || view.why().empty() || !view.results().empty()) {
+      broken("a refused split frame without a reason, or with results");
+    }
+    return;
+  }
+  if (!results) broken("pixels attached to a Reply without results");
+  std::size_t at = 0;
+  std::string copied;
+  for (const remote::ResultView& r : view.results()) {
+    if (r.pixels.size != r.pixel_bytes) broken("a split result's range is not its pixel_bytes");
+    copied.assign(r.pixels.size, '\0');
+    view.copy(r.pixels, reinterpret_cast<std::uint8_t*>(copied.data()));
+    if (copied != pixels.substr(at, r.pixels.size)) broken("a split result's pixels are not its own bytes");
+    at += r.pixels.size;
+  }
+  if (at != total) broken("a split frame's pixels not all claimed");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -85,5 +112,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   check(view, bytes);
   view.parse_bytes(bytes);
   check(view, bytes);
+  // As a split frame: the total its results claim (as protobuf reads them), or another one.
+  std::uint64_t claimed = 0;
+  v1::Reply pb;
+  if (pb.ParseFromString(bytes)) {
+    if (pb.has_result()) claimed += pb.result().pixel_bytes();
+    for (const v1::Result& r : pb.results().results()) claimed += r.pixel_bytes();
+  }
+  const std::uint64_t total = cut % 2 == 0 ? claimed : claimed + 1 + cut % 7;
+  if (total <= (1u << 20)) check_split(view, static_cast<std::size_t>(total));
   return 0;
 }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -68,8 +69,8 @@ TEST_CASE(
     const grpc::Status end = rw->Finish();
     CHECK_FALSE(end.ok());
     CHECK(end.error_message().find(bad.says) != std::string::npos);
-    std::vector<std::uint8_t> frame;
-    CHECK(stoker::remote::read_results_frame(fd, frame, 1 << 20, why) == stoker::remote::FrameRead::kClosed);
+    v1::Reply last;
+    CHECK(read_split_reply(fd, last, why) == stoker::remote::FrameRead::kClosed);
     ::close(fd);
     CHECK(server.stats().errors == errors + 1);
   }
@@ -86,12 +87,10 @@ TEST_CASE(
   stoker::test::demo_items(files, 4).AppendToString(&items);
   REQUIRE(stoker::remote::write_items_frame(fd, items, [] { return false; }));
   std::set<std::uint64_t> ids;
-  std::vector<std::uint8_t> frame;
   while (ids.size() < 4) {
-    REQUIRE(stoker::remote::read_results_frame(fd, frame, stoker::remote::max_reply_bytes(64u * 64 * 3), why) ==
-            stoker::remote::FrameRead::kFrame);
     v1::Reply r;
-    REQUIRE(r.ParseFromArray(frame.data(), static_cast<int>(frame.size())));
+    REQUIRE(read_split_reply(fd, r, why, stoker::remote::max_reply_bytes(64u * 64 * 3)) ==
+            stoker::remote::FrameRead::kFrame);
     if (r.has_result()) ids.insert(r.result().id());
     for (const v1::Result& one : r.results().results()) ids.insert(one.id());
   }
@@ -125,4 +124,51 @@ TEST_CASE(
   ::close(node);
   ::close(frozen);
   ::close(listener);
+}
+
+TEST_CASE(
+    "a node of protocol 1.4 gets its results as whole Replies, a 1.5 node as split frames: the same results, pixels "
+    "and all",
+    "[integration][remote]") {
+  DemoWorker w;
+  const int items = 12;
+  std::map<std::uint32_t, std::map<std::uint64_t, std::string>> got;  // minor -> id -> outcome and pixels
+  for (const std::uint32_t minor : {4u, 5u}) {
+    INFO("node protocol 1." << minor);
+    grpc::ClientContext ctx;
+    const std::string nonce = stoker::remote::make_results_nonce();
+    v1::Reply reply;
+    auto rw = w.open(ctx, nonce, reply, minor);
+    std::string why;
+    const int fd = stoker::remote::connect_results("127.0.0.1", reply.open().results_port(), nonce, why);
+    INFO(why);
+    REQUIRE(fd >= 0);
+    std::string frame(4, '\0');
+    stoker::test::demo_items(w.files, items).AppendToString(&frame);
+    REQUIRE(stoker::remote::write_items_frame(fd, frame, [] { return false; }));
+    const std::size_t max = stoker::remote::max_reply_bytes(64u * 64 * 3);
+    std::map<std::uint64_t, std::string>& mine = got[minor];
+    while (mine.size() < static_cast<std::size_t>(items)) {
+      v1::Reply r;
+      if (minor >= 5) {
+        REQUIRE(read_split_reply(fd, r, why, max) == stoker::remote::FrameRead::kFrame);
+      } else {
+        std::vector<std::uint8_t> body;
+        REQUIRE(stoker::remote::read_results_frame(fd, body, max, why) == stoker::remote::FrameRead::kFrame);
+        REQUIRE(r.ParseFromArray(body.data(), static_cast<int>(body.size())));
+      }
+      auto take = [&](const v1::Result& one) {
+        CHECK(one.pixel_bytes() == (minor >= 5 ? one.pixels().size() : 0u));  // set only in split frames
+        mine[one.id()] = std::to_string(one.error()) + ":" + one.pixels();
+      };
+      if (r.has_result()) take(r.result());
+      for (const v1::Result& one : r.results().results()) take(one);
+    }
+    ctx.TryCancel();
+    rw->Finish();
+    ::close(fd);
+  }
+  REQUIRE(got[4].size() == static_cast<std::size_t>(items));
+  CHECK(got[4].begin()->second.size() == 2 + 64u * 64 * 3);  // "0:" and a whole sample
+  CHECK(got[4] == got[5]);
 }

@@ -86,15 +86,13 @@ TEST_CASE(
   on_connection.AppendToString(&items_frame);
   REQUIRE(stoker::remote::write_items_frame(bound, items_frame, [] { return false; }));
   std::set<std::uint64_t> ids;
-  std::vector<std::uint8_t> frame;
   const std::size_t max = stoker::remote::max_reply_bytes(64u * 64 * 3);
   while (static_cast<int>(ids.size()) < items) {
     std::string why;
-    const stoker::remote::FrameRead got = stoker::remote::read_results_frame(bound, frame, max, why);
+    v1::Reply r;
+    const stoker::remote::FrameRead got = read_split_reply(bound, r, why, max);
     INFO(why);
     REQUIRE(got == stoker::remote::FrameRead::kFrame);
-    v1::Reply r;
-    REQUIRE(r.ParseFromArray(frame.data(), static_cast<int>(frame.size())));
     REQUIRE((r.has_result() || r.has_results()));
     auto take = [&](const v1::Result& one) {
       CHECK(one.error() == 0);
@@ -125,7 +123,8 @@ TEST_CASE(
   CHECK(rw->Read(&reply) == false);  // nothing more on the stream itself
   CHECK(rw->Finish().ok());
   std::string why;
-  CHECK(stoker::remote::read_results_frame(bound, frame, max, why) == stoker::remote::FrameRead::kClosed);
+  v1::Reply last;
+  CHECK(read_split_reply(bound, last, why, max) == stoker::remote::FrameRead::kClosed);
   ::close(bound);
   const auto until = ChannelClock::now() + std::chrono::seconds(5);
   while (server.stats().streams != 0 && ChannelClock::now() < until)

@@ -504,6 +504,30 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def test_a_worker_that_stalls_inside_a_results_frame_has_those_items_hedged(tmp_path, demo_root, workers):
+    """Protocol 1.5 receives a frame's pixels straight into the ring slots, so while they come
+    those items cannot be made here. A worker that pauses every 4th frame halfway through its
+    pixels for 1.5 s (--inject-fault stall-frame): the node gives those items back to hedging
+    once they are past their hedge time, makes them itself, and discards the late pixels when
+    the frame ends. The batches equal the local run's, and the worker is neither dropped nor
+    blamed."""
+    w = workers("w", demo_root, extra=["--inject-fault", "stall-frame:4"])
+    source = f'{{root: "{demo_root}"}}'
+    base = start(tmp_path, "local", job_config(tmp_path / "l.yaml", source))
+    rem = start(tmp_path, "remote", job_config(tmp_path / "r.yaml", source, remote=remote_key([w.address], local=False)))
+    try:
+        want = consume(base, tmp_path / "a", 16)
+        all_connected(rem)
+        assert_same_batches(want, consume(rem, tmp_path / "b", 16))
+        link = status(rem)["remote"][0]
+        assert link["results"] == "tcp" and link["connected"], link
+        assert link["errors"] == 0 and link["reissued"] == 0 and link["hedged"] > 0 and link["samples"] > 0, link
+        assert "stalled inside a results frame" in open(rem.log).read()
+    finally:
+        base.stop()
+        rem.stop()
+
+
 def test_a_worker_out_of_descriptors_reports_it_waits_and_binds_nodes_again(tmp_path, demo_root, workers):
     """Out of descriptors is a fault of the machine: a worker whose descriptor limit is lowered
     (prlimit) below what it already holds cannot accept a results connection (accept: EMFILE). It
