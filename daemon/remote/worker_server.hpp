@@ -48,7 +48,7 @@ enum class Fault : std::uint8_t {
   kUnboundResults,
   kStallFrame
 };
-inline constexpr std::chrono::milliseconds kStallFrameFor{1500};
+inline constexpr std::chrono::milliseconds kStallFrameFor{3000};
 struct FaultPlan {
   Fault kind = Fault::kNone;
   std::uint64_t every = 0;

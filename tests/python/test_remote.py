@@ -507,7 +507,8 @@ def cpu_seconds(pid):
 def test_a_worker_that_stalls_inside_a_results_frame_has_those_items_hedged(tmp_path, demo_root, workers):
     """Protocol 1.5 receives a frame's pixels straight into the ring slots, so while they come
     those items cannot be made here. A worker that pauses every 4th frame halfway through its
-    pixels for 1.5 s (--inject-fault stall-frame): the node gives those items back to hedging
+    pixels for 3 s (--inject-fault stall-frame; longer than the hedge time, max(0.5 s, 4x the
+    answer time), even under ThreadSanitizer): the node gives those items back to hedging
     once they are past their hedge time, makes them itself, and discards the late pixels when
     the frame ends. The batches equal the local run's, and the worker is neither dropped nor
     blamed."""
