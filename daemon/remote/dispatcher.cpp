@@ -25,7 +25,7 @@
 #include "remote/receive_memory.hpp"
 #include "remote/reply_view.hpp"
 #include "remote/results_channel.hpp"
-#include "remote/split_frames.hpp"
+#include "remote/split_receiver.hpp"
 #include "remote/worker_server.hpp"  // read_secret_file
 #include "stoker/remote/worker.grpc.pb.h"
 
@@ -70,7 +70,7 @@ const std::string& work_method() {
 
 // One endpoint: a thread that connects, sends and watches deadlines, and while a stream lives
 // a second one that reads its answers.
-class Dispatcher::Link {
+class Dispatcher::Link : private SlotClaims {
  public:
   Link(Dispatcher& d, std::string address, std::string endpoint, std::string target)
       : d_(d), address_(std::move(address)), endpoint_(std::move(endpoint)), target_(std::move(target)) {
@@ -107,7 +107,7 @@ class Dispatcher::Link {
     job::Job::RemoteSample sample;
     Clock::time_point sent;
     // Its pixels are being received straight into its slot (a split frame): never hedged then,
-    // since the kernel may be writing the slot (results_loop hands it back if it stalls).
+    // since the kernel may be writing the slot (SlotClaims: claim, release).
     bool receiving = false;
   };
 
@@ -503,7 +503,7 @@ class Dispatcher::Link {
           if (base::Status s = take(results[i], reply, placed != nullptr && (*placed)[i] != 0); !s) {
             why = s.message();
             // Results after it that were received into their slots are still owed: re-issued.
-            if (placed != nullptr) release_placed(reply, *placed, i + 1);
+            if (placed != nullptr) release(results, *placed, i + 1);
             break;
           }
         }
@@ -547,36 +547,16 @@ class Dispatcher::Link {
     reader_ended(why, "the stream ended (worker gone?): its items are re-issued");
   }
 
-  // The results connection's reader (results_channel.hpp): each frame is a Reply, parsed in
-  // place by the stream's own parser; the frame's length is the only new thing checked.
+  // The results connection's reader (results_channel.hpp): split frames from a 1.5 worker
+  // (split_receiver.hpp), else each frame a whole Reply parsed in place by the stream's parser.
   void results_loop(grpc::ClientContext& ctx) {
     const std::size_t max = max_reply_bytes(d_.job_.pipeline().sample_bytes());
-    std::vector<std::uint8_t> frame;  // reused: its pages stay mapped
-    ReplyView reply;
-    std::string why;
     bool split = false;
     {
       base::MutexLock lock(mu_);
       split = worker_minor_ >= 5;
     }
-    if (split) {
-      split_results_loop(max, why);
-    }
-    while (why.empty() && !split) {
-      std::string read_why;
-      if (const FrameRead got = read_results_frame(results_fd_, frame, max, read_why); got != FrameRead::kFrame) {
-        if (got != FrameRead::kClosed) why = "results connection: " + read_why;
-        if (got == FrameRead::kTooLong) {
-          base::MutexLock lock(mu_);
-          misbehaved_ = true;  // garbage; a connection cut inside a frame is not a lie
-        }
-        break;
-      }
-      grpc::Slice slice(frame.data(), frame.size(), grpc::Slice::STATIC_SLICE);  // no copy
-      grpc::ByteBuffer bytes(&slice, 1);
-      reply.parse(bytes);
-      why = handle_reply(reply);
-    }
+    std::string why = split ? read_split_frames(max) : read_whole_frames(max);
     {
       base::MutexLock lock(mu_);
       if (stop_ || broken_) why.clear();  // shut down by this node, after the link ended otherwise
@@ -585,133 +565,103 @@ class Dispatcher::Link {
     ctx.TryCancel();  // the stream ends with it
   }
 
-  // Protocol 1.5's results frames (split_frames.hpp). Each result that is owed, ok, uncompressed
-  // and of the sample's size is received straight into its ring slot; every other one (zstd, an
-  // error, a late, unknown or wrong answer) into `rest`, from which take() reads it as from a
-  // 1.4 frame, with the same checks. Returns when the connection ends, with `why` for a fault.
-  void split_results_loop(std::size_t max_pixels, std::string& why) {
-    // A wait for pixels that passes this without a byte gives the frame's owed items back to
-    // hedging (results_stalled); between frames the reader just waits again.
-    const timeval wait{0, 250 * 1000};
-    ::setsockopt(results_fd_, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
-    job::Job& job = d_.job_;
-    const std::size_t n = job.pipeline().sample_bytes();
-    std::vector<std::uint8_t> head, rest;  // reused: their pages stay mapped
-    std::vector<iovec> parts;
-    std::vector<char> placed;
+  // A frame not read: why (empty when the worker closed between frames). A length out of
+  // bounds is garbage, and the worker is dropped for it; a connection cut inside a frame is not.
+  std::string unread_frame(FrameRead got, const std::string& read_why) {
+    if (got == FrameRead::kTooLong) {
+      base::MutexLock lock(mu_);
+      misbehaved_ = true;
+    }
+    return got == FrameRead::kClosed ? std::string() : "results connection: " + read_why;
+  }
+
+  std::string read_whole_frames(std::size_t max) {
+    std::vector<std::uint8_t> frame;  // reused: its pages stay mapped
     ReplyView reply;
+    std::string why;
     while (why.empty()) {
-      std::size_t total = 0;
       std::string read_why;
-      if (const FrameRead got = read_split_head(results_fd_, head, max_pixels, total, read_why);
-          got != FrameRead::kFrame) {
-        if (got != FrameRead::kClosed) why = "results connection: " + read_why;
-        if (got == FrameRead::kTooLong) {
-          base::MutexLock lock(mu_);
-          misbehaved_ = true;
-        }
-        return;
+      if (const FrameRead got = read_results_frame(results_fd_, frame, max, read_why); got != FrameRead::kFrame) {
+        return unread_frame(got, read_why);
       }
-      grpc::Slice slice(head.data(), head.size(), grpc::Slice::STATIC_SLICE);  // no copy
+      grpc::Slice slice(frame.data(), frame.size(), grpc::Slice::STATIC_SLICE);  // no copy
       grpc::ByteBuffer bytes(&slice, 1);
       reply.parse(bytes);
-      if (rest.size() < total) rest.resize(total);  // never shrunk: a resize up zero-fills
-      if (reply.kind() != ReplyView::Kind::kResult && reply.kind() != ReplyView::Kind::kResults) {
-        why = handle_reply(reply);  // says what it was
-        return;
+      why = handle_reply(reply);
+    }
+    return why;
+  }
+
+  std::string read_split_frames(std::size_t max) {
+    // A wait for pixels that passes this without a byte asks stalled_too_long(); between
+    // frames the reader just waits again.
+    const timeval wait{0, 250 * 1000};
+    ::setsockopt(results_fd_, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
+    SplitReceiver frames(results_fd_, d_.job_.pipeline().sample_bytes(), max);
+    std::string why;
+    while (why.empty()) {
+      std::string read_why;
+      if (const FrameRead got = frames.next(*this, read_why); got != FrameRead::kFrame) {
+        return unread_frame(got, read_why);
       }
-      if (!reply.attach_pixels(total == 0 ? grpc::Slice()
-                                          : grpc::Slice(rest.data(), total, grpc::Slice::STATIC_SLICE))) {
-        why = handle_reply(reply);  // malformed: why() says how
-        return;
-      }
-      const std::vector<ResultView>& results = reply.results();
-      parts.clear();
-      placed.assign(results.size(), 0);
-      {
-        base::MutexLock lock(mu_);
-        for (std::size_t i = 0; i < results.size(); ++i) {
-          const ResultView& r = results[i];
-          iovec part{rest.data() + (r.pixels.offset - head.size()), r.pixels.size};
-          const auto at =
-              r.error == 0 && !r.compressed && r.pixels.size == n ? outstanding_.find(r.id) : outstanding_.end();
-          if (at != outstanding_.end() && !at->second.receiving && r.epoch == at->second.sample.epoch &&
-              r.draw == at->second.sample.draw) {
-            at->second.receiving = true;
-            placed[i] = 1;
-            part.iov_base = job.sample_out(at->second.item);
-          }
-          parts.push_back(part);
-        }
-      }
-      std::size_t next = 0;
-      for (;;) {
-        const int e = receive_parts(results_fd_, parts, next);
-        if (e == 0) break;
-        if (e == EAGAIN) {
-          results_stalled(reply, head.size(), rest, parts, placed, next);
-          continue;
-        }
-        release_placed(reply, placed, 0);
-        why = e < 0 ? "results connection: closed inside a frame's pixels"
-                    : "results connection: reading: " + std::string(std::strerror(e));
-        return;
-      }
-      why = handle_reply(reply, &placed);
+      why = handle_reply(frames.reply(), &frames.claimed());
+    }
+    return why;
+  }
+
+  // SlotClaims (split_receiver.hpp), for the results connection's reader: an item is claimed
+  // when owed, not claimed already (a frame naming it twice), and echoing its epoch and draw.
+  void claim(std::span<const ResultView> results, std::span<char> claimed, std::span<std::uint8_t*> slots) override {
+    base::MutexLock lock(mu_);
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      if (claimed[i] == 0) continue;
+      const ResultView& r = results[i];
+      const auto at = outstanding_.find(r.id);
+      claimed[i] = at != outstanding_.end() && !at->second.receiving && r.epoch == at->second.sample.epoch &&
+                   r.draw == at->second.sample.draw;
+      if (claimed[i] == 0) continue;
+      at->second.receiving = true;
+      slots[i] = d_.job_.sample_out(at->second.item);
     }
   }
 
-  // No byte of a frame's pixels for the receive timeout: if an item still to be received into
-  // its slot is past its hedge time, every such item goes back to hedging and the rest of the
-  // frame is received into `rest` instead (what came of the current one is copied there first),
-  // so a worker that stalls inside a frame delays the batch no longer than one that is late.
-  void results_stalled(const ReplyView& reply, std::size_t head_bytes, std::vector<std::uint8_t>& rest,
-                       std::vector<iovec>& parts, std::vector<char>& placed, std::size_t next) {
-    const std::vector<ResultView>& results = reply.results();
+  // A worker that stalls inside a frame delays the batch no longer than one that is late: once
+  // a claimed item there is past its hedge time, all of them go back to hedging.
+  bool stalled_too_long(std::span<const ResultView> results, std::span<const char> claimed, std::size_t from) override {
     const auto now = Clock::now();
-    bool demote = false;
-    std::size_t demoted = 0;
+    bool overdue = false;
+    std::size_t held = 0;
     {
       base::MutexLock lock(mu_);
       const double after = std::max(kHedgeFloor, kHedgeFactor * stats_.rtt_s);
-      for (std::size_t i = next; i < results.size() && !demote; ++i) {
-        if (placed[i] == 0) continue;
+      for (std::size_t i = from; i < results.size(); ++i) {
+        if (claimed[i] == 0) continue;
+        ++held;
         const auto at = outstanding_.find(results[i].id);
-        demote = at != outstanding_.end() && std::chrono::duration<double>(now - at->second.sent).count() > after;
-      }
-      if (!demote) return;
-      for (std::size_t i = next; i < results.size(); ++i) {
-        if (placed[i] == 0) continue;
-        std::uint8_t* to = rest.data() + (results[i].pixels.offset - head_bytes);
-        const std::size_t came = results[i].pixels.size - parts[i].iov_len;
-        if (came > 0) std::memcpy(to, static_cast<const std::uint8_t*>(parts[i].iov_base) - came, came);
-        parts[i].iov_base = to + came;
-        placed[i] = 0;
-        ++demoted;
-        if (const auto at = outstanding_.find(results[i].id); at != outstanding_.end()) at->second.receiving = false;
+        overdue = overdue ||
+                  (at != outstanding_.end() && std::chrono::duration<double>(now - at->second.sent).count() > after);
       }
     }
-    cv_.notify_all();  // the sender hedges them
+    if (!overdue) return false;
     const std::uint64_t k = ++stalled_frames_;
     if ((k & (k - 1)) == 0) {
       spdlog::info(
           "job {}: remote worker {}: stalled inside a results frame: its {} item(s) there go back to hedging ({} such "
           "frame(s) so far)",
-          d_.job_.name(), endpoint_, demoted, k);
+          d_.job_.name(), endpoint_, held, k);
     }
+    return true;
   }
 
-  // Results [from, end) of a split frame that were received, or were to be, into their slots
-  // and will not be taken: owed again as any outstanding item (hedged, or re-issued when the
-  // link ends).
-  void release_placed(const ReplyView& reply, std::vector<char>& placed, std::size_t from) {
-    base::MutexLock lock(mu_);
-    for (std::size_t i = from; i < placed.size(); ++i) {
-      if (placed[i] == 0) continue;
-      placed[i] = 0;
-      if (const auto at = outstanding_.find(reply.results()[i].id); at != outstanding_.end())
-        at->second.receiving = false;
+  void release(std::span<const ResultView> results, std::span<const char> claimed, std::size_t from) override {
+    {
+      base::MutexLock lock(mu_);
+      for (std::size_t i = from; i < results.size(); ++i) {
+        if (claimed[i] == 0) continue;
+        if (const auto at = outstanding_.find(results[i].id); at != outstanding_.end()) at->second.receiving = false;
+      }
     }
+    cv_.notify_all();  // the sender hedges what is due
   }
 
   // One answer: matched with the item it names (an unknown id is garbage, the late answer of a
@@ -894,7 +844,7 @@ class Dispatcher::Link {
   std::unique_ptr<image::SampleProcessor> local_;
   std::vector<std::uint8_t> buffer_, check_;
   std::string zstd_scratch_;  // a compressed sample split over slices, gathered (reused)
-  std::uint64_t stalled_frames_ = 0;  // the results connection's reader's (results_stalled)
+  std::uint64_t stalled_frames_ = 0;  // the results connection's reader's (stalled_too_long)
   // Held by whichever reader takes results (the stream's or the results connection's: a worker
   // writes to one at a time, so it is not contended); guards the reading state above.
   base::Mutex take_mu_;

@@ -56,6 +56,11 @@ std::string make_results_nonce();
 // kBindTimeout: the connected descriptor, or -1 with `why`.
 int connect_results(const std::string& host, std::uint32_t port, const std::string& nonce, std::string& why);
 
+// How a worker's frame lies (--inject-fault, tests only): its length or pixel total says
+// 2^31 - 1 (oversize-frame), or its pixel total one byte fewer than its results claim and
+// follow (miscount-frame; split frames only, a 1.4 frame has no such total).
+enum class FrameLie : std::uint8_t { kNone, kLength, kPixelCount };
+
 // One frame: `frame` holds 4 bytes of room and then the body; the room is filled with the body's
 // length (with `lie`, 2^31 - 1 instead: --inject-fault oversize-frame). false when the
 // connection failed (shut down, reset).

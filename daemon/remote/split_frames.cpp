@@ -1,5 +1,6 @@
 #include "remote/split_frames.hpp"
 
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -11,6 +12,10 @@
 namespace stoker::remote {
 
 namespace {
+
+// receive_parts' wait for a frame's pixels: the most it waits for at once, and how long.
+constexpr std::size_t kMaxLowWaterMark = std::size_t{1} << 20;
+constexpr int kPixelsWaitMs = 250;
 
 void put_u32(char* at, std::uint64_t v) {
   for (int i = 0; i < 4; ++i) at[i] = static_cast<char>((v >> (8 * i)) & 0xff);
@@ -36,14 +41,16 @@ void advance(std::vector<iovec>& parts, std::size_t& next, std::size_t n) {
 
 }  // namespace
 
-bool write_split_frame(int fd, std::string& head, std::span<const std::string> pixels, bool lie,
+bool write_split_frame(int fd, std::string& head, std::span<const std::string> pixels, FrameLie lie,
                        std::chrono::milliseconds pause) {
   if (head.size() < kSplitPrefixBytes || head.size() - kSplitPrefixBytes > kMaxSplitHeadBytes) return false;
   std::uint64_t total = 0;
   for (const std::string& p : pixels) total += p.size();
   if (total > 0x7fffffffu) return false;
   put_u32(head.data(), head.size() - kSplitPrefixBytes);
-  put_u32(head.data() + 4, lie ? 0x7fffffffu : total);
+  put_u32(head.data() + 4, lie == FrameLie::kLength                    ? 0x7fffffffu
+                           : lie == FrameLie::kPixelCount && total > 0 ? total - 1
+                                                                       : total);
   std::vector<iovec> parts;
   parts.reserve(pixels.size() + 1);
   parts.push_back({head.data(), head.size()});
@@ -115,6 +122,26 @@ FrameRead read_split_head(int fd, std::vector<std::uint8_t>& head, std::size_t m
 
 int receive_parts(int fd, std::vector<iovec>& parts, std::size_t& next) {
   while (next < parts.size() && parts[next].iov_len == 0) ++next;
+  if (next == parts.size()) return 0;
+  // Wait for all the pixels still missing before taking any: with the receive low-water mark at
+  // their count, the kernel wakes this reader once, not at each ~64 KiB segment (loopback) as a
+  // frame arrives (issue #36: the reader woke ~1.5 times a frame; each wake-up costs the node a
+  // context switch). Nothing is read meanwhile, so the unread bytes only grow and reach the mark;
+  // a closed receive window wakes it too (tcp_epollin_ready), and the kernel caps the mark at
+  // half its largest receive buffer. The mark goes back to 1 before the recvmsg below and
+  // before the next frame's lengths are waited for.
+  std::size_t missing = 0;
+  for (std::size_t i = next; i < parts.size(); ++i) missing += parts[i].iov_len;
+  if (int mark = static_cast<int>(std::min<std::size_t>(missing, kMaxLowWaterMark)); mark > 1) {
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &mark, sizeof mark);
+    pollfd ready{fd, POLLIN, 0};
+    int waited = -1;
+    while ((waited = ::poll(&ready, 1, kPixelsWaitMs)) < 0 && errno == EINTR) {
+    }
+    mark = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &mark, sizeof mark);
+    if (waited == 0) return EAGAIN;
+  }
   while (next < parts.size()) {
     msghdr m{};
     m.msg_iov = parts.data() + next;

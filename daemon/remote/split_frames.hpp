@@ -31,10 +31,9 @@ inline constexpr std::size_t kMaxSplitHeadBytes = 1u << 20;
 inline constexpr std::size_t kSplitPrefixBytes = 8;
 
 // The worker's side: `head` holds kSplitPrefixBytes of room and then the message; `pixels`
-// follow it. The room is filled with both lengths (with `lie`, the pixels' total is 2^31 - 1:
-// --inject-fault oversize-frame; with `pause`, the writer waits that long halfway through the
-// pixels: stall-frame). false when the connection failed.
-bool write_split_frame(int fd, std::string& head, std::span<const std::string> pixels, bool lie = false,
+// follow it. The room is filled with both lengths (as `lie` says; with `pause`, the writer
+// waits that long halfway through the pixels: stall-frame). false when the connection failed.
+bool write_split_frame(int fd, std::string& head, std::span<const std::string> pixels, FrameLie lie = FrameLie::kNone,
                        std::chrono::milliseconds pause = std::chrono::milliseconds(0));
 
 // The node's side, over a socket whose SO_RCVTIMEO is set (a wait that times out between
@@ -43,9 +42,10 @@ bool write_split_frame(int fd, std::string& head, std::span<const std::string> p
 FrameRead read_split_head(int fd, std::vector<std::uint8_t>& head, std::size_t max_pixels, std::size_t& pixels,
                           std::string& why);
 
-// Receives into `parts` in order, one recvmsg per wait, advancing them as they fill: `next` is
-// the first part not yet full (parts.size() once all are). 0: all received; EAGAIN: no byte
-// came for the socket's receive timeout (call again to go on); -1: the peer closed; else errno.
+// Receives into `parts` in order, advancing them as they fill: `next` is the first part not yet
+// full (parts.size() once all are). It first waits, up to 250 ms, for all that is missing to
+// have arrived (one wake-up a frame), then takes it. 0: all received; EAGAIN: not all came in
+// that wait (call again to go on); -1: the peer closed; else errno.
 int receive_parts(int fd, std::vector<iovec>& parts, std::size_t& next);
 
 }  // namespace stoker::remote

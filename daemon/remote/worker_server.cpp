@@ -245,6 +245,7 @@ class WorkerServer::Impl final : public v1::Worker::CallbackService, public Stre
         break;
       case Fault::kNone:
       case Fault::kOversizeFrame:   // the results connection, not the result: spoil_results_frame
+      case Fault::kMiscountFrame:   // likewise
       case Fault::kUnboundResults:  // and refuse_results_binding
       case Fault::kStallFrame:      // and stall_results_frame
         break;
@@ -252,7 +253,12 @@ class WorkerServer::Impl final : public v1::Worker::CallbackService, public Stre
   }
 
   ResultsListener* results_listener() override { return results_.get(); }
-  bool spoil_results_frame() override { return fault_.kind == Fault::kOversizeFrame && ++spoiled_ % fault_.every == 0; }
+  FrameLie spoil_results_frame() override {
+    const FrameLie lie = fault_.kind == Fault::kOversizeFrame   ? FrameLie::kLength
+                         : fault_.kind == Fault::kMiscountFrame ? FrameLie::kPixelCount
+                                                                : FrameLie::kNone;
+    return lie != FrameLie::kNone && ++spoiled_ % fault_.every == 0 ? lie : FrameLie::kNone;
+  }
   bool refuse_results_binding() override { return fault_.kind == Fault::kUnboundResults; }
   std::chrono::milliseconds stall_results_frame() override {
     return fault_.kind == Fault::kStallFrame && ++spoiled_ % fault_.every == 0 ? kStallFrameFor

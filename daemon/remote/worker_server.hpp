@@ -38,7 +38,9 @@ struct TlsFiles {
 // says 2 GiB (results_channel.hpp; a stream whose results stay on gRPC is not spoiled);
 // kUnboundResults closes every results connection unbound (the node keeps them on the stream);
 // kStallFrame pauses every Nth split results frame halfway through its pixels for
-// kStallFrameFor (a link that stalls inside a frame: the node hedges what it was receiving).
+// kStallFrameFor (a link that stalls inside a frame: the node hedges what it was receiving);
+// kMiscountFrame makes every Nth split frame's pixel total one byte short of what its results
+// claim (a 1.4 frame, which has no such total, is sent whole and true).
 enum class Fault : std::uint8_t {
   kNone,
   kWrongSize,
@@ -46,7 +48,8 @@ enum class Fault : std::uint8_t {
   kCorruptFrame,
   kOversizeFrame,
   kUnboundResults,
-  kStallFrame
+  kStallFrame,
+  kMiscountFrame
 };
 inline constexpr std::chrono::milliseconds kStallFrameFor{3000};
 struct FaultPlan {

@@ -475,7 +475,7 @@ void WorkerStream::results_writer(std::shared_ptr<WorkerStream> self) {
     } else {
       frame.assign(4, '\0');
       write_.AppendToString(&frame);
-      ok = write_results_frame(fd, frame, host_.spoil_results_frame());
+      ok = write_results_frame(fd, frame, host_.spoil_results_frame() == FrameLie::kLength);
     }
     OnWriteDone(ok);
   }

@@ -42,6 +42,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "base/mutex.hpp"
+#include "remote/results_channel.hpp"
 #include "remote/worker_session.hpp"
 #include "stoker/remote/worker.grpc.pb.h"
 
@@ -76,8 +77,8 @@ class StreamHost {
   // Where a plaintext stream's results connection binds (results_channel.hpp); null: none (TLS,
   // or the listener could not start).
   virtual ResultsListener* results_listener() = 0;
-  // --inject-fault oversize-frame (tests): whether this results frame is to lie about its length.
-  virtual bool spoil_results_frame() = 0;
+  // --inject-fault oversize-frame, miscount-frame (tests): how this results frame is to lie.
+  virtual FrameLie spoil_results_frame() = 0;
   // --inject-fault unbound-results (tests): every results connection is closed unbound.
   virtual bool refuse_results_binding() = 0;
   // --inject-fault stall-frame (tests): how long this split results frame pauses halfway.

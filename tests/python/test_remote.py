@@ -445,11 +445,12 @@ def test_mutual_tls_serves_identical_batches_and_refuses_a_node_without_a_certif
             d.stop()
 
 
-@pytest.mark.parametrize("fault", ["wrong-size", "unknown-id", "corrupt-frame", "oversize-frame"])
+@pytest.mark.parametrize("fault", ["wrong-size", "unknown-id", "corrupt-frame", "oversize-frame", "miscount-frame"])
 def test_a_worker_answering_garbage_is_dropped_and_its_items_made_elsewhere(tmp_path, demo_root, workers, fault):
     """Worker A spoils every 5th result (--inject-fault: a sample of the wrong size, an id it
     was never sent, a zstd frame with a flipped byte, a results-connection frame whose length
-    says 2 GiB). The GPU node refuses it, ends A's stream, re-issues what A held, and reconnects
+    says 2 GiB, a split frame whose pixel total is one byte short of what its results claim).
+    The GPU node refuses it, ends A's stream, re-issues what A held, and reconnects
     later; the batches still equal the local run's."""
     a = workers("a", demo_root, extra=["--inject-fault", f"{fault}:5"])
     b = workers("b", demo_root)
@@ -468,7 +469,8 @@ def test_a_worker_answering_garbage_is_dropped_and_its_items_made_elsewhere(tmp_
         # may arrive with all it held, leaving nothing to re-issue (seen under ThreadSanitizer).
         assert wa["errors"] > 0, wa
         expect = {"wrong-size": "bytes for a sample of", "unknown-id": "which it does not hold",
-                  "corrupt-frame": "bad compressed sample", "oversize-frame": "a results frame of 2147483647 bytes"}[fault]
+                  "corrupt-frame": "bad compressed sample",             "oversize-frame": "a results frame of 2147483647 bytes",
+            "miscount-frame": "a split results frame whose results claim more than its"}[fault]
         assert expect in open(rem.log).read()
         assert wb["errors"] == 0 and wb["samples"] > 0, wb
         assert st["quarantined"] == 0 and st["errors"] == {k: 0 for k in st["errors"]}

@@ -10,6 +10,11 @@ if(STOKER_HAVE_REMOTE)
   stoker_add_test(remote_reply_view_test LABEL unit
     SOURCES unit/remote_reply_view_test.cpp
     LIBS stoker_remote_worker)
+  # Issue #36: protocol 1.5's split results frames on a loopback connection: one wake-up a
+  # frame (the low-water mark), a frame that stalls or is cut, the mark put back, the lies.
+  stoker_add_test(split_frames_test LABEL unit
+    SOURCES unit/split_frames_test.cpp
+    LIBS stoker_remote_worker)
   stoker_add_test(remote_config_test LABEL unit
     SOURCES unit/remote_config_test.cpp
     LIBS stoker_config)
