@@ -6,14 +6,12 @@ if(STOKER_HAVE_REMOTE)
     SOURCES unit/remote_session_test.cpp
     LIBS stoker_remote_worker)
   # Issue #36: the GPU node's hand parser of a worker's Reply (daemon/remote/reply_view.hpp)
-  # against protobuf's, and against malformed and mutated messages.
+  # against protobuf's, and against malformed and mutated messages; and protocol 1.5's split
+  # results frames on a loopback connection (split_frames_test.cpp: one wake-up a frame with
+  # the low-water mark, a frame that stalls or is cut, the mark put back, the lies). One
+  # program, two sources: a test program more costs every tier a link against gRPC.
   stoker_add_test(remote_reply_view_test LABEL unit
-    SOURCES unit/remote_reply_view_test.cpp
-    LIBS stoker_remote_worker)
-  # Issue #36: protocol 1.5's split results frames on a loopback connection: one wake-up a
-  # frame (the low-water mark), a frame that stalls or is cut, the mark put back, the lies.
-  stoker_add_test(split_frames_test LABEL unit
-    SOURCES unit/split_frames_test.cpp
+    SOURCES unit/remote_reply_view_test.cpp unit/split_frames_test.cpp
     LIBS stoker_remote_worker)
   stoker_add_test(remote_config_test LABEL unit
     SOURCES unit/remote_config_test.cpp
