@@ -593,8 +593,9 @@ class Dispatcher::Link : private SlotClaims {
   }
 
   std::string read_split_frames(std::size_t max) {
-    // A wait for pixels that passes this without a byte asks stalled_too_long(); between
-    // frames the reader just waits again.
+    // Bounds each wait on the socket: between frames the reader just waits again; a frame's
+    // pixels that have not all come within receive_parts' own 250 ms wait (split_frames.cpp,
+    // kPixelsWaitMs, kept equal to this) ask stalled_too_long().
     const timeval wait{0, 250 * 1000};
     ::setsockopt(results_fd_, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
     SplitReceiver frames(results_fd_, d_.job_.pipeline().sample_bytes(), max);
