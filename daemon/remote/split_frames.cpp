@@ -15,7 +15,6 @@ namespace {
 
 // receive_parts' wait for a frame's pixels: the most it waits for at once, and how long.
 constexpr std::size_t kMaxLowWaterMark = std::size_t{1} << 20;
-constexpr int kPixelsWaitMs = 250;
 
 void put_u32(char* at, std::uint64_t v) {
   for (int i = 0; i < 4; ++i) at[i] = static_cast<char>((v >> (8 * i)) & 0xff);
@@ -136,7 +135,7 @@ int receive_parts(int fd, std::vector<iovec>& parts, std::size_t& next) {
     ::setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &mark, sizeof mark);
     pollfd ready{fd, POLLIN, 0};
     int waited = -1;
-    while ((waited = ::poll(&ready, 1, kPixelsWaitMs)) < 0 && errno == EINTR) {
+    while ((waited = ::poll(&ready, 1, kStallCheckMs)) < 0 && errno == EINTR) {
     }
     mark = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &mark, sizeof mark);

@@ -29,6 +29,9 @@ namespace stoker::remote {
 // A split frame's message: its results without their pixels (ids, outcomes, reasons).
 inline constexpr std::size_t kMaxSplitHeadBytes = 1u << 20;
 inline constexpr std::size_t kSplitPrefixBytes = 8;
+// How long the node's reader waits before it asks whether a stalled frame is overdue: both the
+// results connection's SO_RCVTIMEO (SplitReceiver sets it) and receive_parts' pixel wait.
+inline constexpr int kStallCheckMs = 250;
 
 // The worker's side: `head` holds kSplitPrefixBytes of room and then the message; `pixels`
 // follow it. The room is filled with both lengths (as `lie` says; with `pause`, the writer
@@ -43,7 +46,7 @@ FrameRead read_split_head(int fd, std::vector<std::uint8_t>& head, std::size_t m
                           std::string& why);
 
 // Receives into `parts` in order, advancing them as they fill: `next` is the first part not yet
-// full (parts.size() once all are). It first waits, up to 250 ms, for all that is missing to
+// full (parts.size() once all are). It first waits, up to kStallCheckMs, for all that is missing to
 // have arrived (one wake-up a frame), then takes it. 0: all received; EAGAIN: not all came in
 // that wait (call again to go on); -1: the peer closed; else errno.
 int receive_parts(int fd, std::vector<iovec>& parts, std::size_t& next);

@@ -3,11 +3,20 @@
 #include <cerrno>
 #include <cstring>
 
+#include <sys/socket.h>
+#include <sys/time.h>
+
 #include <grpcpp/grpcpp.h>
 
 #include "remote/split_frames.hpp"
 
 namespace stoker::remote {
+
+SplitReceiver::SplitReceiver(int fd, std::size_t sample_bytes, std::size_t max_pixels)
+    : fd_(fd), sample_bytes_(sample_bytes), max_pixels_(max_pixels) {
+  const timeval wait{0, kStallCheckMs * 1000};
+  ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
+}
 
 FrameRead SplitReceiver::next(SlotClaims& claims, std::string& why) {
   claimed_.clear();

@@ -43,9 +43,10 @@ class SlotClaims {
 
 class SplitReceiver {
  public:
-  // `fd`: the bound results connection, with SO_RCVTIMEO set (the stall check's period).
-  SplitReceiver(int fd, std::size_t sample_bytes, std::size_t max_pixels)
-      : fd_(fd), sample_bytes_(sample_bytes), max_pixels_(max_pixels) {}
+  // `fd`: the bound results connection. Its SO_RCVTIMEO is set to kStallCheckMs, bounding each
+  // wait: between frames the reader just waits again; pixels that have not all come within it
+  // ask SlotClaims::stalled_too_long().
+  SplitReceiver(int fd, std::size_t sample_bytes, std::size_t max_pixels);
 
   // Reads the next frame whole. kFrame: reply() holds it, and claimed()[i] says whether result
   // i's pixels are in its slot (its claim stands: the caller takes or releases it). A frame

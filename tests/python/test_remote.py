@@ -301,6 +301,54 @@ def test_a_worker_killed_or_frozen_mid_epoch_loses_nothing(tmp_path, demo_root, 
         rem.stop()
 
 
+def thread_switches(pid, name):
+    """Voluntary context switches of the process's thread called `name` (each is a sleep)."""
+    for task in glob.glob(f"/proc/{pid}/task/*"):
+        try:
+            if open(f"{task}/comm").read().strip() == name:
+                return int(re.search(r"voluntary_ctxt_switches:\s+(\d+)", open(f"{task}/status").read()).group(1))
+        except OSError:
+            continue  # the thread ended meanwhile
+    return None
+
+
+def test_a_link_waiting_on_a_frozen_worker_sleeps_until_something_is_due(tmp_path, demo_root, workers):
+    """A link whose worker is frozen holds hedged items until they are answered or its deadline
+    passes. Its sending thread ("remote-link") then has nothing to do until the deadline: it
+    must sleep until then (or a wake-up), not poll. It used to wake every 20 ms (~100 times in
+    2 s); sleeping until the next item is due, at most 250 ms at once, is at most ~8 wake-ups.
+    The same wait bounds it while items flow (an answer wakes it), where the 20 ms poll was ~40%
+    of its wake-ups (issue #36)."""
+    w = workers("w", demo_root)
+    source = f'{{root: "{demo_root}"}}'
+    rem = start(tmp_path, "remote", job_config(tmp_path / "r.yaml", source, prefetch=2,
+                                               remote=remote_key([w.address], local=False, deadline_s=60)))
+    try:
+        all_connected(rem)
+        consume(rem, tmp_path / "b0", 1)
+        w.signal(signal.SIGSTOP)
+        def ask():  # for items the frozen worker takes and holds
+            try:
+                consume(rem, tmp_path / "b1", 4, start_epoch=0, start_batch=1)
+            except AssertionError:
+                pass  # the daemon was stopped under it (the test's end)
+
+        threading.Thread(target=ask, daemon=True).start()
+        wait_for(lambda: status(rem)["remote"][0]["hedged"] > 0, "the frozen worker's items to be hedged")
+        time.sleep(0.5)
+        link = status(rem)["remote"][0]
+        assert link["connected"] and link["errors"] == 0, link
+        before = thread_switches(rem.proc.pid, "remote-link")
+        assert before is not None, "no thread named remote-link in stokerd"
+        time.sleep(2)
+        woke = thread_switches(rem.proc.pid, "remote-link") - before
+        assert woke <= 20, f"the link's sender woke {woke} times in 2 s with nothing due"
+        assert status(rem)["remote"][0]["connected"], "the frozen worker was dropped before its deadline"
+    finally:
+        w.signal(signal.SIGCONT)
+        rem.stop()
+
+
 def test_a_restarted_worker_is_reconnected_and_used_again(tmp_path, demo_root, workers):
     a = workers("a", demo_root)
     source = f'{{root: "{demo_root}"}}'

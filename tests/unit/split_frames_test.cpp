@@ -46,7 +46,7 @@ struct TcpPair {
     reader = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
     REQUIRE(reader >= 0);
     ::close(listener);
-    const timeval wait{0, 250 * 1000};
+    const timeval wait{0, stoker::remote::kStallCheckMs * 1000};  // as SplitReceiver sets it
     ::setsockopt(reader, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
   }
   ~TcpPair() {
