@@ -64,6 +64,7 @@ bool WorkQueue::closed(std::size_t job) const {
 
 void WorkQueue::push(std::size_t job, std::vector<WorkItem>&& items) {
   if (items.empty()) return;
+  bool local = true;
   {
     base::MutexLock lock(mu_);
     Lane& l = lane(job);
@@ -71,10 +72,14 @@ void WorkQueue::push(std::size_t job, std::vector<WorkItem>&& items) {
     wake(l, job);
     l.items.insert(l.items.end(), items.begin(), items.end());
     queued_ += items.size();
+    local = !l.remote_only;
   }
-  if (items.size() == 1) {
+  // A remote-only lane's items are no local worker's: waking the idle ones for each batch cost
+  // the GPU node two context switches a batch for nothing (issue #36). set_remote_only(false)
+  // wakes them itself, after the flag changes under mu_, so no push is missed.
+  if (local && items.size() == 1) {
     cv_.notify_one();
-  } else {
+  } else if (local) {
     cv_.notify_all();
   }
   remote_cv_.notify_all();

@@ -5,8 +5,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <fstream>
+#include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include "sched/work_queue.hpp"
 
@@ -250,6 +254,52 @@ TEST_CASE("work queue: a remote-only lane is skipped by pop() and served by pop_
   REQUIRE(q.pop(it, job));
   CHECK(job == 0);
   CHECK(it.position == 1);
+}
+
+namespace {
+
+// A thread's /proc line `key:\tN` (its state letter for "State").
+std::string task_field(pid_t tid, const std::string& key) {
+  std::ifstream in("/proc/self/task/" + std::to_string(tid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(key + ":", 0) == 0) return line.substr(line.find_first_not_of(" \t", key.size() + 1));
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("work queue: items pushed onto a remote-only lane do not wake idle local workers", "[work_queue][remote]") {
+  // Each batch of a `remote: {local: false}` job used to wake every idle local worker, which
+  // found nothing it may take and slept again: two context switches a batch on the GPU node
+  // (issue #36). Counted here by the waiting thread's voluntary switches.
+  WorkQueue q;
+  q.set_remote_only(0, true);
+  std::atomic<pid_t> tid{0};
+  WorkItem got{};
+  std::size_t job = 9;
+  bool popped = false;
+  std::thread local([&] {
+    tid = ::gettid();
+    popped = q.pop(got, job);
+  });
+  const auto asleep = [&] { return tid != 0 && task_field(tid, "State").rfind('S', 0) == 0; };
+  for (int i = 0; i < 2000 && !asleep(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(asleep());
+  const long before = std::stol(task_field(tid, "voluntary_ctxt_switches"));
+  for (std::uint32_t i = 0; i < 40; ++i) {
+    q.push(0, items(2, 2 * i));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // room for a woken thread to run
+  }
+  const long woken = std::stol(task_field(tid, "voluntary_ctxt_switches")) - before;
+  CHECK(woken <= 2);
+  CHECK(q.queued(0) == 80);
+  // Its workers gone: set_remote_only(false) wakes the local worker, which takes the first.
+  q.set_remote_only(0, false);
+  local.join();
+  CHECK(popped);
+  CHECK(job == 0);
+  CHECK(got.position == 0);
 }
 
 TEST_CASE("work queue: push_front re-issues items ahead of the job's others, in the order given", "[work_queue][remote]") {
