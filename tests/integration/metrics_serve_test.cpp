@@ -27,6 +27,7 @@
 
 #include "batch_copy.hpp"
 #include "daemon_fixture.hpp"
+#include "loopback.hpp"
 #include "status_json.hpp"
 #include "stoker/proto/control.hpp"
 #include "stoker/stoker.hpp"
@@ -209,15 +210,10 @@ TEST_CASE("a drained job leaves the metrics with its consumers' wait", "[integra
 
 TEST_CASE("a metrics port already taken stops the start with the address named", "[integration][metrics]") {
   TempDir dir;
-  const int taken = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(taken, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  std::uint16_t port = 0;
+  const int taken = stoker::test::loopback_socket(port);
   REQUIRE(::listen(taken, 1) == 0);
-  socklen_t len = sizeof a;
-  ::getsockname(taken, reinterpret_cast<sockaddr*>(&a), &len);
-  const std::string addr = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  const std::string addr = "127.0.0.1:" + std::to_string(port);
   JobSpec j;
   std::string out;
   CHECK(run_program({bin("stokerd"), "--config", write_config(dir.path(), {j}, 1, "  metrics: \"" + addr + "\"\n").string(),

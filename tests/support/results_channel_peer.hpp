@@ -27,6 +27,7 @@
 #include "remote/worker_server.hpp"
 #include "remote_node_open.hpp"
 #include "stoker/remote/worker.grpc.pb.h"
+#include "loopback.hpp"
 #include "temp_dir.hpp"
 
 namespace stoker::test {
@@ -38,13 +39,7 @@ using stoker::remote::kResultsMagic;
 using ChannelClock = std::chrono::steady_clock;
 
 inline int dial(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in at{};
-  at.sin_family = AF_INET;
-  at.sin_port = htons(static_cast<std::uint16_t>(port));
-  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
+  const int fd = connect_loopback(static_cast<std::uint16_t>(port));
   timeval tv{5, 0};  // nothing here waits longer than the worker's bind timeout and a margin
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   return fd;
@@ -110,20 +105,6 @@ inline int answer(int fd) {
 
 inline std::string greeting(const std::string& nonce) {
   return std::string(kResultsMagic, sizeof kResultsMagic) + nonce;
-}
-
-// A TCP socket bound to a free loopback port (written to `port`), not yet listening.
-inline int loopback_socket(std::uint16_t& port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in at{};
-  at.sin_family = AF_INET;
-  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof at;
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&at), &len) == 0);
-  port = ntohs(at.sin_port);
-  return fd;
 }
 
 // The product's WorkerServer in this process over the demo JPEGs (2 threads, 4 streams), a

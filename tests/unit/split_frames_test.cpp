@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "loopback.hpp"
 #include "remote/split_frames.hpp"
 
 namespace remote = stoker::remote;
@@ -32,17 +33,10 @@ namespace {
 struct TcpPair {
   int reader = -1, writer = -1;
   TcpPair() {
-    const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    REQUIRE(listener >= 0);
-    sockaddr_in at{};
-    at.sin_family = AF_INET;
-    at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
+    std::uint16_t port = 0;
+    const int listener = stoker::test::loopback_socket(port);
     REQUIRE(::listen(listener, 1) == 0);
-    socklen_t len = sizeof at;
-    REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&at), &len) == 0);
-    writer = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    REQUIRE(::connect(writer, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
+    writer = stoker::test::connect_loopback(port);
     reader = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
     REQUIRE(reader >= 0);
     ::close(listener);
