@@ -13,7 +13,9 @@ Prints images/s of each (and the ratio to 0 workers), the GPU node's daemon CPU 
 (remote: what is left on the GPU node; 0 workers: decoding it locally) and their ratio (the
 goal: <= 5%), the daemon's context switches per sample (its threads' voluntary and
 involuntary switches, /proc/PID/task/*/status), the bytes on the wire per sample, and what
-link a given images/s needs. The line `node cpu per remote sample / local: R` gives the ratio
+link a given images/s needs. For each remote case, a line `node threads a sample:` splits the
+daemon's cost by thread name (remote-results, remote-link, stokerd, ...): CPU µs and voluntary
+switches (sleeps) per sample. The line `node cpu per remote sample / local: R` gives the ratio
 for "1 worker" against "0 workers" (with --rounds N, the median of the rounds' ratios, each
 from one round's own pair of runs). Every figure comes from runs on this machine, one after
 another; the machine is noisy: compare figures of one invocation.
@@ -120,6 +122,37 @@ def perf_stop(proc, samples):
     return "perf stat per sample: " + ", ".join(out)
 
 
+def threads(pid):
+    """{thread name: [voluntary switches, CPU seconds]} of a process's live threads so far, threads
+    of one name summed (the remote link's are named remote-link, remote-results, ...)."""
+    out = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            base = f"/proc/{pid}/task/{tid}"
+            name = open(f"{base}/comm").read().strip()
+            vol = int(re.search(r"^voluntary_ctxt_switches:\s+(\d+)", open(f"{base}/status").read(), re.M).group(1))
+            fields = open(f"{base}/stat").read().rsplit(")", 1)[1].split()
+            t = out.setdefault(name, [0, 0.0])
+            t[0] += vol
+            t[1] += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, AttributeError):  # a thread that ended meanwhile
+            pass
+    return out
+
+
+def thread_line(before, after, samples):
+    """Each thread name's voluntary switches and CPU µs per sample between two threads() reads,
+    the busiest first (threads that neither slept nor ran are left out)."""
+    rows = []
+    for name, (vol, cpu) in after.items():
+        v0, c0 = before.get(name, [0, 0.0])
+        if vol - v0 or cpu - c0:
+            rows.append((cpu - c0, name, (vol - v0) / samples))
+    rows.sort(reverse=True)
+    return ", ".join(f"{name} {cpu / samples * 1e6:.1f} us {sw:.3f} sleeps" for cpu, name, sw in rows)
+
+
 def run(build, images, batches, cores, n_workers, zstd, tmp, stream=False):
     """(images/s, daemon CPU s per sample, wire bytes per sample or None, daemon switches per sample)."""
     workers = [Worker(build, images, cores[1 - (i % 2)], tmp, f"w{i}") for i in range(n_workers)]
@@ -140,9 +173,12 @@ def run(build, images, batches, cores, n_workers, zstd, tmp, stream=False):
             benchlib.summary(d.consume(["--job", "train", "--batches", "4"]))  # warm: page cache, links
             st0 = d.status()["jobs"][0]
             perf = perf_start(d.proc.pid)
-            cpu0, sw0, t0 = d.cpu(), switches(d.proc.pid), time.monotonic()
+            cpu0, sw0, th0, t0 = d.cpu(), switches(d.proc.pid), threads(d.proc.pid), time.monotonic()
             s = benchlib.summary(d.consume(["--job", "train", "--start-batch", "4", "--batches", str(batches)]))
             wall, cpu, sw = time.monotonic() - t0, d.cpu() - cpu0, switches(d.proc.pid) - sw0
+            if workers:  # where the node's cost per remote sample goes, thread by thread
+                print(f"  {n_workers} worker(s){' + zstd' if zstd else ''}{', stream' if stream else ''}, node threads a "
+                      f"sample: " + thread_line(th0, threads(d.proc.pid), s["samples"]))
             if perf:
                 print(f"  {n_workers} worker(s){' + zstd' if zstd else ''}: " + perf_stop(perf, s["samples"]))
             st = d.status()["jobs"][0]
