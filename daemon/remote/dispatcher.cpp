@@ -431,6 +431,9 @@ class Dispatcher::Link : private SlotClaims {
     }
   }
 
+  // How long an item may be outstanding before it is made here instead (kHedgeFactor).
+  double hedge_after() const STOKER_REQUIRES(mu_) { return std::max(kHedgeFloor, kHedgeFactor * stats_.rtt_s); }
+
   // The sender sleeps until the oldest item's hedge time or the link's deadline, whichever
   // comes first: everything else that lets it act notifies cv_ (an answer bringing the table
   // to half the window, a hedged item's answer, a released receive, stop, a reader's end). A
@@ -440,7 +443,7 @@ class Dispatcher::Link : private SlotClaims {
   // adapts only when the sender runs).
   void wait_until_due(base::MutexLock& lock, Clock::time_point now, double deadline) STOKER_REQUIRES(mu_) {
     constexpr Clock::duration kMinWait = std::chrono::milliseconds(20), kMaxWait = std::chrono::milliseconds(250);
-    const double after = std::min(deadline, std::max(kHedgeFloor, kHedgeFactor * stats_.rtt_s));
+    const double after = std::min(deadline, hedge_after());
     const auto plus = [](Clock::time_point t, double s) {
       return t + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
     };
@@ -467,7 +470,7 @@ class Dispatcher::Link : private SlotClaims {
   // entries wait for the worker's answer, to discard it, or for the deadline).
   std::vector<sched::WorkItem> take_overdue(Clock::time_point now) STOKER_REQUIRES(mu_) {
     std::vector<sched::WorkItem> out;
-    const double after = std::max(kHedgeFloor, kHedgeFactor * stats_.rtt_s);
+    const double after = hedge_after();
     if (after >= d_.cfg_.deadline_s) return out;  // the deadline comes first: the stream is dropped
     for (auto at = outstanding_.begin();
          at != outstanding_.end() && std::chrono::duration<double>(now - at->second.sent).count() > after;) {
@@ -660,7 +663,7 @@ class Dispatcher::Link : private SlotClaims {
     std::size_t held = 0;
     {
       base::MutexLock lock(mu_);
-      const double after = std::max(kHedgeFloor, kHedgeFactor * stats_.rtt_s);
+      const double after = hedge_after();
       for (std::size_t i = from; i < results.size(); ++i) {
         if (claimed[i] == 0) continue;
         ++held;

@@ -13,7 +13,7 @@ namespace stoker::remote {
 
 namespace {
 
-// receive_parts' wait for a frame's pixels: the most it waits for at once, and how long.
+// The most receive_parts waits for at once (the low-water mark's cap); kStallCheckMs bounds how long.
 constexpr std::size_t kMaxLowWaterMark = std::size_t{1} << 20;
 
 void put_u32(char* at, std::uint64_t v) {

@@ -54,7 +54,7 @@ FrameRead SplitReceiver::next(SlotClaims& claims, std::string& why) {
     const int e = receive_parts(fd_, parts_, next_);
     if (e == 0) return FrameRead::kFrame;
     if (e == EAGAIN) {
-      give_up(claims);
+      give_up_if_overdue(claims);
       continue;
     }
     claims.release(std::span<const ResultView>(results), std::span<const char>(claimed_), 0);
@@ -64,10 +64,10 @@ FrameRead SplitReceiver::next(SlotClaims& claims, std::string& why) {
   }
 }
 
-bool SplitReceiver::give_up(SlotClaims& claims) {
+void SplitReceiver::give_up_if_overdue(SlotClaims& claims) {
   const std::vector<ResultView>& results = reply_.results();
   const std::span<const ResultView> all(results);
-  if (!claims.stalled_too_long(all, std::span<const char>(claimed_), next_)) return false;
+  if (!claims.stalled_too_long(all, std::span<const char>(claimed_), next_)) return;
   // Still claimed here: nothing else writes these slots until release().
   for (std::size_t i = next_; i < results.size(); ++i) {
     if (claimed_[i] == 0) continue;
@@ -78,7 +78,6 @@ bool SplitReceiver::give_up(SlotClaims& claims) {
   }
   claims.release(all, std::span<const char>(claimed_), next_);
   for (std::size_t i = next_; i < results.size(); ++i) claimed_[i] = 0;
-  return true;
 }
 
 }  // namespace stoker::remote

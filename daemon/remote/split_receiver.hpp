@@ -60,9 +60,9 @@ class SplitReceiver {
   std::vector<char>& claimed() { return claimed_; }
 
  private:
-  // Gives up the claims of a stalled frame: what came of their pixels is copied into the
-  // buffer and the rest is received there. false when the link keeps them (not overdue).
-  bool give_up(SlotClaims& claims);
+  // Gives up the claims of a stalled frame once the link says they are overdue: what came of
+  // their pixels is copied into the buffer and the rest is received there. Else nothing.
+  void give_up_if_overdue(SlotClaims& claims);
 
   const int fd_;
   const std::size_t sample_bytes_, max_pixels_;
