@@ -283,7 +283,7 @@ def main() -> int:
         f = statistics.median(floors)
         what = f"measured share {share:.3f}" if share is not None else "nominal 0.01"
         print(f"tcp receive floor / local: {f:.3f} (with remote.verify's {what}: "
-              f"{f + (0.01 if share is None else share):.3f}, the least R any TCP transport could reach here)")
+              f"{f + (0.01 if share is None else max(0.0, share)):.3f}, the least R any TCP transport could reach here)")
     if unverified:
         print(f"node cpu per remote sample / local at remote.verify 0: {statistics.median(unverified):.3f} "
               f"(remote.verify's share: {share:.3f})")
