@@ -77,10 +77,12 @@ void WorkQueue::push(std::size_t job, std::vector<WorkItem>&& items) {
   // A remote-only lane's items are no local worker's: waking the idle ones for each batch cost
   // the GPU node two context switches a batch for nothing (issue #36). set_remote_only(false)
   // wakes them itself, after the flag changes under mu_, so no push is missed.
-  if (local && items.size() == 1) {
-    cv_.notify_one();
-  } else if (local) {
-    cv_.notify_all();
+  if (local) {
+    if (items.size() == 1) {
+      cv_.notify_one();
+    } else {
+      cv_.notify_all();
+    }
   }
   remote_cv_.notify_all();
 }

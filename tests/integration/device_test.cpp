@@ -33,6 +33,7 @@
 #include "batch_copy.hpp"
 #include "cuemu_stats.h"
 #include "daemon_fixture.hpp"
+#include "proc_status.hpp"
 #include "status_json.hpp"
 #include "stoker/proto/control.hpp"
 #include "stoker/stoker.hpp"
@@ -561,12 +562,8 @@ std::size_t open_fds(int pid) {
 }
 
 std::uint64_t rss_kib(int pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6));
-  }
-  return 0;
+  const std::string kib = stoker::test::proc_status_field("/proc/" + std::to_string(pid) + "/status", "VmRSS");
+  return kib.empty() ? 0 : std::stoull(kib);
 }
 
 }  // namespace

@@ -6,13 +6,11 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <arpa/inet.h>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstring>
 #include <fstream>
-#include <netinet/in.h>
 #include <png.h>
 #include <poll.h>
 #include <random>
@@ -44,15 +42,7 @@ int metrics_port(const std::string& socket) {
   return std::stoi(url.substr(colon + 1));
 }
 
-int tcp_connect(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<std::uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  return fd;
-}
+int tcp_connect(int port) { return stoker::test::connect_loopback(static_cast<std::uint16_t>(port)); }
 
 // Sends `request` and reads until the server closes (or timeout_s passes).
 std::string http_exchange(int port, const std::string& request, int timeout_s = 10) {

@@ -18,6 +18,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "config/config.hpp"
+#include "proc_status.hpp"
 #include "remote/protocol.hpp"
 #include "remote/worker_server.hpp"
 #include "remote_node_open.hpp"
@@ -32,23 +33,9 @@ using LimitsClock = std::chrono::steady_clock;
 
 namespace fs = std::filesystem;
 
-int threads_now() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
-  }
-  return -1;
-}
+int threads_now() { return std::stoi(stoker::test::proc_status_field("/proc/self/status", "Threads")); }
 
-long rss_kib() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  }
-  return -1;
-}
+long rss_kib() { return std::stol(stoker::test::proc_status_field("/proc/self/status", "VmRSS")); }
 
 struct IdleStream {
   grpc::ClientContext ctx;

@@ -5,11 +5,8 @@
 
 #include <catch2/catch.hpp>
 
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <arpa/inet.h>
 
 #include <chrono>
 #include <filesystem>
@@ -21,13 +18,13 @@
 #include <grpcpp/grpcpp.h>
 
 #include "config/config.hpp"
+#include "loopback.hpp"
 #include "remote/protocol.hpp"
 #include "remote/results_listener.hpp"
 #include "remote/split_frames.hpp"
 #include "remote/worker_server.hpp"
 #include "remote_node_open.hpp"
 #include "stoker/remote/worker.grpc.pb.h"
-#include "loopback.hpp"
 #include "temp_dir.hpp"
 
 namespace stoker::test {

@@ -6,7 +6,6 @@
 // next frame's lengths are not held back by it; and a worker's frame lies only as told.
 #include <catch2/catch.hpp>
 
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>

@@ -5,13 +5,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <unistd.h>
 
+#include "proc_status.hpp"
 #include "sched/work_queue.hpp"
 
 using stoker::sched::JobShare;
@@ -258,13 +258,9 @@ TEST_CASE("work queue: a remote-only lane is skipped by pop() and served by pop_
 
 namespace {
 
-// A thread's /proc line `key:\tN` (its state letter for "State").
+// One of this process's threads' /proc status fields (its state letter first for "State").
 std::string task_field(pid_t tid, const std::string& key) {
-  std::ifstream in("/proc/self/task/" + std::to_string(tid) + "/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(key + ":", 0) == 0) return line.substr(line.find_first_not_of(" \t", key.size() + 1));
-  }
-  return "";
+  return stoker::test::proc_status_field("/proc/self/task/" + std::to_string(tid) + "/status", key);
 }
 
 }  // namespace
