@@ -7,13 +7,15 @@
 //   direct  each sample received straight into its slot of a shared-memory ring (one copy,
 //           the kernel's);
 //   copy    the message received into a buffer, then each sample copied into its slot (two
-//           copies, as through gRPC's receive slices).
+//           copies, as through gRPC's receive slices); with a `copy chunk`, the message passes
+//           through a buffer of that many bytes, a chunk at a time (a small buffer stays in
+//           cache between the kernel's copy and this one).
 // Prints, per way, the receiver's user and system CPU per sample and its context switches per
 // sample (getrusage over the whole run). No framing, flow control, checks or hand-off is
 // measured: a transport can only add to these figures.
 //
 //   build/bin/stoker_bench_tcp_floor [bytes=150528] [per=5] [rate=1000] [samples=10000]
-//                                    [receiver core=0] [sender core=1]
+//                                    [receiver core=0] [sender core=1] [copy chunk=the message]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sched.h>
@@ -41,6 +43,7 @@ struct Args {
   double rate = 1000;          // samples a second (a 1-thread worker's)
   std::uint32_t samples = 10000;
   int receiver_core = 0, sender_core = 1;
+  std::size_t chunk = 0;  // the copy way's buffer; 0: the whole message
 };
 
 void pin(int core) {
@@ -127,7 +130,8 @@ bool run(const Args& a, bool direct) {
   }
   auto* ring = static_cast<char*>(mapped);
   std::memset(ring, 0, ring_bytes);
-  std::vector<char> buffer(a.bytes * a.per);
+  const std::size_t message = a.bytes * a.per;
+  std::vector<char> buffer(a.chunk == 0 ? message : std::min(a.chunk, message));
   rusage r0{}, r1{};
   getrusage(RUSAGE_SELF, &r0);
   std::uint64_t got = 0, slot = 0;
@@ -141,10 +145,19 @@ bool run(const Args& a, bool direct) {
     if (direct) {
       for (std::uint32_t i = 0; i < header[0] && ok; ++i) ok = recv_all(fd, ring + (slot++ % slots) * a.bytes, a.bytes);
     } else {
-      ok = recv_all(fd, buffer.data(), buffer.size());
-      for (std::uint32_t i = 0; i < header[0] && ok; ++i) {
-        std::memcpy(ring + (slot++ % slots) * a.bytes, buffer.data() + i * a.bytes, a.bytes);
+      // The message's bytes, a buffer-full at a time, each copied on into the slots it covers.
+      for (std::size_t at = 0; at < message && ok;) {
+        const std::size_t n = std::min(buffer.size(), message - at);
+        ok = recv_all(fd, buffer.data(), n);
+        for (std::size_t done = 0; done < n && ok;) {
+          const std::size_t sample = (at + done) / a.bytes, offset = (at + done) % a.bytes;
+          const std::size_t k = std::min(n - done, a.bytes - offset);
+          std::memcpy(ring + ((slot + sample) % slots) * a.bytes + offset, buffer.data() + done, k);
+          done += k;
+        }
+        at += n;
       }
+      slot += header[0];
     }
     if (!ok) break;
     got += header[0];
@@ -180,9 +193,11 @@ int main(int argc, char** argv) {
   if (argc > 4) a.samples = static_cast<std::uint32_t>(std::atoi(argv[4]));
   if (argc > 5) a.receiver_core = std::atoi(argv[5]);
   if (argc > 6) a.sender_core = std::atoi(argv[6]);
+  if (argc > 7) a.chunk = std::strtoull(argv[7], nullptr, 10);
   if (a.bytes == 0 || a.bytes > (1u << 30) || a.per == 0 || a.per > 64 || !(a.rate > 0) || a.samples == 0) {
     std::fprintf(stderr,
-                 "usage: stoker_bench_tcp_floor [bytes] [per 1-64] [rate/s] [samples] [receiver core] [sender core]\n");
+                 "usage: stoker_bench_tcp_floor [bytes] [per 1-64] [rate/s] [samples] [receiver core] [sender core] "
+                 "[copy chunk]\n");
     return 2;
   }
   a.samples = std::max(a.samples, a.per);
