@@ -336,6 +336,13 @@ std::uint8_t* Job::sample_out(const WorkItem& item) {
          static_cast<std::uint64_t>(item.position) * cfg_.pipeline.sample_bytes();
 }
 
+void Job::put_sample(const WorkItem& item, const std::uint8_t* pixels) {
+  std::uint8_t* out = sample_out(item);
+  const std::uint64_t n = cfg_.pipeline.sample_bytes();
+  const ShmSegment& shm = segment_->shm();
+  if (!shm.write(static_cast<std::uint64_t>(out - shm.base()), pixels, n)) std::memcpy(out, pixels, n);
+}
+
 void Job::settle_sample(const WorkItem& item, std::uint32_t id, const image::SampleResult& result, bool made) {
   if (made && result.ok()) {
     labels(item.ring, item.slot)[item.position] = dataset_.samples[id].label;

@@ -215,6 +215,9 @@ class Job final : public sched::Task {
   std::optional<RemoteSample> begin_remote(const WorkItem& item);
   // Where the item's finished pixels go (pipeline().sample_bytes() of them).
   std::uint8_t* sample_out(const WorkItem& item);
+  // Writes a whole sample's pixels (sample_bytes()) into sample_out(item), through the
+  // segment's descriptor where the kernel takes it (ShmSegment::write says why), else by copy.
+  void put_sample(const WorkItem& item, const std::uint8_t* pixels);
   // The worker's answer for `item` (its pixels already in sample_out(item) when ok): settled
   // as run() settles a sample it made (a bad one quarantined here, counted once, by the
   // job's on_error). Not for a read failure of the worker: that item is re-issued.

@@ -31,6 +31,18 @@ ShmSegment::ShmSegment(std::string name, std::uint64_t size) : name_(std::move(n
   base_ = static_cast<std::uint8_t*>(p);
 }
 
+bool ShmSegment::write(std::uint64_t offset, const std::uint8_t* from, std::size_t n) const {
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd_, from, n, static_cast<off_t>(offset));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    from += w;
+    offset += static_cast<std::uint64_t>(w);
+    n -= static_cast<std::size_t>(w);
+  }
+  return true;
+}
+
 ShmSegment::~ShmSegment() {
   if (base_ != nullptr) ::munmap(base_, size_);
   if (fd_ >= 0) ::close(fd_);

@@ -640,7 +640,9 @@ class Dispatcher::Link : private SlotClaims {
   }
 
   // SlotClaims (split_receiver.hpp), for the results connection's reader: an item is claimed
-  // when owed, not claimed already (a frame naming it twice), and echoing its epoch and draw.
+  // when owed, not claimed already (a frame naming it twice), echoing its epoch and draw, and
+  // not a remote.verify pick (its pixels are compared where they lie in the receiver's buffer,
+  // and only then written to the slot: take()).
   void claim(std::span<const ResultView> results, std::span<char> claimed, std::span<std::uint8_t*> slots) override {
     base::MutexLock lock(mu_);
     for (std::size_t i = 0; i < results.size(); ++i) {
@@ -648,7 +650,7 @@ class Dispatcher::Link : private SlotClaims {
       const ResultView& r = results[i];
       const auto at = outstanding_.find(r.id);
       claimed[i] = at != outstanding_.end() && !at->second.receiving && r.epoch == at->second.sample.epoch &&
-                   r.draw == at->second.sample.draw;
+                   r.draw == at->second.sample.draw && !chosen_for_verify(at->second.sample);
       if (claimed[i] == 0) continue;
       at->second.receiving = true;
       slots[i] = d_.job_.sample_out(at->second.item);
@@ -702,7 +704,8 @@ class Dispatcher::Link : private SlotClaims {
   // stream).
   // `r` is one of `msg`'s results; its pixels are copied from msg's slices straight into the
   // slot, or were received there already (`placed`: a split frame's, checked before: owed, ok,
-  // uncompressed, of the sample's size, its echo equal).
+  // uncompressed, of the sample's size, its echo equal). A remote.verify pick's raw pixels
+  // stay in msg until compared; the slot then gets them through Job::put_sample.
   base::Status take(const ResultView& r, const ReplyView& msg, bool placed = false) {
     std::string why;
     job::Job& job = d_.job_;
@@ -736,6 +739,9 @@ class Dispatcher::Link : private SlotClaims {
                                                                                  : image::ImageFormat::kUnknown;
     bool good = r.error <= static_cast<std::uint32_t>(image::SampleErrorKind::kTooLarge);
     std::uint8_t* out = job.sample_out(o.item);
+    // remote.verify (A6): this answer is made again here and compared byte for byte.
+    const bool pick = echo_ok && good && result.ok() && chosen_for_verify(o.sample);
+    bool in_slot = placed;  // whether out holds the worker's pixels (else, a pick's, msg does)
     if (!echo_ok) {
       good = false;
       why = "answered item " + std::to_string(r.id) + " as epoch " + std::to_string(r.epoch) + " draw " +
@@ -747,9 +753,11 @@ class Dispatcher::Link : private SlotClaims {
       } else if (r.compressed) {
         const base::Status s = decompress(msg.contiguous(r.pixels, zstd_scratch_), std::span<std::uint8_t>(out, n));
         good = s.ok();
+        in_slot = good;
         if (!good) why = "sent a bad compressed sample: " + s.message();
       } else if (r.pixels.size == n) {
-        msg.copy(r.pixels, out);
+        if (!pick) msg.copy(r.pixels, out);
+        in_slot = !pick;
       } else {
         good = false;
         why = "sent " + std::to_string(r.pixels.size) + " bytes for a sample of " + std::to_string(n);
@@ -795,18 +803,26 @@ class Dispatcher::Link : private SlotClaims {
       } else {
         job.run(o.item, *local_, buffer_);
       }
-    } else if (chosen_for_verify(o.sample)) {
-      // remote.verify (A6): made again here and compared byte for byte.
+    } else if (pick) {
+      // remote.verify (A6): made again here and compared byte for byte where the worker's
+      // pixels lie: in the slot when decompressed there, else still in msg (a pick is never
+      // claimed a slot: claim()). Reading or writing the slot through this process's mapping
+      // is what a pick cost most here, besides its re-make (ShmSegment::write).
       check_.resize(n);
       const image::SampleResult here = job.make_remote_here(o.sample, *local_, buffer_, check_.data());
-      if (here.ok() && std::memcmp(out, check_.data(), n) != 0) {
+      const std::uint8_t* theirs =
+          in_slot ? out : reinterpret_cast<const std::uint8_t*>(msg.contiguous(r.pixels, zstd_scratch_).data());
+      if (here.ok() && std::memcmp(theirs, check_.data(), n) != 0) {
         mismatch = true;
-        std::memcpy(out, check_.data(), n);  // this node's pixels serve
+        job.put_sample(o.item, check_.data());  // this node's pixels serve
         job.finish_remote(o.item, o.sample, here);
         why = "sent pixels for sample " + std::to_string(o.sample.id) + " (epoch " + std::to_string(o.sample.epoch) +
               ") that differ from this node's";
       } else if (here.ok() || here.error == image::SampleErrorKind::kIo) {
-        job.finish_remote(o.item, o.sample, result);  // equal, or cannot be checked now (unread here)
+        // Equal (this node's copy, just made, is the one in cache), or cannot be checked now
+        // (unread here: the worker's pixels serve).
+        if (!in_slot) job.put_sample(o.item, here.ok() ? check_.data() : theirs);
+        job.finish_remote(o.item, o.sample, result);
       } else {
         mismatch = true;
         why = "sent pixels for sample " + std::to_string(o.sample.id) + ", which does not decode here";

@@ -22,9 +22,11 @@ stoker_add_test(instance_lock_test LABEL unit
   LIBS stoker_app stoker_daemon_fixture)
 
 # One rank's Ring (job/ring.hpp), the slot state machine, with no segment, socket or process:
-# fan-out, replanning after a resume, detach, lease reclaim, drain, bad releases.
+# fan-out, replanning after a resume, detach, lease reclaim, drain, bad releases. The same
+# binary (one link less in each build of CI) tests ShmSegment::write, the sealed memfd's
+# write through its descriptor.
 stoker_add_test(ring_test LABEL unit
-  SOURCES unit/ring_test.cpp
+  SOURCES unit/ring_test.cpp unit/shm_segment_test.cpp
   LIBS stoker_job)
 
 # The decoded store's file format (store/decoded_store.hpp): reopen, checksums, torn tail,
