@@ -872,6 +872,9 @@ class Dispatcher::Link : private SlotClaims {
   bool stop_ STOKER_GUARDED_BY(mu_) = false;
   bool broken_ STOKER_GUARDED_BY(mu_) = false;
   std::shared_ptr<grpc::ClientContext> ctx_ STOKER_GUARDED_BY(mu_);
+  // Items sent and not yet answered, by id. Invariant (as for hedged_): ids are given in send
+  // order (next_id_) and an entry keeps its send time, so begin() is the oldest; the sender's
+  // deadline check, wait_until_due and take_overdue rely on it.
   std::map<std::uint64_t, Outstanding> outstanding_ STOKER_GUARDED_BY(mu_);
   WorkerLinkStatus stats_ STOKER_GUARDED_BY(mu_);
   std::uint32_t window_ STOKER_GUARDED_BY(mu_) = 2;
