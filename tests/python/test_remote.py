@@ -163,6 +163,16 @@ def all_connected(d):
     wait_for(lambda: (lambda r: r and all(w["connected"] for w in r))(status(d)["remote"]), "every worker connected")
 
 
+def served_as_locally(tmp_path, base, rem, batches):
+    """`batches` batches from the local-only daemon `base`, then (its links up) from `rem`: they
+    must be equal. Returns rem's job status."""
+    want = consume(base, tmp_path / "a", batches)
+    all_connected(rem)
+    got = consume(rem, tmp_path / "b", batches)
+    assert_same_batches(want, got)
+    return status(rem)
+
+
 def remote_samples(st):
     return sum(w["samples"] for w in st["remote"])
 
@@ -180,11 +190,7 @@ def test_remote_batches_equal_a_local_run(tmp_path, demo_root, workers, dtype, l
                                                remote=remote_key([w1.address, w2.address], local=local,
                                                                  token_file=str(token))))
     try:
-        want = consume(base, tmp_path / "a", 16)  # two epochs of 64 samples
-        all_connected(rem)
-        got = consume(rem, tmp_path / "b", 16)
-        assert_same_batches(want, got)
-        st = status(rem)
+        st = served_as_locally(tmp_path, base, rem, 16)  # two epochs of 64 samples
         assert [w["address"] for w in st["remote"]] == [w1.address, w2.address]
         assert all(w["connected"] for w in st["remote"]), st["remote"]
         # Plaintext links take their results on a connection of their own (protocol 1.3) and send
@@ -228,11 +234,7 @@ def test_every_answer_verified_serves_a_local_runs_batches(tmp_path, demo_root, 
                                                remote=remote_key([w1.address], local=False, verify=1,
                                                                  compression=compression)))
     try:
-        want = consume(base, tmp_path / "a", 16)  # two epochs of 64 samples
-        all_connected(rem)
-        got = consume(rem, tmp_path / "b", 16)
-        assert_same_batches(want, got)
-        st = status(rem)
+        st = served_as_locally(tmp_path, base, rem, 16)  # two epochs of 64 samples
         link = st["remote"][0]
         assert link["results"] == "tcp", link
         assert link["mismatches"] == 0 and link["errors"] == 0 and link["reissued"] == 0, link
