@@ -116,10 +116,13 @@ jobs:
     return str(path)
 
 
-def remote_key(addresses, local=True, token_file=None, deadline_s=None, compression=None, tls=None, verify=None):
+def remote_key(addresses, local=True, token_file=None, deadline_s=None, compression=None, tls=None, verify=None,
+               results=None):
     keys = [f"workers: [{', '.join(json.dumps(a) for a in addresses)}]", f"local: {str(local).lower()}"]
     if verify is not None:
         keys.append(f"verify: {verify}")
+    if results:
+        keys.append(f"results: {results}")
     if tls:
         keys.append("tls: {" + ", ".join(f"{k}: {v}" for k, v in tls.items()) + "}")
     if token_file:
@@ -220,23 +223,24 @@ def test_remote_batches_equal_a_local_run(tmp_path, demo_root, workers, dtype, l
         rem.stop()
 
 
-@pytest.mark.parametrize("compression", [None, "zstd"])
-def test_every_answer_verified_serves_a_local_runs_batches(tmp_path, demo_root, workers, compression):
+@pytest.mark.parametrize("compression,results", [(None, "tcp"), ("zstd", "tcp"), (None, "stream")])
+def test_every_answer_verified_serves_a_local_runs_batches(tmp_path, demo_root, workers, compression, results):
     """remote.verify: 1 — every answer of an honest worker is made again on the node and compared
     before its slot is written (a pick's raw pixels are not received into the slot: they are
-    compared in the results connection's buffer, then written through the segment's descriptor;
-    compressed ones are decompressed into the slot and compared there). The batches must equal
-    a local run's, with no mismatch, error or re-issue, and every sample answered remotely."""
+    compared in the results connection's buffer, or in gRPC's slices on the stream, then written
+    through the segment's descriptor; compressed ones are decompressed into the slot and compared
+    there). The batches must equal a local run's, with no mismatch, error or re-issue, and every
+    sample answered remotely."""
     w1 = workers("w1", demo_root)
     source = f'{{root: "{demo_root}"}}'
     base = start(tmp_path, "local", job_config(tmp_path / "l.yaml", source))
     rem = start(tmp_path, "remote", job_config(tmp_path / "r.yaml", source,
                                                remote=remote_key([w1.address], local=False, verify=1,
-                                                                 compression=compression)))
+                                                                 compression=compression, results=results)))
     try:
         st = served_as_locally(tmp_path, base, rem, 16)  # two epochs of 64 samples
         link = st["remote"][0]
-        assert link["results"] == "tcp", link
+        assert link["results"] == results, link
         assert link["mismatches"] == 0 and link["errors"] == 0 and link["reissued"] == 0, link
         assert link["samples"] + link["hedged"] >= st["samples_ok"] - 3 * 8, (link, st["samples_ok"])
         assert link["samples"] > 0, link
