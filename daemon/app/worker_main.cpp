@@ -240,6 +240,7 @@ int run_worker(int argc, char** argv) {
                  : kind == "unbound-results" ? remote::Fault::kUnboundResults
                  : kind == "stall-frame"     ? remote::Fault::kStallFrame
                  : kind == "miscount-frame"  ? remote::Fault::kMiscountFrame
+                 : kind == "flip-pixels"     ? remote::Fault::kFlipPixels
                                              : remote::Fault::kNone;
     try {
       fault.every = colon == std::string::npos ? 1 : std::stoull(o.fault.substr(colon + 1));
@@ -249,7 +250,8 @@ int run_worker(int argc, char** argv) {
     if (fault.kind == remote::Fault::kNone || fault.every == 0) {
       return usage(
           "--inject-fault: expected "
-          "wrong-size|unknown-id|corrupt-frame|oversize-frame|unbound-results|stall-frame|miscount-frame[:N], "
+          "wrong-size|unknown-id|corrupt-frame|oversize-frame|unbound-results|stall-frame|miscount-frame|flip-pixels[:"
+          "N], "
           "got '" +
           o.fault + "'");
     }

@@ -243,6 +243,9 @@ class WorkerServer::Impl final : public v1::Worker::CallbackService, public Stre
         if (!px.empty()) px[px.size() / 2] = static_cast<char>(px[px.size() / 2] ^ 0x5a);
         if (!px.empty() && !r.compressed()) px.push_back('x');  // uncompressed: a wrong size instead
         break;
+      case Fault::kFlipPixels:
+        if (!px.empty() && !r.compressed()) px[px.size() / 3] = static_cast<char>(px[px.size() / 3] ^ 0x01);
+        break;
       case Fault::kNone:
       case Fault::kOversizeFrame:   // the results connection, not the result: spoil_results_frame
       case Fault::kMiscountFrame:   // likewise
@@ -266,7 +269,8 @@ class WorkerServer::Impl final : public v1::Worker::CallbackService, public Stre
   }
   // The faults that spoil a result itself (the others spoil the results connection).
   bool spoils_results() const {
-    return fault_.kind == Fault::kWrongSize || fault_.kind == Fault::kUnknownId || fault_.kind == Fault::kCorruptFrame;
+    return fault_.kind == Fault::kWrongSize || fault_.kind == Fault::kUnknownId ||
+           fault_.kind == Fault::kCorruptFrame || fault_.kind == Fault::kFlipPixels;
   }
 
   const WorkerSettings settings_;

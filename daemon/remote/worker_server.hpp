@@ -40,7 +40,8 @@ struct TlsFiles {
 // kStallFrame pauses every Nth split results frame halfway through its pixels for
 // kStallFrameFor (a link that stalls inside a frame: the node hedges what it was receiving);
 // kMiscountFrame makes every Nth split frame's pixel total one byte short of what its results
-// claim (a 1.4 frame, which has no such total, is sent whole and true).
+// claim (a 1.4 frame, which has no such total, is sent whole and true); kFlipPixels flips one
+// bit of every Nth uncompressed sample, keeping its size: an answer only remote.verify can catch.
 enum class Fault : std::uint8_t {
   kNone,
   kWrongSize,
@@ -49,7 +50,8 @@ enum class Fault : std::uint8_t {
   kOversizeFrame,
   kUnboundResults,
   kStallFrame,
-  kMiscountFrame
+  kMiscountFrame,
+  kFlipPixels
 };
 inline constexpr std::chrono::milliseconds kStallFrameFor{3000};
 struct FaultPlan {

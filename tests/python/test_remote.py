@@ -249,6 +249,32 @@ def test_every_answer_verified_serves_a_local_runs_batches(tmp_path, demo_root, 
         rem.stop()
 
 
+def test_a_worker_flipping_a_bit_over_its_results_connection_is_found_by_verify(tmp_path, demo_root, workers):
+    """Worker A flips one bit of every sample it sends (--inject-fault flip-pixels): the right
+    size, id, epoch and draw, over its results connection (split frames), so only remote.verify
+    can tell. At `verify: 1` the node compares each pick in the connection's buffer, serves its
+    own pixels, counts the mismatch and drops A; B is honest. The batches still equal a local
+    run's."""
+    a = workers("a", demo_root, extra=["--inject-fault", "flip-pixels:1"])
+    b = workers("b", demo_root)
+    source = f'{{root: "{demo_root}"}}'
+    base = start(tmp_path, "local", job_config(tmp_path / "l.yaml", source))
+    rem = start(tmp_path, "remote", job_config(tmp_path / "r.yaml", source, remote=remote_key(
+        [a.address, b.address], local=False, verify=1)))
+    try:
+        st = served_as_locally(tmp_path, base, rem, 16)
+        wa, wb = st["remote"]
+        # A's status, once dropped, no longer says where its results came; B's link, set up
+        # the same way, shows the connection both used.
+        assert wa["mismatches"] > 0 and wb["results"] == "tcp", (wa, wb)
+        assert "that differ from this node's" in open(rem.log).read()
+        assert wb["mismatches"] == 0 and wb["errors"] == 0 and wb["samples"] > 0, wb
+        assert st["quarantined"] == 0 and st["errors"] == {k: 0 for k in st["errors"]}
+    finally:
+        base.stop()
+        rem.stop()
+
+
 def test_remote_tar_shards_with_compression_equal_a_local_run(tmp_path, demo_root, workers):
     files = sorted(glob.glob(os.path.join(demo_root, "*", "*.jpg")))[:24]
     for s in range(2):
