@@ -241,6 +241,7 @@ int run_worker(int argc, char** argv) {
                  : kind == "stall-frame"     ? remote::Fault::kStallFrame
                  : kind == "miscount-frame"  ? remote::Fault::kMiscountFrame
                  : kind == "flip-pixels"     ? remote::Fault::kFlipPixels
+                 : kind == "slow-results"    ? remote::Fault::kSlowResults
                                              : remote::Fault::kNone;
     try {
       fault.every = colon == std::string::npos ? 1 : std::stoull(o.fault.substr(colon + 1));
@@ -251,11 +252,17 @@ int run_worker(int argc, char** argv) {
       return usage(
           "--inject-fault: expected "
           "wrong-size|unknown-id|corrupt-frame|oversize-frame|unbound-results|stall-frame|miscount-frame|flip-pixels[:"
-          "N], "
+          "N] or slow-results:KIB_PER_S, "
           "got '" +
           o.fault + "'");
     }
-    spdlog::warn("worker: --inject-fault {}: every {}th result is spoiled on purpose (tests only)", kind, fault.every);
+    if (fault.kind == remote::Fault::kSlowResults) {
+      spdlog::warn("worker: --inject-fault {}: results connections paced at {} KiB/s on purpose (tests only)", kind,
+                   fault.every);
+    } else {
+      spdlog::warn("worker: --inject-fault {}: every {}th result is spoiled on purpose (tests only)", kind,
+                   fault.every);
+    }
   }
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   settings.threads = o.threads > 0 ? o.threads : cores;

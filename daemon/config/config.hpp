@@ -92,7 +92,10 @@ struct RemoteConfig {
   bool local = true;                 // false: every item to remote workers while one is connected
   std::string token;                 // read from token_file when the config is read; empty: none
   std::filesystem::path token_file;
-  bool zstd = false;                 // compression: zstd (returned samples compressed by the worker)
+  // compression: none; zstd (every returned sample compressed by the worker); auto (the worker
+  // compresses only while its results wait on the connection: the link, or the node's reading,
+  // is slower than its decoding; protocol 1.6: an older worker sends them raw).
+  enum class Compression { kNone, kZstd, kAuto } compression = Compression::kNone;
   double deadline_s = 30;            // an item unanswered this long: the worker counts as stalled
   // verify: the fraction of a worker's results this node makes again itself and compares byte
   // for byte (chosen per item, unpredictably to the worker); 0: none, 1: every result.

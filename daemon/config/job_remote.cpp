@@ -75,7 +75,12 @@ void parse_remote(const Reader& r, const Value& v, const Value& job_node, const 
     job.read_ahead_bytes = 0;
     job.read_ahead_requests = 0;
   }
-  if (auto* c = f.get("compression")) rc.zstd = r.choice(*c, {"none", "zstd"}) == "zstd";
+  if (auto* c = f.get("compression")) {
+    const std::string how = r.choice(*c, {"none", "zstd", "auto"});
+    rc.compression = how == "zstd"   ? RemoteConfig::Compression::kZstd
+                     : how == "auto" ? RemoteConfig::Compression::kAuto
+                                     : RemoteConfig::Compression::kNone;
+  }
   if (auto* d = f.get("deadline_s")) {
     rc.deadline_s = r.number(*d);
     if (!(rc.deadline_s >= 0.1 && rc.deadline_s <= 3600)) r.fail(*d, "must be within [0.1, 3600] seconds");

@@ -187,6 +187,8 @@ std::string Telemetry::metrics_text() const {
              [](const WorkerLinkStatus& w) { return w.errors; });
   per_worker("stoker_remote_bytes_received_total", "counter", "Sample bytes received from the worker.",
              [](const WorkerLinkStatus& w) { return w.bytes_received; });
+  per_worker("stoker_remote_compressed_total", "counter", "Samples from the worker that arrived compressed.",
+             [](const WorkerLinkStatus& w) { return w.compressed; });
   per_worker("stoker_remote_rtt_seconds", "gauge", "Mean round trip of the worker's last items.",
              [](const WorkerLinkStatus& w) { return w.rtt_s; });
   // A mixture's sources (job key `sources:`): one sample per (job, source).

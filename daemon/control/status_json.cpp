@@ -244,6 +244,7 @@ std::string StatusReport::json(std::uint32_t viewer_uid) const {
                            {"reissued", w.reissued},
                            {"errors", w.errors},
                            {"bytes_received", w.bytes_received},
+                           {"compressed", w.compressed},
                            {"mismatches", w.mismatches},
                            {"hedged", w.hedged},
                            {"read_failures", w.read_failures},

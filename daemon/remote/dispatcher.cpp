@@ -22,6 +22,7 @@
 #include "job/job.hpp"
 #include "sched/work_queue.hpp"
 #include "remote/endpoints.hpp"
+#include "remote/open_compression.hpp"
 #include "remote/protocol.hpp"
 #include "remote/receive_memory.hpp"
 #include "remote/reply_view.hpp"
@@ -256,7 +257,7 @@ class Dispatcher::Link : private SlotClaims {
     o->set_origin(c.origin);
     o->set_pixel_seed(job.config().pixel_seed());
     o->set_sample_bytes(job.pipeline().sample_bytes());
-    o->set_compression(c.zstd ? v1::COMPRESSION_ZSTD : v1::COMPRESSION_NONE);
+    set_compression(*o, c.compression);
     // A plaintext link asks for its results on a TCP connection of their own (results_channel.hpp):
     // a bare receive, without gRPC's framing and hand-offs, for most of what a sample costs here.
     std::string nonce;
@@ -840,6 +841,7 @@ class Dispatcher::Link : private SlotClaims {
     }
     stats_.samples++;
     stats_.bytes_received += r.pixels.size;
+    if (r.compressed) stats_.compressed++;
     const double rtt = std::chrono::duration<double>(Clock::now() - o.sent).count();
     stats_.rtt_s = stats_.rtt_s == 0 ? rtt : 0.9 * stats_.rtt_s + 0.1 * rtt;
     // The link's share: the round trip less the item's wait and work at the worker (both

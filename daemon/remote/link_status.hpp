@@ -29,6 +29,9 @@ struct WorkerLinkStatus {
   // credentials): made here, never a verdict on the file; the reason is in last_error.
   std::uint64_t read_failures = 0;
   std::uint64_t bytes_received = 0;
+  // Of `samples`, those that arrived compressed (remote.compression: zstd, or auto while the
+  // worker's results waited on the connection).
+  std::uint64_t compressed = 0;
   double rtt_s = 0;              // mean round trip of the last items
   double samples_per_s = 0;      // over the last second or so
   // Where this stream's results arrive: a TCP connection of their own (protocol 1.3, plaintext

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -20,7 +21,9 @@ inline constexpr std::uint32_t kWorkerMajor = 1;
 // 1.4: the node's items may travel on that connection too.
 // 1.5: between a 1.5 node and worker, that connection's results frames carry each result's
 // pixels after the message (Result.pixel_bytes), so the node receives them into the ring slot.
-inline constexpr std::uint32_t kWorkerMinor = 5;
+// 1.6: Open.compress_when_waiting (remote.compression auto: results compressed only while they
+// wait on the connection).
+inline constexpr std::uint32_t kWorkerMinor = 6;
 
 // Bounds on what a peer may send (gRPC refuses a larger message before we see it).
 inline constexpr std::size_t kMaxRequestBytes = 1u << 20;   // an Open (job YAML) or an Item
@@ -31,6 +34,13 @@ inline constexpr std::uint64_t kMaxReadBytes = std::uint64_t{1} << 30;    // one
 inline constexpr std::size_t kMaxInFlight = 1024;  // items a worker holds per stream at most
 inline constexpr std::size_t kMaxBatch = 64;        // items in an ItemBatch, results in a ResultBatch
 inline constexpr std::size_t kBatchBytes = 4u << 20;  // a worker starts a new ResultBatch past this
+// remote.compression auto (worker_stream.hpp): a worker compresses while its writes of results
+// take this share of the time or more, or while one has been outstanding this long. A write
+// completes once the socket (or gRPC's window) takes it: on a link that keeps up, in well under
+// a millisecond, a few percent of the time between writes; on a slower link the writes run back
+// to back, and one that waits 20 ms has a full socket buffer behind it.
+inline constexpr double kLinkBusyToCompress = 0.8;
+inline constexpr std::chrono::milliseconds kLinkWaitToCompress{20};
 // A worker makes no more of a stream's items while this many bytes of its results wait unread
 // (or two samples per decode thread, if more): a node that stops reading parks its stream
 // (issue #34, A3; worker_stream.hpp).

@@ -220,6 +220,7 @@ class WorkerServer::Impl final : public v1::Worker::CallbackService, public Stre
       r.set_queued_ns(static_cast<std::uint64_t>(
           std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t->arrived).count()));
       st->session().process(t->item, *p, bytes, r, &t->fetched);
+      if (st->session().compresses_when_waiting() && st->results_wait_on_link()) st->session().compress_result(r);
       items_++;
       busy_ns_ += r.busy_ns();
       if (r.error() != 0) errors_++;
@@ -251,6 +252,7 @@ class WorkerServer::Impl final : public v1::Worker::CallbackService, public Stre
       case Fault::kMiscountFrame:   // likewise
       case Fault::kUnboundResults:  // and refuse_results_binding
       case Fault::kStallFrame:      // and stall_results_frame
+      case Fault::kSlowResults:     // and pace_results_frame
         break;
     }
   }
@@ -266,6 +268,10 @@ class WorkerServer::Impl final : public v1::Worker::CallbackService, public Stre
   std::chrono::milliseconds stall_results_frame() override {
     return fault_.kind == Fault::kStallFrame && ++spoiled_ % fault_.every == 0 ? kStallFrameFor
                                                                                : std::chrono::milliseconds(0);
+  }
+  std::chrono::microseconds pace_results_frame(std::size_t bytes) override {
+    if (fault_.kind != Fault::kSlowResults) return std::chrono::microseconds(0);
+    return std::chrono::microseconds(bytes * 1'000'000 / (fault_.every * 1024));  // `every`: KiB/s
   }
   // The faults that spoil a result itself (the others spoil the results connection).
   bool spoils_results() const {

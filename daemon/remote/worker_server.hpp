@@ -42,6 +42,9 @@ struct TlsFiles {
 // kMiscountFrame makes every Nth split frame's pixel total one byte short of what its results
 // claim (a 1.4 frame, which has no such total, is sent whole and true); kFlipPixels flips one
 // bit of every Nth uncompressed sample, keeping its size: an answer only remote.verify can catch.
+// kSlowResults paces the results connection at N KiB/s (a link slower than the worker's
+// decoding, for remote.compression auto): after each frame the writer sleeps what the frame
+// would take at that rate, its write still outstanding.
 enum class Fault : std::uint8_t {
   kNone,
   kWrongSize,
@@ -51,7 +54,8 @@ enum class Fault : std::uint8_t {
   kUnboundResults,
   kStallFrame,
   kMiscountFrame,
-  kFlipPixels
+  kFlipPixels,
+  kSlowResults
 };
 inline constexpr std::chrono::milliseconds kStallFrameFor{3000};
 struct FaultPlan {

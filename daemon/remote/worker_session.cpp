@@ -281,6 +281,7 @@ base::Status WorkerSession::check_open(const v1::Open& open) {
   pipeline_ = job.pipeline;
   pixel_seed_ = open.pixel_seed();
   zstd_ = open.compression() == v1::COMPRESSION_ZSTD;
+  zstd_auto_ = !zstd_ && open.compress_when_waiting();
   node_minor_ = open.protocol_minor();
   job_ = job.name;
   return {};
@@ -447,6 +448,21 @@ void WorkerSession::process(const v1::Item& item, image::SampleProcessor& proces
   }
   result.set_busy_ns(static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count()));
+}
+
+void WorkerSession::compress_result(v1::Result& result) const {
+  if (result.error() != 0 || result.compressed() || result.pixels().empty()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  thread_local std::string packed;  // reused: it takes the raw string's buffer in the swap below
+  const std::string& raw = result.pixels();
+  compress(std::span(reinterpret_cast<const std::uint8_t*>(raw.data()), raw.size()), packed);
+  if (packed.size() >= raw.size()) return;  // noise does not shrink: it leaves as it is
+  result.mutable_pixels()->swap(packed);
+  result.set_compressed(true);
+  result.set_busy_ns(
+      result.busy_ns() +
+      static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count()));
 }
 
 }  // namespace stoker::remote

@@ -93,6 +93,13 @@ class WorkerSession {
   const std::string& job() const { return job_; }
   // The node speaks 1.5 or later: its results connection takes split frames (split_frames.hpp).
   bool split_results() const { return node_minor_ >= 5; }
+  // The Open asked to compress when waiting (remote.compression auto, protocol 1.6): a result is compressed only while
+  // the stream's results wait on the connection (WorkerStream::results_wait_on_link), by compress_result after
+  // process().
+  bool compresses_when_waiting() const { return zstd_auto_; }
+  // A made, uncompressed result's pixels compressed in place (zstd; `compressed` set), unless
+  // that would not make them smaller. The time it took is added to busy_ns.
+  void compress_result(v1::Result& result) const;
 
   // The item's fields, before anything is read: the path inside --allow-root, sizes bounded.
   base::Status check_item(const v1::Item& item) const;
@@ -129,7 +136,8 @@ class WorkerSession {
   const std::vector<std::shared_ptr<const base::UniqueFd>>* root_fds_ = nullptr;
   std::optional<image::PipelineSpec> pipeline_;
   std::uint64_t pixel_seed_ = 0;
-  bool zstd_ = false;
+  bool zstd_ = false;             // every result compressed
+  bool zstd_auto_ = false;        // results compressed while they wait on the connection
   std::uint32_t node_minor_ = 0;  // the Open's protocol minor
   std::string job_;
 };

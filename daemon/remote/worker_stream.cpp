@@ -91,6 +91,7 @@ void WorkerStream::open_read_done(bool ok) {
   {
     base::MutexLock lock(mu_);
     writing_ = true;  // the OpenReply; results wait behind it
+    write_started_ = std::chrono::steady_clock::now();
   }
   *write_.mutable_open() = std::move(reply);
   StartWrite(&write_);
@@ -216,10 +217,23 @@ void WorkerStream::deliver(v1::Result&& result) {
   act(write, queue, fin);
 }
 
+bool WorkerStream::results_wait_on_link() {
+  base::MutexLock lock(mu_);
+  return writing_ && (write_busy_share_ >= kLinkBusyToCompress ||
+                      std::chrono::steady_clock::now() - write_started_ >= kLinkWaitToCompress);
+}
+
 // ---- results out ----------------------------------------------------------------------------
 
 void WorkerStream::OnWriteDone(bool ok) {
   base::MutexLock lock(mu_);
+  const auto now = std::chrono::steady_clock::now();
+  if (last_write_done_ != std::chrono::steady_clock::time_point{} && now > last_write_done_) {
+    const double busy = std::chrono::duration<double>(now - write_started_).count();
+    const double span = std::chrono::duration<double>(now - last_write_done_).count();
+    write_busy_share_ = 0.5 * write_busy_share_ + 0.5 * std::min(1.0, busy / span);
+  }
+  last_write_done_ = now;
   writing_ = false;
   in_write_ = 0;
   if (!ok) break_locked();  // the node is gone
@@ -318,6 +332,7 @@ bool WorkerStream::next_write_locked() {
   outbox_bytes_ -= bytes;
   in_write_ = n;
   writing_ = true;
+  write_started_ = std::chrono::steady_clock::now();
   write_via_results_ = results_fd_ >= 0;
   if (write_via_results_) results_posted_ = true;
   return true;
@@ -477,6 +492,9 @@ void WorkerStream::results_writer(std::shared_ptr<WorkerStream> self) {
       write_.AppendToString(&frame);
       ok = write_results_frame(fd, frame, host_.spoil_results_frame() == FrameLie::kLength);
     }
+    std::size_t sent = frame.size();
+    for (const std::string& p : pixels) sent += p.size();
+    if (const auto pace = host_.pace_results_frame(sent); ok && pace.count() > 0) std::this_thread::sleep_for(pace);
     OnWriteDone(ok);
   }
   self.reset();  // may free the stream (its last reference after OnDone)

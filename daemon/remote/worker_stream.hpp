@@ -83,6 +83,9 @@ class StreamHost {
   virtual bool refuse_results_binding() = 0;
   // --inject-fault stall-frame (tests): how long this split results frame pauses halfway.
   virtual std::chrono::milliseconds stall_results_frame() = 0;
+  // --inject-fault slow-results (tests): how long a results frame of `bytes` holds its write
+  // after it is sent (zero: not at all).
+  virtual std::chrono::microseconds pace_results_frame(std::size_t bytes) = 0;
 };
 
 class WorkerStream final : public grpc::ServerBidiReactor<v1::Request, v1::Reply>,
@@ -110,6 +113,13 @@ class WorkerStream final : public grpc::ServerBidiReactor<v1::Request, v1::Reply
   std::optional<Taken> take();
   // A result made from an item take() gave (exactly one per item).
   void deliver(v1::Result&& result);
+  // The stream's results wait on its connection: a write is outstanding, and the writes have
+  // lately taken kLinkBusyToCompress of the time or more (back to back: the link, or the node's
+  // reading, is slower than this worker's decoding), or this one has for kLinkWaitToCompress.
+  // remote.compression auto compresses the results made meanwhile: fewer bytes for the link,
+  // with CPU the worker would otherwise leave idle while the stream parks. A link that keeps up
+  // completes a write as soon as the socket buffer takes it: a small share of the time.
+  bool results_wait_on_link();
   const WorkerSession& session() const { return *session_; }
   // The host's timer: a linger may have ended; writes what waited for it.
   void linger_due();
@@ -176,6 +186,11 @@ class WorkerStream final : public grpc::ServerBidiReactor<v1::Request, v1::Reply
   std::deque<v1::Result> outbox_ STOKER_GUARDED_BY(mu_);  // made, not in a write yet
   std::size_t outbox_bytes_ STOKER_GUARDED_BY(mu_) = 0;
   std::size_t in_write_ STOKER_GUARDED_BY(mu_) = 0;      // results in write_ while writing_
+  std::chrono::steady_clock::time_point write_started_ STOKER_GUARDED_BY(mu_);  // of the write outstanding
+  std::chrono::steady_clock::time_point last_write_done_ STOKER_GUARDED_BY(mu_);
+  // The share of the time writes were outstanding, averaged over the last few writes (halving weights) (each from
+  // the previous one's end to its own): ~0 on a link that keeps up, ~1 on one that does not.
+  double write_busy_share_ STOKER_GUARDED_BY(mu_) = 0;
   // When the outbox's oldest result was delivered (meaningful while the outbox is not empty).
   std::chrono::steady_clock::time_point oldest_ STOKER_GUARDED_BY(mu_);
   bool timer_set_ STOKER_GUARDED_BY(mu_) = false;     // a wake_at is pending (at most one)

@@ -307,6 +307,37 @@ def test_remote_tar_shards_with_compression_equal_a_local_run(tmp_path, demo_roo
         rem.stop()
 
 
+@pytest.mark.parametrize("compression,paced,compresses", [("auto", True, True), ("auto", False, False),
+                                                        ("none", True, False)])
+def test_compression_auto_compresses_only_while_results_wait_on_the_link(tmp_path, demo_root, workers, compression,
+                                                                           paced, compresses):
+    """remote.compression auto (protocol 1.6): the worker compresses a result only while a write
+    of its results has waited 20 ms or more on the connection. A worker whose results connection
+    is paced at 512 KiB/s (--inject-fault slow-results, a link slower than its decoding) sends
+    some compressed; the same worker unpaced, on loopback, sends none; `none` never compresses,
+    however slow the link. Whatever came compressed or raw, the batches equal a local run's."""
+    w = workers("w", demo_root, extra=["--inject-fault", "slow-results:512"] if paced else [])
+    source = f'{{root: "{demo_root}"}}'
+    base = start(tmp_path, "local", job_config(tmp_path / "l.yaml", source))
+    rem = start(tmp_path, "remote", job_config(tmp_path / "r.yaml", source, remote=remote_key(
+        [w.address], local=False, compression=compression)))
+    try:
+        st = served_as_locally(tmp_path, base, rem, 16)
+        link = st["remote"][0]
+        assert link["samples"] > 0 and link["errors"] == 0 and link["mismatches"] == 0, link
+        raw = 3 * 32 * 32
+        if compresses:
+            # Some, not necessarily all: a result made while no write waited leaves raw.
+            assert 0 < link["compressed"] <= link["samples"], link
+            assert link["bytes_received"] < link["samples"] * raw, link
+        else:
+            assert link["compressed"] == 0, link
+            assert link["bytes_received"] == link["samples"] * raw, link
+    finally:
+        base.stop()
+        rem.stop()
+
+
 def wait_for(pred, what, timeout=30):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

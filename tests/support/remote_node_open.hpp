@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "remote/open_compression.hpp"
 #include "remote/protocol.hpp"
 #include "stoker/remote/worker.pb.h"
 
@@ -24,7 +25,7 @@ inline remote::v1::Open node_open(const config::JobConfig& j) {
   o.set_origin(rc.origin);
   o.set_pixel_seed(j.pixel_seed());
   o.set_sample_bytes(j.pipeline.sample_bytes());
-  o.set_compression(rc.zstd ? remote::v1::COMPRESSION_ZSTD : remote::v1::COMPRESSION_NONE);
+  remote::set_compression(o, rc.compression);
   return o;
 }
 

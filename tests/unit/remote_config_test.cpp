@@ -87,7 +87,7 @@ TEST_CASE("remote: the accepted forms fill the job's RemoteConfig", "[config][re
   CHECK(r.enabled());
   CHECK(r.workers == std::vector<std::string>{"10.0.0.1:7000", "cpu-node-2:7001", "[::1]:7002"});
   CHECK_FALSE(r.local);
-  CHECK(r.zstd);
+  CHECK(r.compression == stoker::config::RemoteConfig::Compression::kZstd);
   CHECK(r.deadline_s == 2.5);
   CHECK(r.token_file == token);
   CHECK(r.token == "s3cret");  // trailing newlines stripped, nothing else
@@ -104,11 +104,14 @@ TEST_CASE("remote: the accepted forms fill the job's RemoteConfig", "[config][re
   // Defaults: local pool on (read-ahead kept), no compression, 30 s, no token.
   const Config d = parse(job("      workers: [\"w:1\"]\n"));
   CHECK(d.jobs[0].remote.local);
-  CHECK_FALSE(d.jobs[0].remote.zstd);
+  CHECK(d.jobs[0].remote.compression == stoker::config::RemoteConfig::Compression::kNone);
   CHECK(d.jobs[0].remote.deadline_s == 30);
   CHECK(d.jobs[0].remote.token.empty());
   CHECK(d.jobs[0].read_ahead_bytes > 0);
-  CHECK_FALSE(parse(job("      workers: [\"w:1\"]\n      compression: none\n")).jobs[0].remote.zstd);
+  CHECK(parse(job("      workers: [\"w:1\"]\n      compression: none\n")).jobs[0].remote.compression ==
+        stoker::config::RemoteConfig::Compression::kNone);
+  CHECK(parse(job("      workers: [\"w:1\"]\n      compression: auto\n")).jobs[0].remote.compression ==
+        stoker::config::RemoteConfig::Compression::kAuto);
   CHECK(parse(job("      workers: [\"w:1\"]\n      local: true\n")).jobs[0].remote.local);
   // Without `remote:` nothing is enabled.
   const std::string plain = "jobs:\n  train:\n    source: {root: \"" + kDemo.string() +
@@ -142,7 +145,8 @@ TEST_CASE("remote: sub-keys, compression and deadline are checked", "[config][re
   CHECK_THAT(refusal(job("      workers: [\"w:1\"]\n      retries: 3\n")),
              StartsWith("test.yaml:7:7: jobs.train.remote.retries: ") && Contains("unknown key"));
   CHECK_THAT(refusal(job("      workers: [\"w:1\"]\n      compression: lz4\n")),
-             StartsWith("test.yaml:7:20: jobs.train.remote.compression: ") && Contains("lz4") && Contains("zstd"));
+             StartsWith("test.yaml:7:20: jobs.train.remote.compression: ") && Contains("lz4") && Contains("zstd") &&
+                 Contains("auto"));
   CHECK_THAT(refusal(job("      workers: [\"w:1\"]\n      local: sometimes\n")),
              StartsWith("test.yaml:7:14: jobs.train.remote.local: ") && Contains("expected true or false"));
   for (const char* bad : {"0", "0.05", "3601", "-1", ".nan"}) {

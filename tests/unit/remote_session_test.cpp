@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -611,7 +612,8 @@ TEST_CASE("remote session: a FIFO or device inside the root is refused, never wa
   CHECK_THAT(remote::read_bytes("/dev/null", false, 0, 0, out).message(), Contains("/dev/null: not a regular file"));
 }
 
-TEST_CASE("remote session: a processed item is bit-identical to the GPU node's own decode", "[remote]") {
+TEST_CASE("remote session: a processed item is bit-identical to the GPU node's own decode, raw or compressed",
+          "[remote]") {
   Scratch s;
   fs::create_directories(s.path() / "root");
   // A tar shard holding two demo images as members, beside the plain files.
@@ -625,7 +627,7 @@ TEST_CASE("remote session: a processed item is bit-identical to the GPU node's o
   const std::vector<fs::path> files = {kDemo / "flower/flower_00.jpg", kDemo / "insect/insect_02.jpg",
                                        kDemo / "texture/texture_01.jpg", kDemo / "landscape/landscape_05.jpg"};
   for (const char* dtype : {"uint8", "float32"}) {
-    for (const char* compression : {"none", "zstd"}) {
+    for (const char* compression : {"none", "zstd", "auto"}) {
       INFO(dtype << " " << compression);
       JobText t;
       t.dtype = dtype;
@@ -634,6 +636,8 @@ TEST_CASE("remote session: a processed item is bit-identical to the GPU node's o
       const auto w = worker({kDemo, s.path() / "root"});
       remote::WorkerSession session(w);
       REQUIRE(session.open(g.open).accepted());
+      // auto: made raw; the worker's decode thread compresses while the stream's results wait.
+      CHECK(session.compresses_when_waiting() == (std::string(compression) == "auto"));
       SampleProcessor remote_p(session.pipeline());  // the worker's thread
       SampleProcessor local_p(g.job().pipeline);     // the GPU node's local worker
       const std::uint64_t n = g.job().pipeline.sample_bytes();
@@ -661,6 +665,19 @@ TEST_CASE("remote session: a processed item is bit-identical to the GPU node's o
           std::memcpy(got.data(), r.pixels().data(), n);
         }
         CHECK(got == local);
+        if (std::string(compression) == "auto") {  // as compressed when waiting: the same pixels, fewer bytes
+          v1::Result c = r;
+          session.compress_result(c);
+          REQUIRE(c.compressed());
+          CHECK(c.pixels().size() < n);
+          CHECK(c.busy_ns() >= r.busy_ns());
+          std::vector<std::uint8_t> back(n);
+          REQUIRE(remote::decompress(c.pixels(), back).ok());
+          CHECK(back == local);
+          session.compress_result(c);  // compressed already: left as it is
+          CHECK(c.pixels().size() < n);
+          REQUIRE(remote::decompress(c.pixels(), back).ok());
+        }
         made.push_back(got);
       };
       std::uint64_t id = 100;
@@ -685,6 +702,31 @@ TEST_CASE("remote session: a processed item is bit-identical to the GPU node's o
       check_one(member, a);
     }
   }
+}
+
+TEST_CASE("remote session: compress_result leaves noise, errors and empty results raw", "[remote]") {
+  Scratch s;
+  const GpuNode g = gpu_node(s, JobText{});
+  const auto w = worker({kDemo});
+  remote::WorkerSession session(w);
+  REQUIRE(session.open(g.open).accepted());
+  std::mt19937_64 rng(5);
+  std::string noise(3 * 40 * 40, '\0');
+  for (char& c : noise) c = static_cast<char>(rng());
+  v1::Result r;
+  r.set_pixels(noise);
+  session.compress_result(r);  // zstd cannot shrink it: sent as it is
+  CHECK_FALSE(r.compressed());
+  CHECK(r.pixels() == noise);
+  v1::Result failed;
+  failed.set_error(static_cast<std::uint32_t>(stoker::image::SampleErrorKind::kCorrupt));
+  session.compress_result(failed);
+  CHECK_FALSE(failed.compressed());
+  CHECK(failed.pixels().empty());
+  r.set_pixels(std::string(noise.size(), 'a'));  // and a flat sample shrinks
+  session.compress_result(r);
+  CHECK(r.compressed());
+  CHECK(r.pixels().size() < noise.size() / 10);
 }
 
 TEST_CASE("remote session: a corrupt or truncated file answers its error kind and reason, a missing one kIo",
