@@ -6,6 +6,10 @@
   1 worker   the daemon on core 0 with `remote: {local: false}`, one 1-thread worker on core 1
   2 workers  as 1, plus a second 1-thread worker on core 0 (beside the daemon)
   1 worker + zstd   as 1 worker, samples compressed on the wire
+  1 worker + auto   as 1 worker with `remote.compression: auto`: compressed only while the
+                    worker's results wait on the connection (case `a`, not run by default;
+                    with --link KIB_PER_S every worker's results connection is paced at that
+                    rate, a link slower than loopback, through the worker's test fault)
   1 worker, stream  as 1 worker, with the results on the gRPC stream (remote.results: stream)
                     instead of their own TCP connection (the default; issue #36)
   1 worker, no verify   as 1 worker with `remote.verify: 0`: R without the node's own re-making
@@ -32,7 +36,7 @@ measures it as R - R0, where R0 is the line `node cpu per remote sample / local 
 0: R0` (the same job with `remote.verify: 0`).
 
     scripts/bench-remote.py [BUILD_DIR] [IMAGES_DIR] [--batches N] [--cores A,B] [--rounds N]
-                            [--cases 0,1,2,z,s,v]
+                            [--cases 0,1,2,z,a,s,v] [--link KIB_PER_S]
 """
 from __future__ import annotations
 
@@ -67,12 +71,15 @@ jobs:
 
 
 class Worker:
-    def __init__(self, build, images, core, tmp, name):
+    def __init__(self, build, images, core, tmp, name, link_kib=None):
         self.log = os.path.join(tmp, f"{name}.log")
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(["taskset", "-c", str(core), os.path.join(build, "bin", "stokerd"), "--worker",
                                           "--listen", "127.0.0.1:0", "--allow-root", images, "--threads", "1",
-                                          "--log-level", "warn"], stdout=log, stderr=subprocess.STDOUT)
+                                          "--log-level", "warn"] +
+                                         # a link slower than loopback: the worker's results paced (a test fault)
+                                         ([] if link_kib is None else ["--inject-fault", f"slow-results:{link_kib}"]),
+                                         stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while True:
             m = re.search(r"listening on port (\d+)", open(self.log).read())
@@ -158,14 +165,15 @@ def thread_line(before, after, samples):
     return ", ".join(f"{name} {cpu / samples * 1e6:.1f} us {sw:.3f} sleeps" for cpu, name, sw in rows)
 
 
-def run(build, images, batches, cores, n_workers, zstd, tmp, stream=False, verify=None):
-    """(images/s, daemon CPU s per sample, wire bytes per sample or None, daemon switches per sample)."""
-    workers = [Worker(build, images, cores[1 - (i % 2)], tmp, f"w{i}") for i in range(n_workers)]
+def run(build, images, batches, cores, n_workers, zstd, tmp, stream=False, verify=None, link_kib=None):
+    """(images/s, daemon CPU s per sample, wire bytes per sample or None, daemon switches per sample).
+    zstd: False (none), True (zstd) or "auto" (remote.compression)."""
+    workers = [Worker(build, images, cores[1 - (i % 2)], tmp, f"w{i}", link_kib) for i in range(n_workers)]
     try:
         remote = ""
         if workers:
             remote = ("    remote: {workers: [" + ", ".join(f'"{w.address}"' for w in workers) + "], local: false" +
-                      (", compression: zstd" if zstd else "") + (", results: stream" if stream else "") +
+                      ("" if not zstd else ", compression: auto" if zstd == "auto" else ", compression: zstd") + (", results: stream" if stream else "") +
                       ("" if verify is None else f", verify: {verify}") + "}\n")
         core = cores[1] if not workers else cores[0]
         d = benchlib.Daemon(build, CONFIG.format(workers=1, images=images, remote=remote), prefix=["taskset", "-c", str(core)])
@@ -183,7 +191,8 @@ def run(build, images, batches, cores, n_workers, zstd, tmp, stream=False, verif
             s = benchlib.summary(d.consume(["--job", "train", "--start-batch", "4", "--batches", str(batches)]))
             wall, cpu, sw = time.monotonic() - t0, d.cpu() - cpu0, switches(d.proc.pid) - sw0
             if workers:  # where the node's cost per remote sample goes, thread by thread
-                print(f"  {n_workers} worker(s){' + zstd' if zstd else ''}{', stream' if stream else ''}"
+                print(f"  {n_workers} worker(s){'' if not zstd else ' + auto' if zstd == 'auto' else ' + zstd'}"
+                      f"{', stream' if stream else ''}"
                       f"{'' if verify is None else f', verify {verify}'}, node threads a sample: " +
                       thread_line(th0, threads(d.proc.pid), s["samples"]))
             if perf:
@@ -225,7 +234,11 @@ def main() -> int:
     ap.add_argument("--cores", default="0,1", help="the two cores to split (daemon, first worker)")
     ap.add_argument("--rounds", type=int, default=3, help="run the cases this many times, one round after another")
     ap.add_argument("--cases", default="0,1,v,2,z", help="which cases: 0, 1, 2 workers, z (1 worker + zstd), "
-                    "s (1 worker, results on the gRPC stream), v (1 worker, remote.verify 0)")
+                    "a (1 worker, compression auto), s (1 worker, results on the gRPC stream), v (1 worker, "
+                    "remote.verify 0)")
+    ap.add_argument("--link", type=int, default=None, metavar="KIB_PER_S",
+                    help="pace each worker's results connection at this rate (the worker's test fault "
+                         "slow-results): a link slower than loopback, for the compression cases")
     ap.add_argument("--perf", nargs="?", const="task-clock,context-switches,page-faults", default=None,
                     help="also count these events on the daemon with `perf stat` (default: task-clock, "
                          "context-switches, page-faults)")
@@ -240,15 +253,16 @@ def main() -> int:
           f"TrivialAugmentWide, uint8, batches of 64, {a.batches} measured per case; cores {cores}")
     every = {"0": ("0 workers (local pool, 1 thread)", 0, False, False, None), "1": ("1 worker", 1, False, False, None),
              "2": ("2 workers", 2, False, False, None), "z": ("1 worker + zstd", 1, True, False, None),
+             "a": ("1 worker + auto", 1, "auto", False, None),
              "s": ("1 worker, results on stream", 1, False, True, None),
              "v": ("1 worker, no verify", 1, False, False, 0)}
     wanted = set(a.cases.split(",")) | {"0", "1"}  # the ratio needs both
-    cases = [every[k] for k in ("0", "1", "v", "s", "2", "z") if k in wanted]
+    cases = [every[k] for k in ("0", "1", "v", "s", "2", "z", "a") if k in wanted]
     ratios, floors, stream_ratios, unverified = [], [], [], []
     raw = packed = None
     for rnd in range(a.rounds):
         with tempfile.TemporaryDirectory(prefix="stoker-bench-remote-") as tmp:
-            res = {name: run(a.build, a.images, a.batches, cores, n, z, tmp, st, v) for name, n, z, st, v in cases}
+            res = {name: run(a.build, a.images, a.batches, cores, n, z, tmp, st, v, a.link) for name, n, z, st, v in cases}
         base_rate, base_cpu, _, _ = res[cases[0][0]]
         if a.rounds > 1:
             print(f"round {rnd + 1} of {a.rounds}")
