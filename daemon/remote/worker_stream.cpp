@@ -219,8 +219,11 @@ void WorkerStream::deliver(v1::Result&& result) {
 
 bool WorkerStream::results_wait_on_link() {
   base::MutexLock lock(mu_);
-  return writing_ && (write_busy_share_ >= kLinkBusyToCompress ||
-                      std::chrono::steady_clock::now() - write_started_ >= kLinkWaitToCompress);
+  if (!writing_ || (write_busy_share_ < kLinkBusyToCompress &&
+                    std::chrono::steady_clock::now() - write_started_ < kLinkWaitToCompress)) {
+    return false;
+  }
+  return !write_via_results_ || results_fd_ < 0 || !peer_window_closed(results_fd_);
 }
 
 // ---- results out ----------------------------------------------------------------------------

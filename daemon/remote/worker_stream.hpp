@@ -43,6 +43,7 @@
 
 #include "base/mutex.hpp"
 #include "remote/results_channel.hpp"
+#include "remote/send_limits.hpp"
 #include "remote/worker_session.hpp"
 #include "stoker/remote/worker.grpc.pb.h"
 
@@ -113,12 +114,14 @@ class WorkerStream final : public grpc::ServerBidiReactor<v1::Request, v1::Reply
   std::optional<Taken> take();
   // A result made from an item take() gave (exactly one per item).
   void deliver(v1::Result&& result);
-  // The stream's results wait on its connection: a write is outstanding, and the writes have
-  // lately taken kLinkBusyToCompress of the time or more (back to back: the link, or the node's
-  // reading, is slower than this worker's decoding), or this one has for kLinkWaitToCompress.
-  // remote.compression auto compresses the results made meanwhile: fewer bytes for the link,
-  // with CPU the worker would otherwise leave idle while the stream parks. A link that keeps up
-  // completes a write as soon as the socket buffer takes it: a small share of the time.
+  // The stream's results wait on its link: a write is outstanding, and the writes have lately
+  // taken kLinkBusyToCompress of the time or more (back to back: the link is slower than this
+  // worker's decoding), or this one has for kLinkWaitToCompress. remote.compression auto
+  // compresses the results made meanwhile: fewer bytes for the link, with CPU the worker would
+  // otherwise leave idle while the stream parks. A link that keeps up completes a write as soon
+  // as the socket buffer takes it: a small share of the time. On the results connection, false
+  // while the node's receive window is closed (send_limits.hpp): then the node is not reading,
+  // and the link is not what holds the writes back.
   bool results_wait_on_link();
   const WorkerSession& session() const { return *session_; }
   // The host's timer: a linger may have ended; writes what waited for it.

@@ -8,10 +8,11 @@ if(STOKER_HAVE_REMOTE)
   # Issue #36: the GPU node's hand parser of a worker's Reply (daemon/remote/reply_view.hpp)
   # against protobuf's, and against malformed and mutated messages; and protocol 1.5's split
   # results frames on a loopback connection (split_frames_test.cpp: one wake-up a frame with
-  # the low-water mark, a frame that stalls or is cut, the mark put back, the lies). One
+  # the low-water mark, a frame that stalls or is cut, the mark put back, the lies); and what
+  # held a sender back (send_limits_test.cpp, remote.compression auto). One
   # program, two sources: a test program more costs every tier a link against gRPC.
   stoker_add_test(remote_reply_view_test LABEL unit
-    SOURCES unit/remote_reply_view_test.cpp unit/split_frames_test.cpp
+    SOURCES unit/remote_reply_view_test.cpp unit/split_frames_test.cpp unit/send_limits_test.cpp
     LIBS stoker_remote_worker)
   stoker_add_test(remote_config_test LABEL unit
     SOURCES unit/remote_config_test.cpp
