@@ -17,35 +17,10 @@
 #include "loopback.hpp"
 #include "remote/send_limits.hpp"
 
-namespace {
-
-struct Pair {
-  int reader = -1, writer = -1;
-  Pair() {
-    std::uint16_t port = 0;
-    const int listener = stoker::test::loopback_socket(port);
-    // A receive buffer that holds several frames from the start (set before the handshake, so
-    // the window scale allows it): a reader that keeps up never closes the window.
-    const int buffer = 8 << 20;
-    ::setsockopt(listener, SOL_SOCKET, SO_RCVBUF, &buffer, sizeof buffer);
-    REQUIRE(::listen(listener, 1) == 0);
-    writer = stoker::test::connect_loopback(port);
-    reader = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-    REQUIRE(reader >= 0);
-    ::close(listener);
-    const timeval wait{0, 5000};  // the reader's thread looks at its flags every 5 ms
-    ::setsockopt(reader, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
-  }
-  ~Pair() {
-    ::close(reader);
-    ::close(writer);
-  }
-};
-
-}  // namespace
-
 TEST_CASE("send limits: a stopped reader closes its window, one that keeps up does not", "[remote]") {
-  Pair p;
+  // A receive buffer that holds several frames from the start: a reader that keeps up never
+  // closes the window; the reader's thread looks at its flags every 5 ms.
+  stoker::test::LoopbackPair p(5, 8 << 20);
   std::atomic<bool> reading{true}, done{false};
   std::thread reader([&] {
     std::vector<char> into(1 << 20);

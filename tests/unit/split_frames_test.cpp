@@ -29,23 +29,8 @@ namespace {
 
 // A connected loopback TCP pair: {reader, writer}, the reader with the node's 250 ms receive
 // timeout (the split reader's).
-struct TcpPair {
-  int reader = -1, writer = -1;
-  TcpPair() {
-    std::uint16_t port = 0;
-    const int listener = stoker::test::loopback_socket(port);
-    REQUIRE(::listen(listener, 1) == 0);
-    writer = stoker::test::connect_loopback(port);
-    reader = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-    REQUIRE(reader >= 0);
-    ::close(listener);
-    const timeval wait{0, stoker::remote::kStallCheckMs * 1000};  // as SplitReceiver sets it
-    ::setsockopt(reader, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
-  }
-  ~TcpPair() {
-    ::close(reader);
-    if (writer >= 0) ::close(writer);
-  }
+struct TcpPair : stoker::test::LoopbackPair {
+  TcpPair() : LoopbackPair(stoker::remote::kStallCheckMs) {}
 };
 
 void send_all(int fd, const char* p, std::size_t n) {
