@@ -307,20 +307,21 @@ def test_remote_tar_shards_with_compression_equal_a_local_run(tmp_path, demo_roo
         rem.stop()
 
 
-@pytest.mark.parametrize("compression,paced,compresses", [("auto", True, True), ("auto", False, False),
-                                                        ("none", True, False)])
+@pytest.mark.parametrize("compression,paced,results,compresses", [
+    ("auto", True, None, True), ("auto", False, None, False), ("auto", False, "stream", False),
+    ("none", True, None, False)])
 def test_compression_auto_compresses_only_while_results_wait_on_the_link(tmp_path, demo_root, workers, compression,
-                                                                           paced, compresses):
+                                                                           paced, results, compresses):
     """remote.compression auto (protocol 1.6): the worker compresses a result only while a write
     of its results has waited 20 ms or more on the connection. A worker whose results connection
     is paced at 512 KiB/s (--inject-fault slow-results, a link slower than its decoding) sends
-    some compressed; the same worker unpaced, on loopback, sends none; `none` never compresses,
-    however slow the link. Whatever came compressed or raw, the batches equal a local run's."""
+    some compressed; the same worker unpaced, on loopback, sends none, on its results connection
+    or on the gRPC stream; `none` never compresses, however slow the link. Whatever came compressed or raw, the batches equal a local run's."""
     w = workers("w", demo_root, extra=["--inject-fault", "slow-results:512"] if paced else [])
     source = f'{{root: "{demo_root}"}}'
     base = start(tmp_path, "local", job_config(tmp_path / "l.yaml", source))
     rem = start(tmp_path, "remote", job_config(tmp_path / "r.yaml", source, remote=remote_key(
-        [w.address], local=False, compression=compression)))
+        [w.address], local=False, compression=compression, results=results)))
     try:
         st = served_as_locally(tmp_path, base, rem, 16)
         link = st["remote"][0]
