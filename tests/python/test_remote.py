@@ -533,6 +533,7 @@ def test_metrics_of_the_gpu_node_and_of_the_worker(tmp_path, demo_root, workers)
         # prefetched batches may be made here before the link is up.
         assert metric(text, "stoker_remote_bytes_received_total", labels) >= \
             metric(text, "stoker_remote_samples_total", labels) * 3 * 32 * 32
+        assert metric(text, "stoker_remote_compressed_total", labels) == 0  # compression: none
         worker_url = "http://" + re.search(r"metrics on (\S+)", open(w.log).read()).group(1) + "/metrics"
         wtext = wait_for(lambda: (lambda t: t if metric(t, "stoker_remote_worker_items_total", "", False) >= link["samples"] else None)(scrape(worker_url)),
                          "the worker's /metrics to catch up")
