@@ -472,6 +472,9 @@ void WorkerStream::results_writer(std::shared_ptr<WorkerStream> self) {
       }
       results_posted_ = false;
       fd = results_fd_;
+      // The write starts now, not when it was posted: this thread's own wake-up (long on a
+      // loaded machine) is not the link's time (results_wait_on_link).
+      write_started_ = std::chrono::steady_clock::now();
     }
     bool ok = false;
     if (session_->split_results()) {
