@@ -93,8 +93,8 @@ struct RemoteConfig {
   std::string token;                 // read from token_file when the config is read; empty: none
   std::filesystem::path token_file;
   // compression: none; zstd (every returned sample compressed by the worker); auto (the worker
-  // compresses only while its results wait on the connection: the link, or the node's reading,
-  // is slower than its decoding; protocol 1.6: an older worker sends them raw).
+  // compresses only while its results wait on the link, slower than its decoding, and this
+  // node's receive window is open; protocol 1.6: an older worker sends them raw).
   enum class Compression { kNone, kZstd, kAuto } compression = Compression::kNone;
   double deadline_s = 30;            // an item unanswered this long: the worker counts as stalled
   // verify: the fraction of a worker's results this node makes again itself and compares byte

@@ -93,9 +93,9 @@ class WorkerSession {
   const std::string& job() const { return job_; }
   // The node speaks 1.5 or later: its results connection takes split frames (split_frames.hpp).
   bool split_results() const { return node_minor_ >= 5; }
-  // The Open asked to compress when waiting (remote.compression auto, protocol 1.6): a result is compressed only while
-  // the stream's results wait on the connection (WorkerStream::results_wait_on_link), by compress_result after
-  // process().
+  // The Open asked to compress when waiting (remote.compression auto, protocol 1.6): a result
+  // is compressed only while the stream's results wait on the link
+  // (WorkerStream::results_wait_on_link), by compress_result after process().
   bool compresses_when_waiting() const { return zstd_auto_; }
   // A made, uncompressed result's pixels compressed in place (zstd; `compressed` set), unless
   // that would not make them smaller. The time it took is added to busy_ns.
