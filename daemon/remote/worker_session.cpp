@@ -424,30 +424,20 @@ void WorkerSession::process(const v1::Item& item, image::SampleProcessor& proces
     result.set_reason(s.message());
     return;
   }
-  const std::uint64_t n = pipeline_->sample_bytes();
+  // Made raw, in the message's own string; `compression: zstd` compresses it after, through the
+  // same compress_result that `auto` uses while the link is the bottleneck (one path for both).
   std::string* pixels = result.mutable_pixels();
-  thread_local std::vector<std::uint8_t> raw;
-  std::uint8_t* out = nullptr;
-  if (zstd_) {
-    raw.resize(n);
-    out = raw.data();
-  } else {
-    pixels->resize(n);
-    out = reinterpret_cast<std::uint8_t*>(pixels->data());
-  }
-  const image::SampleResult r = processor.process(bytes, pixel_seed_, item.epoch(), item.draw(), out);
+  pixels->resize(pipeline_->sample_bytes());
+  const image::SampleResult r =
+      processor.process(bytes, pixel_seed_, item.epoch(), item.draw(), reinterpret_cast<std::uint8_t*>(pixels->data()));
   result.set_error(static_cast<std::uint32_t>(r.error));
   result.set_reason(r.reason);
   result.set_warnings(r.warnings);
   result.set_format(static_cast<std::uint32_t>(r.format));
-  if (!r.ok()) {
-    pixels->clear();
-  } else if (zstd_) {
-    compress(raw, *pixels);
-    result.set_compressed(true);
-  }
+  if (!r.ok()) pixels->clear();
   result.set_busy_ns(static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count()));
+  if (zstd_) compress_result(result);  // adds its own time to busy_ns
 }
 
 void WorkerSession::compress_result(v1::Result& result) const {

@@ -98,7 +98,9 @@ class WorkerSession {
   // (WorkerStream::results_wait_on_link), by compress_result after process().
   bool compresses_when_waiting() const { return zstd_auto_; }
   // A made, uncompressed result's pixels compressed in place (zstd; `compressed` set), unless
-  // that would not make them smaller. The time it took is added to busy_ns.
+  // that would not make them smaller: a sample zstd cannot shrink (noise) leaves raw under
+  // `zstd` too, and the node takes either (Result.compressed). The time it took is added to
+  // busy_ns. process() calls it for `zstd`; the stream's decode thread for `auto`.
   void compress_result(v1::Result& result) const;
 
   // The item's fields, before anything is read: the path inside --allow-root, sizes bounded.
@@ -136,7 +138,7 @@ class WorkerSession {
   const std::vector<std::shared_ptr<const base::UniqueFd>>* root_fds_ = nullptr;
   std::optional<image::PipelineSpec> pipeline_;
   std::uint64_t pixel_seed_ = 0;
-  bool zstd_ = false;             // every result compressed
+  bool zstd_ = false;             // every result compressed (that zstd can shrink)
   bool zstd_auto_ = false;        // results compressed while they wait on the connection
   std::uint32_t node_minor_ = 0;  // the Open's protocol minor
   std::string job_;

@@ -12,6 +12,7 @@
 
 #include "remote/protocol.hpp"
 #include "remote/results_listener.hpp"
+#include "remote/send_limits.hpp"
 #include "remote/split_frames.hpp"
 
 namespace stoker::remote {

@@ -43,7 +43,6 @@
 
 #include "base/mutex.hpp"
 #include "remote/results_channel.hpp"
-#include "remote/send_limits.hpp"
 #include "remote/worker_session.hpp"
 #include "stoker/remote/worker.grpc.pb.h"
 
