@@ -16,6 +16,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "log/log.hpp"
 #include "config/config.hpp"
 #include "delivery/device_delivery.hpp"
 #include "control/control_server.hpp"
@@ -53,7 +54,7 @@ std::uint64_t raise_open_files_limit() {
     rl.rlim_cur = rl.rlim_max;
     if (::setrlimit(RLIMIT_NOFILE, &rl) != 0) rl.rlim_cur = before;
   }
-  if (rl.rlim_cur != before) spdlog::info("descriptor limit raised from {} to {}", before, rl.rlim_cur);
+  if (rl.rlim_cur != before) stoker::log::info("descriptor limit raised from {} to {}", before, rl.rlim_cur);
   return rl.rlim_cur == RLIM_INFINITY ? (1u << 20) : static_cast<std::uint64_t>(rl.rlim_cur);
 }
 
@@ -128,11 +129,11 @@ int run_daemon(const DaemonOptions& options) {
       bool wanted = false;
       for (const auto& jc : cfg.jobs) wanted = wanted || jc.device_output;
       if (delivery.available()) {
-        spdlog::info("device delivery: {}", delivery.describe());
+        stoker::log::info("device delivery: {}", delivery.describe());
       } else if (wanted) {
-        spdlog::warn("device output unavailable ({}); serving host batches", no_device);
+        stoker::log::warn("device output unavailable ({}); serving host batches", no_device);
       } else {
-        spdlog::info("device output unavailable ({}); serving host batches", no_device);
+        stoker::log::info("device output unavailable ({}); serving host batches", no_device);
       }
     }
 
@@ -159,8 +160,8 @@ int run_daemon(const DaemonOptions& options) {
       limits.max_connections = cfg.server.max_connections != 0
                                    ? cfg.server.max_connections
                                    : default_max_connections(open_files, workers, started.size());
-      spdlog::info("descriptors: limit {}, at most {} connections (server.max_connections{})", open_files,
-                   limits.max_connections, cfg.server.max_connections != 0 ? "" : " derived from the limit");
+      stoker::log::info("descriptors: limit {}, at most {} connections (server.max_connections{})", open_files,
+                        limits.max_connections, cfg.server.max_connections != 0 ? "" : " derived from the limit");
       ControlServer::JobSources sources;
       sources.config_file = std::filesystem::absolute(options.config_path);
       sources.state_dir = state_dir;
@@ -184,11 +185,11 @@ int run_daemon(const DaemonOptions& options) {
         std::unique_ptr<MetricsHttpServer> metrics;
         if (!cfg.server.metrics.empty()) {
           metrics = std::make_unique<MetricsHttpServer>(cfg.server.metrics_host, cfg.server.metrics_port);
-          spdlog::info("metrics on http://{}/metrics", metrics->address());
+          stoker::log::info("metrics on http://{}/metrics", metrics->address());
         }
         server.set_operations({metrics.get(), cfg.server.metrics_textfile, &pool, cfg.server.log_interval_s});
         // --- end operations ---
-        spdlog::info("stokerd ready on {} with {} worker(s)", socket, workers);
+        stoker::log::info("stokerd ready on {} with {} worker(s)", socket, workers);
         SdNotify systemd;  // Type=notify: ready once every job is planned and the socket listens
         std::string names;
         for (Job* j : started) names += (names.empty() ? "" : ", ") + j->name();
@@ -210,10 +211,10 @@ int run_daemon(const DaemonOptions& options) {
       server_ptr.store(nullptr);
     }  // socket closed and unlinked; jobs destroyed after their device copies settled
     delivery.shutdown();
-    spdlog::info("stopped cleanly");
+    stoker::log::info("stopped cleanly");
     return 0;
   } catch (const std::exception& e) {
-    spdlog::error("{}", e.what());
+    stoker::log::error("{}", e.what());
     return 1;
   }
 }

@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #ifdef STOKER_WITH_REMOTE
+#include "log/log.hpp"
 #include "config/config.hpp"
 #include "control/metrics_http.hpp"
 #include "control/metrics_text.hpp"
@@ -217,7 +218,7 @@ int run_worker(int argc, char** argv) {
     if (token.empty()) return usage("--token-file '" + o.token_file + "' is empty");
     settings.token = token;
   } else {
-    spdlog::warn("worker: no --token-file: any GPU node that reaches {} may use this worker", o.listen);
+    stoker::log::warn("worker: no --token-file: any GPU node that reaches {} may use this worker", o.listen);
   }
   remote::TlsFiles tls;
   if (o.tls_cert.empty() != o.tls_key.empty()) return usage("--tls-cert and --tls-key go together");
@@ -257,11 +258,11 @@ int run_worker(int argc, char** argv) {
           o.fault + "'");
     }
     if (fault.kind == remote::Fault::kSlowResults) {
-      spdlog::warn("worker: --inject-fault {}: results connections paced at {} KiB/s on purpose (tests only)", kind,
-                   fault.every);
+      stoker::log::warn("worker: --inject-fault {}: results connections paced at {} KiB/s on purpose (tests only)",
+                        kind, fault.every);
     } else {
-      spdlog::warn("worker: --inject-fault {}: every {}th result is spoiled on purpose (tests only)", kind,
-                   fault.every);
+      stoker::log::warn("worker: --inject-fault {}: every {}th result is spoiled on purpose (tests only)", kind,
+                        fault.every);
     }
   }
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -312,12 +313,12 @@ int run_worker(int argc, char** argv) {
   if (settings.objects) {
     std::string prefixes;
     for (const std::string& p : settings.allow_objects) prefixes += (prefixes.empty() ? "" : ", ") + p;
-    spdlog::info("worker: object storage below {}: credentials {}, default endpoint {}", prefixes,
-                 settings.objects->credentials(), settings.objects->endpoint_for(""));
+    stoker::log::info("worker: object storage below {}: credentials {}, default endpoint {}", prefixes,
+                      settings.objects->credentials(), settings.objects->endpoint_for(""));
   }
   std::string roots;
   for (const fs::path& r : settings.allow_roots) roots += (roots.empty() ? "" : ", ") + r.string();
-  spdlog::info(
+  stoker::log::info(
       "worker: listening on {} (port {}; results connections on port {}), {} threads, protocol {}.{}, reads below "
       "{}{}{}",
       o.listen, server->port(), server->results_port(), threads, remote::kWorkerMajor, remote::kWorkerMinor, roots,
@@ -332,7 +333,7 @@ int run_worker(int argc, char** argv) {
     timespec wait{1, 0};
     const int sig = sigtimedwait(&stop_signals, nullptr, &wait);
     if (sig == SIGTERM || sig == SIGINT) {
-      spdlog::info("worker: signal {}: stopping", sig);
+      stoker::log::info("worker: signal {}: stopping", sig);
       break;
     }
     if (metrics) {
@@ -348,8 +349,8 @@ int run_worker(int argc, char** argv) {
   server->shutdown();
   const remote::WorkerStats s = server->stats();
   const std::string objects = settings.objects ? settings.objects->summary() : std::string();
-  spdlog::info("worker: stopped after {} samples ({} failed), {} streams refused{}{}", s.items, s.errors, s.refused,
-               objects.empty() ? "" : "; object storage: ", objects);
+  stoker::log::info("worker: stopped after {} samples ({} failed), {} streams refused{}{}", s.items, s.errors,
+                    s.refused, objects.empty() ? "" : "; object storage: ", objects);
   return 0;
 }
 

@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
+#include "log/log.hpp"
 #include "control/client_job_access.hpp"
 #include "control/command_reply.hpp"
 #include "control/sessions.hpp"
@@ -46,7 +46,7 @@ bool Commands::handle(Session& s, const std::uint8_t* data, std::size_t n) {
   const std::string who = "pid " + std::to_string(s.peer_pid) + " uid " + std::to_string(s.peer_uid);
   if (op == "drain") {
     if (s.peer_uid != ::geteuid() && s.peer_uid != 0) {
-      spdlog::warn("refused drain from {}: only stokerd's own user or root may drain jobs", who);
+      stoker::log::warn("refused drain from {}: only stokerd's own user or root may drain jobs", who);
       return reply(reply_error("only stokerd's own user (uid " + std::to_string(::geteuid()) +
                                ") or root may drain jobs"));
     }
@@ -84,7 +84,7 @@ bool Commands::handle(Session& s, const std::uint8_t* data, std::size_t n) {
     // Through the socket, never by a pid: a pid read from status names another process in
     // another PID namespace (stokerd as PID 1 of its container). Same peers as drain.
     if (s.peer_uid != ::geteuid() && s.peer_uid != 0) {
-      spdlog::warn("refused reload from {}: only stokerd's own user or root may reload its config", who);
+      stoker::log::warn("refused reload from {}: only stokerd's own user or root may reload its config", who);
       return reply(reply_error("only stokerd's own user (uid " + std::to_string(::geteuid()) +
                                ") or root may reload its config"));
     }

@@ -18,8 +18,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <spdlog/spdlog.h>
-
+#include "log/log.hpp"
 #include "delivery/device_delivery.hpp"
 #include "job/job.hpp"
 #include "jobs/job_table.hpp"
@@ -147,7 +146,7 @@ bool ControlServer::run_once(int timeout_ms) {
           if (si.ssi_signo == SIGHUP) {
             commands_.request_reload_by_signal();
           } else {
-            spdlog::info("received {}, shutting down", strsignal(static_cast<int>(si.ssi_signo)));
+            stoker::log::info("received {}, shutting down", strsignal(static_cast<int>(si.ssi_signo)));
             stop = true;
           }
         }
@@ -207,7 +206,7 @@ void ControlServer::refuse(int fd, const std::string& why, proto::ErrorCode code
   static auto last_log = std::chrono::steady_clock::time_point{};
   const auto now = std::chrono::steady_clock::now();
   if (now - last_log > std::chrono::seconds(10)) {
-    spdlog::warn("refusing a connection: {}", why);
+    stoker::log::warn("refusing a connection: {}", why);
     last_log = now;
   }
   auto e = proto::make_message<proto::ErrorMsg>(proto::MsgType::kError);

@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
+#include "log/log.hpp"
 #include "control/command_reply.hpp"
 #include "control/peer_access.hpp"
 #include "control/sessions.hpp"
@@ -96,8 +96,8 @@ bool JobDefinitions::define(Session& s, const std::string& config, const std::st
   }
   const std::string written_name = jc.name;
   jc.name = client_job_name(key);
-  spdlog::info("job {}: defined by client {}; loading its dataset{}", jc.name, who,
-               read_as ? " with that user's permissions" : "");
+  stoker::log::info("job {}: defined by client {}; loading its dataset{}", jc.name, who,
+                    read_as ? " with that user's permissions" : "");
   s.command_pending = true;
   defining_[key] = Defining{uid, {{s.fd, s.token}}, written_name, jc.name};
   loader_.define(key, std::move(jc), sources_.state_dir, origin, std::move(read_as));

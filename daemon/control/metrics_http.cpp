@@ -19,8 +19,8 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
-#include <spdlog/spdlog.h>
 
+#include "log/log.hpp"
 #include "control/metrics_http_request.hpp"
 
 namespace stoker::control {
@@ -221,7 +221,7 @@ void MetricsHttpServer::Loop::arm_accept() {
     waiting = false;
     if (ec == asio::error::operation_aborted || stopping) return;
     if (ec) {
-      spdlog::error("metrics endpoint: waiting for connections: {}; it stops serving", ec.message());
+      stoker::log::error("metrics endpoint: waiting for connections: {}; it stops serving", ec.message());
       return;
     }
     accept_ready();
@@ -295,7 +295,7 @@ MetricsHttpServer::MetricsHttpServer(const std::string& host, std::uint16_t port
     try {
       loop_->io.run();
     } catch (const std::exception& e) {
-      spdlog::error("metrics endpoint: {}; it stops serving", e.what());
+      stoker::log::error("metrics endpoint: {}; it stops serving", e.what());
     }
   });
 }

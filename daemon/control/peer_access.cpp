@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <spdlog/spdlog.h>
+#include "log/log.hpp"
 
 namespace stoker::control {
 namespace {
@@ -109,8 +109,8 @@ std::string describe_peer(const PeerCredentials& peer) {
 PeerVerdict PeerGate::admit(int fd) {
   const std::optional<PeerCredentials> read = read_peer_credentials(fd);
   if (!read) {
-    spdlog::warn("refusing a connection whose credentials cannot be read (SO_PEERCRED/SO_PEERGROUPS: {})",
-                 std::strerror(errno));
+    stoker::log::warn("refusing a connection whose credentials cannot be read (SO_PEERCRED/SO_PEERGROUPS: {})",
+                      std::strerror(errno));
     return {false, "access denied: stokerd cannot read this connection's credentials", {}};
   }
   const PeerCredentials& peer = *read;
@@ -119,10 +119,10 @@ PeerVerdict PeerGate::admit(int fd) {
   if (v.allowed) {
     const bool first = seen_.emplace(peer.uid, true).second;
     if (first) {
-      spdlog::info("connection from {} admitted ({}); later ones of this uid are logged at debug", describe_peer(peer),
-                   v.why);
+      stoker::log::info("connection from {} admitted ({}); later ones of this uid are logged at debug",
+                        describe_peer(peer), v.why);
     } else {
-      spdlog::debug("connection from {} admitted ({})", describe_peer(peer), v.why);
+      stoker::log::debug("connection from {} admitted ({})", describe_peer(peer), v.why);
     }
     return v;
   }
@@ -130,7 +130,7 @@ PeerVerdict PeerGate::admit(int fd) {
   auto [it, fresh] = last_refusal_log_.emplace(peer.uid, now);
   if (fresh || now - it->second > std::chrono::seconds(10)) {
     it->second = now;
-    spdlog::warn("connection from {} refused: {}", describe_peer(peer), v.why);
+    stoker::log::warn("connection from {} refused: {}", describe_peer(peer), v.why);
   }
   return v;
 }
@@ -159,9 +159,10 @@ void apply_socket_access(const std::string& socket_path, const PeerPolicy& polic
   }
   const bool group_passes = (st.st_gid == g && (st.st_mode & S_IXGRP)) || (st.st_mode & S_IXOTH);
   if (!group_passes) {
-    spdlog::warn("members of group '{}' cannot reach {}: its folder {} is mode {:04o}, group {}; give the folder to "
-                 "the group with mode 0750 (systemd: RuntimeDirectoryMode=0750 and Group=)",
-                 policy.group_name, socket_path, dir.string(), st.st_mode & 07777, st.st_gid);
+    stoker::log::warn(
+        "members of group '{}' cannot reach {}: its folder {} is mode {:04o}, group {}; give the folder to "
+        "the group with mode 0750 (systemd: RuntimeDirectoryMode=0750 and Group=)",
+        policy.group_name, socket_path, dir.string(), st.st_mode & 07777, st.st_gid);
   }
 }
 

@@ -3,8 +3,8 @@
 #include <map>
 
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
+#include "log/log.hpp"
 #include "control/command_reply.hpp"
 #include "control/sessions.hpp"
 #include "core/check.hpp"
@@ -25,7 +25,7 @@ const char* Reloads::state() const { return queued_ ? "loading, one more queued"
 
 void Reloads::request(const std::string& requested_by, Session* waiter) {
   if (sources_.config_file.empty()) {
-    spdlog::warn("received SIGHUP but this stokerd has no config file to re-read");
+    stoker::log::warn("received SIGHUP but this stokerd has no config file to re-read");
     return;
   }
   if (waiter != nullptr) waiter->command_pending = true;
@@ -33,8 +33,8 @@ void Reloads::request(const std::string& requested_by, Session* waiter) {
     // The running load may have read the file before this request's edit: read it again
     // after. Any number of requests meanwhile are one queued reload.
     if (waiter != nullptr) queued_waiters_.push_back({waiter->fd, waiter->token});
-    spdlog::info("reload requested by {} while one is loading; {}", requested_by,
-                 queued_ ? "joins the one queued" : "queued, starts when that one is applied");
+    stoker::log::info("reload requested by {} while one is loading; {}", requested_by,
+                      queued_ ? "joins the one queued" : "queued, starts when that one is applied");
     queued_requested_by_ = queued_ ? queued_requested_by_ + ", " + requested_by : requested_by;
     queued_ = true;
     return;
@@ -53,7 +53,7 @@ void Reloads::start() {
   // this never finds a reload in progress.
   if (loader_.reload(sources_.config_file, sources_.state_dir, std::move(serving))) {
     running_ = true;
-    spdlog::info("reload requested by {}: re-reading {}", running_requested_by_, sources_.config_file.string());
+    stoker::log::info("reload requested by {}: re-reading {}", running_requested_by_, sources_.config_file.string());
   } else {
     finish(false, "a reload was still loading; try again");
   }
@@ -62,7 +62,7 @@ void Reloads::start() {
 void Reloads::apply(LoadResult& r) {
   running_ = false;
   if (!r.error.empty()) {
-    spdlog::error("reload refused, the running jobs keep serving: {}", r.error);
+    stoker::log::error("reload refused, the running jobs keep serving: {}", r.error);
     finish(false, "reload refused, the running jobs keep serving: " + r.error);
   } else {
     STOKER_CHECK(r.config.has_value() && r.prepared.size() == r.config->jobs.size(),
@@ -95,14 +95,14 @@ void Reloads::apply(LoadResult& r) {
       try {
         jobs_.add(std::move(*r.prepared[i]));
       } catch (const std::exception& e) {
-        spdlog::error("reload: job {} could not start: {}", cfg.jobs[i].name, e.what());
+        stoker::log::error("reload: job {} could not start: {}", cfg.jobs[i].name, e.what());
         failed += (failed.empty() ? "" : "; ") + ("job " + cfg.jobs[i].name + " could not start: " + e.what());
       }
     }
     const std::string summary = "reload of " + cfg.file.string() + " applied: " + std::to_string(added) +
                                 " job(s) added, " + std::to_string(restarted) + " restarted, " +
                                 std::to_string(removed) + " removed, " + std::to_string(unchanged) + " unchanged";
-    spdlog::info("{} (server settings are read at start only)", summary);
+    stoker::log::info("{} (server settings are read at start only)", summary);
     finish(failed.empty(), failed.empty() ? summary : summary + "; " + failed);
   }
   if (queued_) {  // the last request's edit is read now

@@ -5,8 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include <spdlog/spdlog.h>
-
+#include "log/log.hpp"
 #include "control/client_job_access.hpp"
 #include "control/sessions.hpp"
 #include "delivery/device_delivery.hpp"
@@ -93,8 +92,7 @@ bool Sessions::handle_message(Session& s, const std::uint8_t* data, std::size_t 
         send_error(s, proto::ErrorCode::kBadRelease,
                    "release of slot " + std::to_string(m.slot) + " generation " +
                        std::to_string(m.generation) + " that this client does not hold");
-        spdlog::warn("evicting client pid {}: bad release (slot {}, generation {})", s.pid, m.slot,
-                     m.generation);
+        stoker::log::warn("evicting client pid {}: bad release (slot {}, generation {})", s.pid, m.slot, m.generation);
         return false;
       }
       // Announce mode: this batch's announcement (and every one before it) was taken.
@@ -248,7 +246,7 @@ bool Sessions::handle_hello(Session& s, const proto::HelloMsg& hello) {
   }
 
   if (job->restore_layout()) {
-    spdlog::warn("job {}: its segment's header had been overwritten by another process; restored", job_name);
+    stoker::log::warn("job {}: its segment's header had been overwritten by another process; restored", job_name);
   }
   auto w = proto::make_message<proto::WelcomeMsg>(proto::MsgType::kWelcome);
   proto::copy_cstr(w.segment_name, job->segment().name().c_str());
@@ -261,10 +259,10 @@ bool Sessions::handle_hello(Session& s, const proto::HelloMsg& hello) {
   w.readers = job->readers();
   w.reader = m.reader;
   w.rank = m.rank;
-  spdlog::info("consumer pid {} attached to job {} rank {}{} at epoch {} batch {}{}{}", s.pid, job_name, m.rank,
-               reader_suffix(s.job, s.reader), m.start_epoch, m.start_batch,
-               start_position ? " of the rest after global position " + std::to_string(*start_position) : "",
-               device ? " (device batches)" : "");
+  stoker::log::info("consumer pid {} attached to job {} rank {}{} at epoch {} batch {}{}{}", s.pid, job_name, m.rank,
+                    reader_suffix(s.job, s.reader), m.start_epoch, m.start_batch,
+                    start_position ? " of the rest after global position " + std::to_string(*start_position) : "",
+                    device ? " (device batches)" : "");
   // The segment travels with the Welcome, as a descriptor (SCM_RIGHTS): it has no name.
   if (!send_with_fd(s, &w, sizeof w, job->segment().fd())) return false;
   if (device) {

@@ -7,8 +7,7 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
-#include <spdlog/spdlog.h>
-
+#include "log/log.hpp"
 #include "control/sessions.hpp"
 
 namespace stoker::control {
@@ -18,9 +17,9 @@ void Sessions::send_error(Session& s, proto::ErrorCode code, const std::string& 
   m.code = static_cast<std::int32_t>(code);
   proto::copy_cstr(m.message, text.c_str());
   if (code == proto::ErrorCode::kJobDrained) {
-    spdlog::info("client pid {}: {}", s.pid, text);
+    stoker::log::info("client pid {}: {}", s.pid, text);
   } else if (code != proto::ErrorCode::kJobFailed) {
-    spdlog::warn("client pid {}: {}", s.pid, text);
+    stoker::log::warn("client pid {}: {}", s.pid, text);
   }
   send_all(s, &m, sizeof m);
 }

@@ -8,8 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <spdlog/spdlog.h>
-
+#include "log/log.hpp"
 #include "core/check.hpp"
 #include "delivery/device_delivery.hpp"
 #include "job/job.hpp"
@@ -187,12 +186,13 @@ void Sessions::close_silent_connections() {
   // not idle: the daemon owes it an answer, however long the load takes.
   for (const auto& [fd, s] : sessions_) {
     if (!s.spoke && std::chrono::duration<double>(now - s.connected_at).count() > limits_.handshake_timeout_s) {
-      spdlog::warn("closing a connection from pid {} that sent nothing for {} s", s.pid, limits_.handshake_timeout_s);
+      stoker::log::warn("closing a connection from pid {} that sent nothing for {} s", s.pid,
+                        limits_.handshake_timeout_s);
       doomed_.push_back(fd);
     } else if (s.spoke && s.job == nullptr && s.outbox.empty() && !s.command_pending &&
                std::chrono::duration<double>(now - s.last_message).count() > limits_.idle_timeout_s) {
-      spdlog::debug("closing an idle connection from pid {} (no job, {} s without a message)", s.pid,
-                    limits_.idle_timeout_s);
+      stoker::log::debug("closing an idle connection from pid {} (no job, {} s without a message)", s.pid,
+                         limits_.idle_timeout_s);
       doomed_.push_back(fd);
     }
   }
@@ -208,8 +208,8 @@ void Sessions::evict_stuck_consumers() {
     const std::string why = "held a batch for " + std::to_string(static_cast<int>(held)) +
                             " s, longer than the job's lease_timeout_s (" +
                             std::to_string(s.job->config().lease_timeout_s) + " s)";
-    spdlog::warn("job {} rank {}{}: consumer pid {} {}; disconnecting it", s.job->name(), s.rank,
-                 reader_suffix(s.job, s.reader), s.pid, why);
+    stoker::log::warn("job {} rank {}{}: consumer pid {} {}; disconnecting it", s.job->name(), s.rank,
+                      reader_suffix(s.job, s.reader), s.pid, why);
     send_error(s, proto::ErrorCode::kLeaseTimeout, "stokerd: this consumer " + why);
     doomed_.push_back(fd);
   }
@@ -235,8 +235,8 @@ void Sessions::evict(int fd, const char* why) {
   if (it == sessions_.end()) return;
   Session& s = it->second;
   if (s.job != nullptr) {
-    spdlog::info("consumer pid {} of job {} rank {}{} disconnected{}{}", s.pid, s.job->name(), s.rank,
-                 reader_suffix(s.job, s.reader), why ? ": " : "", why ? why : "");
+    stoker::log::info("consumer pid {} of job {} rank {}{} disconnected{}{}", s.pid, s.job->name(), s.rank,
+                      reader_suffix(s.job, s.reader), why ? ": " : "", why ? why : "");
     // Announce mode: the batches it was sent (or was being sent) and is not known to have
     // taken go back to it; Acquire mode: the one whose reply failed.
     std::vector<std::uint32_t> untaken;

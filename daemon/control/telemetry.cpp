@@ -5,8 +5,7 @@
 #include <algorithm>
 #include <vector>
 
-#include <spdlog/spdlog.h>
-
+#include "log/log.hpp"
 #include "control/metrics_http.hpp"
 #include "control/sessions.hpp"
 #include "job/job.hpp"
@@ -121,15 +120,16 @@ void Telemetry::run_operations(std::chrono::steady_clock::time_point now) {
     if (!ops_.textfile_dir.empty()) {
       const base::Status written = write_metrics_textfile(ops_.textfile_dir, text);
       const bool ok = written.ok();
-      if (!ok && !textfile_failing_) spdlog::warn("metrics textfile: {}; retrying every second", written.message());
-      if (ok && textfile_failing_) spdlog::info("metrics textfile: writing {} again", ops_.textfile_dir.string());
+      if (!ok && !textfile_failing_)
+        stoker::log::warn("metrics textfile: {}; retrying every second", written.message());
+      if (ok && textfile_failing_) stoker::log::info("metrics textfile: writing {} again", ops_.textfile_dir.string());
       textfile_failing_ = !ok;
     }
   }
   if (ops_.log_interval_s > 0 &&
       std::chrono::duration<double>(now - last_log_).count() >= ops_.log_interval_s) {
     // The first turn only starts the clock: a line after a full interval means something.
-    if (last_log_ != std::chrono::steady_clock::time_point{}) spdlog::info("{}", throughput_line());
+    if (last_log_ != std::chrono::steady_clock::time_point{}) stoker::log::info("{}", throughput_line());
     last_log_ = now;
   }
 }

@@ -8,12 +8,13 @@
 
 #include <spdlog/spdlog.h>
 
-#define STOKER_CHECK(cond, ...)                                                             \
-  do {                                                                                      \
-    if (!(cond)) [[unlikely]] {                                                             \
-      spdlog::critical("{}:{}: check failed: {}: {}", __FILE__, __LINE__, #cond,            \
-                       fmt::format(__VA_ARGS__));                                           \
-      spdlog::default_logger()->flush();                                                    \
-      std::abort();                                                                         \
-    }                                                                                       \
+#include "log/log.hpp"
+
+#define STOKER_CHECK(cond, ...)                                                                                  \
+  do {                                                                                                           \
+    if (!(cond)) [[unlikely]] {                                                                                  \
+      stoker::log::critical("{}:{}: check failed: {}: {}", __FILE__, __LINE__, #cond, fmt::format(__VA_ARGS__)); \
+      spdlog::default_logger()->flush();                                                                         \
+      std::abort();                                                                                              \
+    }                                                                                                            \
   } while (false)

@@ -8,8 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include <spdlog/spdlog.h>
-
+#include "log/log.hpp"
 #include "image/output_writer.hpp"
 
 namespace stoker::delivery {
@@ -90,7 +89,7 @@ base::Result<std::shared_ptr<DeviceRing>> DeviceDelivery::open_ring(const Device
       return open;
     }
     opened_[ordinal] = true;
-    spdlog::info("device delivery: using {} for the first time", device::uuid_string(uuid));
+    stoker::log::info("device delivery: using {} for the first time", device::uuid_string(uuid));
   }
   // The segment is page-locked once per job, at its first device consumer (never for jobs
   // that only serve host batches).
@@ -180,7 +179,7 @@ void DeviceDelivery::reaper_loop() {
     const auto id = ring->alloc_id();
     const auto bytes = ring->device_bytes();
     ring->release_resources();
-    spdlog::debug("device ring {} freed ({} bytes)", id, bytes);
+    stoker::log::debug("device ring {} freed ({} bytes)", id, bytes);
     ring.reset();
     lock.lock();
     ++freed_;
@@ -220,7 +219,7 @@ void DeviceDelivery::shutdown() {
     if (auto r = w.lock()) r->synchronize();
   }
   if (!retired_.empty()) {
-    spdlog::info("device delivery: {} ring(s) left mapped by live consumers at exit", retired_.size());
+    stoker::log::info("device delivery: {} ring(s) left mapped by live consumers at exit", retired_.size());
   }
   retired_.clear();
   for (auto& [job, reg] : registered_) backend_->unregister_host(reg.first, reg.second);

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include <spdlog/spdlog.h>
+#include "log/log.hpp"
 
 namespace stoker::delivery {
 
@@ -75,7 +75,7 @@ base::Result<std::shared_ptr<DeviceRing>> DeviceRing::create(device::Backend& ba
 
 DeviceRing::~DeviceRing() {
   if (!released_) {
-    spdlog::debug("device ring {}: left to the driver (its consumer may still map it)", alloc_id_);
+    stoker::log::debug("device ring {}: left to the driver (its consumer may still map it)", alloc_id_);
   }
 }
 
@@ -104,7 +104,7 @@ void DeviceRing::wait_host_read(std::uint32_t s) {
   if (released_ || s >= plan_.slots || !copied_[s]) return;
   if (!backend_.event_done(device_, ready_[s])) {
     if (base::Status w = backend_.synchronize_event(device_, ready_[s]); !w) {
-      spdlog::error("device ring {}: waiting for slot {}'s copy failed: {}", alloc_id_, s, w.message());
+      stoker::log::error("device ring {}: waiting for slot {}'s copy failed: {}", alloc_id_, s, w.message());
     }
   }
   copied_[s] = 0;
@@ -114,7 +114,7 @@ void DeviceRing::synchronize() {
   base::MutexLock lock(mu_);
   if (released_ || !have_stream_) return;
   if (base::Status w = backend_.synchronize_stream(device_, stream_); !w) {
-    spdlog::error("device ring {}: synchronize failed: {}", alloc_id_, w.message());
+    stoker::log::error("device ring {}: synchronize failed: {}", alloc_id_, w.message());
   }
   std::fill(copied_.begin(), copied_.end(), 0);
 }

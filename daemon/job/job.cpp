@@ -8,8 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <spdlog/spdlog.h>
-
+#include "log/log.hpp"
 #include "core/check.hpp"
 #include "job/batch_mix.hpp"
 #include "job/finish.hpp"
@@ -57,9 +56,9 @@ std::optional<sampler::Mixture> mixture_of(const config::JobConfig& cfg, const s
   m.epoch_size = cfg.epoch_size != 0 ? cfg.epoch_size : dataset.samples.size();
   const auto quota = sampler::mixture_quotas(m);
   for (std::size_t s = 0; s < cfg.sources.size(); ++s) {
-    spdlog::info("job {}: source {}: {} samples, weight {}, {} of each epoch's {} ({:.3g} of its own epochs)", cfg.name,
-                 dataset.parts[s].name, dataset.parts[s].size, cfg.sources[s].weight, quota[s], m.epoch_size,
-                 static_cast<double>(quota[s]) / dataset.parts[s].size);
+    stoker::log::info("job {}: source {}: {} samples, weight {}, {} of each epoch's {} ({:.3g} of its own epochs)",
+                      cfg.name, dataset.parts[s].name, dataset.parts[s].size, cfg.sources[s].weight, quota[s],
+                      m.epoch_size, static_cast<double>(quota[s]) / dataset.parts[s].size);
   }
   return m;
 }
@@ -74,7 +73,7 @@ std::vector<std::uint32_t> shard_starts_of(const config::JobConfig& cfg, const s
       starts.push_back(static_cast<std::uint32_t>(i));
     }
   }
-  spdlog::info("job {}: shuffle in windows of {} of its {} shard(s)", cfg.name, cfg.window_shards, starts.size());
+  stoker::log::info("job {}: shuffle in windows of {} of its {} shard(s)", cfg.name, cfg.window_shards, starts.size());
   return starts;
 }
 
@@ -163,17 +162,18 @@ Job::Job(std::size_t index, const config::JobConfig& cfg, source::Dataset datase
         ++changed;  // replaced since it was found bad: decoded again
       }
     }
-    spdlog::info("job {}: {} file(s) skipped, listed in quarantine {}{}", cfg.name, skipped,
-                 cfg.quarantine.string(),
-                 changed ? "; " + std::to_string(changed) + " listed file(s) changed since and are tried again" : "");
+    stoker::log::info(
+        "job {}: {} file(s) skipped, listed in quarantine {}{}", cfg.name, skipped, cfg.quarantine.string(),
+        changed ? "; " + std::to_string(changed) + " listed file(s) changed since and are tried again" : "");
   }
   stats_.quarantined = skipped;
   if (cfg.cache_bytes > 0) {
     cache_ = std::make_unique<SampleCache>(cfg.cache_bytes, dataset_.samples.size(), cfg.pipeline.sample_bytes());
     const std::uint64_t fit = cfg.cache_bytes / cfg.pipeline.sample_bytes();
-    spdlog::info("job {}: cache of {} MiB for finished samples: {} of {} sample(s) fit{}", cfg.name,
-                 cfg.cache_bytes >> 20, std::min<std::uint64_t>(fit, dataset_.samples.size()), dataset_.samples.size(),
-                 fit < dataset_.samples.size() ? " (the first ones decoded are kept; nothing is evicted)" : "");
+    stoker::log::info("job {}: cache of {} MiB for finished samples: {} of {} sample(s) fit{}", cfg.name,
+                      cfg.cache_bytes >> 20, std::min<std::uint64_t>(fit, dataset_.samples.size()),
+                      dataset_.samples.size(),
+                      fit < dataset_.samples.size() ? " (the first ones decoded are kept; nothing is evicted)" : "");
   }
   quarantined_count_ = skipped;
   if (cfg.store_max_side > 0) open_store();
@@ -280,7 +280,7 @@ void Job::record_error(std::uint64_t id, const image::SampleResult& r) {
     if (mixture_) source_quarantined_[sampler::source_of(*mixture_, id)].fetch_add(1, std::memory_order_relaxed);
   }
   if (quarantine_->add(path, kind, r.reason)) {
-    spdlog::warn("job {}: {}: {} ({})", cfg_.name, path, r.reason, kind);
+    stoker::log::warn("job {}: {}: {} ({})", cfg_.name, path, r.reason, kind);
     base::MutexLock lock(stats_mu_);
     stats_.quarantined++;
   }
@@ -288,7 +288,7 @@ void Job::record_error(std::uint64_t id, const image::SampleResult& r) {
     base::MutexLock lock(stats_mu_);
     if (!failure_) {
       failure_ = path + ": " + r.reason;
-      spdlog::error("job {} stopped (on_error: fail): {}", cfg_.name, *failure_);
+      stoker::log::error("job {} stopped (on_error: fail): {}", cfg_.name, *failure_);
     }
     failed_.store(true);
   }
@@ -321,7 +321,7 @@ void Job::run(const WorkItem& item, image::SampleProcessor& processor,
     } else if (read_sample(item, id, epoch, file_buffer, result)) {
       result = processor.process(file_buffer, cfg_.pixel_seed(), epoch, draw_id, out);
       if (formats_.record(id, result.format)) {
-        spdlog::info("job {}: formats by content: {}", cfg_.name, formats_.summary());
+        stoker::log::info("job {}: formats by content: {}", cfg_.name, formats_.summary());
       }
       if (result.ok() && cache_) cache_->put(id, out);
     }
@@ -405,7 +405,7 @@ void Job::epoch_failed(std::uint32_t ring, std::uint64_t epoch, std::size_t done
   if (failure_) return;
   failure_ = "every sample of rank " + std::to_string(cfg_.first_rank + ring) + " in epoch " +
              std::to_string(epoch) + " failed (" + std::to_string(done) + " of them); first: " + first;
-  spdlog::error("job {} stopped: {}", cfg_.name, *failure_);
+  stoker::log::error("job {} stopped: {}", cfg_.name, *failure_);
   failed_.store(true);
 }
 

@@ -1,8 +1,9 @@
 // Job's side of device delivery: what a device ring needs to open, and the copy of one
 // slot's host bytes (the ring keeps which copies may still read them: ring.hpp).
-#include <spdlog/spdlog.h>
 
 #include "job/job.hpp"
+
+#include "log/log.hpp"
 
 namespace stoker::job {
 
@@ -23,8 +24,8 @@ delivery::DeviceRingRequest Job::device_request() const {
 bool Job::copy_to_device(std::uint32_t ring, std::uint32_t s, std::uint32_t count, std::uint64_t epoch,
                          std::uint64_t batch_index, delivery::DeviceRing& to) {
   if (base::Status st = to.copy_slot(s, segment_->payload(ring, s), count, segment_->label_region(ring, s)); !st) {
-    spdlog::error("job {} rank {}: batch {}:{} not copied to the device: {}", cfg_.name, ring, epoch, batch_index,
-                  st.message());
+    stoker::log::error("job {} rank {}: batch {}:{} not copied to the device: {}", cfg_.name, ring, epoch, batch_index,
+                       st.message());
     return false;
   }
   return true;

@@ -5,8 +5,7 @@
 #include <sys/resource.h>
 #include <thread>
 
-#include <spdlog/spdlog.h>
-
+#include "log/log.hpp"
 #include "job/job.hpp"
 #include "source/file_reader.hpp"
 
@@ -39,9 +38,10 @@ void Job::start_reading() {
   if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
     const auto cap = static_cast<std::uint32_t>(std::clamp<rlim_t>(lim.rlim_cur / 8, 1, UINT32_MAX));
     if (requests > cap) {
-      spdlog::warn("job {}: read_ahead.requests {} lowered to {} (an eighth of the descriptor limit {}: each "
-                   "read in flight holds one; raise LimitNOFILE for more)",
-                   cfg_.name, requests, cap, lim.rlim_cur);
+      stoker::log::warn(
+          "job {}: read_ahead.requests {} lowered to {} (an eighth of the descriptor limit {}: each "
+          "read in flight holds one; raise LimitNOFILE for more)",
+          cfg_.name, requests, cap, lim.rlim_cur);
       requests = cap;
     }
   }
@@ -94,8 +94,8 @@ bool Job::read_sample(const WorkItem& item, std::uint32_t id, std::uint64_t epoc
   if (r.status == source::ReadStatus::kTransient) {
     // One warning per burst (the first worker to enter it), one line when it ends.
     if (transient_burst_.fetch_add(1) == 0) {
-      spdlog::warn("job {}: transient read failure ({}) on {}; retrying with backoff, not blaming the file",
-                   cfg_.name, r.reason, path);
+      stoker::log::warn("job {}: transient read failure ({}) on {}; retrying with backoff, not blaming the file",
+                        cfg_.name, r.reason, path);
     }
     // A sample in object storage whose reads keep failing transiently (each already retried
     // by the fetcher) means the store is away: the job waits for it, however long, with
@@ -122,11 +122,11 @@ bool Job::read_sample(const WorkItem& item, std::uint32_t id, std::uint64_t epoc
       stats_.transient_read_errors += failures;
     }
     if (transient_burst_.fetch_sub(1) == 1 && r.ok()) {
-      spdlog::info("job {}: reads recovered", cfg_.name);
+      stoker::log::info("job {}: reads recovered", cfg_.name);
     }
     if (r.status == source::ReadStatus::kTransient) {
-      spdlog::warn("job {}: {}: still failing ({}) after {}; skipped this epoch, not quarantined", cfg_.name, path,
-                   r.reason, wait_for_store ? "the job stopped waiting" : "30 s of retries");
+      stoker::log::warn("job {}: {}: still failing ({}) after {}; skipped this epoch, not quarantined", cfg_.name, path,
+                        r.reason, wait_for_store ? "the job stopped waiting" : "30 s of retries");
     }
   }
   if (r.ok()) {
@@ -137,9 +137,10 @@ bool Job::read_sample(const WorkItem& item, std::uint32_t id, std::uint64_t epoc
   // Before, every epoch named every one again: 8,192 lines a second from one client's job
   // over a folder its user may not read (issue #34, D3).
   if (r.status == source::ReadStatus::kMissing && missing_named_[id].exchange(1) == 0) {
-    spdlog::warn("job {}: {}: {}; skipped this epoch, tried again next epoch (named once; each epoch counts "
-                 "such files in one line)",
-                 cfg_.name, path, r.reason);
+    stoker::log::warn(
+        "job {}: {}: {}; skipped this epoch, tried again next epoch (named once; each epoch counts "
+        "such files in one line)",
+        cfg_.name, path, r.reason);
   }
   {
     base::MutexLock lock(stats_mu_);
@@ -156,15 +157,15 @@ void Job::note_store_wait(int change, const std::string& reason) {
   base::MutexLock lock(stats_mu_);
   if (change > 0 && store_waiters_++ == 0) {
     store_wait_since_ = std::chrono::steady_clock::now();
-    spdlog::warn("job {}: the object store is not answering ({}); the job waits for it (no sample is skipped)",
-                 cfg_.name, reason);
+    stoker::log::warn("job {}: the object store is not answering ({}); the job waits for it (no sample is skipped)",
+                      cfg_.name, reason);
   }
   if (change < 0 && --store_waiters_ == 0) {
     store_wait_reason_.clear();
     if (stop_waiting_.load()) return;  // not the store's return: stokerd is stopping
     const auto waited = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() -
                                                                         store_wait_since_);
-    spdlog::info("job {}: the object store answers again after {} s; the job goes on", cfg_.name, waited.count());
+    stoker::log::info("job {}: the object store answers again after {} s; the job goes on", cfg_.name, waited.count());
     return;
   }
   if (!reason.empty()) store_wait_reason_ = reason;
@@ -188,8 +189,9 @@ void Job::epoch_done(std::uint64_t epoch) {
   MissingInEpoch& m = missing_by_epoch_[epoch];
   if (++m.rings_done < rings_.size()) return;
   if (m.files > 0) {
-    spdlog::warn("job {}: epoch {}: {} read(s) of missing or unreadable files skipped (each file named once above)",
-                 cfg_.name, epoch, m.files);
+    stoker::log::warn(
+        "job {}: epoch {}: {} read(s) of missing or unreadable files skipped (each file named once above)", cfg_.name,
+        epoch, m.files);
   }
   // This epoch and any before it that a ring abandoned (a resume past it) are done with.
   missing_by_epoch_.erase(missing_by_epoch_.begin(), missing_by_epoch_.upper_bound(epoch));

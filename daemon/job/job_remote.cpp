@@ -3,9 +3,10 @@
 // answer is settled here as run() settles a sample it made. Invariant: every item ends once,
 // in settle_sample(), whichever machine made it; an item the dispatcher hands back to the
 // queue has not ended.
-#include <spdlog/spdlog.h>
 
 #include "job/job.hpp"
+
+#include "log/log.hpp"
 
 namespace stoker::job {
 
@@ -43,7 +44,7 @@ std::optional<Job::RemoteSample> Job::begin_remote(const WorkItem& item) {
 
 void Job::finish_remote(const WorkItem& item, const RemoteSample& sample, const image::SampleResult& result) {
   if (formats_.record(sample.id, result.format)) {
-    spdlog::info("job {}: formats by content: {}", cfg_.name, formats_.summary());
+    stoker::log::info("job {}: formats by content: {}", cfg_.name, formats_.summary());
   }
   if (result.ok() && cache_) cache_->put(sample.id, sample_out(item));
   settle_sample(item, sample.id, result, true);

@@ -6,8 +6,7 @@
 #include <exception>
 #include <sys/stat.h>
 
-#include <spdlog/spdlog.h>
-
+#include "log/log.hpp"
 #include "image/decoder_versions.hpp"
 #include "job/job.hpp"
 #include "store/checksum.hpp"
@@ -53,7 +52,7 @@ void Job::open_store() {
   } catch (const std::exception& e) {
     store_.reset();
     store_off_reason_ = e.what();
-    spdlog::warn("job {}: decoded_store off for this job: {}", cfg_.name, store_off_reason_);
+    stoker::log::warn("job {}: decoded_store off for this job: {}", cfg_.name, store_off_reason_);
   }
 }
 
@@ -78,7 +77,7 @@ void Job::run_stored(const WorkItem& item, std::uint32_t id, std::uint64_t epoch
   image::ReducedView view;
   result = processor.reduce(file_buffer, view);
   if (formats_.record(id, result.format)) {
-    spdlog::info("job {}: formats by content: {}", cfg_.name, formats_.summary());
+    stoker::log::info("job {}: formats by content: {}", cfg_.name, formats_.summary());
   }
   if (!result.ok()) return;
   if (versioned) store_->put(key, store::StoredImage{view.width, view.height, view.orientation, view.pixels});
@@ -99,8 +98,8 @@ bool Job::start_prepare(unsigned threads) {
   prepare_failed_ = 0;
   threads = std::clamp(threads, 1u, 64u);
   prepare_running_ = threads;
-  spdlog::info("job {}: prepare: filling decoded store {} ({} samples, {} thread(s))", cfg_.name,
-               store_->file().string(), dataset_.samples.size(), threads);
+  stoker::log::info("job {}: prepare: filling decoded store {} ({} samples, {} thread(s))", cfg_.name,
+                    store_->file().string(), dataset_.samples.size(), threads);
   for (unsigned i = 0; i < threads; ++i) prepare_threads_.emplace_back([this] { prepare_loop(); });
   return true;
 }
@@ -135,8 +134,10 @@ void Job::prepare_loop() {
   }
   if (prepare_running_.fetch_sub(1) == 1) {
     const std::uint64_t done = prepare_done_.load(), stored = prepare_stored_.load(), failed = prepare_failed_.load();
-    spdlog::info("job {}: prepare: done, {} stored now, {} already stored, {} not stored (unreadable, undecodable or "
-                 "no room)", cfg_.name, stored, done - std::min(done, stored + failed), failed);
+    stoker::log::info(
+        "job {}: prepare: done, {} stored now, {} already stored, {} not stored (unreadable, undecodable or "
+        "no room)",
+        cfg_.name, stored, done - std::min(done, stored + failed), failed);
     preparing_.store(false);
   }
 }

@@ -4,7 +4,7 @@
 #include <sys/stat.h>
 #include <vector>
 
-#include <spdlog/spdlog.h>
+#include "log/log.hpp"
 
 namespace stoker::job {
 
@@ -128,8 +128,7 @@ bool Quarantine::add(const std::string& path, const char* kind, const std::strin
     if (file_.has_parent_path()) std::filesystem::create_directories(file_.parent_path(), ec);
     out_ = std::fopen(file_.c_str(), "a");
     if (out_ == nullptr) {
-      spdlog::warn("cannot append to quarantine file {}; bad files will be retried next start",
-                   file_.string());
+      stoker::log::warn("cannot append to quarantine file {}; bad files will be retried next start", file_.string());
       return true;
     }
   }

@@ -5,8 +5,7 @@
 #include <algorithm>
 #include <new>
 
-#include <spdlog/spdlog.h>
-
+#include "log/log.hpp"
 #include "core/check.hpp"
 
 namespace stoker::job {
@@ -85,16 +84,17 @@ void Ring::plan_free_slots(std::vector<WorkItem>& out) {
         // machine, not of the job. Nothing is planned now; retry_planning() tries again each
         // turn of the control loop, and the consumers wait meanwhile.
         if (!plan_failed_) {
-          spdlog::error("job {} rank {}: out of memory planning epoch {} (its order of the rank's samples); "
-                        "retrying each second, consumers wait meanwhile",
-                        cfg_.job_name, cfg_.rank, next_epoch);
+          stoker::log::error(
+              "job {} rank {}: out of memory planning epoch {} (its order of the rank's samples); "
+              "retrying each second, consumers wait meanwhile",
+              cfg_.job_name, cfg_.rank, next_epoch);
         }
         plan_failed_ = true;
         return;
       }
       if (plan_failed_) {
-        spdlog::info("job {} rank {}: planned epoch {} after running out of memory", cfg_.job_name, cfg_.rank,
-                     next_epoch);
+        stoker::log::info("job {} rank {}: planned epoch {} after running out of memory", cfg_.job_name, cfg_.rank,
+                          next_epoch);
       }
       plan_failed_ = false;
       st = planning_.get();

@@ -4,8 +4,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include <spdlog/spdlog.h>
-
+#include "log/log.hpp"
 #include "job/ring.hpp"
 
 namespace stoker::job {
@@ -94,11 +93,13 @@ base::Result<AttachResult> Ring::attach(std::uint32_t reader, BatchPos want, std
     // to connect cannot leave the others behind.
     if (!held) {
       if (start) {
-        spdlog::info("job {} rank {}: consumer starts at {} of the rest of epoch {} after {} samples consumed by the "
-                     "whole world; re-planning",
-                     cfg_.job_name, cfg_.rank, pos_string(want), start->epoch, start->consumed);
+        stoker::log::info(
+            "job {} rank {}: consumer starts at {} of the rest of epoch {} after {} samples consumed by the "
+            "whole world; re-planning",
+            cfg_.job_name, cfg_.rank, pos_string(want), start->epoch, start->consumed);
       } else {
-        spdlog::info("job {} rank {}: consumer starts at {}; re-planning", cfg_.job_name, cfg_.rank, pos_string(want));
+        stoker::log::info("job {} rank {}: consumer starts at {}; re-planning", cfg_.job_name, cfg_.rank,
+                          pos_string(want));
       }
       start_ = start;
       replan(want, out);
@@ -170,7 +171,7 @@ std::shared_ptr<delivery::DeviceRing> Ring::detach(std::uint32_t reader, std::ve
     free_consumed(out);
   }
   if (reclaimed > 0) {
-    spdlog::info("job {} rank {}: reclaimed {} leased slot(s)", cfg_.job_name, cfg_.rank, reclaimed);
+    stoker::log::info("job {} rank {}: reclaimed {} leased slot(s)", cfg_.job_name, cfg_.rank, reclaimed);
   }
   return device;
 }

@@ -6,8 +6,7 @@
 #include <map>
 #include <vector>
 
-#include <spdlog/spdlog.h>
-
+#include "log/log.hpp"
 #include "job/job.hpp"
 #include "objstore/credentials.hpp"
 #include "objstore/fetcher.hpp"
@@ -43,12 +42,12 @@ std::shared_ptr<objstore::Fetcher> object_fetcher(const config::SourceConfig& sr
     base::Result<std::shared_ptr<objstore::ObjectCache>> cache = objstore::ObjectCache::open(src.cache_path, src.cache_bytes);
     if (!cache) throw source::SourceError(cache.status().message());
     o.cache = std::move(*cache);
-    spdlog::info("{}: cache {} of at most {} bytes, {} file(s) ({} bytes) kept from before", log_name,
-                 src.cache_path.string(), src.cache_bytes, o.cache->files(), o.cache->bytes());
+    stoker::log::info("{}: cache {} of at most {} bytes, {} file(s) ({} bytes) kept from before", log_name,
+                      src.cache_path.string(), src.cache_bytes, o.cache->files(), o.cache->bytes());
   }
-  spdlog::info("{}: object storage at {} (region {}, {}), credentials: {}", log_name, o.endpoint, o.region,
-               o.addressing == objstore::Addressing::kVirtualHost ? "virtual-host" : "path-style",
-               o.credentials.describe());
+  stoker::log::info("{}: object storage at {} (region {}, {}), credentials: {}", log_name, o.endpoint, o.region,
+                    o.addressing == objstore::Addressing::kVirtualHost ? "virtual-host" : "path-style",
+                    o.credentials.describe());
   return std::make_shared<objstore::Fetcher>(std::move(o));
 }
 
@@ -174,16 +173,16 @@ PreparedJob prepare_job(config::JobConfig jc, const std::filesystem::path& state
 std::unique_ptr<Job> make_job(PreparedJob prepared, std::size_t index, const JobContext& ctx) {
   const config::JobConfig& jc = prepared.config;
   const source::Dataset& ds = prepared.dataset;
-  spdlog::info("job {}: files by extension: {}", jc.name, extension_summary(ds));
-  spdlog::info("job {}: {} samples in {} classes from {}, batch {}, {} consumer(s), {} slots each", jc.name,
-               ds.samples.size(), ds.classes.size(),
-               jc.mixture()                ? "a mixture of " + std::to_string(jc.sources.size()) + " sources"
-               : jc.source.type == "tar" ? std::to_string(ds.shards.size()) + " tar shard(s)"
-                                         : jc.source.root.string(),
-               jc.batch_size, jc.consumers, jc.prefetch);
+  stoker::log::info("job {}: files by extension: {}", jc.name, extension_summary(ds));
+  stoker::log::info("job {}: {} samples in {} classes from {}, batch {}, {} consumer(s), {} slots each", jc.name,
+                    ds.samples.size(), ds.classes.size(),
+                    jc.mixture()              ? "a mixture of " + std::to_string(jc.sources.size()) + " sources"
+                    : jc.source.type == "tar" ? std::to_string(ds.shards.size()) + " tar shard(s)"
+                                              : jc.source.root.string(),
+                    jc.batch_size, jc.consumers, jc.prefetch);
   if (index > 0 || jc.max_workers != 0) {
-    spdlog::info("job {}: shares the {} worker(s) with weight {}, at most {} at once", jc.name, ctx.workers,
-                 jc.weight, jc.max_workers != 0 ? std::min(jc.max_workers, ctx.workers) : ctx.workers);
+    stoker::log::info("job {}: shares the {} worker(s) with weight {}, at most {} at once", jc.name, ctx.workers,
+                      jc.weight, jc.max_workers != 0 ? std::min(jc.max_workers, ctx.workers) : ctx.workers);
   }
   ctx.queue->set_share(index, JobShare{jc.weight, jc.max_workers});
   const config::JobConfig cfg = jc;  // Job copies it; the dataset moves
@@ -193,11 +192,12 @@ std::unique_ptr<Job> make_job(PreparedJob prepared, std::size_t index, const Job
   // one short batch an epoch: said at start, with both numbers, rather than found in training.
   const std::uint64_t per_rank = job->samples_per_rank(job->first_rank());
   if (cfg.batch_size > per_rank) {
-    spdlog::warn("job {}: batch_size {} is larger than the {} samples an epoch gives each consumer{}: {}", cfg.name,
-                 cfg.batch_size, per_rank, cfg.consumers > 1 || job->world_size() > 1 ? " (rank's share)" : "",
-                 job->batches_per_epoch(job->first_rank()) == 0
-                     ? "with drop_last: true every epoch is empty and no batch is ever served"
-                     : "every epoch is one short batch");
+    stoker::log::warn("job {}: batch_size {} is larger than the {} samples an epoch gives each consumer{}: {}",
+                      cfg.name, cfg.batch_size, per_rank,
+                      cfg.consumers > 1 || job->world_size() > 1 ? " (rank's share)" : "",
+                      job->batches_per_epoch(job->first_rank()) == 0
+                          ? "with drop_last: true every epoch is empty and no batch is ever served"
+                          : "every epoch is one short batch");
   }
   return job;
 }

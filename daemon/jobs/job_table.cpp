@@ -2,8 +2,7 @@
 
 #include <algorithm>
 
-#include <spdlog/spdlog.h>
-
+#include "log/log.hpp"
 #include "delivery/device_delivery.hpp"
 #include "job/job.hpp"
 #include "sched/work_queue.hpp"
@@ -110,8 +109,8 @@ void JobTable::drain(Job* job, std::string reason) {
   e->drain_reason = reason.empty() ? "drained" : std::move(reason);
   e->drain_started = std::chrono::steady_clock::now();
   job->drain();
-  spdlog::info("job {}: draining ({}): no new batches; consumers get what is ready, then are told", job->name(),
-               e->drain_reason);
+  stoker::log::info("job {}: draining ({}): no new batches; consumers get what is ready, then are told", job->name(),
+                    e->drain_reason);
 }
 
 std::vector<std::string> JobTable::collect(const std::function<bool(const Job*)>& in_use, double linger_s) {
@@ -139,7 +138,7 @@ std::vector<std::string> JobTable::collect(const std::function<bool(const Job*)>
     if (ctx_.queue->in_flight(e.job->index()) != 0) return false;
     e.job->settle_device_copies();
     delivery_.forget_job(e.job.get());
-    spdlog::info("job {}: removed ({})", e.job->name(), e.drain_reason);
+    stoker::log::info("job {}: removed ({})", e.job->name(), e.drain_reason);
     removed.push_back(e.job->name());
     return true;
   });

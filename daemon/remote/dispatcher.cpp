@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include <grpcpp/grpcpp.h>
-#include <spdlog/spdlog.h>
 
+#include "log/log.hpp"
 #include "base/thread_name.hpp"
 #include "image/decoder_versions.hpp"
 #include "image/sample_processor.hpp"
@@ -159,7 +159,7 @@ class Dispatcher::Link : private SlotClaims {
   void fail(const std::string& why) {
     base::MutexLock lock(mu_);
     stats_.errors++;
-    if (stats_.last_error != why) spdlog::warn("job {}: remote worker {}: {}", d_.job_.name(), endpoint_, why);
+    if (stats_.last_error != why) stoker::log::warn("job {}: remote worker {}: {}", d_.job_.name(), endpoint_, why);
     stats_.last_error = why;
   }
 
@@ -265,7 +265,8 @@ class Dispatcher::Link : private SlotClaims {
       try {
         nonce = make_results_nonce();
       } catch (const std::exception& e) {
-        spdlog::warn("job {}: remote worker {}: {}; its results stay on the stream", job.name(), endpoint_, e.what());
+        stoker::log::warn("job {}: remote worker {}: {}; its results stay on the stream", job.name(), endpoint_,
+                          e.what());
       }
       o->set_results_nonce(nonce);
     }
@@ -316,8 +317,8 @@ class Dispatcher::Link : private SlotClaims {
       results_fd_ = connect_results(split_address(endpoint_).first, r.results_port(), nonce, why);
       results_tcp = results_fd_ >= 0;
       if (!results_tcp) {
-        spdlog::warn("job {}: remote worker {}: no results connection ({}); its results stay on the stream", job.name(),
-                     endpoint_, why);
+        stoker::log::warn("job {}: remote worker {}: no results connection ({}); its results stay on the stream",
+                          job.name(), endpoint_, why);
       }
     }
     // A 1.4 worker reads this node's items from the results connection too: a write there costs
@@ -334,7 +335,7 @@ class Dispatcher::Link : private SlotClaims {
     broken_ = false;
     rate_mark_ = Clock::now();
     rate_samples_ = stats_.samples;
-    spdlog::info("job {}: remote worker {} connected ({} threads)", job.name(), endpoint_, stats_.threads);
+    stoker::log::info("job {}: remote worker {} connected ({} threads)", job.name(), endpoint_, stats_.threads);
     return true;
   }
 
@@ -486,8 +487,8 @@ class Dispatcher::Link : private SlotClaims {
     if (!out.empty()) {
       stats_.hedged += out.size();
       if (stats_.hedged == out.size()) {
-        spdlog::warn("job {}: remote worker {}: items unanswered after {:.2f} s are made here (hedged)",
-                     d_.job_.name(), endpoint_, after);
+        stoker::log::warn("job {}: remote worker {}: items unanswered after {:.2f} s are made here (hedged)",
+                          d_.job_.name(), endpoint_, after);
       }
     }
     return out;
@@ -678,7 +679,7 @@ class Dispatcher::Link : private SlotClaims {
     if (!overdue) return false;
     const std::uint64_t k = ++stalled_frames_;
     if ((k & (k - 1)) == 0) {
-      spdlog::info(
+      stoker::log::info(
           "job {}: remote worker {}: stalled inside a results frame: its {} item(s) there go back to hedging ({} such "
           "frame(s) so far)",
           d_.job_.name(), endpoint_, held, k);
@@ -786,8 +787,8 @@ class Dispatcher::Link : private SlotClaims {
       const std::uint64_t n = ++stats_.read_failures;
       stats_.last_error = "could not read: " + result.reason.substr(0, 512) + "; made here";
       if ((n & (n - 1)) == 0) {
-        spdlog::warn("job {}: remote worker {}: {} ({} read failure(s) so far)", job.name(), endpoint_,
-                     stats_.last_error, n);
+        stoker::log::warn("job {}: remote worker {}: {} ({} read failure(s) so far)", job.name(), endpoint_,
+                          stats_.last_error, n);
       }
     } else if (!result.ok()) {
       // A worker's "bad file" verdict never quarantines (A5): the sample is made here. Made
@@ -862,7 +863,7 @@ class Dispatcher::Link : private SlotClaims {
       hedged_.clear();  // ended here already; the stream that owed their answers is gone
     }
     if (!back.empty()) {
-      spdlog::info("job {}: {} item(s) of remote worker {} re-issued", d_.job_.name(), back.size(), endpoint_);
+      stoker::log::info("job {}: {} item(s) of remote worker {} re-issued", d_.job_.name(), back.size(), endpoint_);
       d_.queue_.push_front(d_.job_.index(), std::move(back));
     }
   }
@@ -968,7 +969,7 @@ void Dispatcher::resolve_once() {
       return true;
     });
     for (auto& [endpoint, at] : want) {
-      spdlog::info("job {}: remote worker {} at {}", job_.name(), at.first, endpoint);
+      stoker::log::info("job {}: remote worker {} at {}", job_.name(), at.first, endpoint);
       links_.push_back(std::make_unique<Link>(*this, at.first, endpoint, at.second));
     }
     std::vector<std::string> still;
@@ -978,14 +979,16 @@ void Dispatcher::resolve_once() {
       if (!has_link) still.push_back(a);
       // Logged when it starts failing, not every 15 s.
       if (std::find(unresolved_.begin(), unresolved_.end(), a) == unresolved_.end()) {
-        spdlog::warn("job {}: remote worker {}: the name does not resolve (retried every 15 s; the local pool serves "
-                     "meanwhile)", job_.name(), a);
+        stoker::log::warn(
+            "job {}: remote worker {}: the name does not resolve (retried every 15 s; the local pool serves "
+            "meanwhile)",
+            job_.name(), a);
       }
     }
     unresolved_ = std::move(still);
   }
   for (auto& l : gone) {
-    spdlog::info("job {}: remote worker {} no longer resolves: stream closed", job_.name(), l->endpoint());
+    stoker::log::info("job {}: remote worker {} no longer resolves: stream closed", job_.name(), l->endpoint());
     l->stop();
   }
 }

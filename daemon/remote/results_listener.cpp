@@ -15,8 +15,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include <spdlog/spdlog.h>
-
+#include "log/log.hpp"
 #include "remote/protocol.hpp"
 #include "remote/worker_stream.hpp"
 
@@ -140,10 +139,10 @@ void ResultsListener::accept_loop() {
     ++short_of_fds;
     const auto now = std::chrono::steady_clock::now();
     if (now - last_report < std::chrono::seconds(10)) return;
-    spdlog::warn("results listener: accepting a connection failed ({}; {} time(s) in the last 10 s); {}",
-                 std::strerror(e), short_of_fds,
-                 gave_way ? "the connection waiting longest for its greeting was closed to make room"
-                          : "trying again every 50 ms");
+    stoker::log::warn("results listener: accepting a connection failed ({}; {} time(s) in the last 10 s); {}",
+                      std::strerror(e), short_of_fds,
+                      gave_way ? "the connection waiting longest for its greeting was closed to make room"
+                               : "trying again every 50 ms");
     last_report = now;
     short_of_fds = 0;
   };

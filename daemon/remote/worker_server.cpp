@@ -12,8 +12,8 @@
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
-#include <spdlog/spdlog.h>
 
+#include "log/log.hpp"
 #include "remote/endpoints.hpp"
 #include "remote/protocol.hpp"
 #include "remote/results_listener.hpp"
@@ -57,7 +57,8 @@ class WorkerServer::Impl final : public v1::Worker::CallbackService, public Stre
       counters_.refused++;
       const std::string why = "this worker serves at most " + std::to_string(cap) +
                               " streams at once (--max-streams); try again later";
-      if (first_from(ctx->peer(), PeerLog::kBusy)) spdlog::warn("worker: refused a stream from {}: {}", ctx->peer(), why);
+      if (first_from(ctx->peer(), PeerLog::kBusy))
+        stoker::log::warn("worker: refused a stream from {}: {}", ctx->peer(), why);
       return new Refusal(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, why));
     }
     return WorkerStream::start(*this, ctx, next_serial_++);
@@ -340,7 +341,7 @@ WorkerServer::WorkerServer(WorkerSettings settings, const std::string& listen, c
       impl_->results_ = std::make_unique<ResultsListener>(split_address(listen).first, impl_->settings_.results_port);
     } catch (const std::exception& e) {
       // Not fatal: every stream's results then stay on it (as with TLS).
-      spdlog::warn("worker: {}; results travel on the gRPC streams", e.what());
+      stoker::log::warn("worker: {}; results travel on the gRPC streams", e.what());
     }
   }
   impl_->start_threads(threads);

@@ -5,11 +5,10 @@
 #include <thread>
 #include <utility>
 
-#include <spdlog/spdlog.h>
-
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "log/log.hpp"
 #include "remote/protocol.hpp"
 #include "remote/results_listener.hpp"
 #include "remote/send_limits.hpp"
@@ -38,8 +37,9 @@ void WorkerStream::open_read_done(bool ok) {
   const bool in_time = host_.unwatch(ctx_);
   if (!ok || !in_time) {
     if (!in_time && host_.first_from(peer_, StreamHost::PeerLog::kTimeout)) {
-      spdlog::warn("worker: cancelled a stream from {}: no Open within {} ms (--open-timeout; logged once per peer)",
-                   peer_, host_.settings().open_timeout.count());
+      stoker::log::warn(
+          "worker: cancelled a stream from {}: no Open within {} ms (--open-timeout; logged once per peer)", peer_,
+          host_.settings().open_timeout.count());
     }
     base::MutexLock lock(mu_);
     reading_ = false;
@@ -60,7 +60,7 @@ void WorkerStream::open_read_done(bool ok) {
   // The token (and protocol major) before the stream's session, buffers or items exist.
   if (std::string why = open_precheck(read_.open(), host_.settings().token); !why.empty()) {
     if (host_.first_from(peer_, StreamHost::PeerLog::kToken)) {
-      spdlog::warn("worker: refused a stream from {}: {} (logged once per peer; counted in refused)", peer_, why);
+      stoker::log::warn("worker: refused a stream from {}: {} (logged once per peer; counted in refused)", peer_, why);
     }
     refuse(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, why), why);
     return;
@@ -69,7 +69,7 @@ void WorkerStream::open_read_done(bool ok) {
   session_.emplace(host_.settings());
   v1::OpenReply reply = session_->open(read_.open());
   if (!reply.accepted()) {
-    spdlog::warn("worker: refused a stream from {}: {}", peer_, reply.error());
+    stoker::log::warn("worker: refused a stream from {}: {}", peer_, reply.error());
     const std::string why = reply.error();
     refuse(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, why), why);
     return;
@@ -88,7 +88,7 @@ void WorkerStream::open_read_done(bool ok) {
   }
   opened_ = true;  // before the first item can be read: the decode threads see it through mu_
   host_.counters().streams++;
-  spdlog::info("worker: stream from {} for job {}", peer_, session_->job());
+  stoker::log::info("worker: stream from {} for job {}", peer_, session_->job());
   {
     base::MutexLock lock(mu_);
     writing_ = true;  // the OpenReply; results wait behind it
@@ -183,7 +183,7 @@ void WorkerStream::end_for_locked(const std::string& bad) {
                       bad);
   break_locked();
   host_.counters().errors++;
-  spdlog::warn("worker: ended the stream from {}: {}", peer_, bad);
+  stoker::log::warn("worker: ended the stream from {}: {}", peer_, bad);
 }
 
 // ---- the decode threads ---------------------------------------------------------------------
@@ -272,7 +272,7 @@ void WorkerStream::OnDone() {
   }
   if (opened_) {
     c.streams--;
-    spdlog::info("worker: stream from {} for job {} ended", peer_, session_->job());
+    stoker::log::info("worker: stream from {} for job {} ended", peer_, session_->job());
   }
   c.active--;
   self_.reset();  // last: `this` may be freed here (or when a decode thread lets go of it)

@@ -4,8 +4,7 @@
 #include <chrono>
 #include <memory>
 
-#include <spdlog/spdlog.h>
-
+#include "log/log.hpp"
 #include "image/sample_processor.hpp"
 #include "sched/task.hpp"
 
@@ -44,7 +43,7 @@ void WorkerPool::run(unsigned index) {
                        std::memory_order_relaxed);
     queue_.done(j);  // the job's place under its `workers` cap is free again
   }
-  spdlog::debug("worker {} stopped", index);
+  stoker::log::debug("worker {} stopped", index);
 }
 
 }  // namespace stoker::sched

@@ -1,6 +1,5 @@
 // ImageFolder over object storage: two levels of ListObjectsV2 (the class prefixes, then every
 // key below each class) instead of a directory walk. See scan_object_folder in dataset.hpp.
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <atomic>
@@ -10,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "log/log.hpp"
 #include "objstore/object_url.hpp"
 #include "source/dataset.hpp"
 
@@ -81,8 +81,8 @@ Dataset scan_object_folder(const std::string& root, std::shared_ptr<objstore::Fe
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (std::chrono::steady_clock::now() - last >= kProgressEvery) {
       last = std::chrono::steady_clock::now();
-      spdlog::info("{}: listing {}: {} of {} class(es), {} key(s) so far ({:.0f} s)", log_name, root, listed.load(),
-                   classes.size(), keys.load(), std::chrono::duration<double>(last - t0).count());
+      stoker::log::info("{}: listing {}: {} of {} class(es), {} key(s) so far ({:.0f} s)", log_name, root,
+                        listed.load(), classes.size(), keys.load(), std::chrono::duration<double>(last - t0).count());
     }
   }
   for (auto& t : listers) t.join();
@@ -107,8 +107,8 @@ Dataset scan_object_folder(const std::string& root, std::shared_ptr<objstore::Fe
   d.object_sources.push_back(ObjectSource{root, std::move(fetcher)});
   d.root_source = 0;
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  spdlog::info("{}: listed {} image(s) in {} class(es) below {} ({:.2f} s)", log_name, d.samples.size(),
-               d.classes.size(), root, secs);
+  stoker::log::info("{}: listed {} image(s) in {} class(es) below {} ({:.2f} s)", log_name, d.samples.size(),
+                    d.classes.size(), root, secs);
   settle(d);
   return d;
 }

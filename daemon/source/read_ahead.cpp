@@ -4,7 +4,7 @@
 #include <cerrno>
 #include <new>
 
-#include <spdlog/spdlog.h>
+#include "log/log.hpp"
 
 namespace stoker::source {
 namespace {
@@ -37,7 +37,7 @@ void ReadAhead::grow() {
   last_grow_ = now;
   const std::uint32_t before = limit_;
   limit_ = std::min(most, limit_ + std::max<std::uint32_t>(1, limit_ / 2));
-  spdlog::debug("{}: read-ahead behind: reads in flight {} -> {}", name_, before, limit_);
+  stoker::log::debug("{}: read-ahead behind: reads in flight {} -> {}", name_, before, limit_);
   work_cv_.notify_all();
 }
 

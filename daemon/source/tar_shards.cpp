@@ -7,8 +7,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -24,6 +22,7 @@
 
 #include <sys/mman.h>
 
+#include "log/log.hpp"
 #include "objstore/object_url.hpp"
 #include "source/dataset.hpp"
 #include "source/tar_shards.hpp"
@@ -509,7 +508,8 @@ std::optional<tar::ShardIndex> sidecar_index(const std::string& shard, objstore:
     return ix;
   }
   if (!told.exchange(true)) {
-    spdlog::info("{}: not using the sidecar index {} ({}); indexing such shards by reading them", log_name, idx, why);
+    stoker::log::info("{}: not using the sidecar index {} ({}); indexing such shards by reading them", log_name, idx,
+                      why);
   }
   return std::nullopt;
 }
@@ -624,11 +624,11 @@ Dataset read_tar_shards_unsettled(const std::vector<std::string>& patterns, cons
     for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(work);
     if (shards.size() >= 64) {
       // Many shards: this thread reports progress while the others index.
-      spdlog::info("{}: indexing {} tar shard(s) with {} thread(s) (unchanged ones from the cache)", log_name,
-                   shards.size(), threads);
+      stoker::log::info("{}: indexing {} tar shard(s) with {} thread(s) (unchanged ones from the cache)", log_name,
+                        shards.size(), threads);
       base::MutexLock lock(mu);
       while (!cv.wait_for(lock, std::chrono::seconds(2), [&] { return done.load() == shards.size(); })) {
-        spdlog::info("{}: indexed {} of {} tar shard(s)", log_name, done.load(), shards.size());
+        stoker::log::info("{}: indexed {} of {} tar shard(s)", log_name, done.load(), shards.size());
       }
     } else {
       work();
@@ -657,8 +657,8 @@ Dataset read_tar_shards_unsettled(const std::vector<std::string>& patterns, cons
     }
     for (std::size_t k = 0; k < tar::kSkipKinds; ++k) {
       if (indexes[i]->skipped[k] != 0 && skipped[k] == 0) {
-        spdlog::warn("{}: {}: member '{}' skipped: {} (the first such; all are counted below)", log_name, shards[i],
-                     indexes[i]->first_skipped[k], tar::kSkipWhat[k]);
+        stoker::log::warn("{}: {}: member '{}' skipped: {} (the first such; all are counted below)", log_name,
+                          shards[i], indexes[i]->first_skipped[k], tar::kSkipWhat[k]);
       }
       skipped[k] += indexes[i]->skipped[k];
     }
@@ -692,29 +692,33 @@ Dataset read_tar_shards_unsettled(const std::vector<std::string>& patterns, cons
 
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (walked.load() == 0 && from_sidecar.load() == 0) {
-    spdlog::info("{}: index of {} shard(s) loaded from cache {} ({:.2f} s)", log_name, shards.size(),
-                 index_cache.string(), secs);
+    stoker::log::info("{}: index of {} shard(s) loaded from cache {} ({:.2f} s)", log_name, shards.size(),
+                      index_cache.string(), secs);
   } else {
     const std::size_t sidecars = from_sidecar.load();
-    spdlog::info("{}: indexed {} of {} tar shard(s) in {:.2f} s ({}{} from cache)", log_name, walked.load(),
-                 shards.size(), secs, sidecars == 0 ? "" : std::to_string(sidecars) + " from sidecar indexes, ",
-                 shards.size() - walked.load() - sidecars);
+    stoker::log::info("{}: indexed {} of {} tar shard(s) in {:.2f} s ({}{} from cache)", log_name, walked.load(),
+                      shards.size(), secs, sidecars == 0 ? "" : std::to_string(sidecars) + " from sidecar indexes, ",
+                      shards.size() - walked.load() - sidecars);
   }
   if (walked.load() + from_sidecar.load() != 0 || cached.size() != shards.size()) {
     if (!index_cache.empty()) {
       const std::string err = tar::save_index_cache(index_cache, shards, indexes);
-      if (!err.empty()) spdlog::warn("{}: cannot write the index cache ({}); shards will be indexed again next start", log_name, err);
+      if (!err.empty())
+        stoker::log::warn("{}: cannot write the index cache ({}); shards will be indexed again next start", log_name,
+                          err);
     }
   }
-  spdlog::info("{}: {} sample(s) in {} shard(s), {}", log_name, total, shards.size(),
-               labelled ? std::to_string(ds.classes.size()) + " class(es) from .cls" : std::string("unlabelled (label -1)"));
+  stoker::log::info(
+      "{}: {} sample(s) in {} shard(s), {}", log_name, total, shards.size(),
+      labelled ? std::to_string(ds.classes.size()) + " class(es) from .cls" : std::string("unlabelled (label -1)"));
   std::uint64_t any = 0;
   for (auto n : skipped) any += n;
   if (any != 0) {
-    spdlog::warn("{}: skipped while indexing: {} duplicate key(s), {} sample(s) without an image member, {} unsafe "
-                 "name(s), {} non-regular member(s)",
-                 log_name, skipped[tar::kDuplicateKey], skipped[tar::kNoImage], skipped[tar::kUnsafeName],
-                 skipped[tar::kNotRegular]);
+    stoker::log::warn(
+        "{}: skipped while indexing: {} duplicate key(s), {} sample(s) without an image member, {} unsafe "
+        "name(s), {} non-regular member(s)",
+        log_name, skipped[tar::kDuplicateKey], skipped[tar::kNoImage], skipped[tar::kUnsafeName],
+        skipped[tar::kNotRegular]);
   }
   return ds;
 }

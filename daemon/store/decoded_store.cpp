@@ -10,8 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <spdlog/spdlog.h>
-
+#include "log/log.hpp"
 #include "store/checksum.hpp"
 #include "store/store_format.hpp"
 
@@ -191,8 +190,10 @@ std::shared_ptr<DecodedStore> DecodedStore::open(const fs::path& dir, std::uint6
         const bool store_file = st.st_size >= 6 && read_all(fd, &h, std::min<std::size_t>(sizeof h, st.st_size), 0) &&
                                 std::memcmp(h.magic, kFileMagic, 6) == 0;
         if (!store_file) not_ours = " is not a store file; not used, not changed (remove it)";
-        if (store_file) spdlog::warn("decoded_store {}: a store file of another version or with a damaged header; starting it empty",
-                     file.string());
+        if (store_file)
+          stoker::log::warn(
+              "decoded_store {}: a store file of another version or with a damaged header; starting it empty",
+              file.string());
         fresh = store_file;
       }
     }
@@ -218,8 +219,8 @@ std::shared_ptr<DecodedStore> DecodedStore::open(const fs::path& dir, std::uint6
   }
   g_open[file.string()] = s;
   const StoreStats st = s->stats();
-  spdlog::info("decoded_store {}: {} entr{}, {} MiB of {} MiB", file.string(), st.entries, st.entries == 1 ? "y" : "ies",
-               st.bytes >> 20, budget >> 20);
+  stoker::log::info("decoded_store {}: {} entr{}, {} MiB of {} MiB", file.string(), st.entries,
+                    st.entries == 1 ? "y" : "ies", st.bytes >> 20, budget >> 20);
   return s;
 }
 
@@ -346,16 +347,18 @@ void DecodedStore::put(const EntryKey& key, const StoredImage& image) {
   if (scanned_end_ + record > budget_) {
     refused_++;
     if (!logged_full_.exchange(true)) {
-      spdlog::info("decoded_store {}: budget of {} MiB reached; the entries stored are kept, later samples are "
-                   "decoded every epoch",
-                   file_.string(), budget_ >> 20);
+      stoker::log::info(
+          "decoded_store {}: budget of {} MiB reached; the entries stored are kept, later samples are "
+          "decoded every epoch",
+          file_.string(), budget_ >> 20);
     }
     return;
   }
   if (end > scanned_end_) {
-    spdlog::warn("decoded_store {}: {} byte(s) after offset {} are torn or damaged; cut off (their samples are "
-                 "decoded again)",
-                 file_.string(), end - scanned_end_, scanned_end_);
+    stoker::log::warn(
+        "decoded_store {}: {} byte(s) after offset {} are torn or damaged; cut off (their samples are "
+        "decoded again)",
+        file_.string(), end - scanned_end_, scanned_end_);
     if (::ftruncate(fd_, static_cast<off_t>(scanned_end_)) != 0) {
       io_error("truncate", errno);
       writes_off_.store(true);
@@ -383,9 +386,9 @@ void DecodedStore::put(const EntryKey& key, const StoredImage& image) {
 void DecodedStore::io_error(const char* what, int err) {
   errors_++;
   if (!logged_error_.exchange(true)) {
-    spdlog::warn("decoded_store {}: {} failed: {}; {}", file_.string(), what, std::strerror(err),
-                 std::strcmp(what, "read") == 0 ? "the sample is decoded instead"
-                                                : "no more entries are written this run (samples are decoded)");
+    stoker::log::warn("decoded_store {}: {} failed: {}; {}", file_.string(), what, std::strerror(err),
+                      std::strcmp(what, "read") == 0 ? "the sample is decoded instead"
+                                                     : "no more entries are written this run (samples are decoded)");
   }
 }
 

@@ -1,7 +1,8 @@
 # Unit tier of the running daemon's parts that need no process: the work queue's sharing.
+# The log lines' function (log/log.hpp) rides in the same binary: a link less per tier.
 stoker_add_test(work_queue_test LABEL unit
-  SOURCES unit/work_queue_test.cpp
-  LIBS stoker_sched)
+  SOURCES unit/work_queue_test.cpp unit/log_test.cpp
+  LIBS stoker_sched stoker_log)
 stoker_add_test(read_ahead_test LABEL unit
   SOURCES unit/read_ahead_test.cpp
   LIBS stoker_source)
