@@ -110,6 +110,14 @@ GpuNode gpu_node(const Scratch& s, const JobText& t = {}) {
   return g;
 }
 
+// A job reading the scratch folder's root/, its results compressed with zstd.
+JobText zstd_job_on_root(const Scratch& s) {
+  JobText t;
+  t.source = "{root: \"" + (s.path() / "root").string() + "\"}";
+  t.compression = "zstd";
+  return t;
+}
+
 remote::WorkerSettings worker(std::vector<fs::path> roots, std::string token = kToken) {
   remote::WorkerSettings w;
   w.allow_roots = std::move(roots);
@@ -738,9 +746,7 @@ TEST_CASE("remote session: under zstd, a sample zstd cannot shrink is sent raw a
   for (int i = 0; i < 3 * 40 * 40; ++i) ppm.push_back(static_cast<char>(rng()));
   write(s.path() / "root/noise.ppm", ppm);
   fs::copy_file(kDemo / "flower/flower_03.jpg", s.path() / "root/photo.jpg");
-  JobText t;
-  t.source = "{root: \"" + (s.path() / "root").string() + "\"}";
-  t.compression = "zstd";
+  JobText t = zstd_job_on_root(s);
   t.steps = "      - resize: {size: 40}\n      - center_crop: {size: 40}\n";
   const GpuNode g = gpu_node(s, t);
   const auto w = worker({s.path() / "root"});
@@ -784,10 +790,7 @@ TEST_CASE("remote session: a corrupt or truncated file answers its error kind an
   write(s.path() / "root/garbled.jpg", garbled);
   write(s.path() / "root/text.jpg", "not an image at all\n");
   write(s.path() / "root/empty.jpg", "");
-  JobText t;
-  t.source = "{root: \"" + (s.path() / "root").string() + "\"}";
-  t.compression = "zstd";
-  const GpuNode g = gpu_node(s, t);
+  const GpuNode g = gpu_node(s, zstd_job_on_root(s));
   const auto w = worker({s.path() / "root"});
   remote::WorkerSession session(w);
   REQUIRE(session.open(g.open).accepted());
