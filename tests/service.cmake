@@ -11,6 +11,7 @@ stoker_add_test(service_test LABEL unit
 add_executable(service_integration_test integration/access_test.cpp integration/state_dir_test.cpp
   integration/client_job_access_test.cpp)
 target_link_libraries(service_integration_test PRIVATE stoker_catch_main stoker_daemon_fixture stoker::client)
+stoker_catch_pch(service_integration_test)
 catch_discover_tests(service_integration_test EXTRA_ARGS -w NoTests PROPERTIES LABELS integration
   SKIP_RETURN_CODE 77 TIMEOUT 300)
 add_dependencies(service_integration_test stokerd)

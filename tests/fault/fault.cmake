@@ -9,6 +9,7 @@ add_dependencies(fault_test stokerd stokerctl)
 # sanitizer runs, where each of the 304 consumer processes starts several times slower.
 add_executable(device_storm_test fault/device_storm_test.cpp)
 target_link_libraries(device_storm_test PRIVATE stoker_catch_main stoker_daemon_fixture stoker::client)
+stoker_catch_pch(device_storm_test)
 catch_discover_tests(device_storm_test EXTRA_ARGS -w NoTests PROPERTIES LABELS "fault;device" TIMEOUT 900)
 add_dependencies(device_storm_test stokerd stokerctl)
 

@@ -7,6 +7,7 @@ set(_gpu_dir ${CMAKE_CURRENT_LIST_DIR})
 
 add_executable(cuda_backend_test ${_gpu_dir}/cuda_backend_test.cpp)
 target_link_libraries(cuda_backend_test PRIVATE stoker_catch_main stoker_cuda_backend)
+stoker_catch_pch(cuda_backend_test)
 target_include_directories(cuda_backend_test PRIVATE ${_gpu_dir})
 catch_discover_tests(cuda_backend_test EXTRA_ARGS -w NoTests PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 300)
 

@@ -51,6 +51,7 @@ endif()
 # runs everywhere; scripts/gpu-check.sh runs it with cuda). Labels: integration + device.
 add_executable(device_test integration/device_test.cpp)
 target_link_libraries(device_test PRIVATE stoker_catch_main stoker_daemon_fixture stoker::client stoker::proto)
+stoker_catch_pch(device_test)
 catch_discover_tests(device_test EXTRA_ARGS -w NoTests TEST_LIST device_test_HOSTSIM PROPERTIES TIMEOUT 300)
 stoker_discovered_tests_properties(device_test_HOSTSIM LABELS integration device)
 add_dependencies(device_test stokerd stokerctl stoker_cuda_emu)
