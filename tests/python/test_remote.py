@@ -344,6 +344,42 @@ def test_compression_auto_compresses_only_while_results_wait_on_the_link(tmp_pat
         rem.stop()
 
 
+def test_a_node_stopped_while_its_worker_compresses_leaves_the_worker_serving_the_next(tmp_path, demo_root, workers):
+    """The node is stopped (SIGTERM) while its worker, behind a paced results connection
+    (--inject-fault slow-results), compresses under remote.compression auto: the ring refills
+    after the consumer's last batch, so results are being made, compressed and written when the
+    node goes. The node exits 0 and logs a clean stop; the worker stays up, and a second node's
+    batches from it equal a local run's."""
+    w = workers("w", demo_root, extra=["--inject-fault", "slow-results:512"])
+    source = f'{{root: "{demo_root}"}}'
+    remote = remote_key([w.address], local=False, compression="auto")
+    first = start(tmp_path, "first", job_config(tmp_path / "f.yaml", source, remote=remote))
+    try:
+        all_connected(first)
+        consume(first, tmp_path / "f", 16)  # auto compresses once writes have waited a while
+        assert status(first)["remote"][0]["compressed"] > 0, status(first)["remote"][0]
+        proc = first.proc
+        first.stop()
+        assert proc.returncode == 0, open(first.log).read()[-3000:]
+        log = open(first.log).read()
+        assert "stopped cleanly" in log
+        # Not vacuous: the worker held items when the node went (the paced link refills slowly).
+        assert re.search(r"item\(s\) of remote worker \S+ re-issued", log), log[-3000:]
+    finally:
+        first.stop()
+    assert w.proc.poll() is None, open(w.log).read()[-3000:]
+    base = start(tmp_path, "local", job_config(tmp_path / "l.yaml", source))
+    rem = start(tmp_path, "remote", job_config(tmp_path / "r.yaml", source, remote=remote))
+    try:
+        st = served_as_locally(tmp_path, base, rem, 8)
+        link = st["remote"][0]
+        assert link["samples"] > 0 and link["errors"] == 0 and link["mismatches"] == 0, link
+    finally:
+        base.stop()
+        rem.stop()
+    assert w.proc.poll() is None, open(w.log).read()[-3000:]
+
+
 def wait_for(pred, what, timeout=30):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
