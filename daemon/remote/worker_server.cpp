@@ -226,7 +226,7 @@ class WorkerServer::Impl final : public v1::Worker::CallbackService, public Stre
       busy_ns_ += r.busy_ns();
       if (r.error() != 0) errors_++;
       bytes_sent_ += r.pixels().size();
-      if (spoils_results() && ++spoiled_ % fault_.every == 0) spoil(r);
+      if (spoilable(r) && ++spoiled_ % fault_.every == 0) spoil(r);
       st->deliver(std::move(r));
     }
   }
@@ -241,12 +241,11 @@ class WorkerServer::Impl final : public v1::Worker::CallbackService, public Stre
       case Fault::kUnknownId:
         r.set_id(r.id() + (std::uint64_t{1} << 40));
         break;
-      case Fault::kCorruptFrame:
-        if (!px.empty()) px[px.size() / 2] = static_cast<char>(px[px.size() / 2] ^ 0x5a);
-        if (!px.empty() && !r.compressed()) px.push_back('x');  // uncompressed: a wrong size instead
+      case Fault::kCorruptFrame:  // a zstd frame (spoilable)
+        px[px.size() / 2] = static_cast<char>(px[px.size() / 2] ^ 0x5a);
         break;
-      case Fault::kFlipPixels:
-        if (!px.empty() && !r.compressed()) px[px.size() / 3] = static_cast<char>(px[px.size() / 3] ^ 0x01);
+      case Fault::kFlipPixels:  // raw pixels (spoilable)
+        px[px.size() / 3] = static_cast<char>(px[px.size() / 3] ^ 0x01);
         break;
       case Fault::kNone:
       case Fault::kOversizeFrame:   // the results connection, not the result: spoil_results_frame
@@ -274,10 +273,29 @@ class WorkerServer::Impl final : public v1::Worker::CallbackService, public Stre
     if (fault_.kind != Fault::kSlowResults) return std::chrono::microseconds(0);
     return std::chrono::microseconds(bytes * 1'000'000 / (fault_.every * 1024));  // `every`: KiB/s
   }
-  // The faults that spoil a result itself (the others spoil the results connection).
-  bool spoils_results() const {
-    return fault_.kind == Fault::kWrongSize || fault_.kind == Fault::kUnknownId ||
-           fault_.kind == Fault::kCorruptFrame || fault_.kind == Fault::kFlipPixels;
+  // Whether the fault spoils this result, and so counts it towards its every Nth: the faults that
+  // spoil the results connection count nothing here. A frame is corrupted only where there is a
+  // zstd frame and a pixel flipped only where pixels are raw: under zstd a sample zstd cannot
+  // shrink leaves raw, so `corrupt-frame` would otherwise spoil some results another way and the
+  // node would log another error than the one its test looks for.
+  bool spoilable(const v1::Result& r) const {
+    switch (fault_.kind) {
+      case Fault::kWrongSize:
+      case Fault::kUnknownId:
+        return true;
+      case Fault::kCorruptFrame:
+        return r.compressed() && !r.pixels().empty();
+      case Fault::kFlipPixels:
+        return !r.compressed() && !r.pixels().empty();
+      case Fault::kNone:
+      case Fault::kOversizeFrame:
+      case Fault::kMiscountFrame:
+      case Fault::kUnboundResults:
+      case Fault::kStallFrame:
+      case Fault::kSlowResults:
+        return false;
+    }
+    return false;
   }
 
   const WorkerSettings settings_;

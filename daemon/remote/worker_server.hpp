@@ -33,7 +33,9 @@ struct TlsFiles {
 
 // A worker that misbehaves on purpose, for the GPU node's tests (`stokerd --worker
 // --inject-fault KIND:N`, hidden from --help): every Nth result is spoiled so, as a broken or
-// hostile worker's would be. Never set in production.
+// hostile worker's would be. Never set in production. kCorruptFrame flips a byte of every Nth
+// compressed result's zstd frame (under zstd, a sample zstd cannot shrink leaves raw, and is
+// neither spoiled nor counted).
 // kOversizeFrame spoils the results connection's framing instead: every Nth frame's length
 // says 2 GiB (results_channel.hpp; a stream whose results stay on gRPC is not spoiled);
 // kUnboundResults closes every results connection unbound (the node keeps them on the stream);
@@ -41,8 +43,8 @@ struct TlsFiles {
 // kStallFrameFor (a link that stalls inside a frame: the node hedges what it was receiving);
 // kMiscountFrame makes every Nth split frame's pixel total one byte short of what its results
 // claim (a 1.4 frame, which has no such total, is sent whole and true); kFlipPixels flips one
-// bit of every Nth uncompressed sample, keeping its size: an answer only remote.verify can catch.
-// kSlowResults paces the results connection at N KiB/s (a link slower than the worker's
+// bit of every Nth uncompressed sample (compressed ones are not counted), keeping its size: an answer only
+// remote.verify can catch. kSlowResults paces the results connection at N KiB/s (a link slower than the worker's
 // decoding, for remote.compression auto): after each frame the writer sleeps what the frame
 // would take at that rate, its write still outstanding.
 enum class Fault : std::uint8_t {
