@@ -45,11 +45,13 @@ struct WorkerSettings {
   unsigned max_streams = 64;
   // How long a finished result may wait for others to leave with it in one ResultBatch (issue
   // #36; worker_stream.hpp): each message is a wake-up of the GPU node, most of what a remote
-  // sample costs it. 5 ms: a 1-thread worker (~1 ms a sample) sends ~5 a message; on the
-  // 2-core bench, 2 ms left 1.15 switches per sample on the node, 5 ms 0.8 (docs/PERFORMANCE.md).
-  // The node's window and hedging see it as link time (1% of the 0.5 s hedge floor). Zero: each
-  // result leaves as soon as no write is outstanding.
-  std::chrono::microseconds result_linger{5'000};
+  // sample costs it. 10 ms: a 1-thread worker (~1.3 ms a sample) sends ~7 a message. On the
+  // 2-core bench, 2 ms left 1.15 switches per sample on the node, 5 ms 0.8, and (with the split
+  // reader) 5 ms 0.48-0.51, 10 ms 0.33-0.38 (docs/PERFORMANCE.md). Only a slow worker waits it
+  // out: a many-thread one fills kMaxBatch or kBatchBytes first. The node's window and hedging
+  // see it as link time (2% of the 0.5 s hedge floor). Zero: each result leaves as soon as no
+  // write is outstanding.
+  std::chrono::microseconds result_linger{10'000};
   // Where plaintext streams' results connections are taken (`--results-port`; issue #36,
   // results_channel.hpp): on the --listen host, this port; 0: any free one.
   std::uint16_t results_port = 0;
