@@ -664,6 +664,51 @@ def test_a_worker_answering_garbage_is_dropped_and_its_items_made_elsewhere(tmp_
         rem.stop()
 
 
+def test_the_corrupt_frame_fault_leaves_a_raw_result_alone(tmp_path, workers):
+    """The worker's test fault corrupt-frame flips a byte of a zstd frame. Under `compression:
+    zstd` a sample zstd cannot shrink leaves raw (stop 52), and the fault must pass it by: the
+    test above expects "bad compressed sample", and a raw result spoiled instead once made it
+    fail under ThreadSanitizer. Over noise only (kept noise by the pipeline: resize and crop to
+    its own size), every result leaves raw, and the fault, at every result, spoils none. The
+    node verifies every answer (remote.verify 1), so a flipped raw byte would be a mismatch."""
+    rng = np.random.default_rng(3)
+    root = tmp_path / "noise"
+    for c in range(2):
+        os.makedirs(root / f"c{c}")
+        for i in range(8):
+            with open(root / f"c{c}" / f"{i}.ppm", "wb") as f:
+                f.write(b"P6\n40 40\n255\n" + rng.integers(0, 256, 3 * 40 * 40, dtype=np.uint8).tobytes())
+    w = workers("w", str(root), extra=["--inject-fault", "corrupt-frame:1"])
+
+    def config(name, remote=""):
+        with open(tmp_path / name, "w") as f:
+            f.write(f"""server: {{workers: 1, log_level: info}}
+jobs:
+  demo:
+    source: {{root: "{root}"}}
+    batch_size: 8
+    seed: 7
+    prefetch: 3
+    pipeline:
+      - decode: {{}}
+      - resize: {{size: 40}}
+      - center_crop: {{size: 40}}
+    output: {{dtype: uint8, layout: NCHW}}
+{remote}""")
+        return str(tmp_path / name)
+
+    base = start(tmp_path, "local", config("l.yaml"))
+    rem = start(tmp_path, "remote", config("r.yaml", remote_key([w.address], local=False, compression="zstd",
+                                                                verify=1)))
+    try:
+        link = served_as_locally(tmp_path, base, rem, 6)["remote"][0]
+        assert link["errors"] == 0 and link["mismatches"] == 0 and link["reissued"] == 0, link
+        assert link["samples"] > 0 and link["compressed"] == 0, link  # all raw: noise
+    finally:
+        base.stop()
+        rem.stop()
+
+
 def test_a_results_connection_that_cannot_be_bound_leaves_the_results_on_the_stream(tmp_path, demo_root, workers):
     """A worker that closes every results connection unbound (--inject-fault unbound-results,
     as a firewall or a worker out of descriptors would): the node says why and takes the
