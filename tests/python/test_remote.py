@@ -96,9 +96,9 @@ PIPELINE = """    pipeline:
 """
 
 
-def job_config(path, source, *, dtype="uint8", remote="", mix=True, batch_size=8, prefetch=3, server=""):
+def job_config(path, source, *, dtype="uint8", remote="", mix=True, batch_size=8, prefetch=3, server="",
+               pipeline=PIPELINE):
     out = "output: {dtype: uint8, layout: NCHW}"
-    pipeline = PIPELINE
     if dtype == "float32":
         pipeline += "      - normalize: {mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}\n"
         out = "output: {dtype: float32, layout: NCHW}"
@@ -679,27 +679,11 @@ def test_the_corrupt_frame_fault_leaves_a_raw_result_alone(tmp_path, workers):
             with open(root / f"c{c}" / f"{i}.ppm", "wb") as f:
                 f.write(b"P6\n40 40\n255\n" + rng.integers(0, 256, 3 * 40 * 40, dtype=np.uint8).tobytes())
     w = workers("w", str(root), extra=["--inject-fault", "corrupt-frame:1"])
-
-    def config(name, remote=""):
-        with open(tmp_path / name, "w") as f:
-            f.write(f"""server: {{workers: 1, log_level: info}}
-jobs:
-  demo:
-    source: {{root: "{root}"}}
-    batch_size: 8
-    seed: 7
-    prefetch: 3
-    pipeline:
-      - decode: {{}}
-      - resize: {{size: 40}}
-      - center_crop: {{size: 40}}
-    output: {{dtype: uint8, layout: NCHW}}
-{remote}""")
-        return str(tmp_path / name)
-
-    base = start(tmp_path, "local", config("l.yaml"))
-    rem = start(tmp_path, "remote", config("r.yaml", remote_key([w.address], local=False, compression="zstd",
-                                                                verify=1)))
+    source = f'{{root: "{root}"}}'
+    kept = "    pipeline:\n      - decode: {}\n      - resize: {size: 40}\n      - center_crop: {size: 40}\n"
+    base = start(tmp_path, "local", job_config(tmp_path / "l.yaml", source, mix=False, pipeline=kept))
+    rem = start(tmp_path, "remote", job_config(tmp_path / "r.yaml", source, mix=False, pipeline=kept, remote=remote_key(
+        [w.address], local=False, compression="zstd", verify=1)))
     try:
         link = served_as_locally(tmp_path, base, rem, 6)["remote"][0]
         assert link["errors"] == 0 and link["mismatches"] == 0 and link["reissued"] == 0, link
