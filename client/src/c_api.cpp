@@ -192,6 +192,21 @@ stoker_status stoker_client_info(const stoker_client* c, stoker_job_info* out) {
   return STOKER_OK;
 }
 
+namespace {
+
+// The handed-out batch moves the position a reconnect would resume from.
+void advance_position(stoker_client& c, const BatchView& v) {
+  if (v.flags & stoker::proto::kBatchLastInEpoch) {
+    c.next_epoch = v.epoch + 1;
+    c.next_batch = 0;
+  } else {
+    c.next_epoch = v.epoch;
+    c.next_batch = v.index + 1;
+  }
+}
+
+}  // namespace
+
 stoker_status stoker_client_next(stoker_client* c, int timeout_ms, stoker_batch** out) {
   if (c == nullptr || out == nullptr) return fail(STOKER_ERR_INVALID_ARGUMENT, "null argument");
   *out = nullptr;
@@ -205,16 +220,27 @@ stoker_status stoker_client_next(stoker_client* c, int timeout_ms, stoker_batch*
       b->view = c->conn->next(timeout_ms);
     }
     b->conn = c->conn;
-    if (b->view.flags & stoker::proto::kBatchLastInEpoch) {
-      c->next_epoch = b->view.epoch + 1;
-      c->next_batch = 0;
-    } else {
-      c->next_epoch = b->view.epoch;
-      c->next_batch = b->view.index + 1;
-    }
+    advance_position(*c, b->view);
     *out = b.release();
     return STOKER_OK;
   });
+}
+
+stoker_status stoker_client_try_next(stoker_client* c, stoker_batch** out) {
+  if (c == nullptr || out == nullptr) return fail(STOKER_ERR_INVALID_ARGUMENT, "null argument");
+  *out = nullptr;
+  // The handle first: once an announcement is taken it must reach the caller (a lost one
+  // would stay leased until this connection closes).
+  auto* b = new (std::nothrow) stoker_batch();
+  if (b == nullptr) return fail(STOKER_ERR_INTERNAL, "out of memory");
+  if (!c->conn->try_next(&b->view)) {
+    delete b;
+    return STOKER_ERR_TIMEOUT;  // no error text: not an error, just nothing here yet
+  }
+  b->conn = c->conn;
+  advance_position(*c, b->view);
+  *out = b;
+  return STOKER_OK;
 }
 
 stoker_status stoker_batch_release(stoker_batch* b) {

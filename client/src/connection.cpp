@@ -482,6 +482,29 @@ BatchView Connection::next(int timeout_ms) {
     acquire_outstanding_ = false;
     m = parse_batch(buf, n);
   }
+  return hand_out(m, on_device_ring);
+}
+
+bool Connection::try_next(BatchView* out) {
+  int fd;
+  bool on_device_ring;
+  {
+    base::MutexLock lock(send_mu_);
+    fd = fd_;
+    if (fd < 0) return false;  // next() says it is closed
+    on_device_ring = device_ != nullptr;
+  }
+  if (!announce_) return false;
+  if (announced_.empty() && !deferred_) receive_announcements(fd);  // never waits
+  if (announced_.empty()) return false;
+  const proto::BatchMsg m = announced_.front();
+  announced_.pop_front();
+  ++taken_;
+  *out = hand_out(m, on_device_ring);
+  return true;
+}
+
+BatchView Connection::hand_out(const proto::BatchMsg& m, bool on_device_ring) {
   // Addresses from the private geometry only (checked at attach; m.slot checked in parse_batch).
   const std::uint8_t* slot = first_slot_ + slot_stride_ * m.slot;
   const std::uint8_t* payload = slot + payload_offset_;

@@ -44,6 +44,12 @@ class Connection {
 
   // Throws Failure (STOKER_ERR_TIMEOUT leaves the request outstanding for the next call).
   BatchView next(int timeout_ms);
+  // The next batch only if it was announced and is already here: taken from the buffer, or
+  // when that is empty from what the socket holds (one recvmmsg that never waits). Sends
+  // nothing, never waits, never throws. False when none is (nothing received, the Acquire
+  // path, a closed connection, an error behind the received batches): next() tells those
+  // apart. Same caller as next().
+  bool try_next(BatchView* out);
   // Never throws; a closed connection makes it a no-op (the daemon reclaimed the slot).
   // `device_stream`: the stream the batch was acquired on, when it was (its release fence is
   // recorded there first).
@@ -77,6 +83,8 @@ class Connection {
   proto::BatchMsg parse_batch(const std::uint8_t* buf, std::size_t n) const;  // throws Failure
   void accept_announcement(const std::uint8_t* buf, std::size_t n);
   void receive_announcements(int fd);  // never waits
+  // A taken announcement or Batch reply as the caller's view; counts it as outstanding.
+  BatchView hand_out(const proto::BatchMsg& m, bool on_device_ring);
   void send_credit(int fd);
   // Trainer wait (protocol 2.3): time spent inside next() until a batch came, summed over
   // calls that timed out before it; handed to the batch's slot, sent with its Release.

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +29,16 @@ namespace {
 
 int leased(const std::string& socket) {
   return status_json(socket)["jobs"][0]["consumers"][0]["slots"]["leased"].get<int>();
+}
+
+// Until the first consumer holds `want` leases (10 s at most), then 100 ms more so that nothing
+// is still in flight.
+void settle_leases(const std::string& socket, int want) {
+  const auto until = AnnounceClock::now() + std::chrono::seconds(10);
+  while (leased(socket) < want && AnnounceClock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
 }
 
 // A consumer of rank `rank` (reader `reader`), on the Acquire path or announced (the client
@@ -93,11 +104,7 @@ TEST_CASE("announced batches are taken while stokerd is stopped, the Acquire pat
     CHECK(take_batch(c).index == 0);
     // Announce mode: the ring's other ready batches are sent to the consumer unasked, and
     // leased to it; Acquire mode: none is leased until it asks.
-    const auto until = AnnounceClock::now() + std::chrono::seconds(10);
-    while (leased(socket) < (acquire ? 0 : 4) && AnnounceClock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // nothing more in flight
+    settle_leases(socket, acquire ? 0 : 4);
     REQUIRE(::kill(d.pid(), SIGSTOP) == 0);
     int got = 0;
     std::uint64_t expect = 1;
@@ -127,6 +134,51 @@ TEST_CASE("announced batches are taken while stokerd is stopped, the Acquire pat
       // (Acquire leaves its request outstanding across the timeout: the next call gets it.)
       CHECK(take_batch(c, 10000).index == expect + 1);
     }
+  }
+}
+
+TEST_CASE("try_next takes only batches already received, at once, and next() goes on after them",
+          "[integration][announce]") {
+  TempDir dir;
+  const auto socket = (dir.path() / "s.sock").string();
+  JobSpec j;
+  j.prefetch = 4;
+  Daemon d(write_config(dir.path(), {j}, 2), socket);
+
+  SECTION("announced: the window, then nothing, while stokerd is stopped") {
+    const auto client = consumer(socket, false);
+    stoker::Client& c = *client;
+    CHECK(take_batch(c).index == 0);
+    settle_leases(socket, 4);
+    REQUIRE(::kill(d.pid(), SIGSTOP) == 0);
+    // Batches 1..4 were announced before the stop: next() takes the first, try_next the rest
+    // (from the client's buffer or, once that is empty, from the socket without waiting), then
+    // says "none" at once.
+    std::vector<std::uint64_t> got{take_batch(c, 300).index};
+    const auto t0 = AnnounceClock::now();
+    for (int i = 0; i < 6; ++i) {
+      std::optional<stoker::Batch> b = c.try_next();
+      if (!b) break;
+      got.push_back(copy_of(*b, c).index);
+    }
+    const double took = std::chrono::duration<double>(AnnounceClock::now() - t0).count();
+    const bool empty_after = !c.try_next().has_value();
+    REQUIRE(::kill(d.pid(), SIGCONT) == 0);
+    CHECK(got == std::vector<std::uint64_t>{1, 2, 3, 4});
+    CHECK(empty_after);
+    CHECK(took < 0.25);                      // no call waited for the stopped daemon (a wait here is 0.3 s)
+    CHECK(take_batch(c, 10000).index == 5);  // next() goes on where try_next stopped
+  }
+
+  SECTION("Acquire path: never a batch, and no request left behind") {
+    const auto client = consumer(socket, true);
+    stoker::Client& c = *client;
+    CHECK(take_batch(c).index == 0);
+    settle_leases(socket, 0);
+    for (int i = 0; i < 3; ++i) CHECK_FALSE(c.try_next().has_value());
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    CHECK(leased(socket) == 0);  // try_next asked stokerd for nothing
+    CHECK(take_batch(c, 10000).index == 1);
   }
 }
 

@@ -20,15 +20,17 @@ struct BatchCopy {
   bool operator==(const BatchCopy&) const = default;
 };
 
-// The next batch, copied (the batch is released on return).
-inline BatchCopy take_batch(stoker::Client& c, int timeout_ms = 30000) {
-  stoker::Batch b = c.next(timeout_ms);
+// A copy of batch `b` of client `c`.
+inline BatchCopy copy_of(const stoker::Batch& b, const stoker::Client& c) {
   BatchCopy r{b.epoch(), b.index(), {}, {}, {}, b.last_in_epoch()};
   r.ids.assign(b.ids(), b.ids() + b.count());
   r.labels.assign(b.labels(), b.labels() + b.count());
   r.bytes.assign(b.images(), b.images() + c.info().image_bytes * b.count());
   return r;
 }
+
+// The next batch, copied (the batch is released on return).
+inline BatchCopy take_batch(stoker::Client& c, int timeout_ms = 30000) { return copy_of(c.next(timeout_ms), c); }
 
 // Batches up to and including the next one flagged last in its epoch.
 inline std::vector<BatchCopy> take_epoch(stoker::Client& c) {

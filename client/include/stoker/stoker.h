@@ -121,6 +121,16 @@ STOKER_API stoker_status stoker_client_info(const stoker_client* client, stoker_
 STOKER_API stoker_status stoker_client_next(stoker_client* client, int timeout_ms,
                                             stoker_batch** out);
 
+/* The next batch in order only if it is already here (announced by stokerd and received):
+ * never waits, never reconnects, sends nothing; a batch in the client's buffer is taken with
+ * no system call, and an empty buffer costs one read of the socket that does not wait.
+ * STOKER_OK with *out set, or
+ * STOKER_ERR_TIMEOUT (with no error text) when none is buffered, also on the Acquire path
+ * (STOKER_ACQUIRE=1, an older daemon) and on a closed or failed connection: then call
+ * stoker_client_next(), which waits and reports those. For a binding that would otherwise
+ * give up a lock around every call (Python's GIL): it takes a buffered batch holding it. */
+STOKER_API stoker_status stoker_client_try_next(stoker_client* client, stoker_batch** out);
+
 /* Hands the slot back and frees the handle. NULL is a no-op. */
 STOKER_API stoker_status stoker_batch_release(stoker_batch* batch);
 

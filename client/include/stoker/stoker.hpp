@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -145,6 +146,14 @@ class Client {
   Batch next(int timeout_ms = -1) {
     stoker_batch* b = nullptr;
     check(stoker_client_next(c_, timeout_ms, &b));
+    return Batch(b);
+  }
+  // The next batch if it has already arrived (stoker_client_try_next), else nullopt at once.
+  std::optional<Batch> try_next() {
+    stoker_batch* b = nullptr;
+    const stoker_status s = stoker_client_try_next(c_, &b);
+    if (s == STOKER_ERR_TIMEOUT) return std::nullopt;
+    check(s);
     return Batch(b);
   }
   const stoker_job_info& info() const { return info_; }
