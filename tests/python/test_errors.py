@@ -246,3 +246,71 @@ def test_wait_for_daemon_waits_for_one_that_starts_late(tmp_path, demo_root):
             d.stop()
     with pytest.raises(stoker.NoDaemonError):
         stoker.Loader("demo", socket=str(tmp_path / "never.sock"), framework="numpy", wait_for_daemon=0.3)
+
+
+def leased(socket):
+    return json.loads(stoker._stoker.daemon_status(socket))["jobs"][0]["consumers"][0]["slots"]["leased"]
+
+
+def test_next_takes_the_announced_batches_while_stokerd_is_stopped_then_times_out(daemon_factory):
+    """The native next(): batches already announced are handed over (holding the GIL, with no
+    system call) though stokerd cannot answer; once they are gone it waits without the GIL and
+    times out; the stream then goes on where it was."""
+    d = daemon_factory(prefetch=4)
+    c = stoker._stoker.Client("demo", 0, d.socket)
+    try:
+        c.next(10000).release()  # batch 0; the other 4 slots' batches are announced
+        deadline = time.monotonic() + 10
+        while leased(d.socket) < 4 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.1)
+        os.kill(d.proc.pid, signal.SIGSTOP)
+        try:
+            got, t0 = [], time.monotonic()
+            for _ in range(4):
+                b = c.next(300)
+                got.append(b.index)
+                b.release()
+            quick = time.monotonic() - t0
+            with pytest.raises(stoker.TimeoutError):
+                c.next(300)
+        finally:
+            os.kill(d.proc.pid, signal.SIGCONT)
+        assert got == [1, 2, 3, 4]
+        assert quick < 0.25  # none of the four waited for the stopped daemon
+        assert c.next(10000).index == 5
+    finally:
+        c.close()
+
+
+def test_the_native_client_checks_its_arguments_and_its_state(daemon):
+    native = stoker._stoker
+    with pytest.raises(OverflowError):
+        native.Client("demo", -1, daemon.socket)  # not rank 4294967295
+    with pytest.raises(TypeError):
+        native.Client()
+    with pytest.raises(TypeError):
+        native.Batch()  # only next() makes batches
+    c = native.Client("demo", socket=daemon.socket)
+    b = c.next(timeout_ms=10000)
+    assert (b.epoch, b.index, b.count, b.last, b.released) == (0, 0, 8, False, False)
+    assert c.outstanding == 1
+    with pytest.raises(TypeError):
+        c.next(1, 2)
+    with pytest.raises(TypeError):
+        c.next("soon")
+    with pytest.raises(TypeError):
+        c.next(timeout=5)
+    assert c.outstanding == 1  # a refused call took no batch
+    b.release()
+    b.release()  # idempotent
+    assert b.released and c.outstanding == 0
+    c.close()
+    with pytest.raises(stoker.DisconnectedError, match="closed"):
+        c.next(0)
+    c.close()
+    with pytest.raises(RuntimeError, match="already open"):
+        c.__init__("demo", socket=daemon.socket)  # a second __init__ opens no second connection
+    c2 = native.Client.__new__(native.Client)
+    with pytest.raises(stoker.DisconnectedError, match="not open"):
+        c2.next(0)
