@@ -314,3 +314,38 @@ def test_the_native_client_checks_its_arguments_and_its_state(daemon):
     c2 = native.Client.__new__(native.Client)
     with pytest.raises(stoker.DisconnectedError, match="not open"):
         c2.next(0)
+
+
+def test_close_from_another_thread_while_next_runs_ends_it_cleanly(daemon_factory):
+    """close() races a thread taking batches as fast as they come (most from the buffer,
+    holding the GIL; the rest waiting without it): the taker ends with DisconnectedError,
+    never a crash or a hang, and a batch it still holds stays mapped after the close (readable;
+    its pixels are no longer its own: stokerd took the slot back with the connection)."""
+    d = daemon_factory(prefetch=4)
+    for delay in (0.0, 0.001, 0.005, 0.02, 0.05):
+        c = stoker._stoker.Client("demo", 0, d.socket)
+        ended, kept = [], []
+
+        def take():
+            try:
+                while True:
+                    b = c.next(2000)
+                    if not kept:
+                        kept.append((b, b.images_numpy().shape))
+                    else:
+                        b.release()
+            except stoker.DisconnectedError as e:
+                ended.append(str(e))
+
+        t = threading.Thread(target=take)
+        t.start()
+        time.sleep(delay)
+        c.close()
+        t.join(10)
+        assert not t.is_alive()
+        assert ended and "closed" in ended[0], ended
+        if kept:  # the mapping stays until this batch is released
+            b, shape = kept[0]
+            assert b.images_numpy().shape == shape and int(b.images_numpy().sum()) >= 0
+            b.release()
+            assert b.released
