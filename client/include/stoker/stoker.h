@@ -113,7 +113,9 @@ typedef struct stoker_job_info {
 STOKER_API void stoker_options_init(stoker_options* options);
 
 STOKER_API stoker_status stoker_client_open(const stoker_options* options, stoker_client** out);
-/* Releases nothing on the caller's behalf: outstanding batches stay readable until released. */
+/* Releases nothing on the caller's behalf: outstanding batches stay mapped (reading them never
+ * faults) until released. Their slots, though, go back to stokerd with the connection, which
+ * refills them: copy what must outlive the connection before closing it. */
 STOKER_API void stoker_client_close(stoker_client* client);
 STOKER_API stoker_status stoker_client_info(const stoker_client* client, stoker_job_info* out);
 
