@@ -12,8 +12,12 @@ Then the same from C: `stokerctl consume --hold-ms S` (its summary's next_us, me
 of each next()) against a Unix-socket round trip in C (build/bin/stoker_bench_socket_rtt), both
 paths, printed as `stokerctl next median_us M p99_us P c_socket_rtt_us RTT ratio R`.
 
+Before it, `stoker.Loader (FRAMEWORK, ...): next median_us M p99_us P ratio R`: a Loader's
+batches() on the same job (torch where installed, else numpy), what a training loop pays per
+batch, the tensors or arrays made from the native batch included.
+
 Prints, last, `next median_us M p99_us P socket_rtt_us RTT ratio R` (R = M / RTT; the goal is
-R <= 0.5) for the announced path from Python.
+R <= 0.5) for the announced path from Python (the native Client.next()).
 """
 from __future__ import annotations
 
@@ -69,6 +73,34 @@ def time_next(native, sock: str, batches: int, step_s: float, acquire: bool):
     finally:
         c.close()
         os.environ.pop("STOKER_ACQUIRE", None)
+
+
+def time_loader(sock: str, batches: int, step_s: float, framework: str):
+    """Microseconds each next() of a stoker.Loader's batches() took: what a training loop
+    pays, the Batch's tensors (torch) or arrays (numpy) made from the native batch included."""
+    import stoker  # noqa: E402 (build/python is on the path by now)
+    loader = stoker.Loader("tiny", socket=sock, framework=framework)
+    out, epoch = [], 0
+    try:
+        it = loader.batches()
+        next(it).release()
+        time.sleep(1.0)  # the ring fills
+        while len(out) < batches:
+            while len(out) < batches:
+                t0 = time.perf_counter_ns()
+                try:
+                    b = next(it)
+                except StopIteration:
+                    break
+                out.append((time.perf_counter_ns() - t0) / 1000)
+                b.release()
+                time.sleep(step_s)
+            epoch += 1
+            loader.set_epoch(epoch)
+            it = loader.batches()
+        return out
+    finally:
+        loader.close()
 
 
 def socket_rtt(rounds: int, step_s: float):
@@ -128,18 +160,28 @@ def main() -> int:
     sys.path.insert(0, os.path.join(os.path.abspath(a.build), "python"))
     from stoker import _stoker as native  # noqa: E402
 
+    framework = ""  # the Loader line needs torch or numpy (Debian's python3-torch, python3-numpy)
+    for name in ("torch", "numpy"):
+        try:
+            __import__(name)
+            framework = name
+            break
+        except ImportError:
+            pass
     step = a.step_ms / 1000
     d = benchlib.Daemon(a.build, JOB.format(images=os.path.abspath(a.images)))
     build = os.path.abspath(a.build)
     try:
         print(f"machine: {benchlib.machine()}; {a.batches} batches, a {a.step_ms} ms step after each")
         # Interleaved so that the machine's noise falls on all three alike.
-        ann, acq, rtt = [], [], []
+        ann, acq, rtt, lod = [], [], [], []
         c_ann, c_acq, c_rtt = [], [], []
         for _ in range(3):
             acq += time_next(native, d.socket, a.batches // 3, step, acquire=True)
             ann += time_next(native, d.socket, a.batches // 3, step, acquire=False)
             rtt += socket_rtt(a.batches // 3, step)
+            if framework:
+                lod += time_loader(d.socket, a.batches // 3, step, framework)
             c_acq.append(consume_next(build, d.socket, a.batches // 3, a.step_ms, acquire=True))
             c_ann.append(consume_next(build, d.socket, a.batches // 3, a.step_ms, acquire=False))
             c_rtt.append(c_socket_rtt(build, a.batches // 3, a.step_ms))
@@ -155,6 +197,12 @@ def main() -> int:
     m, p, r = statistics.median(ann), percentile(ann, 0.99), statistics.median(rtt)
     print(f"acquire round trip (protocol 2.4 path, STOKER_ACQUIRE=1): next median_us {m_acq:.1f} p99_us {p_acq:.1f} "
           f"ratio {m_acq / r:.2f}")
+    if lod:
+        ml, pl = statistics.median(lod), percentile(lod, 0.99)
+        print(f"stoker.Loader ({framework}, batches() with its tensors): next median_us {ml:.1f} p99_us {pl:.1f} "
+              f"ratio {ml / r:.2f}")
+    else:
+        print("stoker.Loader: skipped (this interpreter has neither torch nor numpy)")
     print(f"next median_us {m:.1f} p99_us {p:.1f} socket_rtt_us {r:.1f} ratio {m / r:.2f}")
     return 0
 

@@ -138,14 +138,14 @@ class BatchView {
   py::array images_numpy() const {
     const auto& i = h_->client->info;
     const auto s = image_shape();
-    return view(py::dtype(dtype_name(i.dtype)), {s[0], s[1], s[2], s[3]}, h_->images);
+    return view(numpy_dtype(i.dtype), {s[0], s[1], s[2], s[3]}, h_->images);
   }
   py::array labels_numpy() const {
     const auto& i = h_->client->info;
-    if (i.label_dtype == STOKER_INT64) return view(py::dtype("int64"), {h_->count}, h_->labels);
-    return view(py::dtype(dtype_name(i.label_dtype)), {h_->count, i.label_width}, h_->labels);
+    if (i.label_dtype == STOKER_INT64) return view(numpy_dtype(STOKER_INT64), {h_->count}, h_->labels);
+    return view(numpy_dtype(i.label_dtype), {h_->count, i.label_width}, h_->labels);
   }
-  py::array ids_numpy() const { return view(py::dtype("int64"), {h_->count}, h_->ids); }
+  py::array ids_numpy() const { return view(numpy_dtype(STOKER_INT64), {h_->count}, h_->ids); }
 
  private:
   template <class F>
@@ -169,11 +169,21 @@ class BatchView {
     if (i.device_backend == 1) return {dlpack::kDLCUDA, i.device_ordinal};
     return {dlpack::kDLCPU, 0};
   }
-  py::array view(py::dtype dt, std::vector<py::ssize_t> shape, const void* data) const {
+  // A dtype by stoker type, made once (by name, once per type) and kept for the process:
+  // building one from its name on every call cost more than the rest of a view.
+  static py::dtype numpy_dtype(stoker_dtype t) {
+    static PyObject* made[4] = {};  // by stoker_dtype; never freed (outlives the interpreter)
+    const int k = t == STOKER_UINT8 ? 0 : t == STOKER_FLOAT16 ? 1 : t == STOKER_INT64 ? 2 : 3;
+    if (made[k] == nullptr) made[k] = py::dtype(dtype_name(t)).release().ptr();
+    return py::reinterpret_borrow<py::dtype>(made[k]);
+  }
+  py::array view(const py::dtype& dt, std::vector<py::ssize_t> shape, const void* data) const {
     auto* keep = new std::shared_ptr<BatchHandle>(h_);
     py::capsule base(keep, [](void* p) { delete static_cast<std::shared_ptr<BatchHandle>*>(p); });
     py::array a(dt, shape, {}, data, base);
-    a.attr("setflags")(py::arg("write") = false);  // the daemon's memory: read it, never write it
+    // The daemon's memory: read it, never write it. Clearing WRITEABLE directly is what
+    // a.setflags(write=False) does, without a Python call (NumPy allows clearing it).
+    py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
     return a;
   }
   const std::shared_ptr<BatchHandle>& h_;

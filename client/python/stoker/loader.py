@@ -368,7 +368,7 @@ class Loader:
         start = time.monotonic()
         while True:
             held = self._client.outstanding
-            slots = self.info["slot_count"]
+            slots = self._info["slot_count"]  # set by _open, which a stream is opened through
             if held >= slots:
                 limit = self.hold_timeout_s
             else:
