@@ -12,9 +12,10 @@ Then the same from C: `stokerctl consume --hold-ms S` (its summary's next_us, me
 of each next()) against a Unix-socket round trip in C (build/bin/stoker_bench_socket_rtt), both
 paths, printed as `stokerctl next median_us M p99_us P c_socket_rtt_us RTT ratio R`.
 
-Before it, `stoker.Loader (FRAMEWORK, ...): next median_us M p99_us P ratio R`: a Loader's
-batches() on the same job (torch where installed, else numpy), what a training loop pays per
-batch, the tensors or arrays made from the native batch included.
+Before it, `stoker.Loader (FRAMEWORK, ...): next median_us M p99_us P ratio R`: a Loader
+iterated as a training loop does (`for images, labels in loader`, torch where installed, else
+numpy) on the same job: what the loop pays a batch, the tensors or arrays made from the native
+batch included.
 
 Prints, last, `next median_us M p99_us P socket_rtt_us RTT ratio R` (R = M / RTT; the goal is
 R <= 0.5) for the announced path from Python (the native Client.next()).
@@ -76,28 +77,30 @@ def time_next(native, sock: str, batches: int, step_s: float, acquire: bool):
 
 
 def time_loader(sock: str, batches: int, step_s: float, framework: str):
-    """Microseconds each next() of a stoker.Loader's batches() took: what a training loop
-    pays, the Batch's tensors (torch) or arrays (numpy) made from the native batch included."""
+    """Microseconds each next() of `for images, labels in loader` took (a stoker.Loader's
+    iter(), as a training loop uses it): the tensors (torch) or arrays (numpy) made from the
+    native batch included. The previous batch's are dropped before the step, as a loop that
+    rebinds its variables does."""
     import stoker  # noqa: E402 (build/python is on the path by now)
     loader = stoker.Loader("tiny", socket=sock, framework=framework)
     out, epoch = [], 0
     try:
-        it = loader.batches()
-        next(it).release()
+        it = iter(loader)
+        next(it)
         time.sleep(1.0)  # the ring fills
         while len(out) < batches:
             while len(out) < batches:
                 t0 = time.perf_counter_ns()
                 try:
-                    b = next(it)
+                    images, labels = next(it)
                 except StopIteration:
                     break
                 out.append((time.perf_counter_ns() - t0) / 1000)
-                b.release()
+                del images, labels
                 time.sleep(step_s)
             epoch += 1
             loader.set_epoch(epoch)
-            it = loader.batches()
+            it = iter(loader)
         return out
     finally:
         loader.close()
@@ -199,7 +202,7 @@ def main() -> int:
           f"ratio {m_acq / r:.2f}")
     if lod:
         ml, pl = statistics.median(lod), percentile(lod, 0.99)
-        print(f"stoker.Loader ({framework}, batches() with its tensors): next median_us {ml:.1f} p99_us {pl:.1f} "
+        print(f"stoker.Loader ({framework}, `for images, labels in loader`): next median_us {ml:.1f} p99_us {pl:.1f} "
               f"ratio {ml / r:.2f}")
     else:
         print("stoker.Loader: skipped (this interpreter has neither torch nor numpy)")

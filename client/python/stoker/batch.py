@@ -24,25 +24,34 @@ class Batch:
     `[B, num_classes]` (the images' dtype, float32 for uint8 images), zero-copy as well."""
 
     def __init__(self, native: "_stoker.Batch", framework: str, copy: bool,
-                 device_index: int = -1, device_backend: str = ""):
+                 device_index: int = -1, device_backend: str = "", with_ids: bool = True):
+        # with_ids False (the Loader's iter(), which yields images and labels only): `ids` is
+        # None, one DLPack tensor fewer a batch. A device batch always gets its ids.
         self.epoch = native.epoch
         self.index = native.index
         self.last = native.last
         self._native = native
+        self.ids = None
         if device_index >= 0 and native.on_device:
             self._from_device(native, framework, copy, device_index, device_backend)
         elif framework == "torch":
             self.images = torch_dlpack.from_dlpack(native.images_dlpack())
             self.labels = torch_dlpack.from_dlpack(native.labels_dlpack())
-            self.ids = torch_dlpack.from_dlpack(native.ids_dlpack())
+            if with_ids:
+                self.ids = torch_dlpack.from_dlpack(native.ids_dlpack())
             if copy:
-                self.images, self.labels, self.ids = self.images.clone(), self.labels.clone(), self.ids.clone()
+                self.images, self.labels = self.images.clone(), self.labels.clone()
+                if self.ids is not None:
+                    self.ids = self.ids.clone()
         else:
             self.images = native.images_numpy()
             self.labels = native.labels_numpy()
-            self.ids = native.ids_numpy()
+            if with_ids:
+                self.ids = native.ids_numpy()
             if copy:
-                self.images, self.labels, self.ids = self.images.copy(), self.labels.copy(), self.ids.copy()
+                self.images, self.labels = self.images.copy(), self.labels.copy()
+                if self.ids is not None:
+                    self.ids = self.ids.copy()
         if copy:
             self.release()
 

@@ -593,11 +593,14 @@ class Loader:
         of a new pass, as each `iter()` of a DataLoader; see _begin_pass). The generator keeps
         no reference to a batch it yielded: the slot goes back as soon as the caller drops the
         batch and its tensors."""
+        return self._batches(with_ids=True)
+
+    def _batches(self, with_ids: bool) -> Iterator[Batch]:
         if self._passes is not None:
             self._begin_pass()
-        return self._pass_batches(self._pass_id)
+        return self._pass_batches(self._pass_id, with_ids)
 
-    def _pass_batches(self, pass_id: int) -> Iterator[Batch]:
+    def _pass_batches(self, pass_id: int, with_ids: bool) -> Iterator[Batch]:
         self._ensure_stream_at(self._epoch, self._batch)
         while True:
             if pass_id != self._pass_id:
@@ -605,15 +608,17 @@ class Loader:
                 raise _stoker.StokerError(
                     "this iterator of the loader was superseded by a newer iter(loader): a loader "
                     "streams one pass at a time (keep using the newest iterator)")
-            last = self._advance()
+            last = self._advance(with_ids)
             if self._pending is not None:
                 yield self._take_pending()
             if last:
                 return
 
-    def _advance(self) -> bool:
+    def _advance(self, with_ids: bool = True) -> bool:
         """Fetches the next batch of the stream into self._pending (None for an empty
-        end-of-epoch marker) and moves the position past it; returns last_in_epoch."""
+        end-of-epoch marker) and moves the position past it; returns last_in_epoch. Without
+        `with_ids` the Batch gets no `ids` view (iter() yields only images and labels, and a
+        third DLPack tensor a batch was a sixth of what next() cost there)."""
         native = self._next_native()
         if (native.epoch, native.index) != (self._epoch, self._batch):
             native.release()
@@ -631,7 +636,7 @@ class Loader:
             native.release()
         else:
             self._pending = Batch(native, self.framework, self.copy, self._device_index,
-                                  self._device_backend)
+                                  self._device_backend, with_ids)
         return last
 
     def _take_pending(self) -> Batch:
@@ -641,7 +646,7 @@ class Loader:
     def __iter__(self) -> Iterator[Tuple[Any, Any]]:
         # batches() starts a from_dataset loader's new pass now, at iter(), as DataLoader does.
         # map() holds no reference to the previous batch while the next one is awaited.
-        return map(lambda b: (b.images, b.labels), self.batches())
+        return map(lambda b: (b.images, b.labels), self._batches(with_ids=False))
 
     def close(self) -> None:
         """Hang up now. Batches not yet released must not be used afterwards: the daemon takes
