@@ -31,6 +31,18 @@ int leased(const std::string& socket) {
   return status_json(socket)["jobs"][0]["consumers"][0]["slots"]["leased"].get<int>();
 }
 
+// A stokerd (2 workers) serving the demo job with a ring of 4 slots.
+struct FourSlotDaemon {
+  TempDir dir;
+  std::string socket = (dir.path() / "s.sock").string();
+  Daemon daemon{write_config(dir.path(), {four_slots()}, 2), socket};
+  static JobSpec four_slots() {
+    JobSpec j;
+    j.prefetch = 4;
+    return j;
+  }
+};
+
 // Until the first consumer holds `want` leases (10 s at most), then 100 ms more so that nothing
 // is still in flight.
 void settle_leases(const std::string& socket, int want) {
@@ -91,11 +103,9 @@ int short_consumers(std::uint32_t ranks, int rounds, One one) {
 
 TEST_CASE("announced batches are taken while stokerd is stopped, the Acquire path waits for it",
           "[integration][announce]") {
-  TempDir dir;
-  const auto socket = (dir.path() / "s.sock").string();
-  JobSpec j;
-  j.prefetch = 4;
-  Daemon d(write_config(dir.path(), {j}, 2), socket);
+  FourSlotDaemon f;
+  const std::string& socket = f.socket;
+  Daemon& d = f.daemon;
 
   for (const bool acquire : {false, true}) {
     CAPTURE(acquire);
@@ -139,11 +149,9 @@ TEST_CASE("announced batches are taken while stokerd is stopped, the Acquire pat
 
 TEST_CASE("try_next takes only batches already received, at once, and next() goes on after them",
           "[integration][announce]") {
-  TempDir dir;
-  const auto socket = (dir.path() / "s.sock").string();
-  JobSpec j;
-  j.prefetch = 4;
-  Daemon d(write_config(dir.path(), {j}, 2), socket);
+  FourSlotDaemon f;
+  const std::string& socket = f.socket;
+  Daemon& d = f.daemon;
 
   SECTION("announced: the window, then nothing, while stokerd is stopped") {
     const auto client = consumer(socket, false);
