@@ -85,10 +85,10 @@ py::capsule make_capsule(const std::shared_ptr<BatchHandle>& b, const void* data
   return py::reinterpret_steal<py::capsule>(cap);
 }
 
-// What the Batch type's methods do, on the batch's shared handle.
-class BatchView {
+// What the Batch type's methods export (capsules, arrays), on the batch's shared handle.
+class Exports {
  public:
-  explicit BatchView(const std::shared_ptr<BatchHandle>& h) : h_(h) {}
+  explicit Exports(const std::shared_ptr<BatchHandle>& h) : h_(h) {}
 
   std::vector<std::int64_t> image_shape() const {
     const auto& i = h_->client->info;
@@ -221,7 +221,7 @@ PyObject* batch_release(PyObject* self, PyObject*) {
 // A method without arguments that returns what `f(view)` returns.
 template <auto Method>
 PyObject* no_args(PyObject* self, PyObject*) {
-  return guarded<PyObject*>(nullptr, [&] { return (BatchView(handle_of(self)).*Method)().release().ptr(); });
+  return guarded<PyObject*>(nullptr, [&] { return (Exports(handle_of(self)).*Method)().release().ptr(); });
 }
 
 // device_*_dlpack(stream=0).
@@ -230,9 +230,8 @@ PyObject* with_stream(PyObject* self, PyObject* args, PyObject* kwargs) {
   static const char* names[] = {"stream", nullptr};
   unsigned long long stream = 0;
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|K", const_cast<char**>(names), &stream)) return nullptr;
-  return guarded<PyObject*>(nullptr, [&] {
-    return (BatchView(handle_of(self)).*Method)(static_cast<std::uintptr_t>(stream)).release().ptr();
-  });
+  return guarded<PyObject*>(
+      nullptr, [&] { return (Exports(handle_of(self)).*Method)(static_cast<std::uintptr_t>(stream)).release().ptr(); });
 }
 
 PyGetSetDef batch_getset[] = {
@@ -245,16 +244,16 @@ PyGetSetDef batch_getset[] = {
 #define STOKER_KW_METHOD(f) reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(f))
 PyMethodDef batch_methods[] = {
     {"release", batch_release, METH_NOARGS, "Give the slot back now (tensors of it must not be used after)"},
-    {"images_dlpack", no_args<&BatchView::images_dlpack>, METH_NOARGS, nullptr},
-    {"labels_dlpack", no_args<&BatchView::labels_dlpack>, METH_NOARGS, nullptr},
-    {"ids_dlpack", no_args<&BatchView::ids_dlpack>, METH_NOARGS, nullptr},
-    {"device_images_dlpack", STOKER_KW_METHOD(with_stream<&BatchView::device_images_dlpack>),
+    {"images_dlpack", no_args<&Exports::images_dlpack>, METH_NOARGS, nullptr},
+    {"labels_dlpack", no_args<&Exports::labels_dlpack>, METH_NOARGS, nullptr},
+    {"ids_dlpack", no_args<&Exports::ids_dlpack>, METH_NOARGS, nullptr},
+    {"device_images_dlpack", STOKER_KW_METHOD(with_stream<&Exports::device_images_dlpack>),
      METH_VARARGS | METH_KEYWORDS, nullptr},
-    {"device_labels_dlpack", STOKER_KW_METHOD(with_stream<&BatchView::device_labels_dlpack>),
+    {"device_labels_dlpack", STOKER_KW_METHOD(with_stream<&Exports::device_labels_dlpack>),
      METH_VARARGS | METH_KEYWORDS, nullptr},
-    {"images_numpy", no_args<&BatchView::images_numpy>, METH_NOARGS, nullptr},
-    {"labels_numpy", no_args<&BatchView::labels_numpy>, METH_NOARGS, nullptr},
-    {"ids_numpy", no_args<&BatchView::ids_numpy>, METH_NOARGS, nullptr},
+    {"images_numpy", no_args<&Exports::images_numpy>, METH_NOARGS, nullptr},
+    {"labels_numpy", no_args<&Exports::labels_numpy>, METH_NOARGS, nullptr},
+    {"ids_numpy", no_args<&Exports::ids_numpy>, METH_NOARGS, nullptr},
     {nullptr, nullptr, 0, nullptr},
 };
 #undef STOKER_KW_METHOD

@@ -30,8 +30,10 @@ inline const char* dtype_name(stoker_dtype t) {
   return t == STOKER_UINT8 ? "uint8" : t == STOKER_FLOAT16 ? "float16" : t == STOKER_INT64 ? "int64" : "float32";
 }
 
-// Raises the status's exception with stoker_last_error() as its text (throws
-// py::error_already_set).
+// Sets the status's exception with stoker_last_error() as its text; returns nullptr (what a
+// CPython function returns with an error set).
+PyObject* status_error(stoker_status s) noexcept;
+// The same, thrown as py::error_already_set (for code under pybind11 or guarded()).
 [[noreturn]] void raise_status(stoker_status s);
 // Inside a catch block: the current C++ exception as a Python error (an error_already_set is
 // restored as it was).

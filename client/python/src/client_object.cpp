@@ -114,27 +114,23 @@ PyObject* closed_error() {
 
 // next(timeout_ms=-1): the next batch, waiting up to timeout_ms (<0: forever) without the GIL.
 PyObject* client_next(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  // Arguments by hand (METH_FASTCALL: no tuple or dict is built for the common call).
+  PyObject* timeout = nargs == 1 ? args[0] : nullptr;
+  if (nargs > 1) {
+    PyErr_SetString(PyExc_TypeError, "next() takes at most 1 argument (timeout_ms)");
+    return nullptr;
+  }
+  for (Py_ssize_t i = 0; kwnames != nullptr && i < PyTuple_GET_SIZE(kwnames); ++i) {
+    PyObject* name = PyTuple_GET_ITEM(kwnames, i);
+    if (timeout != nullptr || PyUnicode_CompareWithASCIIString(name, "timeout_ms") != 0) {
+      PyErr_Format(PyExc_TypeError, "next() got an unexpected or repeated argument '%U'", name);
+      return nullptr;
+    }
+    timeout = args[nargs + i];
+  }
   int timeout_ms = -1;
-  if (nargs > 1 || (kwnames != nullptr && PyTuple_GET_SIZE(kwnames) > 0)) {
-    // The rare spelled-out call: let CPython's parser name what is wrong.
-    static const char* names[] = {"timeout_ms", nullptr};
-    PyObject* tuple = PyTuple_New(nargs);
-    if (tuple == nullptr) return nullptr;
-    for (Py_ssize_t i = 0; i < nargs; ++i) {
-      Py_INCREF(args[i]);
-      PyTuple_SET_ITEM(tuple, i, args[i]);
-    }
-    PyObject* kwargs = kwnames == nullptr ? nullptr : PyDict_New();
-    bool ok = kwnames == nullptr || kwargs != nullptr;
-    for (Py_ssize_t i = 0; ok && kwnames != nullptr && i < PyTuple_GET_SIZE(kwnames); ++i) {
-      ok = PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) == 0;
-    }
-    ok = ok && PyArg_ParseTupleAndKeywords(tuple, kwargs, "|i", const_cast<char**>(names), &timeout_ms);
-    Py_DECREF(tuple);
-    Py_XDECREF(kwargs);
-    if (!ok) return nullptr;
-  } else if (nargs == 1) {
-    const long t = PyLong_AsLong(args[0]);
+  if (timeout != nullptr) {
+    const long t = PyLong_AsLong(timeout);
     if (t == -1 && PyErr_Occurred()) return nullptr;
     if (t < INT_MIN || t > INT_MAX) {
       PyErr_SetString(PyExc_OverflowError, "timeout_ms out of range");
@@ -170,7 +166,7 @@ PyObject* client_next(PyObject* self, PyObject* const* args, Py_ssize_t nargs, P
     }
     if (closed) return closed_error();
   }
-  if (st != STOKER_OK) return guarded<PyObject*>(nullptr, [&]() -> PyObject* { raise_status(st); });
+  if (st != STOKER_OK) return status_error(st);
   return new_batch(b, *sp);
 }
 
@@ -187,7 +183,7 @@ PyObject* client_pin_memory(PyObject* self, PyObject* args, PyObject* kwargs) {
     base::MutexLock lock(s.mu);
     st = s.client == nullptr ? STOKER_ERR_DISCONNECTED : stoker_client_pin_memory(s.client, ordinal);
   }
-  if (st != STOKER_OK) return guarded<PyObject*>(nullptr, [&]() -> PyObject* { raise_status(st); });
+  if (st != STOKER_OK) return status_error(st);
   Py_RETURN_NONE;
 }
 
@@ -215,7 +211,7 @@ PyObject* client_info(PyObject* self, PyObject*) {
     d["channels"] = i.channels;
     d["height"] = i.height;
     d["width"] = i.width;
-    d["dtype"] = i.dtype == STOKER_UINT8 ? "uint8" : i.dtype == STOKER_FLOAT16 ? "float16" : "float32";
+    d["dtype"] = dtype_name(i.dtype);
     d["layout"] = i.layout == STOKER_NCHW ? "NCHW" : "NHWC";
     d["samples_per_epoch"] = i.samples_per_epoch;
     d["samples_per_rank"] = i.samples_per_rank;

@@ -12,9 +12,14 @@ namespace stoker::python {
 
 PyObject* g_errors[kStatusCount] = {};
 
-void raise_status(stoker_status s) {
+PyObject* status_error(stoker_status s) noexcept {
   PyObject* cls = (s >= 0 && s < kStatusCount && g_errors[s] != nullptr) ? g_errors[s] : g_errors[STOKER_ERR_INTERNAL];
   PyErr_SetString(cls, stoker_last_error());
+  return nullptr;
+}
+
+void raise_status(stoker_status s) {
+  status_error(s);
   throw py::error_already_set();
 }
 
