@@ -444,7 +444,6 @@ BatchView Connection::next(int timeout_ms) {
     on_device_ring = device_ != nullptr;
     if (fd < 0) throw Failure{STOKER_ERR_DISCONNECTED, "client is closed"};
   }
-  proto::BatchMsg m;
   if (announce_) {
     // Announce mode: a batch already here is taken without a system call; else whatever the
     // socket holds is read in one go, and only then does the call wait.
@@ -461,9 +460,7 @@ BatchView Connection::next(int timeout_ms) {
       receive_announcements(fd);
     }
     if (announced_.empty()) throw *deferred_;
-    m = announced_.front();
-    announced_.pop_front();
-    ++taken_;
+    return take_announced(on_device_ring);
   } else {
     {
       base::MutexLock lock(send_mu_);
@@ -480,9 +477,8 @@ BatchView Connection::next(int timeout_ms) {
       n = recv_message(fd, buf, sizeof buf, timeout_ms, socket_path_);
     }
     acquire_outstanding_ = false;
-    m = parse_batch(buf, n);
+    return hand_out(parse_batch(buf, n), on_device_ring);
   }
-  return hand_out(m, on_device_ring);
 }
 
 bool Connection::try_next(BatchView* out) {
@@ -497,11 +493,15 @@ bool Connection::try_next(BatchView* out) {
   if (!announce_) return false;
   if (announced_.empty() && !deferred_) receive_announcements(fd);  // never waits
   if (announced_.empty()) return false;
-  const proto::BatchMsg m = announced_.front();
+  *out = take_announced(on_device_ring);
+  return true;
+}
+
+BatchView Connection::take_announced(bool on_device_ring) {
+  const proto::BatchMsg m = announced_.front();  // the caller checked: not empty
   announced_.pop_front();
   ++taken_;
-  *out = hand_out(m, on_device_ring);
-  return true;
+  return hand_out(m, on_device_ring);
 }
 
 BatchView Connection::hand_out(const proto::BatchMsg& m, bool on_device_ring) {

@@ -85,6 +85,8 @@ class Connection {
   void receive_announcements(int fd);  // never waits
   // A taken announcement or Batch reply as the caller's view; counts it as outstanding.
   BatchView hand_out(const proto::BatchMsg& m, bool on_device_ring);
+  // Takes the first announcement (announced_ is not empty): next()'s and try_next's hand-out.
+  BatchView take_announced(bool on_device_ring);
   void send_credit(int fd);
   // Trainer wait (protocol 2.3): time spent inside next() until a batch came, summed over
   // calls that timed out before it; handed to the batch's slot, sent with its Release.
