@@ -98,6 +98,15 @@ void ReplyView::parse_bytes(std::string_view bytes) {
   finish_parse();
 }
 
+void ReplyView::parse_in_place(std::string_view bytes) {
+  reset();
+  if (!bytes.empty()) {
+    slices_.emplace_back(bytes.data(), bytes.size(), grpc::Slice::STATIC_SLICE);  // no copy
+    starts_.push_back(bytes.size());
+  }
+  finish_parse();
+}
+
 void ReplyView::finish_parse() {
   std::string why;
   auto bad = [&](std::string w) {

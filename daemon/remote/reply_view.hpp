@@ -58,6 +58,10 @@ class ReplyView {
   void parse(grpc::ByteBuffer& buffer);
   // The same over bytes already in memory (tests, and nothing else).
   void parse_bytes(std::string_view bytes);
+  // The same over bytes the caller keeps unchanged while this view is used (a split frame's
+  // message in the results connection's buffer): no copy and no ByteBuffer, whose creation,
+  // Dump and destruction were ~5% of the node's CPU per remote sample.
+  void parse_in_place(std::string_view bytes);
 
   Kind kind() const { return kind_; }
   const std::string& why() const { return why_; }

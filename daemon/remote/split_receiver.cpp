@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string_view>
 
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -24,9 +25,7 @@ FrameRead SplitReceiver::next(SlotClaims& claims, std::string& why) {
   if (const FrameRead got = read_split_head(fd_, head_, max_pixels_, total, why); got != FrameRead::kFrame) {
     return got;
   }
-  grpc::Slice slice(head_.data(), head_.size(), grpc::Slice::STATIC_SLICE);  // no copy
-  grpc::ByteBuffer bytes(&slice, 1);
-  reply_.parse(bytes);
+  reply_.parse_in_place(std::string_view(reinterpret_cast<const char*>(head_.data()), head_.size()));
   if (rest_.size() < total) rest_.resize(total);  // never shrunk: a resize up zero-fills
   if (reply_.kind() != ReplyView::Kind::kResult && reply_.kind() != ReplyView::Kind::kResults) {
     return FrameRead::kFrame;  // the caller says what it was

@@ -115,6 +115,12 @@ TEST_CASE("a ResultBatch reads as protobuf reads it, however gRPC slices it", "[
   view.parse_bytes(bytes);
   REQUIRE(view.kind() == Kind::kResults);
   require_same(view, pb);
+  view.parse_in_place(bytes);  // the split frame's way: over the caller's bytes, no copy
+  REQUIRE(view.kind() == Kind::kResults);
+  require_same(view, pb);
+  std::string scratch;
+  CHECK(view.contiguous(view.results()[1].pixels, scratch).data() > bytes.data());  // in place
+  CHECK(view.contiguous(view.results()[1].pixels, scratch).data() < bytes.data() + bytes.size());
   // Cut at every offset (each field, varint and pixel run split across two slices), and into
   // one-byte slices.
   for (std::size_t cut = 1; cut < bytes.size(); cut += 7) {
