@@ -90,19 +90,18 @@ void ReplyView::parse(grpc::ByteBuffer& buffer) {
 }
 
 void ReplyView::parse_bytes(std::string_view bytes) {
-  reset();
-  if (!bytes.empty()) {
-    slices_.emplace_back(bytes.data(), bytes.size());  // a copy: tests only
-    starts_.push_back(bytes.size());
-  }
-  finish_parse();
+  parse_one(grpc::Slice(bytes.data(), bytes.size()));  // a copy: tests only
 }
 
 void ReplyView::parse_in_place(std::string_view bytes) {
+  parse_one(grpc::Slice(bytes.data(), bytes.size(), grpc::Slice::STATIC_SLICE));  // no copy
+}
+
+void ReplyView::parse_one(grpc::Slice slice) {
   reset();
-  if (!bytes.empty()) {
-    slices_.emplace_back(bytes.data(), bytes.size(), grpc::Slice::STATIC_SLICE);  // no copy
-    starts_.push_back(bytes.size());
+  if (slice.size() > 0) {
+    starts_.push_back(slice.size());
+    slices_.push_back(std::move(slice));
   }
   finish_parse();
 }

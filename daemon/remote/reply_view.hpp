@@ -83,6 +83,7 @@ class ReplyView {
 
  private:
   void reset();
+  void parse_one(grpc::Slice slice);  // the message in one slice (parse_bytes, parse_in_place)
   void finish_parse();
 
   std::vector<grpc::Slice> slices_;
