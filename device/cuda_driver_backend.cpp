@@ -22,7 +22,10 @@ namespace {
 
 using namespace cu;
 
+// Both entry points of daemon/cuda/normalize_table.cu: the first takes either output type, the
+// second float32 only (streaming accesses, its own registers; faster there on an H200).
 constexpr const char* kNormalizeKernel = "stoker_normalize_table";
+constexpr const char* kNormalizeF32Kernel = "stoker_normalize_table_f32";
 
 class CudaDriverBackend final : public Backend {
  public:
@@ -345,7 +348,8 @@ class CudaDriverBackend final : public Backend {
     CUcontext ctx = nullptr;
     bool read_only_register = false;
     CUmodule module = nullptr;  // the normalize kernel, loaded at first use
-    CUfunction normalize = nullptr;
+    CUfunction normalize = nullptr;             // any output type (launched for float16)
+    CUfunction normalize_f32 = nullptr;         // float32 output
     std::map<std::string, CUdeviceptr> tables;  // normalize tables by content
   };
 
@@ -394,16 +398,19 @@ class CudaDriverBackend final : public Backend {
         st.module = nullptr;
         return false;
       }
-      if (!check(api_.cuModuleGetFunction(&st.normalize, st.module, kNormalizeKernel), "cuModuleGetFunction", why)) {
-        // Unloaded again: a module kept without its function made the next call launch a
+      if (!check(api_.cuModuleGetFunction(&st.normalize, st.module, kNormalizeKernel), "cuModuleGetFunction", why) ||
+          !check(api_.cuModuleGetFunction(&st.normalize_f32, st.module, kNormalizeF32Kernel), "cuModuleGetFunction",
+                 why)) {
+        // Unloaded again: a module kept without its functions made the next call launch a
         // null function.
         api_.cuModuleUnload(st.module);
         st.module = nullptr;
         st.normalize = nullptr;
+        st.normalize_f32 = nullptr;
         return false;
       }
     }
-    fn = st.normalize;
+    fn = spec.out_dtype == 2 ? st.normalize : st.normalize_f32;
     const std::string key(reinterpret_cast<const char*>(spec.table.data()), sizeof spec.table);
     if (auto it = st.tables.find(key); it != st.tables.end()) {
       table = it->second;
@@ -428,7 +435,7 @@ class CudaDriverBackend final : public Backend {
   static CUdeviceptr dptr(const void* p) { return reinterpret_cast<CUdeviceptr>(p); }
 
   const DriverApi& api_;
-  const void* kernel_image_;  // fatbin of stoker_normalize_table, or nullptr (libstoker)
+  const void* kernel_image_;  // fatbin of the normalize kernels, or nullptr (libstoker)
   // Guards devices_ (the map, not the contexts: a DeviceState's address is stable and its
   // ctx never changes once inserted) and registered_. Never held across a driver call
   // other than open_device's, and never together with kernel_mu_.

@@ -14,10 +14,16 @@ It needs a torch built with CUDA; with `--simulate` it runs the same code paths 
 simulation (STOKER_DEVICE_BACKEND=hostsim, CPU tensors) so the script itself is checked on
 machines without a GPU (the figures then mean nothing).
 
-usage: bench-gpu-loader.py BUILD_DIR IMAGES_DIR [--batches N] [--simulate]
+An epoch must hold many batches, or the DataLoader's workers cannot all work at once (one
+64-image batch an epoch is one worker's job): with fewer than --min-epoch files, the script
+reads an ImageFolder of links that names each file several times (the same real photographs,
+read through the page cache by both sides alike) and says so.
+
+usage: bench-gpu-loader.py BUILD_DIR IMAGES_DIR [--batches N] [--min-epoch N] [--simulate]
 """
 import argparse
 import os
+import shutil
 import signal
 import socket as pysocket
 import statistics
@@ -42,11 +48,44 @@ def wait_listening(path, proc, log):
     sys.exit("stokerd did not start")
 
 
+def endless(loader):
+    """Batches across epochs, set_epoch at each start (an epoch may hold a single batch)."""
+    epoch = 0
+    while True:
+        loader.set_epoch(epoch)
+        yield from loader
+        epoch += 1
+
+
+def repeated_tree(images, min_epoch, out):
+    """IMAGES itself when it holds min_epoch files, else a tree of links naming each file
+    ceil(min_epoch / files) times, in the same classes (hard links, else copies)."""
+    files = [(c, f) for c in sorted(os.listdir(images)) if os.path.isdir(os.path.join(images, c))
+             for f in sorted(os.listdir(os.path.join(images, c)))]
+    if not files:
+        sys.exit(f"bench-gpu-loader: no class folders with files in {images}")
+    if len(files) >= min_epoch:
+        return images
+    k = -(-min_epoch // len(files))
+    for c, f in files:
+        os.makedirs(os.path.join(out, c), exist_ok=True)
+        stem, ext = os.path.splitext(f)
+        for j in range(k):
+            src, dst = os.path.join(images, c, f), os.path.join(out, c, f"{stem}-{j}{ext}")
+            try:
+                os.link(src, dst)  # not a symlink: stokerd opens nothing outside the root
+            except OSError:
+                shutil.copyfile(src, dst)
+    print(f"images: {len(files)} files in {images}, each named {k} times: an epoch of {k * len(files)}")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
     ap.add_argument("images")
     ap.add_argument("--batches", type=int, default=200)
+    ap.add_argument("--min-epoch", type=int, default=4096)
     ap.add_argument("--simulate", action="store_true")
     a = ap.parse_args()
     if a.simulate:
@@ -58,6 +97,7 @@ def main():
         print("SKIP: this interpreter's torch has no CUDA (Debian's python3-torch is CPU-only)")
         return 77
     tmp = tempfile.mkdtemp(prefix="stoker-gpu-bench-")
+    a.images = repeated_tree(os.path.abspath(a.images), a.min_epoch, os.path.join(tmp, "images"))
     cfg = os.path.join(tmp, "bench.yaml")
     with open(cfg, "w") as f:
         f.write(f"""server: {{log_level: warn}}
@@ -81,28 +121,23 @@ jobs:
     try:
         wait_listening(sock, daemon, log)
         loader = stoker.Loader("bench", socket=sock, device="cuda", framework="torch")
-        it = iter(loader)
+        it = endless(loader)
         lat, n, t_start = [], 0, None
-        epoch = 0
         while n < a.batches:
-            loader.set_epoch(epoch)
-            it = iter(loader)
-            for images, labels in it:
-                if t_start is None:
-                    t_start = time.perf_counter()  # after the first batch: prefetch excluded
+            images, labels = next(it)
+            if t_start is None:
+                t_start = time.perf_counter()  # after the first batch: prefetch excluded
+            n += 1
+            del images, labels
+            # Latency with the ring full: let the daemon get ahead, then time one request.
+            if n % 10 == 0 and n < a.batches and not a.simulate:
+                torch.cuda.current_stream().synchronize()
+                time.sleep(0.05)
+                t0 = time.perf_counter()
+                images, labels = next(it)
+                lat.append((time.perf_counter() - t0) * 1e6)
                 n += 1
-                if n >= a.batches:
-                    break
-                # Latency with the ring full: let the daemon get ahead, then time one request.
-                if n % 10 == 0 and not a.simulate:
-                    torch.cuda.current_stream().synchronize()
-                    time.sleep(0.05)
-                    t0 = time.perf_counter()
-                    images, labels = next(it)
-                    lat.append((time.perf_counter() - t0) * 1e6)
-                    n += 1
                 del images, labels
-            epoch += 1
         if not a.simulate:
             torch.cuda.synchronize()
         stoker_rate = (n - 1) * 64 / (time.perf_counter() - t_start)

@@ -9,8 +9,12 @@
 #   scripts/gpu-bundle.sh [BUILD_DIR] [FOLDER]     defaults: build .devgpu
 # The test programs hold this machine's absolute paths (STOKER_BIN_DIR, STOKER_TEST_DATA_DIR);
 # run.sh links those paths to the checkout and the folder where they are missing (as root).
-# Not in the bundle: the Python Loader on the GPU (the extension is built for this machine's
-# Python; a GPU image's torch usually sits on another version).
+# The Python Loader on the GPU: a GPU image's torch usually sits on another Python than this
+# machine's, so the bundle carries the client's static libraries and the package's .py files,
+# and run.sh compiles the module's three sources there with that machine's compiler, its
+# python3's headers and its pybind11 (it needs nothing else), then runs the python device tests
+# and scripts/bench-gpu-loader.py. Where that python3 has no headers, pybind11 or torch.cuda,
+# those steps say so and the rest still runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=$(cd "${1:-build}" && pwd)
@@ -32,6 +36,11 @@ for p in "$out"/bin/*; do ldd "$build/bin/$(basename "$p")"; done | awk '/=> \//
       *) cp -L "$lib" "$out/lib/" && strip --strip-unneeded "$out/lib/$(basename "$lib")" 2>/dev/null || true ;;
     esac
   done
+# The Python package: its .py files, and what its native module links (built here, position
+# independent: the module is a shared object).
+mkdir -p "$out/python/stoker" "$out/pylib"
+cp "$build"/python/stoker/*.py "$out/python/stoker/"
+for a in stoker_client_static stoker_device stoker_base; do cp "$build/lib/lib$a.a" "$out/pylib/"; done
 source_dir=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
 printf '%s\n%s\n' "$source_dir" "$build" > "$out/paths"
 cat > "$out/run.sh" <<'RUN'
@@ -69,6 +78,37 @@ tier() {  # name timeout program [args]
   grep -E '^[0-9.]+ s:|^All tests|^test cases|FAILED|failed' "$logs/$name.log"
   echo "-- $name rc=$rc"; ((rc == 0)) || status=1
 }
+pystatus=0
+step "python: the stoker module for this machine's python3"
+py=${PYTHON:-python3}
+ext=$($py -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+pyinc=$($py -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+pybind=$($py -c 'import pybind11; print(pybind11.get_include())' 2>/dev/null)
+[[ -z "$pybind" && -f /usr/include/pybind11/pybind11.h ]] && pybind=/usr/include  # Debian's pybind11-dev
+pybind_flag=(); [[ "$pybind" == /usr/include ]] || pybind_flag=(-isystem "$pybind")  # (-isystem /usr/include breaks libstdc++'s include_next)
+echo "$($py --version) ($py), headers $pyinc, pybind11 ${pybind:-missing}, $(${CXX:-g++} --version | head -n 1)"
+if [[ ! -f "$pyinc/Python.h" || -z "$pybind" ]]; then
+  echo "SKIPPED: no Python.h or no pybind11 for $py"; pystatus=1
+elif ! ${CXX:-g++} -std=c++20 -O2 -fPIC -shared -fvisibility=hidden -DNDEBUG -DSTOKER_VERSION='"bundle"' \
+    -I"$root/client/include" -I"$root" -isystem "$pyinc" "${pybind_flag[@]}" \
+    "$root"/client/python/src/*.cpp "$bundle"/pylib/libstoker_client_static.a \
+    "$bundle"/pylib/libstoker_device.a "$bundle"/pylib/libstoker_base.a -ldl -lrt -lpthread \
+    -o "$bundle/python/stoker/_stoker$ext" > "$logs/python-module.log" 2>&1; then
+  tail -n 30 "$logs/python-module.log"; echo "python module: build FAILED"; pystatus=1; status=1
+fi
+if ((pystatus == 0)) && ! $py -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+  echo "SKIPPED: this python3's torch has no CUDA"; pystatus=1
+fi
+if ((pystatus == 0)); then
+  step "python: stoker.Loader(device='cuda') (tests/python/test_device.py on cuda)"
+  STOKER_TEST_DEVICE_BACKEND=cuda STOKER_BIN_DIR="$bundle/bin" PYTHONPATH="$bundle/python" \
+    timeout 240 $py -m pytest -q -p no:cacheprovider tests/python/test_device.py 2>&1 | tee "$logs/python-device.log" | tail -n 40
+  ((PIPESTATUS[0] == 0)) || { echo "python device tests FAILED"; status=1; }
+  step "Loader on the GPU: ready -> tensor latency, images/s vs DataLoader (scripts/bench-gpu-loader.py)"
+  PYTHONUNBUFFERED=1 timeout 240 $py scripts/bench-gpu-loader.py "$bundle" "${BENCH_IMAGES:-tests/data/demo}" \
+    --batches "${BENCH_BATCHES:-300}" 2>&1 | tee "$logs/bench-gpu-loader.log"
+  ((PIPESTATUS[0] == 0)) || { echo "bench-gpu-loader FAILED"; status=1; }
+fi
 export STOKER_REQUIRE_GPU=1
 tier gpu-tier 120 "$bundle/bin/cuda_backend_test"
 export STOKER_TEST_DEVICE_BACKEND=cuda STOKER_DEVICE_BACKEND=cuda

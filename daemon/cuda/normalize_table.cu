@@ -1,7 +1,8 @@
 // The device normalize of stokerd: out[i] = table[c][in[i]], c the channel of element i, with the
 // per-channel table the CPU writer uses (image::OutputWriter), so device and host outputs are
 // bit-identical. Built into a fatbin that the `cuda` backend loads through the driver API
-// (cuModuleLoadData), so stokerd links no CUDA runtime.
+// (cuModuleLoadData), so stokerd links no CUDA runtime. Two entry points over one body: any
+// output type, and float32 alone with streaming accesses (at the end of the file).
 //
 // Memory-bound: in each step of its grid-stride loop a thread handles the 4 consecutive
 // elements at 4 * (global thread index) + k * stride (the CPU twin in tests/cuda_emu walks the
@@ -56,8 +57,22 @@ __device__ __forceinline__ void next_element(Cursor& p, const Layout& l) {
   }
 }
 
+// How one kernel reads its input and writes its output. kAny: the output type is the launch's
+// `half` argument, plain loads and stores. kF32: float32 only, streaming (evict-first) loads and
+// stores: the float32 kernel writes 4 bytes per byte it reads, and on an H200 keeping those
+// lines out of L2 moved it from 0.78-0.80 to 0.85-0.86 of a device copy, where the same streaming
+// cost float16 a fifth (docs/GPU.md). Hence a kernel of its own, with its own registers.
+enum class Access { kAny, kF32 };
+
+template <Access A>
+__device__ __forceinline__ uchar4 load4(const unsigned char* p) {
+  if constexpr (A == Access::kF32) return __ldcs(reinterpret_cast<const uchar4*>(p));
+  return *reinterpret_cast<const uchar4*>(p);
+}
+
 // Elements e .. e+3 at cursor p, their raw bytes already loaded (vector path: `out` 16-aligned
 // for float32, 8-aligned for float16).
+template <Access A>
 __device__ __forceinline__ void write_four(const unsigned* t, uchar4 v, void* out, unsigned long long e, Cursor p,
                                            const Layout& l, unsigned half) {
   const unsigned o0 = t[p.c * 256 + v.x];
@@ -67,7 +82,9 @@ __device__ __forceinline__ void write_four(const unsigned* t, uchar4 v, void* ou
   const unsigned o2 = t[p.c * 256 + v.z];
   next_element(p, l);
   const unsigned o3 = t[p.c * 256 + v.w];
-  if (half) {  // little-endian: element e in the low half
+  if constexpr (A == Access::kF32) {
+    __stcs(reinterpret_cast<uint4*>(static_cast<unsigned*>(out) + e), make_uint4(o0, o1, o2, o3));
+  } else if (half) {  // little-endian: element e in the low half
     *reinterpret_cast<uint2*>(static_cast<unsigned short*>(out) + e) =
         make_uint2((o0 & 0xffffu) | (o1 << 16), (o2 & 0xffffu) | (o3 << 16));
   } else {
@@ -75,16 +92,11 @@ __device__ __forceinline__ void write_four(const unsigned* t, uchar4 v, void* ou
   }
 }
 
-}  // namespace
-
-// __launch_bounds__(256, 8): 32 registers, so 8 blocks of 256 fit on an SM and the host's grid
-// of 1024 blocks is one wave on an H100/H200 (132 SMs); unbounded, ptxas took 38 and 6 fit.
-// On an H200 that moved float16 from 0.78-0.80 to 0.82-0.86 of a device copy; float32 stayed
-// within noise (0.78-0.83 either way).
-extern "C" __global__ void __launch_bounds__(256, 8)
-    stoker_normalize_table(const unsigned char* __restrict__ in, void* __restrict__ out, unsigned long long elems,
-                           unsigned plane, unsigned channels, unsigned nhwc, unsigned half,
-                           const unsigned* __restrict__ table) {
+// The whole kernel; `half` is the launch's argument for kAny and 0 for kF32.
+template <Access A>
+__device__ __forceinline__ void normalize(const unsigned char* __restrict__ in, void* __restrict__ out,
+                                          unsigned long long elems, unsigned plane, unsigned channels, unsigned nhwc,
+                                          unsigned half, const unsigned* __restrict__ table) {
   __shared__ unsigned t[4 * 256];
   for (unsigned k = threadIdx.x; k < channels * 256; k += blockDim.x) t[k] = table[k];
   __syncthreads();
@@ -103,17 +115,17 @@ extern "C" __global__ void __launch_bounds__(256, 8)
     for (; i + 3 * stride + 4 <= elems; i += 4 * stride) {
       uchar4 v[4];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) v[k] = *reinterpret_cast<const uchar4*>(in + i + k * stride);
+      for (int k = 0; k < 4; ++k) v[k] = load4<A>(in + i + k * stride);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        write_four(t, v[k], out, i + k * stride, p, l, half);
+        write_four<A>(t, v[k], out, i + k * stride, p, l, half);
         advance(p, step, l);
       }
     }
   }
   for (; i < elems; i += stride, advance(p, step, l)) {
     if (vector && elems - i >= 4) {
-      write_four(t, *reinterpret_cast<const uchar4*>(in + i), out, i, p, l, half);
+      write_four<A>(t, load4<A>(in + i), out, i, p, l, half);
       continue;
     }
     Cursor e = p;
@@ -128,4 +140,29 @@ extern "C" __global__ void __launch_bounds__(256, 8)
       next_element(e, l);
     }
   }
+}
+
+}  // namespace
+
+// __launch_bounds__(256, 8): 32 registers, so 8 blocks of 256 fit on an SM and the host's grid
+// of 1024 blocks is one wave on an H100/H200 (132 SMs); unbounded, ptxas took 38 and 6 fit.
+// On an H200 that moved float16 from 0.78-0.80 to 0.82-0.86 of a device copy; float32 stayed
+// within noise (0.78-0.83 either way).
+//
+// stoker_normalize_table: either output type (`half`); the backend launches it for float16.
+extern "C" __global__ void __launch_bounds__(256, 8)
+    stoker_normalize_table(const unsigned char* __restrict__ in, void* __restrict__ out, unsigned long long elems,
+                           unsigned plane, unsigned channels, unsigned nhwc, unsigned half,
+                           const unsigned* __restrict__ table) {
+  normalize<Access::kAny>(in, out, elems, plane, channels, nhwc, half, table);
+}
+
+// stoker_normalize_table_f32: float32 output only, streaming; the same parameters, `half` must
+// be 0 (the emulation's twin refuses anything else).
+extern "C" __global__ void __launch_bounds__(256, 8)
+    stoker_normalize_table_f32(const unsigned char* __restrict__ in, void* __restrict__ out, unsigned long long elems,
+                               unsigned plane, unsigned channels, unsigned nhwc, unsigned half,
+                               const unsigned* __restrict__ table) {
+  (void)half;
+  normalize<Access::kF32>(in, out, elems, plane, channels, nhwc, 0, table);
 }

@@ -97,8 +97,9 @@ unsigned char* kernel_bytes(const char* kernel, CUdeviceptr p, std::size_t n, in
 
 // CPU twin of daemon/cuda/normalize_table.cu's stoker_normalize_table(const u8* in, void* out,
 // u64 elems, u32 plane, u32 channels, u32 nhwc, u32 half, const u32* table), run over the
-// launch's grid exactly as its grid-stride loop is written.
-CUresult launch_normalize(unsigned grid, unsigned block, CUstream s, void** params) {
+// launch's grid exactly as its grid-stride loop is written; also of stoker_normalize_table_f32
+// (the same parameters and elements; `half` must be 0: float32 only).
+CUresult launch_normalize(const std::string& kernel, unsigned grid, unsigned block, CUstream s, void** params) {
   const auto in = arg<CUdeviceptr>(params, 0);
   const auto out = arg<CUdeviceptr>(params, 1);
   const auto elems = arg<unsigned long long>(params, 2);
@@ -107,7 +108,10 @@ CUresult launch_normalize(unsigned grid, unsigned block, CUstream s, void** para
   const auto nhwc = arg<unsigned>(params, 5);
   const auto half = arg<unsigned>(params, 6);
   const auto table = arg<CUdeviceptr>(params, 7);
-  const char* k = "stoker_normalize_table";
+  const char* k = kernel.c_str();
+  if (half != 0 && kernel == "stoker_normalize_table_f32") {
+    fail("cuLaunchKernel", kernel + ": launched for float16 output (half = 1); it writes float32 only");
+  }
   if (channels == 0 || channels > 4 || (nhwc == 0 && plane == 0)) {
     fail("cuLaunchKernel", std::string(k) + ": channels " + std::to_string(channels) + ", plane " +
                                std::to_string(plane) + ": the kernel would divide by zero or read past its table");
@@ -209,6 +213,8 @@ CUEMU_API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsign
   }
   if (params == nullptr || extra != nullptr) return CUDA_ERROR_INVALID_VALUE;  // the kernels here take parameters
   // The twins index x only, as the kernels do (a y/z extent repeats the same work there).
-  if (f->name == "stoker_normalize_table") return launch_normalize(gx, bx, s, params);
+  if (f->name == "stoker_normalize_table" || f->name == "stoker_normalize_table_f32") {
+    return launch_normalize(f->name, gx, bx, s, params);
+  }
   fail("cuLaunchKernel", "no CPU twin for kernel '" + f->name + "' in the emulation");
 }

@@ -53,7 +53,7 @@ TEST_CASE("STOKER_DEVICE_BACKEND chooses the backend on both sides, and an unkno
 }
 
 #ifdef STOKER_HAVE_NORMALIZE_FATBIN
-TEST_CASE("the normalize kernel is embedded as a CUDA fatbin that names the kernel") {
+TEST_CASE("the normalize kernel is embedded as a CUDA fatbin that names both entry points") {
   REQUIRE(stoker_normalize_fatbin_size > 64);
   std::uint32_t magic = 0;
   std::memcpy(&magic, stoker_normalize_fatbin, 4);
@@ -61,5 +61,6 @@ TEST_CASE("the normalize kernel is embedded as a CUDA fatbin that names the kern
   CHECK(reinterpret_cast<std::uintptr_t>(stoker_normalize_fatbin) % 8 == 0);
   const std::string_view bytes(reinterpret_cast<const char*>(stoker_normalize_fatbin), stoker_normalize_fatbin_size);
   CHECK(bytes.find("stoker_normalize_table") != std::string_view::npos);
+  CHECK(bytes.find("stoker_normalize_table_f32") != std::string_view::npos);  // the float32 one
 }
 #endif
