@@ -57,6 +57,72 @@ def endless(loader):
         epoch += 1
 
 
+def wait_ahead(busy, seconds=0.05):
+    """Gives the daemon time to fill the ring: busy (the thread spins, its core stays awake, as
+    a trainer's does while it launches a step) or asleep (the core idles: every step after it
+    runs cold, several times slower on the H200 machine, docs/PERFORMANCE.md)."""
+    if not busy:
+        time.sleep(seconds)
+        return
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def phases(stoker, torch, sock, simulate, rounds=30):
+    """Where ready -> tensor goes: each step of a Batch's making, timed apart (the ring full,
+    as in the latency figure), for a device loader and a host loader on the same job, the
+    thread busy or asleep while the ring fills."""
+    from torch.utils import dlpack as td
+    from stoker.batch import Batch, _current_stream_handle
+    for name, device, busy in (("device", "cuda", True), ("device", "cuda", False), ("host", None, True),
+                               ("host", None, False)):
+        backend = ("hostsim" if simulate else "cuda") if device else ""
+        loader = stoker.Loader("bench", socket=sock, device=device, framework="torch")
+        loader.set_epoch(1000)  # an epoch the main loop never reached
+        it = iter(loader)
+        next(it)
+        steps = {}
+        for _ in range(rounds):
+            if not simulate:
+                torch.cuda.synchronize()
+            wait_ahead(busy)
+            t = [time.perf_counter()]
+            native = loader._next_native()
+            t.append(time.perf_counter())
+            if device:
+                stream = _current_stream_handle(0) if not simulate else 0  # as Batch gets it
+                t.append(time.perf_counter())
+                caps = [native.device_images_dlpack(stream), native.device_labels_dlpack(stream), native.ids_dlpack()]
+            else:
+                t.append(time.perf_counter())
+                caps = [native.images_dlpack(), native.labels_dlpack(), native.ids_dlpack()]
+            t.append(time.perf_counter())
+            tensors = [td.from_dlpack(c) for c in caps]
+            t.append(time.perf_counter())
+            del tensors, caps
+            native = None
+            t.append(time.perf_counter())
+            b = Batch(loader._next_native(), "torch", False, 0 if device else -1, backend)
+            t.append(time.perf_counter())
+            del b
+            if not simulate:
+                torch.cuda.synchronize()
+            wait_ahead(busy)
+            t.append(time.perf_counter())
+            b = Batch(loader._next_native(), "torch", False, 0 if device else -1, backend)
+            t.append(time.perf_counter())
+            del b
+            d = [(t[k + 1] - t[k]) * 1e6 for k in range(len(t) - 1)]
+            del d[6]  # the second wait is not a step
+            for label, us in zip(("next (C, socket)", "current_stream", "3 DLPack exports", "3 torch.from_dlpack",
+                                  "drop (release)", "next + Batch(...) at once", "next + Batch(...) after the wait"), d):
+                steps.setdefault(label, []).append(us)
+        loader.close()
+        print(f"phases, {name} loader, thread {'busy' if busy else 'asleep'} (median us over {rounds}): " +
+              ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in steps.items()))
+
+
 def repeated_tree(images, min_epoch, out):
     """IMAGES itself when it holds min_epoch files, else a tree of links naming each file
     ceil(min_epoch / files) times, in the same classes (hard links, else copies)."""
@@ -86,7 +152,10 @@ def main():
     ap.add_argument("images")
     ap.add_argument("--batches", type=int, default=200)
     ap.add_argument("--min-epoch", type=int, default=4096)
+    ap.add_argument("--probes", type=int, default=30, help="latency samples of each kind")
     ap.add_argument("--simulate", action="store_true")
+    ap.add_argument("--phases", action="store_true",
+                    help="also time each step of ready -> tensor, device and host loaders side by side")
     a = ap.parse_args()
     if a.simulate:
         os.environ["STOKER_DEVICE_BACKEND"] = "hostsim"
@@ -122,26 +191,30 @@ jobs:
         wait_listening(sock, daemon, log)
         loader = stoker.Loader("bench", socket=sock, device="cuda", framework="torch")
         it = endless(loader)
-        lat, n, t_start = [], 0, None
+        # Throughput first, with nothing between batches.
+        n, t_start = 0, None
         while n < a.batches:
             images, labels = next(it)
             if t_start is None:
                 t_start = time.perf_counter()  # after the first batch: prefetch excluded
             n += 1
             del images, labels
-            # Latency with the ring full: let the daemon get ahead, then time one request.
-            if n % 10 == 0 and n < a.batches and not a.simulate:
-                torch.cuda.current_stream().synchronize()
-                time.sleep(0.05)
-                t0 = time.perf_counter()
-                images, labels = next(it)
-                lat.append((time.perf_counter() - t0) * 1e6)
-                n += 1
-                del images, labels
         if not a.simulate:
             torch.cuda.synchronize()
         stoker_rate = (n - 1) * 64 / (time.perf_counter() - t_start)
+        # Latency with the ring full: let the daemon get ahead, then time one request, the
+        # thread busy meanwhile (as a trainer's is, launching its step) or asleep.
+        lat = {True: [], False: []}
+        for k in range(0 if a.simulate else 2 * a.probes):
+            torch.cuda.current_stream().synchronize()
+            wait_ahead(busy=k % 2 == 0)
+            t0 = time.perf_counter()
+            images, labels = next(it)
+            lat[k % 2 == 0].append((time.perf_counter() - t0) * 1e6)
+            del images, labels
         loader.close()
+        if a.phases:
+            phases(stoker, torch, sock, a.simulate)
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(30)
@@ -169,10 +242,12 @@ jobs:
 
     print(f"device: {'hostsim (figures meaningless)' if a.simulate else torch.cuda.get_device_name()}, "
           f"{os.cpu_count()} cores")
-    if lat:
-        lat.sort()
-        print(f"ready -> usable torch.cuda tensor: median {statistics.median(lat):.1f} us, "
-              f"p99 {lat[int(len(lat) * 0.99) - 1]:.1f} us over {len(lat)} batches (target median <= 50 us)")
+    for busy, v in lat.items():
+        if v:
+            v.sort()
+            print(f"ready -> usable torch.cuda tensor, the thread {'busy' if busy else 'asleep'} while the "
+                  f"daemon got ahead: median {statistics.median(v):.1f} us, p99 {v[int(len(v) * 0.99) - 1]:.1f} us "
+                  f"over {len(v)} batches (target median <= 50 us)")
     print(f"images/s as torch.cuda tensors: stoker {stoker_rate:.0f}, torchvision DataLoader "
           f"({os.cpu_count()} workers, pin_memory) {tv_rate:.0f}, ratio {stoker_rate / tv_rate:.2f}")
     return 0

@@ -139,3 +139,18 @@ def test_stokerctl_dump_of_device_batches_is_read_back_from_the_device(daemon_fa
         np.testing.assert_array_equal(np.load(f"{stem}.labels.npy"), labels)
         np.testing.assert_array_equal(np.load(f"{stem}.ids.npy"), ids)
         assert line["labels"] == labels.tolist()
+
+
+@pytest.mark.skipif(BACKEND != "cuda", reason="needs a GPU and a torch with CUDA (scripts/gpu-check.sh)")
+def test_a_device_batch_is_ordered_on_the_trainers_current_stream():
+    """Batch takes the stream handle through the raw getter where torch has it (not a
+    torch.cuda.Stream object per batch); it must be the handle the public API gives, also
+    inside `with torch.cuda.stream(s)`."""
+    import torch
+    from stoker.batch import _current_stream_handle
+    for _ in range(2):  # the first call initialises CUDA through the public API, later ones not
+        assert _current_stream_handle(0) == torch.cuda.current_stream(0).cuda_stream
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        assert _current_stream_handle(0) == s.cuda_stream != torch.cuda.default_stream(0).cuda_stream
+    assert _current_stream_handle(0) == torch.cuda.current_stream(0).cuda_stream
