@@ -42,11 +42,13 @@ constexpr auto kConnectTimeout = std::chrono::seconds(3);
 constexpr double kBackoffMin = 0.2, kBackoffMax = 5;
 constexpr std::uint32_t kWindowMax = 512;
 // The window also holds this many seconds of the worker's own output, so that the sender, which
-// refills at half the window, sends an ItemBatch at most every ~15 ms of it rather than every 8
+// refills at half the window, sends an ItemBatch at most every ~30 ms of it rather than every 8
 // items: each send costs this node a syscall and (on loopback) the worker's receive and wake-up
-// (issue #36: 11% of the node's CPU per remote sample at 8 items a message). Scaled by the
-// measured rate, so a slow worker does not hold more of the epoch than before.
-constexpr double kRefillSpanS = 0.03;
+// (issue #36: 11% of the node's CPU per remote sample at 8 items a message; 30 ms -> 60 ms took
+// the sending thread from 4.3 to 3.2 us a sample, docs/PERFORMANCE.md). Scaled by the measured
+// rate, so a slow worker holds no more than 60 ms of its own output beyond the floor and the
+// link; a worker lost re-issues that much.
+constexpr double kRefillSpanS = 0.06;
 // Hedging (issue #34, A7): an item outstanding longer than kHedgeFactor times the link's mean
 // answer time (stats_.rtt_s, from answers that were used), and at least kHedgeFloor, is made
 // here instead: an answer before that wins; after it, this node's make does and the worker's
