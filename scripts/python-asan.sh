@@ -13,7 +13,7 @@
 # Reports go to files ($out/sanitizer.PID), since pytest captures the test's stderr. Leak
 # checking is off (CPython keeps its objects at exit). Left out: the packaging tests and one
 # that uploads with curl (the preload breaks the build, install and upload tools they run),
-# and test_reference_port.py, whose reference side runs torch's DataLoader with forked
+# and test_reference_port.py and test_gpu_tools.py, which run torch's DataLoader with forked
 # workers: they hung once in three runs with the runtime preloaded, and that side is torch's.
 # test_ten_thousand_batches_without_memory_growth runs apart, with no quarantine of freed
 # memory (ASan's holding it back would read as growth).
@@ -51,7 +51,7 @@ pytest_under_asan() {
 }
 set +e
 pytest_under_asan 256 tests/python --ignore=tests/python/test_packaging.py \
-  --ignore=tests/python/test_reference_port.py --deselect "$growth" \
+  --ignore=tests/python/test_reference_port.py --ignore=tests/python/test_gpu_tools.py --deselect "$growth" \
   --deselect tests/python/test_remote.py::test_workers_read_a_bucket_with_their_own_credentials "$@"
 rc=$?
 pytest_under_asan 0 "$growth"  # a filling quarantine would read as growth
