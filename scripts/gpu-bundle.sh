@@ -89,12 +89,27 @@ pybind_flag=(); [[ "$pybind" == /usr/include ]] || pybind_flag=(-isystem "$pybin
 echo "$($py --version) ($py), headers $pyinc, pybind11 ${pybind:-missing}, $(${CXX:-g++} --version | head -n 1)"
 if [[ ! -f "$pyinc/Python.h" || -z "$pybind" ]]; then
   echo "SKIPPED: no Python.h or no pybind11 for $py"; pystatus=1
-elif ! ${CXX:-g++} -std=c++20 -O2 -fPIC -shared -fvisibility=hidden -DNDEBUG -DSTOKER_VERSION='"bundle"' \
-    -I"$root/client/include" -I"$root" -isystem "$pyinc" "${pybind_flag[@]}" \
-    "$root"/client/python/src/*.cpp "$bundle"/pylib/libstoker_client_static.a \
-    "$bundle"/pylib/libstoker_device.a "$bundle"/pylib/libstoker_base.a -ldl -lrt -lpthread \
-    -o "$bundle/python/stoker/_stoker$ext" > "$logs/python-module.log" 2>&1; then
-  tail -n 30 "$logs/python-module.log"; echo "python module: build FAILED"; pystatus=1; status=1
+else
+  # The three sources at once (8-9 s on the H200 machine, against 25-35 s one after another).
+  objs=() pids=()
+  mkdir -p "$bundle/pyobj"
+  for src in "$root"/client/python/src/*.cpp; do
+    obj="$bundle/pyobj/$(basename "$src" .cpp).o"; objs+=("$obj")
+    ${CXX:-g++} -std=c++20 -O2 -fPIC -fvisibility=hidden -DNDEBUG -DSTOKER_VERSION='"bundle"' \
+      -I"$root/client/include" -I"$root" -isystem "$pyinc" "${pybind_flag[@]}" -c "$src" -o "$obj" \
+      > "$obj.log" 2>&1 &
+    pids+=($!)
+  done
+  built=1
+  for p in "${pids[@]}"; do wait "$p" || built=0; done
+  cat "$bundle"/pyobj/*.log > "$logs/python-module.log"
+  if ((built)) && ${CXX:-g++} -shared "${objs[@]}" "$bundle"/pylib/libstoker_client_static.a \
+      "$bundle"/pylib/libstoker_device.a "$bundle"/pylib/libstoker_base.a -ldl -lrt -lpthread \
+      -o "$bundle/python/stoker/_stoker$ext" >> "$logs/python-module.log" 2>&1; then
+    echo "built $bundle/python/stoker/_stoker$ext"
+  else
+    tail -n 30 "$logs/python-module.log"; echo "python module: build FAILED"; pystatus=1; status=1
+  fi
 fi
 if ((pystatus == 0)) && ! $py -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
   echo "SKIPPED: this python3's torch has no CUDA"; pystatus=1
