@@ -264,7 +264,7 @@ class CudaDriverBackend final : public Backend {
                          std::size_t src_offset, std::uint32_t count, const NormalizeSpec& spec) override {
     const std::size_t plane = std::size_t{spec.height} * spec.width;
     const unsigned long long elems = std::size_t{count} * spec.channels * plane;
-    const std::size_t out_size = spec.out_dtype == 2 ? 2 : 4;
+    const std::size_t out_size = spec.out_size();
     if (spec.channels < 1 || spec.channels > 4 || dst_offset + elems * out_size > dst.bytes ||
         src_offset + elems > src.bytes) {
       return base::Status::error("normalize outside its buffers");
@@ -282,7 +282,7 @@ class CudaDriverBackend final : public Backend {
     unsigned plane32 = static_cast<unsigned>(plane);
     unsigned channels = spec.channels;
     unsigned nhwc = spec.layout == 2 ? 1 : 0;
-    unsigned half = out_size == 2 ? 1 : 0;
+    unsigned half = spec.half() ? 1 : 0;
     unsigned long long n = elems;
     void* args[] = {&in, &out, &n, &plane32, &channels, &nhwc, &half, &table};
     // About one resident wave (an H100/H200 holds 8 such blocks on each of its 132 SMs): every
@@ -410,7 +410,7 @@ class CudaDriverBackend final : public Backend {
         return false;
       }
     }
-    fn = spec.out_dtype == 2 ? st.normalize : st.normalize_f32;
+    fn = spec.half() ? st.normalize : st.normalize_f32;
     const std::string key(reinterpret_cast<const char*>(spec.table.data()), sizeof spec.table);
     if (auto it = st.tables.find(key); it != st.tables.end()) {
       table = it->second;

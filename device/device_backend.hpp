@@ -85,6 +85,9 @@ struct NormalizeSpec {
   std::uint32_t height = 0, width = 0;
   // table[c][v]: float32 bits when out_dtype is float32, float16 bits in the low half else.
   std::array<std::array<std::uint32_t, 256>, 4> table{};
+
+  bool half() const { return out_dtype == 2; }             // float16 output, else float32
+  std::size_t out_size() const { return half() ? 2 : 4; }  // bytes an output element
 };
 
 // What Backend::devices() found: the devices it could read and, when some (or all) could not

@@ -425,7 +425,7 @@ class HostSimBackend final : public Backend {
     if (!found) return found.status();
     SimStream* st = *found;
     const std::size_t elems = std::size_t{count} * spec.channels * spec.height * spec.width;
-    const std::size_t out_size = spec.out_dtype == 2 ? 2 : 4;
+    const std::size_t out_size = spec.out_size();
     if (dst_offset + elems * out_size > dst.bytes || src_offset + elems > src.bytes ||
         spec.channels < 1 || spec.channels > 4) {
       return base::Status::error("hostsim: normalize outside its buffers");

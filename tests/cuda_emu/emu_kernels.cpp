@@ -108,13 +108,13 @@ CUresult launch_normalize(const std::string& kernel, unsigned grid, unsigned blo
   const auto nhwc = arg<unsigned>(params, 5);
   const auto half = arg<unsigned>(params, 6);
   const auto table = arg<CUdeviceptr>(params, 7);
-  const char* k = kernel.c_str();
+  const char* k = kernel.c_str();  // kernel_bytes names it in its failures
   if (half != 0 && kernel == "stoker_normalize_table_f32") {
     fail("cuLaunchKernel", kernel + ": launched for float16 output (half = 1); it writes float32 only");
   }
   if (channels == 0 || channels > 4 || (nhwc == 0 && plane == 0)) {
-    fail("cuLaunchKernel", std::string(k) + ": channels " + std::to_string(channels) + ", plane " +
-                               std::to_string(plane) + ": the kernel would divide by zero or read past its table");
+    fail("cuLaunchKernel", kernel + ": channels " + std::to_string(channels) + ", plane " + std::to_string(plane) +
+                               ": the kernel would divide by zero or read past its table");
   }
   const int device = context_device(current_context());
   std::vector<std::shared_ptr<Shared>> keep;
