@@ -154,3 +154,30 @@ def test_a_device_batch_is_ordered_on_the_trainers_current_stream():
     with torch.cuda.stream(s):
         assert _current_stream_handle(0) == s.cuda_stream != torch.cuda.default_stream(0).cuda_stream
     assert _current_stream_handle(0) == torch.cuda.current_stream(0).cuda_stream
+
+
+@pytest.mark.parametrize("has_raw_getter", [True, False])
+def test_the_stream_handle_is_taken_each_batch_the_public_way_first(monkeypatch, has_raw_getter):
+    """_current_stream_handle against a stand-in torch (runs without a GPU): the first call goes
+    through torch.cuda.current_stream (it initialises CUDA), later ones through the raw getter
+    where torch has one, else the public call again; each call sees the current stream as it is
+    then (a trainer may enter `with torch.cuda.stream(s)` between batches)."""
+    import types
+    import stoker.batch as sb
+    current = {0: 111, 1: 222}
+    public = []
+
+    def current_stream(i):
+        public.append(i)
+        return types.SimpleNamespace(cuda_stream=current[i])
+
+    raw = {"_cuda_getCurrentRawStream": lambda i: current[i]} if has_raw_getter else {}
+    monkeypatch.setattr(sb, "torch", types.SimpleNamespace(cuda=types.SimpleNamespace(current_stream=current_stream),
+                                                           _C=types.SimpleNamespace(**raw)))
+    monkeypatch.setattr(sb, "_stream_of", None)
+    assert sb._current_stream_handle(0) == 111
+    assert public == [0]
+    current[0] = 333  # another stream made current
+    assert sb._current_stream_handle(0) == 333
+    assert sb._current_stream_handle(1) == 222
+    assert public == ([0] if has_raw_getter else [0, 0, 1])

@@ -14,23 +14,23 @@ from .optional_torch import torch, torch_dlpack
 
 # The hostsim warning is given once per process (tests reset it to see it again).
 _warned_hostsim = False
-_raw_stream = None  # torch._C._cuda_getCurrentRawStream once CUDA is initialised, where torch has it
+_stream_of = None  # index -> handle, chosen at the first device batch (_current_stream_handle)
 
 
 def _current_stream_handle(index: int) -> int:
     """The cudaStream_t of the trainer's current stream on GPU `index`, as
     torch.cuda.current_stream(index).cuda_stream gives it. That public call builds a
     torch.cuda.Stream object each time: on the H200 machine, 50-70 us of a batch's 120-170 when
-    the trainer's code was cold (docs/PERFORMANCE.md). The raw getter (torch >= 2.0) returns the
-    handle alone; the public call is made first, since it initialises CUDA."""
-    global _raw_stream
-    if _raw_stream is None:
+    the trainer's code was cold (docs/PERFORMANCE.md). From the second call on, the raw getter
+    (torch >= 2.0) returns the handle alone; the first goes through the public call, which
+    initialises CUDA. A torch without the getter keeps the public call."""
+    global _stream_of
+    if _stream_of is None:
         handle = torch.cuda.current_stream(index).cuda_stream
-        _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", False)
+        _stream_of = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+            lambda i: torch.cuda.current_stream(i).cuda_stream)
         return handle
-    if _raw_stream is False:
-        return torch.cuda.current_stream(index).cuda_stream
-    return _raw_stream(index)
+    return _stream_of(index)
 
 
 class Batch:
