@@ -55,7 +55,7 @@ class Dispatcher {
 
   std::vector<WorkerLinkStatus> status() const;
 
-  class Link;  // one endpoint's stream (dispatcher.cpp)
+  class Link;  // one endpoint's stream (dispatcher_link.hpp)
 
  private:
   void resolve_loop();

@@ -97,7 +97,7 @@ class ReplyView {
 }  // namespace stoker::remote
 
 // gRPC reads a ReplyView off the wire with this instead of protobuf's parser (the GPU node's
-// stream is typed ClientReaderWriter<v1::Request, ReplyView>; dispatcher.cpp).
+// stream is typed ClientReaderWriter<v1::Request, ReplyView>; link_connect.cpp).
 template <>
 class grpc::SerializationTraits<stoker::remote::ReplyView, void> {
  public:

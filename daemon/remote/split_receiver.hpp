@@ -2,7 +2,7 @@
 // message, then its pixels received straight into the ring slots of the results whose items
 // the link lets it claim, the rest into a buffer of its own.
 //
-// Why apart from the link (dispatcher.cpp): what is received where, and how a stall inside a
+// Why apart from the link (link_receive.cpp): what is received where, and how a stall inside a
 // frame hands claimed items back, is framing; which items may be claimed, and when one is
 // overdue, is the link's bookkeeping. The link answers through SlotClaims, under its own lock.
 //

@@ -1,4 +1,4 @@
-// The Open a GPU node's dispatcher sends a worker for a job (daemon/remote/dispatcher.cpp,
+// The Open a GPU node's dispatcher sends a worker for a job (daemon/remote/link_connect.cpp,
 // Link::open), built from a parsed config with a `remote:` key: for tests that play the node.
 #pragma once
 

@@ -77,7 +77,7 @@ std::vector<std::uint8_t> slurp(const fs::path& p) {
 void write(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
 
 // The GPU node's side: a config with `remote:` parsed as stokerd reads it, and the Open its
-// dispatcher sends (daemon/remote/dispatcher.cpp) from it.
+// dispatcher sends (daemon/remote/link_connect.cpp) from it.
 struct GpuNode {
   stoker::config::Config cfg;
   v1::Open open;
