@@ -57,6 +57,8 @@ class Dispatcher::Link : private SlotClaims {
     bool receiving = false;
   };
 
+  // --- link_connect.cpp: the connection, its backoff and the Open ---
+
   void run();
 
   std::shared_ptr<grpc::ChannelCredentials> credentials();
@@ -68,6 +70,8 @@ class Dispatcher::Link : private SlotClaims {
 
   // Sends the Open and reads the answer (the stream is cancelled if none comes in 10 s).
   bool open(grpc::ClientReaderWriter<v1::Request, ReplyView>& stream, grpc::ClientContext& ctx);
+
+  // --- link_send.cpp: items out, the window, hedging, remote.verify's draw ---
 
   void send_loop(grpc::ClientReaderWriter<v1::Request, ReplyView>& stream, grpc::ClientContext& ctx);
 
@@ -105,6 +109,8 @@ class Dispatcher::Link : private SlotClaims {
   std::uint32_t floor_window() const STOKER_REQUIRES(mu_);
 
   void adapt_window(Clock::time_point now) STOKER_REQUIRES(mu_);
+
+  // --- link_receive.cpp: answers in, slots claimed, each answer taken and settled ---
 
   // One Reply after the OpenReply, from the stream or the results connection: its results taken
   // (one reader at a time: the take state is the readers'). Empty, or why the worker is dropped.
@@ -159,6 +165,7 @@ class Dispatcher::Link : private SlotClaims {
   // in msg). Empty, or why this node's pixels refute the worker's (they serve; it is dropped).
   std::string settle(const Outstanding& o, const ResultView& r, const ReplyView& msg, const image::SampleResult& result,
                      bool pick, bool in_slot, std::uint8_t* out);
+  // Every item the link holds, back to the front of the queue (link_send.cpp).
   void reissue_all();
 
   Dispatcher& d_;
