@@ -165,6 +165,7 @@ class Dispatcher::Link : private SlotClaims {
   // in msg). Empty, or why this node's pixels refute the worker's (they serve; it is dropped).
   std::string settle(const Outstanding& o, const ResultView& r, const ReplyView& msg, const image::SampleResult& result,
                      bool pick, bool in_slot, std::uint8_t* out);
+
   // Every item the link holds, back to the front of the queue (link_send.cpp).
   void reissue_all();
 
