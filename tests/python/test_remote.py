@@ -22,6 +22,7 @@ import time
 import numpy as np
 import pytest
 
+from benchlib import cpu_seconds  # one reading of a process's CPU for tests and benchmarks
 from conftest import BIN, Daemon
 
 STOKERD = os.path.join(BIN, "stokerd")
@@ -712,12 +713,6 @@ def test_a_results_connection_that_cannot_be_bound_leaves_the_results_on_the_str
     finally:
         base.stop()
         rem.stop()
-
-
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def test_a_worker_that_stalls_inside_a_results_frame_has_those_items_hedged(tmp_path, demo_root, workers):
