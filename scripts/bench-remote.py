@@ -14,6 +14,9 @@
                     instead of their own TCP connection (the default; issue #36)
   1 worker, no verify   as 1 worker with `remote.verify: 0`: R without the node's own re-making
                     of a fraction of the answers (0.01 by default; docs/SECURITY.md, A6)
+  1 worker, verify all  as 1 worker with `remote.verify: 1` (case `w`, not run by default): with
+                    case `v`, the line `a pick re-made back to back / local` prices one pick made
+                    warm, in local decodes
 
 Prints images/s of each (and the ratio to 0 workers), the GPU node's daemon CPU per sample
 (remote: what is left on the GPU node; 0 workers: decoding it locally) and their ratio (the
@@ -36,7 +39,7 @@ measures it as R - R0, where R0 is the line `node cpu per remote sample / local 
 0: R0` (the same job with `remote.verify: 0`).
 
     scripts/bench-remote.py [BUILD_DIR] [IMAGES_DIR] [--batches N] [--cores A,B] [--rounds N]
-                            [--cases 0,1,2,z,a,s,v] [--link KIB_PER_S]
+                            [--cases 0,1,2,z,a,s,v,w] [--link KIB_PER_S]
 """
 from __future__ import annotations
 
@@ -236,7 +239,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="run the cases this many times, one round after another")
     ap.add_argument("--cases", default="0,1,v,2,z", help="which cases: 0, 1, 2 workers, z (1 worker + zstd), "
                     "a (1 worker, compression auto), s (1 worker, results on the gRPC stream), v (1 worker, "
-                    "remote.verify 0)")
+                    "remote.verify 0), w (1 worker, remote.verify 1: with v, what a pick re-made back to back "
+                    "costs)")
     ap.add_argument("--link", type=int, default=None, metavar="KIB_PER_S",
                     help="pace each worker's results connection at this rate (the worker's test fault "
                          "slow-results): a link slower than loopback, for the compression cases")
@@ -256,10 +260,11 @@ def main() -> int:
              "2": ("2 workers", 2, False, False, None), "z": ("1 worker + zstd", 1, True, False, None),
              "a": ("1 worker + auto", 1, "auto", False, None),
              "s": ("1 worker, results on stream", 1, False, True, None),
-             "v": ("1 worker, no verify", 1, False, False, 0)}
+             "v": ("1 worker, no verify", 1, False, False, 0),
+             "w": ("1 worker, verify all", 1, False, False, 1)}
     wanted = set(a.cases.split(",")) | {"0", "1"}  # the ratio needs both
-    cases = [every[k] for k in ("0", "1", "v", "s", "2", "z", "a") if k in wanted]
-    ratios, floors, stream_ratios, unverified = [], [], [], []
+    cases = [every[k] for k in ("0", "1", "v", "w", "s", "2", "z", "a") if k in wanted]
+    ratios, floors, stream_ratios, unverified, warm_picks = [], [], [], [], []
     raw = packed = None
     for rnd in range(a.rounds):
         with tempfile.TemporaryDirectory(prefix="stoker-bench-remote-") as tmp:
@@ -275,6 +280,8 @@ def main() -> int:
         ratios.append(res["1 worker"][1] / base_cpu)
         if "1 worker, no verify" in res:
             unverified.append(res["1 worker, no verify"][1] / base_cpu)
+        if "1 worker, verify all" in res and "1 worker, no verify" in res:
+            warm_picks.append((res["1 worker, verify all"][1] - res["1 worker, no verify"][1]) / base_cpu)
         if "1 worker, results on stream" in res:
             stream_ratios.append(res["1 worker, results on stream"][1] / base_cpu)
         floor = tcp_floor(a.build, res["1 worker"][0], max(5000, a.batches * 64), cores)
@@ -290,6 +297,8 @@ def main() -> int:
             print(f"  {rate} img/s needs {rate * raw * 8 / 1e9:.2f} Gbit/s raw, {rate * packed * 8 / 1e9:.2f} Gbit/s with zstd")
     if len(ratios) > 1:
         print("rounds' ratios: " + ", ".join(f"{r:.3f}" for r in ratios))
+    if warm_picks:  # every answer re-made, less none: a pick made warm, in local decodes
+        print(f"a pick re-made back to back / local: {statistics.median(warm_picks):.2f}")
     # remote.verify's share of R: measured where the case ran (a pick costs more than its
     # nominal 0.01 of a local decode: made on a cold reader thread, and its compare reads a slot
     # the kernel wrote; docs/PERFORMANCE.md), else that nominal figure.
